@@ -1,0 +1,168 @@
+"""The ``kafkacap`` command line: click commands and rich output around analyzer.run; no protocol logic."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+
+import click
+import pyarrow as pa
+import pyarrow.compute as pc
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+from analyzer.analyze import FileReport, Options
+from analyzer.output import FORMATS, TableFolder
+from analyzer.report import Collector, print_exchanges, print_summary
+from analyzer.run import InputError, expand_paths, run
+from analyzer.tables import CONNECTIONS_SCHEMA, EXCHANGES_SCHEMA
+
+STATUSES = ("ok", "error", "no_response", "acks0", "orphan_response", "malformed")
+
+
+def _common(f: Callable) -> Callable:
+    f = click.option("--no-progress", is_flag=True, help="No progress bar.")(f)
+    f = click.option("-j", "--jobs", type=click.IntRange(1, 256), default=1, show_default=True,
+                     help="Processes: across files, and across the connections of one large file.")(f)
+    f = click.option("--detect-ports", is_flag=True,
+                     help="Also find Kafka on any other port, by the shape of its request headers.")(f)
+    f = click.option("-p", "--port", "ports", type=click.IntRange(1, 65535), multiple=True,
+                     help="Kafka broker port (repeatable). Default: 9092.")(f)
+    f = click.argument("paths", nargs=-1, required=True, type=click.Path())(f)
+    return f
+
+
+def _options(ports: tuple[int, ...], detect_ports: bool) -> Options:
+    return Options(ports=tuple(ports) or (9092,), detect_ports=detect_ports)
+
+
+def _analyse(paths: tuple[str, ...], options: Options, jobs: int, sink, no_progress: bool) -> list[FileReport]:
+    """Run the analysis with a progress bar; exit 1 with a clear message when nothing could be read."""
+    err = Console(stderr=True)
+    try:
+        files = expand_paths(list(paths))
+    except InputError as exc:
+        raise click.ClickException(str(exc)) from None
+    total = 0
+    for f in files:
+        try:
+            total += os.path.getsize(f)
+        except OSError:
+            pass
+    show = not no_progress and err.is_terminal
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+                  console=err, transient=True, disable=not show) as progress:
+        task = progress.add_task(f"analysing {len(files)} file{'s' if len(files) != 1 else ''}", total=total)
+
+        def done(report: FileReport, nbytes: int) -> None:
+            progress.advance(task, nbytes)
+
+        reports = run(files, options, sink, jobs=jobs, on_done=done)
+    for r in reports:
+        if r.stats is None:
+            err.print(f"[red]error:[/] {r.error}")
+        elif r.error:
+            err.print(f"[red]error:[/] {r.name}: {r.error} (rows decoded before it are kept)")
+        elif r.stats.damage:
+            err.print(f"[yellow]warning:[/] {r.name}: {r.stats.damage} (rows decoded before it are kept)")
+    if all(r.stats is None for r in reports):
+        raise click.ClickException("no capture file could be read")
+    return reports
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="kafkacap")
+def main() -> None:
+    """Analyse Apache Kafka traffic in pcap/pcapng captures: every request matched to its response,
+    with latency and errors, as a terminal summary or as Parquet/CSV/JSON-lines tables."""
+
+
+@main.command()
+@_common
+def summary(paths, ports, detect_ports, jobs, no_progress) -> None:
+    """Summarise Kafka traffic: API usage and latency percentiles, errors, clients, connections."""
+    sink = Collector()
+    reports = _analyse(paths, _options(ports, detect_ports), jobs, sink, no_progress)
+    print_summary(Console(), sink.table("exchanges", EXCHANGES_SCHEMA), sink.table("connections", CONNECTIONS_SCHEMA),
+                  reports)
+
+
+@main.command()
+@_common
+@click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Folder for the tables (exchanges, connections, files); existing tables are replaced.")
+@click.option("-f", "--format", "fmt", type=click.Choice(FORMATS), default="parquet", show_default=True)
+@click.option("--summary", "with_summary", is_flag=True, help="Also print the summary.")
+def export(paths, ports, detect_ports, jobs, no_progress, out_dir, fmt, with_summary) -> None:
+    """Write the exchanges, connections and files tables to a folder."""
+    folder = TableFolder(out_dir, fmt)
+    collector = Collector() if with_summary else None
+
+    def sink(table: str, batch: pa.RecordBatch) -> None:
+        folder.write(table, batch)
+        if collector is not None:
+            collector(table, batch)
+
+    try:
+        reports = _analyse(paths, _options(ports, detect_ports), jobs, sink, no_progress)
+    except BaseException:
+        folder.abort()
+        raise
+    written = folder.commit()
+    if collector is not None:
+        print_summary(Console(), collector.table("exchanges", EXCHANGES_SCHEMA),
+                      collector.table("connections", CONNECTIONS_SCHEMA), reports)
+    rows = sum(r.exchanges for r in reports)
+    Console(stderr=True).print(f"wrote {rows:,} exchanges to " + ", ".join(written))
+
+
+@main.command()
+@_common
+@click.option("--api", "apis", multiple=True, help="Only these APIs (name like Produce, or key number).")
+@click.option("--status", "statuses", multiple=True, type=click.Choice(STATUSES), help="Only these statuses.")
+@click.option("--client", help="Only client_id or client address containing this text.")
+@click.option("--min-latency", type=float, help="Only exchanges at least this slow (ms).")
+@click.option("--limit", type=int, default=200, show_default=True, help="Rows to print (0: all).")
+@click.option("--json", "as_json", is_flag=True, help="JSON lines instead of a table (all matching rows).")
+def exchanges(paths, ports, detect_ports, jobs, no_progress, apis, statuses, client, min_latency, limit,
+              as_json) -> None:
+    """List exchanges, one per line, with filters."""
+    sink = Collector()
+    _analyse(paths, _options(ports, detect_ports), jobs, sink, no_progress)
+    ex = filter_exchanges(sink.table("exchanges", EXCHANGES_SCHEMA), apis, statuses, client, min_latency)
+    ex = ex.sort_by([("request_last_ts", "ascending"), ("response_last_ts", "ascending")])
+    if as_json:
+        for row in ex.to_pylist():
+            sys.stdout.write(json.dumps(row, default=str) + "\n")
+    else:
+        print_exchanges(Console(), ex, limit or None)
+
+
+def filter_exchanges(ex: pa.Table, apis, statuses, client, min_latency) -> pa.Table:
+    mask = None
+
+    def both(m):
+        return m if mask is None else pc.and_(mask, m)
+
+    if apis:
+        names = [a for a in apis if not a.lstrip("-").isdigit()]
+        keys = [int(a) for a in apis if a.lstrip("-").isdigit()]
+        lowered = pc.utf8_lower(pc.fill_null(ex["api_name"], ""))
+        m = pc.or_(pc.is_in(lowered, pa.array([n.lower() for n in names], pa.string())),
+                   pc.is_in(ex["api_key"], pa.array(keys, pa.int16())))
+        mask = both(pc.fill_null(m, False))
+    if statuses:
+        mask = both(pc.is_in(ex["status"], pa.array(list(statuses))))
+    if client:
+        m = pc.or_(pc.match_substring(pc.fill_null(ex["client_id"], ""), client),
+                   pc.match_substring(ex["client_ip"], client))
+        mask = both(pc.fill_null(m, False))
+    if min_latency is not None:
+        mask = both(pc.fill_null(pc.greater_equal(ex["latency_ms"], min_latency), False))
+    return ex if mask is None else ex.filter(mask)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""One Kafka TCP connection: two half-streams, their framers, the exchange matcher and the per-connection
+counters that become a row of the ``connections`` table. Pure: packets' fields in, rows out.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+from analyzer.exchanges import ExchangeMatcher
+from analyzer.tcp import HalfStream
+from dissectors.kafka.framing import FrameSplitter
+from dissectors.kafka.headers import looks_like_request
+
+# A request starts with a size below 16 MiB, an api key below 128 and a version below 64: a cheap C-speed
+# filter in front of the full plausibility check while resynchronising.
+_REQUEST_CANDIDATE = re.compile(rb"\x00[\x00-\xff]{3}\x00[\x00-\x7f]\x00[\x00-\x3f]", re.DOTALL)
+
+
+def find_request(buf, start: int, end: int) -> int:
+    m = _REQUEST_CANDIDATE.search(buf, start, end)
+    return m.start() if m else -1
+
+
+def request_plausible(buf, off: int, end: int, size: int, fresh: bool) -> bool:
+    return looks_like_request(buf, off, end, size)
+
+
+def endpoint_text(raw: bytes) -> str:
+    return str(ipaddress.ip_address(raw))
+
+
+def split_key(key: bytes) -> tuple[bytes, bytes, int, int]:
+    """A capture key (src addr + dst addr + ports, network order) into its parts."""
+    a = (len(key) - 4) // 2
+    return key[:a], key[a:2 * a], int.from_bytes(key[2 * a:2 * a + 2], "big"), int.from_bytes(key[-2:], "big")
+
+
+def reverse_key(key: bytes) -> bytes:
+    a = (len(key) - 4) // 2
+    return key[a:2 * a] + key[:a] + key[-2:] + key[2 * a:2 * a + 2]
+
+
+class Connection:
+    """State of one client-broker connection. ``to_broker``/``to_client`` are its half-streams."""
+
+    __slots__ = ("conn_id", "client_key", "broker_key", "client_ip", "client_port", "broker_ip", "broker_port",
+                 "first_ts", "to_broker", "to_client", "requests", "responses", "matcher", "ended", "syn_ts",
+                 "handshake_ts", "closing_ts")
+
+    def __init__(self, conn_id: int, client_key: bytes, ts: int, rows: list[tuple], keep: int,
+                 max_frame: int) -> None:
+        src, dst, sport, dport = split_key(client_key)
+        self.conn_id = conn_id
+        self.client_key = client_key
+        self.broker_key = reverse_key(client_key)
+        self.client_ip = endpoint_text(src)
+        self.client_port = sport
+        self.broker_ip = endpoint_text(dst)
+        self.broker_port = dport
+        self.first_ts = ts
+        self.matcher = m = ExchangeMatcher(
+            rows, (conn_id, self.client_ip, self.client_port, self.broker_ip, self.broker_port))
+        self.requests = FrameSplitter(m.request, request_plausible, find_request, keep, max_frame)
+        self.responses = FrameSplitter(m.response, m.response_plausible, m.find_response, keep, max_frame)
+        self.to_broker = b = HalfStream(self.requests)
+        self.to_client = c = HalfStream(self.responses)
+        b.peer, c.peer = c, b
+        b.conn = c.conn = self
+        self.ended: str | None = None
+        self.syn_ts = -1
+        self.handshake_ts = -1
+        self.closing_ts = -1
+
+    def close(self, ts: int, how: str) -> None:
+        """Deliver what is buffered and settle requests in flight (again, if late packets brought more)."""
+        if self.ended is None:
+            self.ended = how
+            self.closing_ts = ts
+        self.to_broker.flush(ts)
+        self.to_client.flush(ts)
+        self.requests.finish(ts)
+        self.responses.finish(ts)
+        self.matcher.close("capture ended" if how == "capture_end" else None)
+
+    def row(self) -> tuple:
+        """The connections-table row (CONNECTION_ROW_FIELDS order)."""
+        b, c, m = self.to_broker, self.to_client, self.matcher
+        rtt = (self.handshake_ts - self.syn_ts) / 1e6 if self.syn_ts >= 0 and self.handshake_ts >= 0 else None
+        return (
+            self.conn_id, self.client_ip, self.client_port, self.broker_ip, self.broker_port,
+            self.first_ts, max(b.last_ts, c.last_ts, self.first_ts), b.packets, c.packets, b.bytes, c.bytes,
+            b.retransmitted + c.retransmitted, b.out_of_order + c.out_of_order, b.gap_bytes + c.gap_bytes,
+            b.gaps + c.gaps, rtt, self.syn_ts >= 0, self.requests.frames, self.responses.frames,
+            m.unanswered, m.orphans, m.malformed, self.requests.resyncs + self.responses.resyncs,
+            self.requests.skipped_bytes + self.responses.skipped_bytes,
+            self.requests.truncated_frames + self.responses.truncated_frames,
+            ",".join(sorted(m.client_ids)) or None, self.requests.tls or self.responses.tls, self.ended,
+        )

@@ -1,0 +1,185 @@
+"""Request/response matching for one Kafka connection.
+
+Frames from the two framers arrive here in stream order. A request is held in flight until its response
+arrives; Kafka answers the requests of one connection in the order they were sent, so a response for
+correlation id X also settles every request sent before X that is still waiting: those were never answered
+(Produce with acks=0 owes no answer: `acks0`; anything else: `no_response`). That keeps the in-flight queue
+short even when a producer sends acks=0 forever, and makes duplicate correlation ids harmless.
+
+Rows are plain tuples in the order of ``tables.EXCHANGE_ROW_FIELDS``; derived columns (api and error names,
+latency, the capture file) are computed per batch, in Arrow, not per row here.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+
+from dissectors.kafka.headers import (
+    HeaderError,
+    decode_request_header,
+    decode_response_header,
+    produce_acks,
+    response_top_level,
+)
+
+_INT32 = struct.Struct(">i")
+_unpack_int32 = _INT32.unpack_from
+
+MAX_IN_FLIGHT = 10_000  # beyond any client's in-flight limit; protects memory from acks=0 floods
+
+OK = "ok"
+ERROR = "error"
+NO_RESPONSE = "no_response"
+ACKS0 = "acks0"
+ORPHAN = "orphan_response"
+MALFORMED = "malformed"
+
+# Fields of an in-flight request (a tuple, cheap to build and to keep).
+_CORR, _KEY, _VER, _CLIENT, _FTS, _FNO, _LTS, _LNO, _SIZE, _ACKS0, _NOTE = range(11)
+
+
+class ExchangeMatcher:
+    """Pairs the requests and responses of one connection and appends finished rows to ``rows``."""
+
+    __slots__ = ("rows", "conn_fields", "pending", "requests", "responses", "orphans", "malformed",
+                 "unanswered", "client_ids", "last_ts")
+
+    def __init__(self, rows: list[tuple], conn_fields: tuple) -> None:
+        self.rows = rows
+        # (connection_id, client_ip, client_port, broker_ip, broker_port): shared by every row.
+        self.conn_fields = conn_fields
+        self.pending: deque[tuple] = deque()
+        self.requests = 0
+        self.responses = 0
+        self.orphans = 0
+        self.malformed = 0
+        self.unanswered = 0
+        self.client_ids: set[str] = set()
+        self.last_ts = 0
+
+    # -- frames ------------------------------------------------------------------------------------
+
+    def request(self, first_ts: int, first_no: int, last_ts: int, last_no: int, size: int, head,
+                lossy: bool) -> None:
+        self.requests += 1
+        end = len(head)
+        note = "request bytes lost in capture" if lossy else None
+        try:
+            key, ver, corr, client_id, body = decode_request_header(head, 4, end)
+        except HeaderError as exc:
+            self.malformed += 1
+            corr = _unpack_int32(head, 8)[0] if end >= 12 else None
+            ak = _unpack_int32(head, 4)[0] >> 16 if end >= 8 else None
+            self._emit(ak, None, corr, None, first_ts, last_ts, None, None, size + 4, None, None, None,
+                       MALFORMED, first_no, None, f"request header: {exc}")
+            return
+        acks0 = False
+        if key == 0:
+            try:
+                acks0 = produce_acks(head, body, end, ver) == 0
+            except HeaderError:
+                pass
+        if client_id is not None and client_id not in self.client_ids and len(self.client_ids) < 16:
+            self.client_ids.add(client_id)
+        pending = self.pending
+        pending.append((corr, key, ver, client_id, first_ts, first_no, last_ts, last_no, size + 4, acks0,
+                        note))
+        if len(pending) > MAX_IN_FLIGHT:
+            self._settle(pending.popleft(), "evicted: too many requests in flight")
+
+    def response(self, first_ts: int, first_no: int, last_ts: int, last_no: int, size: int, head,
+                 lossy: bool) -> None:
+        self.responses += 1
+        self.last_ts = last_ts
+        corr = _unpack_int32(head, 4)[0]
+        pending = self.pending
+        if pending and pending[0][_CORR] == corr:
+            req = pending.popleft()
+        else:
+            for i, req in enumerate(pending):  # noqa: B007 - i is used after the loop
+                if req[_CORR] == corr:
+                    break
+            else:
+                self.orphans += 1
+                self._emit(None, None, corr, None, None, None, first_ts, last_ts, None, size + 4, None, None,
+                           ORPHAN, None, last_no, "request not in capture")
+                return
+            for _ in range(i):  # Kafka answers in order: everything sent before this one went unanswered
+                self._settle(pending.popleft(), None)
+            pending.popleft()
+        key = req[_KEY]
+        ver = req[_VER]
+        end = len(head)
+        note = req[_NOTE]
+        status = OK
+        error_code = throttle = None
+        try:
+            _, body = decode_response_header(head, 4, end, key, ver)
+            error_code, throttle = response_top_level(head, body, end, key, ver)
+        except HeaderError as exc:
+            status = MALFORMED
+            self.malformed += 1
+            note = f"response header: {exc}"
+        if lossy:
+            note = "response bytes lost in capture" if note is None else note + "; response bytes lost"
+        if error_code:
+            status = ERROR
+        self._emit(key, ver, corr, req[_CLIENT], req[_FTS], req[_LTS], first_ts, last_ts, req[_SIZE], size + 4,
+                   error_code, throttle, status, req[_FNO], last_no, note)
+
+    def close(self, reason: str | None = None) -> None:
+        """The connection or the capture ended: whatever is still in flight was never answered."""
+        pending = self.pending
+        while pending:
+            self._settle(pending.popleft(), reason)
+
+    # -- resynchronisation support for the response framer -----------------------------------------
+
+    def response_plausible(self, buf, off: int, end: int, size: int, fresh: bool) -> bool:
+        """A response frame starts here if its correlation id is one we wait for.
+
+        At the very start of a stream captured mid-connection nothing may be waiting; then a small frame
+        wholly in view with a non-negative id is taken, so aligned request-less responses still count.
+        """
+        if end - off < 4:
+            return False
+        corr = _unpack_int32(buf, off)[0]
+        for req in self.pending:
+            if req[_CORR] == corr:
+                return True
+        return fresh and corr >= 0 and end - off == size
+
+    def find_response(self, buf, start: int, end: int) -> int:
+        """Next offset whose following 4 bytes are a correlation id in flight (C-speed search)."""
+        if not self.pending:
+            return -1
+        data = buf if isinstance(buf, bytes) else bytes(buf)
+        best = -1
+        seen = 0
+        for req in self.pending:
+            at = data.find(_INT32.pack(req[_CORR]), start + 4, end)
+            if at >= 0 and (best < 0 or at - 4 < best):
+                best = at - 4
+            seen += 1
+            if seen == 8:
+                break
+        return best
+
+    # -- rows ----------------------------------------------------------------------------------------
+
+    def _settle(self, req: tuple, note: str | None) -> None:
+        status = ACKS0 if req[_ACKS0] else NO_RESPONSE
+        if status == NO_RESPONSE:
+            self.unanswered += 1
+        n = req[_NOTE]
+        if note:
+            n = note if n is None else f"{n}; {note}"
+        self._emit(req[_KEY], req[_VER], req[_CORR], req[_CLIENT], req[_FTS], req[_LTS], None, None, req[_SIZE],
+                   None, None, None, status, req[_FNO], None, n)
+
+    def _emit(self, api_key, api_version, corr, client_id, rq_first, rq_last, rs_first, rs_last, rq_size,
+              rs_size, error_code, throttle, status, rq_frame, rs_frame, note) -> None:
+        self.rows.append((*self.conn_fields, api_key, api_version, corr, client_id, rq_first, rq_last,
+                          rs_first, rs_last, rq_size, rs_size, error_code, throttle, status, rq_frame,
+                          rs_frame, note))

@@ -1,0 +1,260 @@
+"""The flow table: routes each captured TCP packet to its connection's half-stream.
+
+The table maps the capture key of each direction (src addr + dst addr + ports) straight to that
+direction's ``HalfStream``, so the common packet costs one dict lookup and a few integer operations; every
+other kind of entry (flows to ignore, flows being probed for Kafka, a handshake waiting for its last ACK)
+is a small marker object handled off the fast path. Connections are created when a flow is first seen on
+a Kafka port (or, with port detection, once a request-shaped frame is seen on it), replaced when a new SYN
+reuses the same ports, and retired some time after they close so memory follows the open connections,
+not the length of the capture.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterable
+
+from analyzer.connection import Connection, reverse_key, split_key
+from analyzer.tcp import ACK, FIN, MASK32, RST, SYN, HalfStream
+from dissectors.kafka.framing import DEFAULT_KEEP, DEFAULT_MAX_FRAME
+from dissectors.kafka.headers import looks_like_request
+
+_INT32 = struct.Struct(">i")
+
+RETIRE_AFTER_NS = 30 * 1_000_000_000  # closed connections leave the table this long after closing
+PROBE_PACKETS = 24  # packets of an unknown flow looked at before deciding it is not Kafka
+PROBE_DATA_PACKETS = 8
+
+
+class _Ignored:
+    """Flows that are not ours (other ports, other shard, not Kafka)."""
+
+    __slots__ = ()
+
+
+IGNORED = _Ignored()
+
+
+class _Probe:
+    """A flow on no known port, held (a few packets) until it shows a request-shaped frame or gives up."""
+
+    __slots__ = ("packets", "data_packets")
+
+    def __init__(self) -> None:
+        self.packets: list[tuple] = []
+        self.data_packets = 0
+
+
+class _AwaitHandshakeAck:
+    """The client's direction after a SYN-ACK: its next packet completes the handshake (RTT)."""
+
+    __slots__ = ("half",)
+
+    def __init__(self, half: HalfStream) -> None:
+        self.half = half
+
+
+class FlowTable:
+    """All connections of one capture file (or of one shard of it)."""
+
+    def __init__(
+        self,
+        ports: Iterable[int] = (9092,),
+        detect_ports: bool = False,
+        shard: tuple[int, int] | None = None,
+        keep: int = DEFAULT_KEEP,
+        max_frame: int = DEFAULT_MAX_FRAME,
+    ) -> None:
+        self.ports = frozenset(ports)
+        self.detect_ports = detect_ports
+        self.shard = shard
+        self.keep = keep
+        self.max_frame = max_frame
+        self.flows: dict[bytes, object] = {}
+        self.open: list[Connection] = []
+        self.rows: list[tuple] = []  # exchange rows, drained by the caller
+        self.connection_rows: list[tuple] = []
+        self.now = 0
+        self.probed_out = 0  # flows looked at and found not to be Kafka
+
+    # -- the packet loop -----------------------------------------------------------------------------
+
+    def feed(self, packets: Iterable[tuple]) -> None:
+        """Process packets ``(frame_no, ts_ns, key, seq, ack, flags, payload, seg_len)``."""
+        get = self.flows.get
+        half_cls = HalfStream
+        slow = self._slow
+        ts = self.now
+        for pkt in packets:
+            no, ts, key, seq, ack, flags, payload, seg_len = pkt
+            h = get(key)
+            if h.__class__ is not half_cls:
+                if h is IGNORED:
+                    continue
+                slow(h, pkt)
+                continue
+            h.packets += 1
+            h.last_ts = ts
+            if flags & 0x07:  # SYN, FIN, RST
+                slow(h, pkt)
+                continue
+            if seg_len:
+                if h.next_seq == seq and len(payload) == seg_len and not h.ooo:
+                    # The in-order fast path of HalfStream.segment, inlined.
+                    h.bytes += seg_len
+                    h.payload_bytes += seg_len
+                    h.next_seq = (seq + seg_len) & 0xFFFFFFFF
+                    h.sink.data(ts, no, payload)
+                else:
+                    h.segment(ts, no, seq, payload, seg_len)
+            if flags & 0x10:
+                p = h.peer
+                pn = p.next_seq
+                if pn >= 0 and 0 < ((ack - pn) & 0xFFFFFFFF) < 0x80000000:
+                    p.peer_ack(ts, ack)
+        self.now = ts
+
+    def finish(self) -> None:
+        """End of capture: close every connection and emit all connection rows."""
+        for conn in self.open:
+            conn.close(self.now, "capture_end")
+            self.connection_rows.append(conn.row())
+        self.open.clear()
+        self.flows.clear()
+
+    def retire_closed(self) -> None:
+        """Emit and forget connections closed long enough ago that no more of their packets will come."""
+        horizon = self.now - RETIRE_AFTER_NS
+        keep: list[Connection] = []
+        flows = self.flows
+        for conn in self.open:
+            if conn.ended is not None and conn.closing_ts < horizon:
+                self.connection_rows.append(conn.row())
+                flows.pop(conn.client_key, None)
+                flows.pop(conn.broker_key, None)
+            else:
+                keep.append(conn)
+        self.open = keep
+
+    # -- slow path -----------------------------------------------------------------------------------
+
+    def _slow(self, h: object, pkt: tuple) -> None:
+        no, ts, key, seq, ack, flags, payload, seg_len = pkt
+        if h is None:
+            h = self._new_flow(pkt)
+            if h is None:
+                return
+            h.packets += 1
+            h.last_ts = ts
+        elif h.__class__ is _Probe:
+            self._probe(h, pkt)
+            return
+        elif h.__class__ is _AwaitHandshakeAck:
+            half = h.half
+            conn = half.conn
+            self.flows[key] = half
+            if flags & ACK and not flags & SYN:
+                conn.handshake_ts = ts
+            h = half
+            h.packets += 1
+            h.last_ts = ts
+        conn = h.conn
+        if flags & SYN:
+            if self._is_new_connection(h, conn, seq, flags):
+                self._replace(conn, ts)
+                self.flows.pop(key, None)
+                self.flows.pop(reverse_key(key), None)
+                h = self._new_flow(pkt)
+                if h is None:
+                    return
+                h.packets += 1
+                h.last_ts = ts
+                conn = h.conn
+            if h.isn < 0:
+                h.syn(ts, seq)
+                if flags & ACK:
+                    # SYN-ACK from the broker: the client's next packet completes the handshake.
+                    if conn.syn_ts >= 0 and conn.handshake_ts < 0 and h is conn.to_client:
+                        self.flows[conn.client_key] = _AwaitHandshakeAck(conn.to_broker)
+                elif conn.syn_ts < 0:
+                    conn.syn_ts = ts
+            seq = (seq + 1) & MASK32
+            if seg_len:
+                h.segment(ts, no, seq, payload, seg_len)
+        elif seg_len:
+            h.segment(ts, no, seq, payload, seg_len)
+        if flags & ACK:
+            h.peer.peer_ack(ts, ack)
+        if flags & FIN:
+            h.fin()
+            if h.peer.fin_seen:
+                conn.close(ts, "fin")
+        if flags & RST:
+            conn.close(ts, "rst")
+
+    def _is_new_connection(self, h: HalfStream, conn: Connection, seq: int, flags: int) -> bool:
+        """A SYN on a known flow opens a new connection when it is not a retransmission of the first."""
+        if h.isn < 0:
+            return conn.ended is not None or (not flags & ACK and h.payload_bytes > 0)
+        return seq != h.isn
+
+    def _replace(self, conn: Connection, ts: int) -> None:
+        conn.close(ts, "reused")
+        self.connection_rows.append(conn.row())
+        self.open.remove(conn)
+
+    def _new_flow(self, pkt: tuple) -> HalfStream | None:
+        no, ts, key, seq, ack, flags, payload, seg_len = pkt
+        src, dst, sport, dport = split_key(key)
+        rev = reverse_key(key)
+        if self.shard is not None and shard_of(key, rev, self.shard[1]) != self.shard[0]:
+            self.flows[key] = self.flows[rev] = IGNORED
+            return None
+        ports = self.ports
+        to_kafka, from_kafka = dport in ports, sport in ports
+        if not (to_kafka or from_kafka):
+            if self.detect_ports:
+                probe = _Probe()
+                self.flows[key] = self.flows[rev] = probe
+                self._probe(probe, pkt)
+            else:
+                self.flows[key] = self.flows[rev] = IGNORED
+            return None
+        if flags & SYN:
+            sender_is_client = not flags & ACK
+        else:
+            sender_is_client = to_kafka
+        return self._open(no, ts, key if sender_is_client else rev, sender_is_client)
+
+    def _open(self, conn_id: int, ts: int, client_key: bytes, sender_is_client: bool) -> HalfStream:
+        conn = Connection(conn_id, client_key, ts, self.rows, self.keep, self.max_frame)
+        self.flows[client_key] = conn.to_broker
+        self.flows[reverse_key(client_key)] = conn.to_client
+        self.open.append(conn)
+        return conn.to_broker if sender_is_client else conn.to_client
+
+    def _probe(self, probe: _Probe, pkt: tuple) -> None:
+        """Port detection: a flow is Kafka once a segment starts with a plausible request frame."""
+        probe.packets.append(pkt)
+        payload = pkt[6]
+        if len(payload) >= 12:
+            probe.data_packets += 1
+            size = _INT32.unpack_from(payload, 0)[0]
+            if 8 <= size <= self.max_frame and looks_like_request(payload, 4, min(len(payload), size + 4), size):
+                key = pkt[2]
+                self.flows.pop(key, None)
+                self.flows.pop(reverse_key(key), None)
+                first = probe.packets[0]
+                self._open(first[0], first[1], key, True)
+                self.feed(probe.packets)  # replay what the probe held, now as a Kafka connection
+                return
+        if len(probe.packets) >= PROBE_PACKETS or probe.data_packets >= PROBE_DATA_PACKETS:
+            key = pkt[2]
+            self.flows[key] = self.flows[reverse_key(key)] = IGNORED
+            self.probed_out += 1
+
+
+def shard_of(key: bytes, rev: bytes, shards: int) -> int:
+    """The same shard for both directions, and the same in every process (unlike hash())."""
+    return zlib.crc32(min(key, rev)) % shards

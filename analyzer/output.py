@@ -1,0 +1,96 @@
+"""Writing tables to a folder as Parquet, CSV or JSON lines, streaming batch by batch.
+
+Files are written under a temporary folder inside the destination and moved into place only when every
+table is complete, so an interrupted export never leaves a half-written table behind an older good one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import tempfile
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from analyzer.tables import SCHEMAS
+
+FORMATS = ("parquet", "csv", "jsonl")
+
+
+class _JsonLinesWriter:
+    def __init__(self, path: str) -> None:
+        self._f = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+
+    def write_batch(self, batch: pa.RecordBatch) -> None:
+        for row in batch.to_pylist():
+            self._f.write(json.dumps(row, default=_json_default, ensure_ascii=False))
+            self._f.write("\n")
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def _json_default(value: object) -> str:
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    return str(value)
+
+
+class TableFolder:
+    """Destination folder with one file per table; ``write`` streams batches, ``commit`` publishes."""
+
+    def __init__(self, folder: str, fmt: str = "parquet") -> None:
+        if fmt not in FORMATS:
+            raise ValueError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
+        self.folder = folder
+        self.fmt = fmt
+        os.makedirs(folder, exist_ok=True)
+        self._tmp = tempfile.mkdtemp(prefix=".kafkacap-", dir=folder)
+        self._writers: dict[str, object] = {}
+
+    def path(self, table: str) -> str:
+        return os.path.join(self.folder, f"{table}.{self.fmt}")
+
+    def write(self, table: str, batch: pa.RecordBatch) -> None:
+        writer = self._writers.get(table)
+        if writer is None:
+            writer = self._open(table, batch.schema)
+        writer.write_batch(batch)
+
+    def _open(self, table: str, schema: pa.Schema):
+        target = os.path.join(self._tmp, f"{table}.{self.fmt}")
+        if self.fmt == "parquet":
+            writer = pq.ParquetWriter(target, schema, compression="zstd")
+        elif self.fmt == "csv":
+            writer = pacsv.CSVWriter(target, schema)
+        else:
+            writer = _JsonLinesWriter(target)
+        self._writers[table] = writer
+        return writer
+
+    def commit(self) -> list[str]:
+        """Close every table (empty ones get their schema) and move them into place."""
+        for table, schema in SCHEMAS.items():
+            if table not in self._writers:
+                self._open(table, schema)
+        written = []
+        for table, writer in self._writers.items():
+            writer.close()
+            os.replace(os.path.join(self._tmp, f"{table}.{self.fmt}"), self.path(table))
+            written.append(self.path(table))
+        self._writers.clear()
+        shutil.rmtree(self._tmp, ignore_errors=True)
+        return written
+
+    def abort(self) -> None:
+        for writer in self._writers.values():
+            try:
+                writer.close()
+            except Exception:  # noqa: BLE001 - already failing; the temp folder goes anyway
+                pass
+        self._writers.clear()
+        shutil.rmtree(self._tmp, ignore_errors=True)

@@ -1,0 +1,186 @@
+"""Terminal output (rich): the summary of an analysis and the one-line-per-exchange listing.
+
+Only presentation lives here; every figure is computed from the tables with Arrow, the same data the
+Parquet export holds, so what the terminal shows and what a notebook finds agree.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from rich.console import Console
+from rich.table import Table
+
+from analyzer.analyze import FileReport
+from analyzer.run import file_status
+from dissectors.kafka.errors import is_retriable
+
+PERCENTILES = (0.5, 0.95, 0.99)
+
+
+class Collector:
+    """A sink that keeps every batch in memory, for the summary and the listing."""
+
+    def __init__(self) -> None:
+        self.batches: dict[str, list[pa.RecordBatch]] = {}
+
+    def __call__(self, table: str, batch: pa.RecordBatch) -> None:
+        self.batches.setdefault(table, []).append(batch)
+
+    def table(self, name: str, schema: pa.Schema) -> pa.Table:
+        return pa.Table.from_batches(self.batches.get(name, []), schema=schema)
+
+
+def _fmt_ms(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.3f}" if v < 10 else f"{v:.1f}"
+
+
+def print_summary(console: Console, exchanges: pa.Table, connections: pa.Table,
+                  reports: list[FileReport]) -> None:
+    _files(console, reports)
+    if exchanges.num_rows == 0:
+        console.print("[yellow]No Kafka exchanges found.[/] Kafka on another port? Try --port or --detect-ports.")
+    else:
+        _api_usage(console, exchanges)
+        _errors(console, exchanges)
+        _clients(console, exchanges)
+    _connections(console, connections, exchanges)
+
+
+def _files(console: Console, reports: list[FileReport]) -> None:
+    t = Table(title="Capture files", title_justify="left")
+    for col, just in (("file", "left"), ("format", "left"), ("packets", "right"), ("connections", "right"),
+                      ("exchanges", "right"), ("seconds", "right"), ("status", "left")):
+        t.add_column(col, justify=just)
+    for r in reports:
+        status, message = file_status(r)
+        style = {"ok": "green", "damaged": "yellow"}.get(status, "red")
+        s = r.stats
+        fmt = f"{s.format}{'+' + s.compression if s.compression else ''}" if s else "-"
+        t.add_row(r.name, fmt, f"{s.packets:,}" if s else "-", f"{r.connections:,}", f"{r.exchanges:,}",
+                  f"{r.seconds:.2f}", f"[{style}]{status}[/]" + (f": {message}" if message else ""))
+    console.print(t)
+
+
+def _api_usage(console: Console, ex: pa.Table) -> None:
+    answered = ex.filter(pc.is_valid(ex["latency_ms"]))
+    lat = {}
+    if answered.num_rows:
+        g = answered.group_by(["api_name", "api_version"]).aggregate([
+            ("latency_ms", "tdigest", pc.TDigestOptions(q=list(PERCENTILES))),
+            ("latency_ms", "max"),
+        ])
+        for row in g.to_pylist():
+            lat[(row["api_name"], row["api_version"])] = (row["latency_ms_tdigest"], row["latency_ms_max"])
+    counts = ex.group_by(["api_name", "api_version", "status"]).aggregate([("status", "count")]).to_pylist()
+    per: dict[tuple, dict[str, int]] = {}
+    for row in counts:
+        per.setdefault((row["api_name"], row["api_version"]), {})[row["status"]] = row["status_count"]
+    t = Table(title="Requests by API and version (latency in ms)", title_justify="left")
+    for col in ("api", "version", "requests", "errors", "no response", "p50", "p95", "p99", "max"):
+        t.add_column(col, justify="left" if col == "api" else "right")
+
+    def order(k: tuple) -> tuple:
+        return (-sum(per[k].values()), k[0] or "~", k[1] if k[1] is not None else -1)
+
+    for key in sorted(per, key=order):
+        st = per[key]
+        name, ver = key
+        q, mx = lat.get(key, ([None] * len(PERCENTILES), None))
+        label = name if name is not None else "[dim](response without request)[/]"
+        t.add_row(label, "-" if ver is None else str(ver), f"{sum(st.values()):,}",
+                  str(st.get("error", 0) or ""), str(st.get("no_response", 0) or ""),
+                  *(_fmt_ms(v) for v in q), _fmt_ms(mx))
+    console.print(t)
+
+
+def _errors(console: Console, ex: pa.Table) -> None:
+    errs = ex.filter(pc.fill_null(pc.not_equal(ex["error_code"], 0), False))
+    if not errs.num_rows:
+        return
+    g = errs.group_by(["error_name", "error_code", "api_name"]).aggregate([("error_code", "count")])
+    t = Table(title="Errors", title_justify="left")
+    for col in ("error", "code", "retriable", "api", "count"):
+        t.add_column(col, justify="right" if col in ("code", "count") else "left")
+    for row in sorted(g.to_pylist(), key=lambda r: -r["error_code_count"]):
+        retriable = is_retriable(row["error_code"])
+        t.add_row(row["error_name"], str(row["error_code"]), {True: "yes", False: "no"}.get(retriable, "?"),
+                  row["api_name"] or "-", f"{row['error_code_count']:,}")
+    console.print(t)
+
+
+def _clients(console: Console, ex: pa.Table, top: int = 10) -> None:
+    has_req = ex.filter(pc.is_valid(ex["api_key"]))
+    if not has_req.num_rows:
+        return
+    err = pc.fill_null(pc.not_equal(has_req["error_code"], 0), False)
+    has_req = has_req.append_column("is_error", pc.cast(err, pa.int64()))
+    g = has_req.group_by(["client_id", "client_ip"]).aggregate([
+        ("api_key", "count"), ("request_size", "sum"), ("is_error", "sum"),
+    ])
+    t = Table(title=f"Top clients (by requests, top {top})", title_justify="left")
+    for col in ("client_id", "address", "requests", "request bytes", "errors"):
+        t.add_column(col, justify="left" if col in ("client_id", "address") else "right")
+    for row in sorted(g.to_pylist(), key=lambda r: -r["api_key_count"])[:top]:
+        t.add_row(row["client_id"] if row["client_id"] is not None else "[dim](null)[/]", row["client_ip"],
+                  f"{row['api_key_count']:,}", f"{row['request_size_sum'] or 0:,}", str(row["is_error_sum"] or ""))
+    console.print(t)
+
+
+def _connections(console: Console, conns: pa.Table, ex: pa.Table) -> None:
+    if conns.num_rows == 0:
+        return
+
+    def total(col: str) -> int:
+        return pc.sum(conns[col]).as_py() or 0
+
+    ended = {r["values"]: r["counts"] for r in pc.value_counts(conns["ended"]).to_pylist()}
+    t = Table(title="Connections and anomalies", title_justify="left", show_header=False)
+    t.add_column("what")
+    t.add_column("value", justify="right")
+    t.add_row("Kafka connections", f"{conns.num_rows:,}")
+    t.add_row("ended by", ", ".join(f"{k} {v:,}" for k, v in sorted(ended.items())))
+    t.add_row("with handshake in capture", f"{pc.sum(pc.cast(conns['syn_seen'], pa.int64())).as_py():,}")
+    rtt = pc.drop_null(conns["handshake_rtt_ms"])
+    if len(rtt):
+        t.add_row("handshake RTT p50 / max (ms)",
+                  f"{_fmt_ms(pc.approximate_median(rtt).as_py())} / {_fmt_ms(pc.max(rtt).as_py())}")
+    statuses = {r["values"]: r["counts"] for r in pc.value_counts(ex["status"]).to_pylist()} if ex.num_rows else {}
+    for label, value in (
+        ("requests without response", statuses.get("no_response", 0)),
+        ("acks=0 produce requests", statuses.get("acks0", 0)),
+        ("responses without request", statuses.get("orphan_response", 0)),
+        ("malformed frames", statuses.get("malformed", 0)),
+        ("retransmitted segments", total("retransmissions")),
+        ("out-of-order segments", total("out_of_order")),
+        ("bytes lost in capture gaps", total("gap_bytes")),
+        ("framing resyncs", total("resyncs")),
+        ("bytes not placed in frames", total("skipped_bytes")),
+        ("frames cut by the end", total("truncated_frames")),
+        ("TLS connections (not decoded)", pc.sum(pc.cast(conns["tls"], pa.int64())).as_py() or 0),
+    ):
+        style = "yellow" if value else "dim"
+        t.add_row(label, f"[{style}]{value:,}[/]")
+    console.print(t)
+
+
+def print_exchanges(console: Console, ex: pa.Table, limit: int | None) -> None:
+    t = Table(title=f"Exchanges ({ex.num_rows:,})", title_justify="left")
+    for col in ("request time (UTC)", "client", "broker", "api", "corr", "latency ms", "status", "error"):
+        t.add_column(col, justify="right" if col in ("corr", "latency ms") else "left")
+    rows = ex.slice(0, limit).to_pylist() if limit else ex.to_pylist()
+    for r in rows:
+        ts = r["request_last_ts"] or r["response_last_ts"]
+        api = f"{r['api_name']} v{r['api_version']}" if r["api_name"] else (
+            f"key {r['api_key']}" if r["api_key"] is not None else "-")
+        status = r["status"]
+        style = {"ok": "green", "error": "red", "malformed": "red"}.get(status, "yellow")
+        err = r["error_name"] if r["error_code"] else ""
+        t.add_row(ts.strftime("%Y-%m-%d %H:%M:%S.%f") if ts else "-",
+                  f"{r['client_ip']}:{r['client_port']}", f"{r['broker_ip']}:{r['broker_port']}", api,
+                  str(r["correlation_id"]), _fmt_ms(r["latency_ms"]), f"[{style}]{status}[/]", err or "")
+    console.print(t)
+    if limit and ex.num_rows > limit:
+        console.print(f"[dim]{ex.num_rows - limit:,} more rows; use --limit 0 for all, or --json[/]")

@@ -1,0 +1,183 @@
+"""Running the pipeline over many files: input discovery, a process pool across files and across the
+connections of one large file (every worker walks the whole file, each keeps only its shard of the
+connections), and the merge of the workers' batches into one sink in a deterministic order.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from multiprocessing import get_context
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from analyzer.analyze import BatchSink, FileReport, Options, analyze_file
+from analyzer.tables import files_batch
+
+CAPTURE_NAME = re.compile(r"\.(pcap|pcapng|cap|ntar|dmp)\d*(\.(gz|bz2|xz))?$", re.IGNORECASE)
+SHARD_MIN_BYTES = 16 * 1024 * 1024  # below this, splitting one file over processes costs more than it saves
+
+
+class InputError(Exception):
+    """A path given on the command line does not exist or holds no capture files."""
+
+
+def expand_paths(paths: list[str]) -> list[str]:
+    """Files as given; folders searched recursively for capture-looking names (sorted, so runs repeat)."""
+    found: list[str] = []
+    for p in paths:
+        if os.path.isdir(p):
+            inside = sorted(
+                os.path.join(root, f)
+                for root, _, files in os.walk(p)
+                for f in files
+                if CAPTURE_NAME.search(f)
+            )
+            if not inside:
+                raise InputError(f"{p}: no capture files (*.pcap, *.pcapng, *.cap, optionally .gz) in this folder")
+            found.extend(inside)
+        elif os.path.exists(p):
+            found.append(p)
+        else:
+            raise InputError(f"{p}: no such file or folder")
+    return found
+
+
+@dataclass(frozen=True)
+class Task:
+    path: str
+    shard: tuple[int, int] | None
+
+
+def plan(files: list[str], jobs: int) -> list[Task]:
+    """One task per file; when there are fewer files than processes, big files are split by connection."""
+    tasks: list[Task] = []
+    for path in files:
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            size = 0
+        if jobs > 1 and len(files) < jobs and size >= SHARD_MIN_BYTES:
+            tasks.extend(Task(path, (i, jobs)) for i in range(jobs))
+        else:
+            tasks.append(Task(path, None))
+    return tasks
+
+
+def _run_task(task: Task, options: Options, spool: str) -> tuple[FileReport, dict[str, str]]:
+    """Worker side: analyse, spooling each table's batches to an Arrow IPC file for the parent."""
+    writers: dict[str, ipc.RecordBatchStreamWriter] = {}
+    paths: dict[str, str] = {}
+
+    def sink(table: str, batch: pa.RecordBatch) -> None:
+        w = writers.get(table)
+        if w is None:
+            fd, path = tempfile.mkstemp(prefix=f"{table}-", suffix=".arrow", dir=spool)
+            os.close(fd)
+            paths[table] = path
+            w = writers[table] = ipc.new_stream(path, batch.schema)
+        w.write_batch(batch)
+
+    report = analyze_file(task.path, options, sink, task.shard)
+    for w in writers.values():
+        w.close()
+    return report, paths
+
+
+def run(
+    files: list[str],
+    options: Options,
+    sink: BatchSink,
+    jobs: int = 1,
+    on_done: Callable[[FileReport, int], None] | None = None,
+) -> list[FileReport]:
+    """Analyse every file; returns one report per file (shards merged). ``on_done(report, bytes)`` ticks."""
+    tasks = plan(files, max(1, jobs))
+    reports: list[FileReport] = []
+    if jobs <= 1 or len(tasks) == 1:
+        for task in tasks:
+            report = analyze_file(task.path, options, sink, task.shard)
+            reports.append(report)
+            if on_done:
+                on_done(report, _size(task.path))
+    else:
+        spool = tempfile.mkdtemp(prefix="kafkacap-spool-")
+        try:
+            with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("fork")) as pool:
+                futures = [pool.submit(_run_task, t, options, spool) for t in tasks]
+                for task, fut in zip(tasks, futures, strict=True):
+                    report, paths = fut.result()
+                    for table, path in paths.items():
+                        for batch in _read_spool(path):
+                            sink(table, batch)
+                        os.unlink(path)
+                    reports.append(report)
+                    if on_done:
+                        share = task.shard[1] if task.shard else 1
+                        on_done(report, _size(task.path) // share)
+        finally:
+            shutil.rmtree(spool, ignore_errors=True)
+    merged = merge_shards(reports)
+    sink("files", files_batch([file_row(r) for r in merged]))
+    return merged
+
+
+def _read_spool(path: str) -> Iterator[pa.RecordBatch]:
+    with pa.memory_map(path) as source:
+        yield from ipc.open_stream(source)
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def merge_shards(reports: list[FileReport]) -> list[FileReport]:
+    """The shards of one file become one report: counts add up, the capture stats are the first shard's."""
+    merged: list[FileReport] = []
+    by_path: dict[str, FileReport] = {}
+    for r in reports:
+        if r.shard is None:
+            merged.append(r)
+            continue
+        m = by_path.get(r.path)
+        if m is None:
+            m = by_path[r.path] = FileReport(path=r.path, name=r.name, stats=r.stats, error=r.error)
+            merged.append(m)
+        m.exchanges += r.exchanges
+        m.connections += r.connections
+        m.flows_not_kafka += r.flows_not_kafka
+        m.seconds = max(m.seconds, r.seconds)
+        m.error = m.error or r.error
+        for k, v in r.status_counts.items():
+            m.status_counts[k] = m.status_counts.get(k, 0) + v
+    return merged
+
+
+def file_status(r: FileReport) -> tuple[str, str | None]:
+    if r.stats is None:
+        return "unreadable", r.error
+    if r.error:
+        return "error", r.error
+    if r.stats.damage:
+        return "damaged", r.stats.damage
+    return "ok", None
+
+
+def file_row(r: FileReport) -> tuple:
+    s = r.stats
+    status, message = file_status(r)
+    return (
+        r.name, r.path, s.format if s else None, s.compression if s else None,
+        s.file_bytes if s else _size(r.path), s.packets if s else 0, s.tcp_packets if s else 0,
+        s.first_ts_ns if s else None, s.last_ts_ns if s else None, r.exchanges, r.connections, status,
+        message,
+    )

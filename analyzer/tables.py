@@ -1,0 +1,208 @@
+"""The output tables: one place for their Arrow schemas, column documentation and row-to-batch conversion.
+
+The core hands over rows as plain tuples (cheap to build per exchange); this module turns a list of them into
+an Arrow record batch column by column and adds the derived columns (names, latency, capture file) with
+vectorised lookups, so per-row Python work stays in the core's tuple building only.
+Timestamps are ``timestamp[us, UTC]`` because Spark cannot read nanosecond Parquet timestamps.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dissectors.kafka.apis import API_BY_KEY
+from dissectors.kafka.errors import error_name
+
+TS = pa.timestamp("us", tz="UTC")
+
+
+def _f(name: str, typ: pa.DataType, doc: str) -> pa.Field:
+    return pa.field(name, typ, metadata={"description": doc})
+
+
+EXCHANGES_SCHEMA = pa.schema([
+    _f("capture_file", pa.string(), "Name of the capture file the exchange was read from."),
+    _f("connection_id", pa.int64(), "Packet number (1-based, as in Wireshark) of the connection's first "
+       "packet in the capture file; with capture_file it identifies the TCP connection."),
+    _f("client_ip", pa.string(), "Client address (IPv4 dotted or IPv6 text)."),
+    _f("client_port", pa.int32(), "Client TCP port."),
+    _f("broker_ip", pa.string(), "Broker address."),
+    _f("broker_port", pa.int32(), "Broker TCP port."),
+    _f("api_key", pa.int16(), "Kafka API key (kafka.api_key); null for a response whose request is not "
+       "in the capture."),
+    _f("api_name", pa.string(), "API name as the protocol guide spells it (Produce, Fetch, ApiVersions)."),
+    _f("api_version", pa.int16(), "API version of the request."),
+    _f("correlation_id", pa.int32(), "Correlation id shared by request and response."),
+    _f("client_id", pa.string(), "client_id from the request header (null when absent)."),
+    _f("request_first_ts", TS, "Capture time of the packet holding the request's first byte."),
+    _f("request_last_ts", TS, "Capture time of the packet that completed the request."),
+    _f("response_first_ts", TS, "Capture time of the packet holding the response's first byte."),
+    _f("response_last_ts", TS, "Capture time of the packet that completed the response."),
+    _f("latency_ms", pa.float64(), "response_last_ts minus request_last_ts in milliseconds (the broker-side "
+       "view: from the moment the whole request was on the wire until the whole response was)."),
+    _f("request_size", pa.int64(), "Request frame size in bytes, including the 4-byte size prefix."),
+    _f("response_size", pa.int64(), "Response frame size in bytes, including the 4-byte size prefix."),
+    _f("error_code", pa.int16(), "Top-level error code of the response for APIs that carry one at the top "
+       "of the body (null when the API has none there or there is no response)."),
+    _f("error_name", pa.string(), "Name of error_code (NONE for 0; UNDEFINED_ERROR_<n> for codes the "
+       "protocol does not define)."),
+    _f("throttle_time_ms", pa.int32(), "Throttle time the broker reported at the top of the response."),
+    _f("status", pa.string(), "ok | error (non-zero error_code) | no_response (never answered before the "
+       "connection or capture ended) | acks0 (Produce with acks=0, which owes no answer) | orphan_response "
+       "(its request is not in the capture) | malformed (a header failed to decode; see note)."),
+    _f("request_frame", pa.int64(), "Packet number holding the request's first byte."),
+    _f("response_frame", pa.int64(), "Packet number that completed the response."),
+    _f("note", pa.string(), "Why a row is unusual (decode problems, bytes lost in the capture)."),
+])
+
+# The order of the tuples the core builds (see analyzer.exchanges); the other columns are derived.
+EXCHANGE_ROW_FIELDS = (
+    "connection_id", "client_ip", "client_port", "broker_ip", "broker_port", "api_key", "api_version",
+    "correlation_id", "client_id", "request_first_ts", "request_last_ts", "response_first_ts",
+    "response_last_ts", "request_size", "response_size", "error_code", "throttle_time_ms", "status",
+    "request_frame", "response_frame", "note",
+)
+
+CONNECTIONS_SCHEMA = pa.schema([
+    _f("capture_file", pa.string(), "Name of the capture file."),
+    _f("connection_id", pa.int64(), "Packet number of the connection's first packet (see exchanges)."),
+    _f("client_ip", pa.string(), "Client address."),
+    _f("client_port", pa.int32(), "Client TCP port."),
+    _f("broker_ip", pa.string(), "Broker address."),
+    _f("broker_port", pa.int32(), "Broker TCP port."),
+    _f("first_ts", TS, "Capture time of the connection's first packet."),
+    _f("last_ts", TS, "Capture time of its last packet."),
+    _f("packets_to_broker", pa.int64(), "Packets sent by the client."),
+    _f("packets_to_client", pa.int64(), "Packets sent by the broker."),
+    _f("bytes_to_broker", pa.int64(), "TCP payload bytes sent by the client (as declared in IP headers, "
+       "retransmissions included)."),
+    _f("bytes_to_client", pa.int64(), "TCP payload bytes sent by the broker."),
+    _f("retransmissions", pa.int64(), "Segments that repeated bytes already seen (both directions)."),
+    _f("out_of_order", pa.int64(), "Segments that arrived ahead of a hole (both directions)."),
+    _f("gap_bytes", pa.int64(), "Stream bytes missing from the capture (lost packets, snaplen cuts)."),
+    _f("gaps", pa.int64(), "Number of holes in the streams."),
+    _f("handshake_rtt_ms", pa.float64(), "SYN to the ACK of the SYN-ACK, in ms (null without a handshake)."),
+    _f("syn_seen", pa.bool_(), "The TCP handshake is in the capture."),
+    _f("requests", pa.int64(), "Kafka request frames seen."),
+    _f("responses", pa.int64(), "Kafka response frames seen."),
+    _f("unanswered", pa.int64(), "Requests that never got a response (acks=0 Produce excluded)."),
+    _f("orphan_responses", pa.int64(), "Responses whose request is not in the capture."),
+    _f("malformed", pa.int64(), "Frames whose header failed to decode."),
+    _f("resyncs", pa.int64(), "Times the framer lost frame alignment (after a gap, a mid-stream start or "
+       "garbage) and searched for the next frame."),
+    _f("skipped_bytes", pa.int64(), "Bytes the framer could not place in a frame (while out of sync)."),
+    _f("truncated_frames", pa.int64(), "Frames cut off by the end of the connection or capture."),
+    _f("client_ids", pa.string(), "Distinct client_id values seen on the connection, comma-separated."),
+    _f("tls", pa.bool_(), "The connection carried TLS instead of plaintext Kafka (not decoded)."),
+    _f("ended", pa.string(), "How it ended: fin, rst, reused (a new SYN on the same ports), capture_end."),
+])
+
+CONNECTION_ROW_FIELDS = tuple(f.name for f in CONNECTIONS_SCHEMA)[1:]
+
+_API_NAMES = pa.array([a.name if a is not None else None for a in API_BY_KEY], pa.string())
+_MAX_ERROR = 1024
+
+
+def _error_names() -> pa.Array:
+    """Names for codes -1.._MAX_ERROR (shifted by one); others are looked up one by one."""
+    return pa.array([error_name(c) for c in range(-1, _MAX_ERROR)], pa.string())
+
+
+_ERROR_NAMES = _error_names()
+
+
+def _ts(values: list) -> pa.Array:
+    """Integer nanoseconds (or None) to timestamp[us, UTC], truncating."""
+    arr = pa.array(values, pa.int64())
+    return pc.divide(arr, 1000).cast(pa.int64()).view(TS) if len(arr) else pa.array([], TS)
+
+
+def _lookup_names(keys: pa.Array, names: pa.Array, shift: int) -> pa.Array:
+    idx = pc.add(keys.cast(pa.int32()), shift)
+    in_range = pc.and_(pc.greater_equal(idx, 0), pc.less(idx, len(names)))
+    safe = pc.if_else(in_range, idx, pa.scalar(None, pa.int32()))
+    return pc.take(names, safe)
+
+
+def exchanges_batch(rows: list[tuple], capture_file: str) -> pa.RecordBatch:
+    """Rows from analyzer.exchanges to one record batch of EXCHANGES_SCHEMA."""
+    cols = list(zip(*rows, strict=True)) if rows else [()] * len(EXCHANGE_ROW_FIELDS)
+    c = dict(zip(EXCHANGE_ROW_FIELDS, cols, strict=True))
+    n = len(rows)
+    api_key = pa.array(c["api_key"], pa.int16())
+    error_code = pa.array(c["error_code"], pa.int16())
+    error_names = _lookup_names(error_code, _ERROR_NAMES, 1)
+    if n and pc.any(pc.and_(pc.is_valid(error_code), pc.is_null(error_names))).as_py():
+        error_names = pa.array([None if e is None else error_name(e) for e in c["error_code"]], pa.string())
+    rq_last = pa.array(c["request_last_ts"], pa.int64())
+    rs_last = pa.array(c["response_last_ts"], pa.int64())
+    latency = pc.divide(pc.subtract(rs_last, rq_last).cast(pa.float64()), 1e6)
+    arrays = [
+        pa.array([capture_file] * n, pa.string()) if n else pa.array([], pa.string()),
+        pa.array(c["connection_id"], pa.int64()),
+        pa.array(c["client_ip"], pa.string()),
+        pa.array(c["client_port"], pa.int32()),
+        pa.array(c["broker_ip"], pa.string()),
+        pa.array(c["broker_port"], pa.int32()),
+        api_key,
+        _lookup_names(api_key, _API_NAMES, 0),
+        pa.array(c["api_version"], pa.int16()),
+        pa.array(c["correlation_id"], pa.int32()),
+        pa.array(c["client_id"], pa.string()),
+        _ts(c["request_first_ts"]),
+        _ts(c["request_last_ts"]),
+        _ts(c["response_first_ts"]),
+        _ts(c["response_last_ts"]),
+        latency,
+        pa.array(c["request_size"], pa.int64()),
+        pa.array(c["response_size"], pa.int64()),
+        error_code,
+        error_names,
+        pa.array(c["throttle_time_ms"], pa.int32()),
+        pa.array(c["status"], pa.string()),
+        pa.array(c["request_frame"], pa.int64()),
+        pa.array(c["response_frame"], pa.int64()),
+        pa.array(c["note"], pa.string()),
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=EXCHANGES_SCHEMA)
+
+
+_CONN_TYPES = {f.name: f.type for f in CONNECTIONS_SCHEMA}
+
+
+def connections_batch(rows: list[tuple], capture_file: str) -> pa.RecordBatch:
+    """Rows in CONNECTION_ROW_FIELDS order (timestamps as integer ns) to a batch of CONNECTIONS_SCHEMA."""
+    n = len(rows)
+    cols = list(zip(*rows, strict=True)) if rows else [()] * len(CONNECTION_ROW_FIELDS)
+    arrays = [pa.array([capture_file] * n, pa.string())]
+    for name, values in zip(CONNECTION_ROW_FIELDS, cols, strict=True):
+        typ = _CONN_TYPES[name]
+        arrays.append(_ts(values) if typ == TS else pa.array(values, typ))
+    return pa.RecordBatch.from_arrays(arrays, schema=CONNECTIONS_SCHEMA)
+
+
+FILES_SCHEMA = pa.schema([
+    _f("capture_file", pa.string(), "File name (as in the other tables)."),
+    _f("path", pa.string(), "Path the file was read from."),
+    _f("format", pa.string(), "pcap or pcapng (null when unreadable)."),
+    _f("compression", pa.string(), "gzip, bzip2, xz or null."),
+    _f("file_bytes", pa.int64(), "Size of the file on disk."),
+    _f("packets", pa.int64(), "Packet records read."),
+    _f("tcp_packets", pa.int64(), "TCP packets among them."),
+    _f("first_ts", TS, "Capture time of the first packet."),
+    _f("last_ts", TS, "Capture time of the last packet."),
+    _f("exchanges", pa.int64(), "Rows this file contributed to exchanges."),
+    _f("connections", pa.int64(), "Rows this file contributed to connections."),
+    _f("status", pa.string(), "ok | damaged (read up to the damage, rows kept) | unreadable | error."),
+    _f("message", pa.string(), "What was wrong, for any status but ok."),
+])
+
+SCHEMAS = {"exchanges": EXCHANGES_SCHEMA, "connections": CONNECTIONS_SCHEMA, "files": FILES_SCHEMA}
+
+
+def files_batch(rows: list[tuple]) -> pa.RecordBatch:
+    """Rows in FILES_SCHEMA order (timestamps as integer ns) to one batch."""
+    cols = list(zip(*rows, strict=True)) if rows else [()] * len(FILES_SCHEMA)
+    arrays = [_ts(v) if f.type == TS else pa.array(v, f.type) for f, v in zip(FILES_SCHEMA, cols, strict=True)]
+    return pa.RecordBatch.from_arrays(arrays, schema=FILES_SCHEMA)
