@@ -117,6 +117,7 @@ class FlowTable:
 
     def finish(self) -> None:
         """End of capture: close every connection and emit all connection rows."""
+        self.probed_out += len({id(v) for v in self.flows.values() if v.__class__ is _Probe})
         for conn in self.open:
             conn.close(self.now, "capture_end")
             self.connection_rows.append(conn.row())
