@@ -59,7 +59,7 @@ def analyze_file(
     shard: tuple[int, int] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> FileReport:
-    """Analyse ``path``; ``progress(n)`` is called with the number of packet records read so far."""
+    """Analyse ``path``; ``progress(n)`` is called now and then with the packet number reached."""
     started = time.perf_counter()
     name = os.path.basename(os.fspath(path))
     report = FileReport(path=os.fspath(path), name=name, shard=shard)
@@ -73,23 +73,21 @@ def analyze_file(
         table = FlowTable(options.ports, options.detect_ports, shard, options.keep, options.max_frame)
         packets = cap.packets()
         rows = table.rows
-        last = -1
         try:
             while True:
+                before = table.last_frame
                 table.feed(islice(packets, STEP_PACKETS))
                 if len(rows) >= options.batch_rows:
                     _emit_exchanges(rows, name, sink, report)
                 table.retire_closed()
                 if table.connection_rows:
                     _emit_connections(table, name, sink, report)
-                read = cap.stats.packets
-                if progress is not None:
-                    progress(read)
-                if read == last:
+                if table.last_frame == before:
                     break
-                last = read
+                if progress is not None:
+                    progress(table.last_frame)
         except Exception as exc:  # a defect must not cost the user the rows decoded so far
-            report.error = f"internal error after packet {cap.stats.packets}: {exc!r}"
+            report.error = f"internal error after packet {table.last_frame}: {exc!r}"
         try:
             table.finish()
         except Exception as exc:

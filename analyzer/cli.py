@@ -34,6 +34,11 @@ def _common(f: Callable) -> Callable:
     return f
 
 
+def _out() -> Console:
+    """Standard output; when it is not a terminal (a pipe, a file) tables are not squeezed to 80 columns."""
+    return Console() if sys.stdout.isatty() else Console(width=200)
+
+
 def _options(ports: tuple[int, ...], detect_ports: bool) -> Options:
     return Options(ports=tuple(ports) or (9092,), detect_ports=detect_ports)
 
@@ -85,7 +90,7 @@ def summary(paths, ports, detect_ports, jobs, no_progress) -> None:
     """Summarise Kafka traffic: API usage and latency percentiles, errors, clients, connections."""
     sink = Collector()
     reports = _analyse(paths, _options(ports, detect_ports), jobs, sink, no_progress)
-    print_summary(Console(), sink.table("exchanges", EXCHANGES_SCHEMA), sink.table("connections", CONNECTIONS_SCHEMA),
+    print_summary(_out(), sink.table("exchanges", EXCHANGES_SCHEMA), sink.table("connections", CONNECTIONS_SCHEMA),
                   reports)
 
 
@@ -112,7 +117,7 @@ def export(paths, ports, detect_ports, jobs, no_progress, out_dir, fmt, with_sum
         raise
     written = folder.commit()
     if collector is not None:
-        print_summary(Console(), collector.table("exchanges", EXCHANGES_SCHEMA),
+        print_summary(_out(), collector.table("exchanges", EXCHANGES_SCHEMA),
                       collector.table("connections", CONNECTIONS_SCHEMA), reports)
     rows = sum(r.exchanges for r in reports)
     Console(stderr=True).print(f"wrote {rows:,} exchanges to " + ", ".join(written))
@@ -137,7 +142,7 @@ def exchanges(paths, ports, detect_ports, jobs, no_progress, apis, statuses, cli
         for row in ex.to_pylist():
             sys.stdout.write(json.dumps(row, default=str) + "\n")
     else:
-        print_exchanges(Console(), ex, limit or None)
+        print_exchanges(_out(), ex, limit or None)
 
 
 def filter_exchanges(ex: pa.Table, apis, statuses, client, min_latency) -> pa.Table:

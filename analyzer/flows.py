@@ -76,6 +76,7 @@ class FlowTable:
         self.rows: list[tuple] = []  # exchange rows, drained by the caller
         self.connection_rows: list[tuple] = []
         self.now = 0
+        self.last_frame = 0  # packet number of the last packet fed
         self.probed_out = 0  # flows looked at and found not to be Kafka
 
     # -- the packet loop -----------------------------------------------------------------------------
@@ -86,6 +87,7 @@ class FlowTable:
         half_cls = HalfStream
         slow = self._slow
         ts = self.now
+        no = self.last_frame
         for pkt in packets:
             no, ts, key, seq, ack, flags, payload, seg_len = pkt
             h = get(key)
@@ -114,6 +116,7 @@ class FlowTable:
                 if pn >= 0 and 0 < ((ack - pn) & 0xFFFFFFFF) < 0x80000000:
                     p.peer_ack(ts, ack)
         self.now = ts
+        self.last_frame = no
 
     def finish(self) -> None:
         """End of capture: close every connection and emit all connection rows."""

@@ -1,0 +1,211 @@
+"""The kafkacap command line: outputs, filters, parallel runs, and bad input that must never cost a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+from scapy.utils import PcapNgWriter
+
+from analyzer import run as run_module
+from analyzer.cli import main
+from tests import craft
+
+REQUIRED_EXCHANGE_COLUMNS = (
+    "capture_file connection_id client_ip client_port broker_ip broker_port api_key api_name api_version "
+    "correlation_id client_id request_first_ts request_last_ts response_first_ts response_last_ts latency_ms "
+    "request_size response_size error_code error_name throttle_time_ms status"
+).split()
+
+
+def conversation(n: int = 5, cport: int = 40000, t: float = 1_700_000_000.0, error_every: int = 3):
+    c = craft.Conversation(cport=cport, t=t)
+    c.handshake()
+    for corr in range(n):
+        c.send(True, craft.heartbeat_request(corr))
+        c.send(False, craft.heartbeat_response(corr, error_code=27 if corr % error_every == 0 else 0))
+    c.fin()
+    return c.packets
+
+
+def invoke(*args):
+    result = CliRunner().invoke(main, [*map(str, args), "--no-progress"])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result
+
+
+def test_export_parquet_has_the_documented_columns(tmp_path):
+    cap = craft.write(tmp_path / "a.pcap", conversation())
+    res = invoke("export", cap, "-o", tmp_path / "out")
+    assert res.exit_code == 0, res.output
+    ex = pq.read_table(tmp_path / "out" / "exchanges.parquet")
+    for col in REQUIRED_EXCHANGE_COLUMNS:
+        assert col in ex.column_names
+        assert ex.schema.field(col).metadata[b"description"]
+    assert str(ex.schema.field("request_last_ts").type) == "timestamp[us, tz=UTC]"
+    assert ex.num_rows == 5
+    assert ex.column("capture_file").to_pylist() == ["a.pcap"] * 5
+    files = pq.read_table(tmp_path / "out" / "files.parquet").to_pylist()
+    assert [(f["capture_file"], f["status"], f["exchanges"]) for f in files] == [("a.pcap", "ok", 5)]
+    conns = pq.read_table(tmp_path / "out" / "connections.parquet")
+    assert conns.num_rows == 1
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_export_other_formats(tmp_path, fmt):
+    cap = craft.write(tmp_path / "a.pcap", conversation())
+    assert invoke("export", cap, "-o", tmp_path / "out", "--format", fmt).exit_code == 0
+    path = tmp_path / "out" / f"exchanges.{fmt}"
+    if fmt == "csv":
+        rows = pacsv.read_csv(path).to_pylist()
+    else:
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert sorted(r["correlation_id"] for r in rows) == list(range(5))
+    assert {r["status"] for r in rows} == {"ok", "error"}
+
+
+def test_summary_shows_apis_errors_and_clients(tmp_path):
+    cap = craft.write(tmp_path / "a.pcap", conversation(6))
+    res = invoke("summary", cap)
+    assert res.exit_code == 0, res.output
+    for text in ("Heartbeat", "REBALANCE_IN_PROGRESS", "test-client", "Connections"):
+        assert text in res.output
+
+
+def test_exchanges_filters_and_json(tmp_path):
+    cap = craft.write(tmp_path / "a.pcap", conversation(6))
+    res = invoke("exchanges", cap, "--status", "error", "--json")
+    rows = [json.loads(line) for line in res.output.splitlines()]
+    assert sorted(r["correlation_id"] for r in rows) == [0, 3]
+    res = invoke("exchanges", cap, "--api", "Produce", "--json")
+    assert res.output == ""
+    res = invoke("exchanges", cap, "--api", "12", "--client", "test-", "--json")
+    assert len(res.output.splitlines()) == 6
+    res = invoke("exchanges", cap, "--min-latency", "1000", "--json")
+    assert res.output == ""
+    assert "Heartbeat v3" in invoke("exchanges", cap).output
+
+
+def test_folder_input_and_parallel_jobs_give_the_same_rows(tmp_path, monkeypatch):
+    folder = tmp_path / "caps"
+    folder.mkdir()
+    for i in range(3):
+        craft.write(folder / f"c{i}.pcap", conversation(4 + i, cport=40000 + i))
+    (folder / "notes.txt").write_text("not a capture, and not picked up from a folder")
+    one = invoke("export", folder, "-o", tmp_path / "one")
+    two = invoke("export", folder, "-o", tmp_path / "two", "--jobs", "2")
+    assert one.exit_code == two.exit_code == 0
+    key = ["capture_file", "connection_id", "correlation_id"]
+    a = pq.read_table(tmp_path / "one" / "exchanges.parquet").sort_by([(k, "ascending") for k in key])
+    b = pq.read_table(tmp_path / "two" / "exchanges.parquet").sort_by([(k, "ascending") for k in key])
+    assert a.num_rows == 4 + 5 + 6 and a.equals(b)
+
+
+def test_one_large_file_is_split_by_connection_across_jobs(tmp_path, monkeypatch):
+    packets = []
+    for i in range(12):
+        packets += conversation(3, cport=41000 + i, t=1_700_000_000.0 + i * 0.0005)
+    packets.sort(key=lambda p: float(p.time))
+    cap = craft.write(tmp_path / "big.pcap", packets)
+    monkeypatch.setattr(run_module, "SHARD_MIN_BYTES", 0)
+    one = invoke("export", cap, "-o", tmp_path / "one")
+    two = invoke("export", cap, "-o", tmp_path / "two", "--jobs", "2")
+    assert one.exit_code == two.exit_code == 0
+    key = [("connection_id", "ascending"), ("correlation_id", "ascending")]
+    a = pq.read_table(tmp_path / "one" / "exchanges.parquet").sort_by(key)
+    b = pq.read_table(tmp_path / "two" / "exchanges.parquet").sort_by(key)
+    assert a.num_rows == 36 and a.equals(b)
+    ca = pq.read_table(tmp_path / "one" / "connections.parquet").sort_by("connection_id")
+    cb = pq.read_table(tmp_path / "two" / "connections.parquet").sort_by("connection_id")
+    assert ca.num_rows == 12 and ca.equals(cb)
+    files = pq.read_table(tmp_path / "two" / "files.parquet").to_pylist()
+    assert len(files) == 1 and files[0]["exchanges"] == 36
+
+
+# -- bad input --------------------------------------------------------------------------------------------
+
+
+def test_missing_path(tmp_path):
+    res = invoke("summary", tmp_path / "nope.pcap")
+    assert res.exit_code == 1 and "no such file" in res.output
+
+
+def test_folder_without_captures(tmp_path):
+    (tmp_path / "readme.txt").write_text("hello")
+    res = invoke("summary", tmp_path)
+    assert res.exit_code == 1 and "no capture files" in res.output
+
+
+@pytest.mark.parametrize("content,expect", [
+    (b"", "empty"),
+    (b"hello, this is a text file\n" * 20, "not a pcap"),
+    (bytes(random.Random(1).getrandbits(8) for _ in range(4096)), "not a pcap"),
+    (b"\xd4\xc3\xb2\xa1\x02\x00", "cut short"),
+])
+def test_unreadable_files_give_a_clear_message_and_exit_1(tmp_path, content, expect):
+    bad = tmp_path / "bad.pcap"
+    bad.write_bytes(content)
+    res = invoke("export", bad, "-o", tmp_path / "out")
+    assert res.exit_code == 1
+    assert expect in res.output.lower()
+    assert "Traceback" not in res.output
+
+
+def test_a_bad_file_does_not_spoil_the_good_ones(tmp_path):
+    good = craft.write(tmp_path / "good.pcap", conversation())
+    bad = tmp_path / "bad.pcap"
+    bad.write_text("garbage")
+    res = invoke("export", good, bad, "-o", tmp_path / "out")
+    assert res.exit_code == 0
+    assert pq.read_table(tmp_path / "out" / "exchanges.parquet").num_rows == 5
+    files = {f["capture_file"]: f for f in pq.read_table(tmp_path / "out" / "files.parquet").to_pylist()}
+    assert files["good.pcap"]["status"] == "ok"
+    assert files["bad.pcap"]["status"] == "unreadable" and files["bad.pcap"]["message"]
+
+
+def test_truncated_pcap_keeps_what_came_before_the_damage(tmp_path):
+    packets = conversation(10)
+    full = craft.write(tmp_path / "full.pcap", packets)
+    data = open(full, "rb").read()
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes(data[: len(data) - 30])  # into the last record (the final ACK)
+    res = invoke("export", cut, "-o", tmp_path / "out")
+    assert res.exit_code == 0
+    assert "truncated" in res.output
+    ex = pq.read_table(tmp_path / "out" / "exchanges.parquet")
+    assert sorted(ex.column("correlation_id").to_pylist()) == list(range(10))
+    files = pq.read_table(tmp_path / "out" / "files.parquet").to_pylist()
+    assert files[0]["status"] == "damaged"
+
+
+def test_pcapng_with_a_cut_block_keeps_what_came_before(tmp_path):
+    packets = conversation(10)
+    path = tmp_path / "full.pcapng"
+    with PcapNgWriter(str(path)) as w:
+        for p in packets:
+            w.write(p)
+    data = path.read_bytes()
+    # Cut in the middle of the response to correlation id 9 (its packet is 6 from the end).
+    size_of_tail = sum(len(bytes(p)) + 32 for p in packets[-6:])
+    cut = tmp_path / "cut.pcapng"
+    cut.write_bytes(data[: len(data) - size_of_tail + 10])
+    res = invoke("export", cut, "-o", tmp_path / "out")
+    assert res.exit_code == 0, res.output
+    ex = pq.read_table(tmp_path / "out" / "exchanges.parquet").to_pylist()
+    got = {r["correlation_id"]: r["status"] for r in ex}
+    assert [got[i] for i in range(9)] == [s for s in ("error", "ok", "ok") * 3]
+    assert got[9] == "no_response"
+    assert pq.read_table(tmp_path / "out" / "files.parquet").to_pylist()[0]["status"] == "damaged"
+
+
+def test_export_replaces_previous_tables_without_leftovers(tmp_path):
+    cap = craft.write(tmp_path / "a.pcap", conversation(3))
+    out = tmp_path / "out"
+    assert invoke("export", cap, "-o", out).exit_code == 0
+    assert invoke("export", cap, "-o", out).exit_code == 0
+    assert sorted(os.listdir(out)) == ["connections.parquet", "exchanges.parquet", "files.parquet"]
