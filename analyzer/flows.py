@@ -177,6 +177,8 @@ class FlowTable:
                 conn = h.conn
             if h.isn < 0:
                 h.syn(ts, seq)
+                if h.payload_bytes == 0 and h.gap_bytes == 0:
+                    h.sink.fresh = False  # the stream's first byte will be a frame's first byte
                 if flags & ACK:
                     # SYN-ACK from the broker: the client's next packet completes the handshake.
                     if conn.syn_ts >= 0 and conn.handshake_ts < 0 and h is conn.to_client:

@@ -55,7 +55,7 @@ OPAQUE = 3  # not Kafka framing (TLS): count and ignore
 class FrameSplitter:
     __slots__ = (
         "on_frame", "validate", "find", "keep", "max_frame",
-        "mode", "fresh", "_left", "_head", "_first_ts", "_first_no", "_size", "_lossy",
+        "mode", "fresh", "_left", "_head", "_head_missing", "_first_ts", "_first_no", "_size", "_lossy",
         "_stash", "_stash_len", "_stash_ts", "_stash_no",
         "frames", "resyncs", "skipped_bytes", "truncated_frames", "tls",
     )
@@ -74,9 +74,11 @@ class FrameSplitter:
         self.keep = keep
         self.max_frame = max_frame
         self.mode = BOUNDARY
-        self.fresh = True  # no frame accepted yet: the stream may have started mid-frame
+        # No frame accepted yet and the stream's start was not seen (no SYN): it may begin mid-frame.
+        self.fresh = True
         self._left = 0
-        self._head: Buffer = b""
+        self._head: list[bytes] = []  # the head of the frame in progress, in pieces
+        self._head_missing = 0  # head bytes still to collect from the next chunks
         self._first_ts = 0
         self._first_no = 0
         self._size = 0
@@ -98,14 +100,14 @@ class FrameSplitter:
         if mode == BODY:
             left = self._left
             n = len(chunk)
+            if self._head_missing:
+                take = self._head_missing if self._head_missing < n else n
+                self._head.append(bytes(chunk[:take]))
+                self._head_missing -= take
             if n < left:
                 self._left = left - n
                 return
-            self._left = 0
-            self.mode = BOUNDARY
-            self.frames += 1
-            self.on_frame(self._first_ts, self._first_no, ts, no, self._size, self._head, self._lossy)
-            self._head = b""
+            self._complete(ts, no, self._lossy)
             if n == left:
                 return
             chunk = chunk[left:]
@@ -132,16 +134,13 @@ class FrameSplitter:
         mode = self.mode
         if mode == BODY:
             left = self._left
+            self._head_missing = 0  # the head stays as far as it got; decoders see a short head
             if nbytes < left:
                 self._left = left - nbytes
                 self._lossy = True
                 return
             # The gap swallows the end of the frame: it is complete in length but its last bytes are lost.
-            self.mode = BOUNDARY
-            self._left = 0
-            self.frames += 1
-            self.on_frame(self._first_ts, self._first_no, ts, 0, self._size, self._head, True)
-            self._head = b""
+            self._complete(ts, 0, True)
             if nbytes == left:
                 return
             nbytes -= left
@@ -165,6 +164,17 @@ class FrameSplitter:
         self._stash_len = 0
 
     # -- internals -----------------------------------------------------------------------------------
+
+    def _complete(self, ts: int, no: int, lossy: bool) -> None:
+        """The frame in progress has all its bytes (or lost the last ones): hand it on."""
+        head = self._head
+        self._head = []
+        self._head_missing = 0
+        self._left = 0
+        self.mode = BOUNDARY
+        self.frames += 1
+        self.on_frame(self._first_ts, self._first_no, ts, no, self._size, head[0] if len(head) == 1 else
+                      b"".join(head), lossy)
 
     def _stash_from(self, buf: Buffer, pos: int, origin: int, ts: int, no: int, first_ts: int,
                     first_no: int) -> None:
@@ -190,7 +200,7 @@ class FrameSplitter:
                 return
             size = _unpack_size(buf, pos)[0]
             if size < MIN_FRAME or size > self.max_frame:
-                if self.fresh and avail >= 2 and buf[pos] == 0x16 and buf[pos + 1] == 0x03:
+                if not self.frames and avail >= 2 and buf[pos] == 0x16 and buf[pos + 1] == 0x03:
                     self._go_opaque(n - pos)
                     return
                 self._lose_sync()
@@ -198,12 +208,13 @@ class FrameSplitter:
                 return
             total = size + 4
             need = total if total <= keep else keep
-            if avail < need:
+            if avail < need and (avail < 12 or (self.fresh and avail < SCAN_WINDOW)):
+                # Wait for more: any frame must show its header, a fresh stream enough to be validated.
                 self._stash_from(buf, pos, origin, ts, no, first_ts, first_no)
                 return
             # In sync, the chain of size prefixes is trusted (a bad header becomes a malformed row);
             # only the first frame of a stream that may have started mid-frame must prove itself.
-            if self.fresh and not self.validate(buf, pos + 4, pos + need, size, True):
+            if self.fresh and not self.validate(buf, pos + 4, pos + min(need, avail), size, True):
                 if buf[pos] == 0x16 and buf[pos + 1] == 0x03:
                     self._go_opaque(n - pos)
                     return
@@ -222,9 +233,11 @@ class FrameSplitter:
                 if pos == n:
                     return
                 continue
-            # The frame continues in later chunks: keep its head, count the rest.
-            head = buf[pos:pos + need]
-            self._head = head if isinstance(buf, bytes) else bytes(head)
+            # The frame continues in later chunks: keep its head (collecting the rest of it as it comes,
+            # if it is not all here), count the remaining bytes.
+            got = need if avail >= need else avail
+            self._head = [bytes(buf[pos:pos + got])]
+            self._head_missing = need - got
             self._first_ts, self._first_no = fts, fno
             self._size = size
             self._lossy = False
