@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/kafkacap export sample_pcaps -o out --summary
+	$(BIN)/kafkacap export sample_pcaps -o out --summary --detect-ports
 
 test: $(STAMP)
 	$(BIN)/ruff check analyzer dissectors spark_jobs tests benchmarks
