@@ -1,0 +1,93 @@
+"""Kafka API names, version ranges and header versions.
+
+Every frame needs its API looked up, so the tables are tuples indexed by api key: one bounds check and
+one index, no hashing. The data comes from ``_generated/apis.py``; this module only shapes it.
+
+Header versions (from Kafka's RequestHeader.json and ResponseHeader.json):
+- request header v0 (no client_id) only for ControlledShutdown v0; flexible versions use v2 (adds a tag
+  buffer); everything else v1;
+- response header v1 (adds a tag buffer) for flexible versions, else v0; ApiVersions responses always
+  use v0, so that a client can read the error of a version it does not speak.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from dissectors.kafka._generated import apis as _generated
+
+
+class ApiInfo(NamedTuple):
+    key: int
+    name: str  # as the protocol guide spells it: "Produce", "ApiVersions"
+    min_version: int
+    max_version: int
+    flexible_from: int | None  # first flexible version (requests and responses agree); None if never
+
+
+def _index_by_key(rows: tuple[tuple[int, str, int, int, int | None], ...]) -> tuple[ApiInfo | None, ...]:
+    table: list[ApiInfo | None] = [None] * (max(row[0] for row in rows) + 1)
+    for row in rows:
+        table[row[0]] = ApiInfo(*row)
+    return tuple(table)
+
+
+API_BY_KEY: tuple[ApiInfo | None, ...] = _index_by_key(_generated.APIS)
+"""Indexed by api key (0..max key); None where no API has that key."""
+
+API_KEY_LIMIT = len(API_BY_KEY)
+"""One past the highest known api key: ``0 <= key < API_KEY_LIMIT`` guards an index."""
+
+NEVER = 1 << 16
+"""A version above any int16, for "never flexible" in the threshold tables below."""
+
+REQUEST_HEADER_V2_FROM: tuple[int, ...] = tuple(
+    NEVER if info is None or info.flexible_from is None else info.flexible_from for info in API_BY_KEY
+)
+"""Per api key, the first version whose request header is v2 (tagged fields). For hot loops."""
+
+RESPONSE_HEADER_V1_FROM: tuple[int, ...] = tuple(
+    NEVER if key in _generated.RESPONSE_HEADER_V0_ALWAYS else threshold
+    for key, threshold in enumerate(REQUEST_HEADER_V2_FROM)
+)
+"""Per api key, the first version whose response header is v1 (tagged fields). For hot loops."""
+
+REQUEST_HEADER_V0_VERSIONS: tuple[tuple[int, ...], ...] = tuple(
+    tuple(version for key_v0, version in _generated.REQUEST_HEADER_V0 if key_v0 == key)
+    for key in range(API_KEY_LIMIT)
+)
+"""Per api key, the versions whose request header is v0 (no client_id); empty for nearly all."""
+
+
+def api_name(key: int) -> str | None:
+    """The API's name, or None for a key no known release defines."""
+    if 0 <= key < API_KEY_LIMIT:
+        info = API_BY_KEY[key]
+        if info is not None:
+            return info.name
+    return None
+
+
+def is_known(api_key: int, api_version: int) -> bool:
+    """True when some known release defines this version of this API."""
+    if 0 <= api_key < API_KEY_LIMIT:
+        info = API_BY_KEY[api_key]
+        return info is not None and info.min_version <= api_version <= info.max_version
+    return False
+
+
+def request_header_version(api_key: int, api_version: int) -> int:
+    """0, 1 or 2. Past an API's max version flexibility carries on; unknown APIs get 1, the classic one."""
+    if 0 <= api_key < API_KEY_LIMIT:
+        if api_version >= REQUEST_HEADER_V2_FROM[api_key]:
+            return 2
+        if api_version in REQUEST_HEADER_V0_VERSIONS[api_key]:
+            return 0
+    return 1
+
+
+def response_header_version(api_key: int, api_version: int) -> int:
+    """0 or 1, mirroring :func:`request_header_version`; unknown APIs get 0."""
+    if 0 <= api_key < API_KEY_LIMIT and api_version >= RESPONSE_HEADER_V1_FROM[api_key]:
+        return 1
+    return 0

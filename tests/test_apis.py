@@ -1,0 +1,352 @@
+"""The generated API and error tables against the protocol guides, which were written independently.
+
+- 001: the current protocol guide (3.9-era text: per-API grammars, the error-code table). Its API-key
+  table did not survive text extraction (only its introductory sentence did), but the guide lists the
+  APIs in key order, so names and order are checked against it.
+- 000: an OCR'd copy of the 3.x guide whose section headings still say "<Name> API (Key: N)".
+- 002: the 0.8-era guide with the first API-key table (keys 0-16) and error codes.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dissectors.kafka import generate
+from dissectors.kafka.apis import (
+    API_BY_KEY,
+    ApiInfo,
+    api_name,
+    is_known,
+    request_header_version,
+    response_header_version,
+)
+from dissectors.kafka.errors import ERRORS, ErrorInfo, error_name, is_retriable
+from dissectors.kafka.headers import response_top_level
+
+REPO = Path(__file__).resolve().parents[1]
+SPEC = REPO.parent / "shared" / "spec"
+GUIDE = SPEC / "001_d9547f6ddd911abd.txt"
+OCR_GUIDE = SPEC / "000_f6a2f2c6395e65fa.txt"
+OLD_GUIDE = SPEC / "002_b327ac2fc02ede7e.txt"
+MESSAGES = SPEC / "kafka-messages"
+
+APIS = [info for info in API_BY_KEY if info is not None]
+BY_NAME = {info.name: info for info in APIS}
+
+
+def need(path: Path) -> Path:
+    if not path.exists():
+        pytest.skip(f"{path.name} is not available")
+    return path
+
+
+def read(path: Path) -> str:
+    return need(path).read_text(encoding="utf-8")
+
+
+def strip_json_comments(text: str) -> dict:
+    return json.loads("\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//")))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The generated modules
+
+
+def test_generated_modules_are_up_to_date():
+    files = generate.render_all(need(SPEC))
+    for name, text in files.items():
+        assert (generate.OUTPUT_DIR / name).read_text(encoding="utf-8") == text, name
+
+
+def test_generator_check_mode_runs_as_a_module():
+    need(SPEC)
+    result = subprocess.run([sys.executable, "-m", "dissectors.kafka.generate", "--check"], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
+def copy_spec(tmp_path: Path) -> Path:
+    shutil.copytree(need(MESSAGES), tmp_path / "kafka-messages")
+    shutil.copy(need(GUIDE), tmp_path / GUIDE.name)
+    return tmp_path
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert old in text
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+
+
+@pytest.mark.parametrize("files, old, new, message", [
+    # both releases define Produce v9-11; if one called v9 non-flexible they would disagree
+    (["ProduceRequest.json", "ProduceResponse.json"], '"flexibleVersions": "9+"', '"flexibleVersions": "10+"',
+     "disagree on flexibility"),
+    (["ProduceRequest.json"], '"flexibleVersions": "9+"', '"flexibleVersions": "10+"',
+     "flexibleVersions disagree"),
+    (["FetchRequest.json", "FetchResponse.json"], '"apiKey": 1,', '"apiKey": 90,', "Fetch: api key"),
+    (["MetadataResponse.json"], '"validVersions": "4-13"', '"validVersions": "4-14"',
+     "validVersions disagree"),
+    (["FetchResponse.json"], '"type": "int32"', '"type": "int33"', "unknown type"),
+])
+def test_generator_fails_loudly(tmp_path, files, old, new, message):
+    spec = copy_spec(tmp_path)
+    for name in files:
+        edit(spec / "kafka-messages" / "trunk-dfb178a" / name, old, new)
+    with pytest.raises(generate.GeneratorError, match=message):
+        generate.render_all(spec)
+    result = subprocess.run(
+        [sys.executable, "-m", "dissectors.kafka.generate", "--check", "--spec", str(spec)],
+        cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and message.split(":")[0] in result.stderr
+
+
+def test_generator_stops_when_a_release_changes_a_shared_response_layout(tmp_path):
+    spec = copy_spec(tmp_path)
+    # in trunk, make Fetch's top-level ErrorCode (v7+) start at v8: v7 then disagrees with 3.9.0
+    edit(spec / "kafka-messages" / "trunk-dfb178a" / "FetchResponse.json",
+         '"name": "ErrorCode", "type": "int16", "versions": "7+"',
+         '"name": "ErrorCode", "type": "int16", "versions": "8+"')
+    with pytest.raises(generate.GeneratorError, match="Fetch v7: .* disagree on the response prefix"):
+        generate.render_all(spec)
+
+
+def test_generated_modules_read_as_data():
+    for name in ("apis.py", "errors.py", "response_prefix.py"):
+        text = (generate.OUTPUT_DIR / name).read_text(encoding="utf-8")
+        assert "Do not edit by hand" in text.split('"""')[1]
+        assert not re.search(r"^\s*(def|class|import|from|for|if|while)\b", text, re.M), name
+        assert "/work/" not in text and "/home/" not in text
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Names and keys
+
+
+def guide_headings(kind: str) -> list[tuple[str, int, str, list[str]]]:
+    """(name, version, heading line, grammar lines) for every "<Name> <kind> (Version: N)" in the guide."""
+    lines = read(GUIDE).splitlines()
+    headings = []
+    for i, line in enumerate(lines):
+        match = re.match(rf"^(\w+) {kind} \(Version: (\d+)\) =>(.*)$", line)
+        if match:
+            grammar = []
+            for following in lines[i + 1:]:
+                if following.startswith("Field |") or re.match(r"\w+ (Request|Response) \(", following):
+                    break  # a version without fields has no field table: the next heading follows
+                grammar.append(following)
+            headings.append((match[1], int(match[2]), match[3], grammar))
+    return headings
+
+
+def test_guide_api_names_are_ours_and_in_key_order():
+    names = list(dict.fromkeys(name for name, *_ in guide_headings("Request")))
+    assert len(names) >= 75
+    assert set(names) <= set(BY_NAME)
+    keys = [BY_NAME[name].key for name in names]
+    assert keys == sorted(keys), "the guide lists APIs by key"
+    assert names == list(dict.fromkeys(name for name, *_ in guide_headings("Response")))
+
+
+def test_apis_absent_from_the_guide_are_controller_only_or_newer():
+    in_guide = {name for name, *_ in guide_headings("Request")}
+    for info in APIS:
+        if info.name in in_guide:
+            continue
+        old = MESSAGES / "3.9.0" / f"{info.name}Request.json"
+        if not old.exists():
+            continue  # added after the guide's release (StreamsGroup*)
+        listeners = strip_json_comments(old.read_text(encoding="utf-8"))["listeners"]
+        assert listeners == ["controller"], info.name  # the guide documents client-facing APIs only
+
+
+def test_keys_agree_with_the_ocr_guide_headings():
+    ours = {info.name.lower(): info for info in APIS}
+    matched = unmatched = 0
+    for prefix, key in re.findall(r"([^\n(]*?) API \(Key: (\d+)", read(OCR_GUIDE)):
+        words = re.findall(r"[A-Za-z]+", prefix)[-3:]
+        best, score = None, 0.0
+        for i in range(len(words)):
+            candidate = "".join(words[i:]).lower()
+            for name in difflib.get_close_matches(candidate, ours, n=1, cutoff=0.8):
+                ratio = difflib.SequenceMatcher(None, candidate, name).ratio()
+                if ratio > score:
+                    best, score = ours[name], ratio
+        if best is None:
+            unmatched += 1  # OCR noise beyond recognition ("Fovelone" for Envelope)
+            continue
+        assert best.key == int(key), (prefix, key, best)
+        matched += 1
+    assert matched >= 39 and unmatched <= 1
+
+
+def test_keys_agree_with_the_first_api_key_table():
+    text = read(OLD_GUIDE)
+    table = text[text.index("API name\tApiKey Value"):].split("\n\n")[0].splitlines()[1:]
+    renamed = {"Offset": "ListOffsets", "GroupCoordinator": "FindCoordinator"}  # renamed since 0.8
+    seen = 0
+    for row in table:
+        name, value = row.rsplit("\t", 1)
+        if "-" in value:  # "Non-user facing control APIs	4-7"
+            low, high = map(int, value.split("-"))
+            assert all(API_BY_KEY[k] is not None for k in range(low, high + 1))
+            continue
+        name = name.removesuffix("Request")
+        assert api_name(int(value)) == renamed.get(name, name)
+        seen += 1
+    assert seen == 13
+
+
+def test_spot_values():
+    assert API_BY_KEY[0] == ApiInfo(0, "Produce", 0, 12, 9)
+    assert API_BY_KEY[18] == ApiInfo(18, "ApiVersions", 0, 4, 3)
+    assert API_BY_KEY[75] == ApiInfo(75, "DescribeTopicPartitions", 0, 0, 0)
+    assert API_BY_KEY[17].flexible_from is None  # SaslHandshake was never flexible
+    assert api_name(89) == "StreamsGroupDescribe"
+    assert api_name(-1) is None and api_name(len(API_BY_KEY)) is None
+    assert is_known(2, 0) and is_known(2, 10)  # ListOffsets v0 from 3.9.0, v10 from trunk
+    assert not is_known(0, 13) and not is_known(-1, 0) and not is_known(0, -1)
+    assert [info.key for info in APIS] == list(range(len(API_BY_KEY)))  # no gaps today
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Versions and flexibility against the per-version grammars of the guide
+
+
+@pytest.mark.parametrize("kind", ["Request", "Response"])
+def test_guide_versions_are_in_range_and_flexibility_matches(kind):
+    headings = guide_headings(kind)
+    assert len(headings) >= 300
+    for name, version, top, grammar in headings:
+        info = BY_NAME[name]
+        assert info.min_version <= version <= info.max_version, (name, version)
+        compact = "TAG_BUFFER" in top or any("COMPACT_" in line or "TAG_BUFFER" in line for line in grammar)
+        flexible = info.flexible_from is not None and version >= info.flexible_from
+        assert compact == flexible, (name, kind, version)
+
+
+FIXED_SIZES = {"BOOLEAN": 1, "INT8": 1, "INT16": 2, "UINT16": 2, "INT32": 4, "UINT32": 4, "INT64": 8,
+               "FLOAT64": 8, "UUID": 16}
+
+
+def guide_prefix(top: str, grammar: list[str]) -> tuple[int | None, int | None]:
+    """Offsets of top-level error_code and throttle_time_ms before the first variable-size field."""
+    types = {}
+    for line in grammar:
+        field, _, definition = line.partition(" => ")
+        types.setdefault(field, definition)
+    offset, found = 0, {}
+    for token in top.split():
+        size = FIXED_SIZES.get(types.get(token, ""))
+        if size is None:  # an array, a string, a struct, or the tag buffer
+            break
+        found[token] = offset
+        offset += size
+    return found.get("error_code"), found.get("throttle_time_ms")
+
+
+def test_response_prefix_matches_the_guide_grammars():
+    body = bytes(range(1, 64))  # every offset reads a distinct value
+    checked = 0
+    for name, version, top, grammar in guide_headings("Response"):
+        error_offset, throttle_offset = guide_prefix(top, grammar)
+        want = (None if error_offset is None else struct.unpack_from(">h", body, error_offset)[0],
+                None if throttle_offset is None else struct.unpack_from(">i", body, throttle_offset)[0])
+        assert response_top_level(body, 0, len(body), BY_NAME[name].key, version) == want, (name, version)
+        checked += want != (None, None)
+    assert checked >= 250
+
+
+def test_response_prefix_examples():
+    body = bytes(range(1, 64))
+
+    def int16(at: int) -> int:
+        return struct.unpack_from(">h", body, at)[0]
+
+    def int32(at: int) -> int:
+        return struct.unpack_from(">i", body, at)[0]
+
+    for version in range(7, 18):
+        assert response_top_level(body, 0, 63, 1, version) == (int16(4), int32(0))  # Fetch
+    for version in range(3, 14):
+        assert response_top_level(body, 0, 63, 3, version) == (None, int32(0))  # Metadata
+    for version in range(0, 13):
+        assert response_top_level(body, 0, 63, 0, version) == (None, None)  # Produce
+    for version in range(0, 5):
+        assert response_top_level(body, 0, 63, 18, version) == (int16(0), None)  # ApiVersions
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Header versions
+
+
+def test_request_header_v0_is_only_controlled_shutdown_v0():
+    comment = read(MESSAGES / "trunk-dfb178a" / "RequestHeader.json")
+    name = re.search(r"Version 0 of the RequestHeader is only used by v0 of (\w+)Request", comment)[1]
+    v0 = [(info.key, v) for info in APIS for v in range(info.min_version, info.max_version + 3)
+          if request_header_version(info.key, v) == 0]
+    assert v0 == [(BY_NAME[name].key, 0)]
+
+
+def test_header_versions_follow_flexibility():
+    for info in APIS:
+        for version in range(info.min_version, info.max_version + 3):  # + newer versions than we know
+            flexible = info.flexible_from is not None and version >= info.flexible_from
+            if (info.name, version) != ("ControlledShutdown", 0):
+                assert request_header_version(info.key, version) == (2 if flexible else 1)
+            # ApiVersions answers in header v0 always: a client must read its error whatever it asked
+            assert response_header_version(info.key, version) == (1 if flexible and info.name != "ApiVersions"
+                                                                  else 0)
+    assert request_header_version(9999, 0) == 1 and response_header_version(9999, 0) == 0
+    assert request_header_version(-1, 5) == 1 and response_header_version(3, -1) == 0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Error codes
+
+
+def error_table_lines() -> list[str]:
+    text = read(GUIDE)
+    header = "Error |\nCode |\nRetriable |\nDescription |\n"
+    start = text.index(header) + len(header)
+    stop = text.index("The following are the numeric codes that the stable ApiKey")
+    return text[start:stop].strip("\n").split("\n")
+
+
+def test_error_table_size_and_retriable_flags():
+    rows = error_table_lines()
+    assert len(ERRORS) == len(rows) == 129  # -1 .. 127
+    assert sorted(ERRORS) == list(range(-1, 128))
+    assert sum(info.retriable for info in ERRORS.values()) == sum(" | True | " in row for row in rows)
+
+
+def test_error_spot_values():
+    assert ERRORS[-1] == ErrorInfo(-1, "UNKNOWN_SERVER_ERROR", False,
+                                   "The server experienced an unexpected error when processing the request.")
+    assert ERRORS[0] == ErrorInfo(0, "NONE", False, "")
+    assert ERRORS[6][:3] == (6, "NOT_LEADER_OR_FOLLOWER", True)
+    assert ERRORS[35][:3] == (35, "UNSUPPORTED_VERSION", False)
+    assert ERRORS[89][:3] == (89, "THROTTLING_QUOTA_EXCEEDED", True)
+    assert ERRORS[127][:3] == (127, "VOTER_NOT_FOUND", False)
+    assert error_name(0) == "NONE" and error_name(79) == "MEMBER_ID_REQUIRED"
+    assert error_name(5120) == "UNDEFINED_ERROR_5120" and error_name(-2) == "UNDEFINED_ERROR_-2"
+    assert is_retriable(3) is True and is_retriable(25) is False and is_retriable(5120) is None
+
+
+def test_errors_retriable_in_the_first_guide_still_are():
+    text = read(OLD_GUIDE)
+    table = text[text.index("Error\tCode\tRetriable\tDescription"):text.index("## Some Common")]
+    rows = re.findall(r"^[^\t\n]+\t(-?\d+)\t(Yes)?\t", table, re.M)
+    assert len(rows) >= 30
+    for code, retriable in rows:
+        assert int(code) in ERRORS
+        if retriable:
+            assert is_retriable(int(code)) is True, code
