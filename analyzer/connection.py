@@ -89,7 +89,7 @@ class Connection:
         rtt = (self.handshake_ts - self.syn_ts) / 1e6 if self.syn_ts >= 0 and self.handshake_ts >= 0 else None
         return (
             self.conn_id, self.client_ip, self.client_port, self.broker_ip, self.broker_port,
-            self.first_ts, max(b.last_ts, c.last_ts, self.first_ts), b.packets, c.packets, b.bytes, c.bytes,
+            self.first_ts, max(b.last_ts, c.last_ts, self.first_ts), b.packets, c.packets, b.wire_bytes, c.wire_bytes,
             b.retransmitted + c.retransmitted, b.out_of_order + c.out_of_order, b.gap_bytes + c.gap_bytes,
             b.gaps + c.gaps, rtt, self.syn_ts >= 0, self.requests.frames, self.responses.frames,
             m.unanswered, m.orphans, m.malformed, self.requests.resyncs + self.responses.resyncs,

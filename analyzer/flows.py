@@ -102,18 +102,23 @@ class FlowTable:
                 slow(h, pkt)
                 continue
             if seg_len:
-                if h.next_seq == seq and len(payload) == seg_len and not h.ooo:
-                    # The in-order fast path of HalfStream.segment, inlined.
-                    h.bytes += seg_len
+                if h.next_seq == seq and not h.ooo and len(payload) == seg_len:
+                    # The in-order fast path of HalfStream.segment, inlined; bytes inside a frame body
+                    # are counted off here without a call into the framer.
                     h.payload_bytes += seg_len
                     h.next_seq = (seq + seg_len) & 0xFFFFFFFF
-                    h.sink.data(ts, no, payload)
+                    s = h.sink
+                    left = s.body_left
+                    if seg_len < left:
+                        s.body_left = left - seg_len
+                    else:
+                        s.data(ts, no, payload)
                 else:
                     h.segment(ts, no, seq, payload, seg_len)
-            if flags & 0x10:
-                p = h.peer
+            p = h.peer
+            if ack != p.next_seq and flags & 0x10:
                 pn = p.next_seq
-                if pn >= 0 and 0 < ((ack - pn) & 0xFFFFFFFF) < 0x80000000:
+                if pn >= 0 and ((ack - pn) & 0xFFFFFFFF) < 0x80000000:
                     p.peer_ack(ts, ack)
         self.now = ts
         self.last_frame = no

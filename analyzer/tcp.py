@@ -49,7 +49,8 @@ class HalfStream:
 
     __slots__ = (
         "sink", "next_seq", "fin_seen", "ooo", "ooo_bytes", "max_bytes", "max_segments",
-        "packets", "bytes", "payload_bytes", "retransmitted", "out_of_order", "gap_bytes", "gaps",
+        "packets", "retransmitted_bytes", "truncated_bytes", "payload_bytes", "retransmitted", "out_of_order",
+        "gap_bytes", "gaps",
         "isn", "syn_ts", "peer", "conn", "last_ts",
     )
 
@@ -68,8 +69,9 @@ class HalfStream:
         self.max_bytes = max_bytes
         self.max_segments = max_segments
         self.packets = 0
-        self.bytes = 0  # TCP payload bytes seen on the wire (as declared by the IP header)
         self.payload_bytes = 0  # bytes handed on in order
+        self.retransmitted_bytes = 0  # bytes of captured segments that repeated bytes already handed on
+        self.truncated_bytes = 0  # bytes the capture cut off the end of segments (snaplen)
         self.retransmitted = 0
         self.out_of_order = 0
         self.gap_bytes = 0
@@ -89,7 +91,6 @@ class HalfStream:
 
     def segment(self, ts_ns: int, frame_no: int, seq: int, payload: memoryview, seg_len: int) -> None:
         """Take one segment's payload (``seg_len`` is its length on the wire, maybe more than captured)."""
-        self.bytes += seg_len
         nxt = self.next_seq
         if nxt == seq and not self.ooo:
             self._deliver(ts_ns, frame_no, payload, seg_len)
@@ -102,10 +103,12 @@ class HalfStream:
         if d < 0:
             if d + seg_len <= 0:
                 self.retransmitted += 1
+                self.retransmitted_bytes += seg_len
                 return
             # Overlap: only the part past next_seq is new.
             self.retransmitted += 1
             cut = -d
+            self.retransmitted_bytes += cut
             payload = payload[cut:] if cut < len(payload) else payload[:0]
             seg_len -= cut
             d = 0
@@ -121,7 +124,9 @@ class HalfStream:
         if old is not None:
             self.retransmitted += 1
             if old[3] >= seg_len:
+                self.retransmitted_bytes += seg_len
                 return
+            self.retransmitted_bytes += old[3]
             self.ooo_bytes -= old[3]
         self.ooo[key] = (ts_ns, frame_no, payload, seg_len)
         self.ooo_bytes += seg_len
@@ -146,6 +151,11 @@ class HalfStream:
         if self.ooo:
             self._drain(ts_ns)
 
+    @property
+    def wire_bytes(self) -> int:
+        """TCP payload bytes of the captured segments, as their IP headers declare (repeats included)."""
+        return self.payload_bytes + self.truncated_bytes + self.retransmitted_bytes + self.ooo_bytes
+
     def fin(self) -> None:
         self.fin_seen = True
 
@@ -163,6 +173,7 @@ class HalfStream:
             self.payload_bytes += n
             self.sink.data(ts_ns, frame_no, payload)
         if seg_len > n:  # snaplen cut the segment short: the rest is a gap the framer can count through
+            self.truncated_bytes += seg_len - n
             self.gap_bytes += seg_len - n
             self.gaps += 1
             self.sink.gap(ts_ns, seg_len - n)
@@ -190,9 +201,11 @@ class HalfStream:
             seg = ooo.pop(lowest)
             self.ooo_bytes -= seg[3]
             cut = edge - lowest
+            self.retransmitted += 1
             if cut >= seg[3]:
-                self.retransmitted += 1
+                self.retransmitted_bytes += seg[3]
                 continue
+            self.retransmitted_bytes += cut
             payload = seg[2]
             self._deliver(ts_ns, seg[1], payload[cut:] if cut < len(payload) else payload[:0], seg[3] - cut)
 

@@ -55,7 +55,7 @@ OPAQUE = 3  # not Kafka framing (TLS): count and ignore
 class FrameSplitter:
     __slots__ = (
         "on_frame", "validate", "find", "keep", "max_frame",
-        "mode", "fresh", "_left", "_head", "_head_missing", "_first_ts", "_first_no", "_size", "_lossy",
+        "mode", "fresh", "body_left", "_left", "_head", "_head_missing", "_first_ts", "_first_no", "_size", "_lossy",
         "_stash", "_stash_len", "_stash_ts", "_stash_no",
         "frames", "resyncs", "skipped_bytes", "truncated_frames", "tls",
     )
@@ -76,6 +76,9 @@ class FrameSplitter:
         self.mode = BOUNDARY
         # No frame accepted yet and the stream's start was not seen (no SYN): it may begin mid-frame.
         self.fresh = True
+        # Bytes of the frame in progress still to come: in body_left once its head is complete (the packet
+        # loop may then count them off without calling data()), in _left while the head is being collected.
+        self.body_left = 0
         self._left = 0
         self._head: list[bytes] = []  # the head of the frame in progress, in pieces
         self._head_missing = 0  # head bytes still to collect from the next chunks
@@ -98,15 +101,24 @@ class FrameSplitter:
     def data(self, ts: int, no: int, chunk: Buffer) -> None:
         mode = self.mode
         if mode == BODY:
-            left = self._left
             n = len(chunk)
             if self._head_missing:
+                left = self._left
                 take = self._head_missing if self._head_missing < n else n
                 self._head.append(bytes(chunk[:take]))
                 self._head_missing -= take
-            if n < left:
-                self._left = left - n
-                return
+                if n < left:
+                    if self._head_missing:
+                        self._left = left - n
+                    else:
+                        self._left = 0
+                        self.body_left = left - n
+                    return
+            else:
+                left = self.body_left
+                if n < left:
+                    self.body_left = left - n
+                    return
             self._complete(ts, no, self._lossy)
             if n == left:
                 return
@@ -133,10 +145,11 @@ class FrameSplitter:
     def gap(self, ts: int, nbytes: int) -> None:
         mode = self.mode
         if mode == BODY:
-            left = self._left
+            left = self._left + self.body_left
             self._head_missing = 0  # the head stays as far as it got; decoders see a short head
             if nbytes < left:
-                self._left = left - nbytes
+                self._left = 0
+                self.body_left = left - nbytes
                 self._lossy = True
                 return
             # The gap swallows the end of the frame: it is complete in length but its last bytes are lost.
@@ -159,6 +172,9 @@ class FrameSplitter:
         if self.mode == BODY:
             self.truncated_frames += 1
             self.mode = BOUNDARY
+            self._left = self.body_left = 0
+            self._head = []
+            self._head_missing = 0
         self.skipped_bytes += self._stash_len
         self._stash.clear()
         self._stash_len = 0
@@ -171,6 +187,7 @@ class FrameSplitter:
         self._head = []
         self._head_missing = 0
         self._left = 0
+        self.body_left = 0
         self.mode = BOUNDARY
         self.frames += 1
         self.on_frame(self._first_ts, self._first_no, ts, no, self._size, head[0] if len(head) == 1 else
@@ -241,7 +258,10 @@ class FrameSplitter:
             self._first_ts, self._first_no = fts, fno
             self._size = size
             self._lossy = False
-            self._left = total - avail
+            if got == need:
+                self.body_left = total - avail
+            else:
+                self._left = total - avail
             self.mode = BODY
             return
 
