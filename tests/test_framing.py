@@ -1,0 +1,121 @@
+"""The framer alone (sans-IO): any segmentation of a byte stream gives the same frames; gaps inside bodies
+keep sync; garbage and gaps across boundaries resynchronise; memory stays bounded on hostile input."""
+
+from __future__ import annotations
+
+import random
+import struct
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analyzer.connection import find_request, request_plausible
+from dissectors.kafka.framing import SCAN_WINDOW, FrameSplitter
+from tests import craft
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.frames: list[tuple] = []
+
+    def __call__(self, first_ts, first_no, last_ts, last_no, size, head, lossy) -> None:
+        self.frames.append((first_ts, last_ts, size, bytes(head[:16]), lossy))
+
+
+def splitter(keep: int = 4096) -> tuple[FrameSplitter, Recorder]:
+    rec = Recorder()
+    return FrameSplitter(rec, request_plausible, find_request, keep=keep), rec
+
+
+def frames_stream(rng: random.Random, n: int) -> tuple[bytes, list[bytes]]:
+    frames = []
+    for corr in range(n):
+        kind = rng.random()
+        if kind < 0.5:
+            frames.append(craft.heartbeat_request(corr, client_id="c" * rng.randrange(0, 40)))
+        else:
+            frames.append(craft.produce_request_v3(corr, acks=1, payload_size=rng.randrange(0, 9000)))
+    return b"".join(frames), frames
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32), keep=st.sampled_from([64, 512, 4096]))
+def test_any_segmentation_gives_the_same_frames(seed, keep):
+    rng = random.Random(seed)
+    stream, frames = frames_stream(rng, 12)
+    fs, rec = splitter(keep)
+    fs.fresh = False
+    pos = ts = 0
+    while pos < len(stream):
+        n = rng.choice([1, 2, 3, 7, 100, 1448, 5000])
+        ts += 1
+        fs.data(ts, ts, memoryview(stream[pos:pos + n]))
+        pos += n
+    assert [r[2] + 4 for r in rec.frames] == [len(f) for f in frames]
+    assert [r[3] for r in rec.frames] == [f[:16] for f in frames]
+    assert not any(r[4] for r in rec.frames)
+    assert fs.resyncs == 0 and fs.skipped_bytes == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32))
+def test_gaps_inside_bodies_keep_sync(seed):
+    rng = random.Random(seed)
+    stream, frames = frames_stream(rng, 10)
+    # Positions of bytes that may be lost: inside a body, past each frame's first 64 bytes.
+    bodies, at = [], 0
+    for f in frames:
+        if len(f) > 200:
+            bodies.append((at + 64, at + len(f) - 1))
+        at += len(f)
+    fs, rec = splitter(64)
+    fs.fresh = False
+    cuts = sorted({rng.randrange(a, b) for a, b in bodies})
+    pos = 0
+    for cut in cuts:
+        if cut <= pos:
+            continue
+        fs.data(0, 0, memoryview(stream[pos:cut]))
+        lost = min(rng.randrange(1, 50), next(b for a, b in bodies if a <= cut <= b) - cut)
+        fs.gap(0, lost)
+        pos = cut + lost
+    fs.data(0, 0, memoryview(stream[pos:]))
+    assert [r[2] + 4 for r in rec.frames] == [len(f) for f in frames]
+    assert fs.resyncs == 0
+
+
+def test_gap_across_a_boundary_resyncs_on_the_next_request():
+    stream, frames = frames_stream(random.Random(3), 6)
+    starts = [sum(len(f) for f in frames[:i]) for i in range(len(frames))]
+    fs, rec = splitter()
+    fs.fresh = False
+    # Lose 10 bytes around the start of frame 3.
+    fs.data(0, 0, memoryview(stream[:starts[3] - 4]))
+    fs.gap(0, 10)
+    fs.data(0, 0, memoryview(stream[starts[3] + 6:]))
+    sizes = [r[2] + 4 for r in rec.frames]
+    assert sizes[:2] == [len(f) for f in frames[:2]]
+    assert sizes[-2:] == [len(f) for f in frames[4:]]
+    assert fs.resyncs == 1 and fs.skipped_bytes == len(frames[3]) - 6
+
+
+def test_random_bytes_cost_bounded_memory_and_find_a_frame_after():
+    rng = random.Random(11)
+    junk = bytes(rng.getrandbits(8) for _ in range(200_000))
+    fs, rec = splitter()
+    for i in range(0, len(junk), 1448):
+        fs.data(0, 0, memoryview(junk[i:i + 1448]))
+        assert fs._stash_len <= max(SCAN_WINDOW, 4096)
+    frame = craft.heartbeat_request(5)
+    fs.data(1, 1, memoryview(frame))
+    fs.data(2, 2, memoryview(craft.heartbeat_request(6)))
+    assert rec.frames and rec.frames[-1][2] + 4 == len(frame)
+    assert fs.skipped_bytes >= len(junk) - SCAN_WINDOW
+
+
+def test_tls_is_recognised_and_not_scanned():
+    fs, rec = splitter()
+    client_hello = bytes.fromhex("160301") + struct.pack(">H", 512) + b"\x01" + bytes(600)
+    fs.data(0, 0, memoryview(client_hello))
+    fs.data(0, 0, memoryview(bytes(3000)))
+    assert fs.tls and rec.frames == [] and fs.skipped_bytes == len(client_hello) + 3000
