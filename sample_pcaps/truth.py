@@ -1,0 +1,126 @@
+"""The truth file of one scenario: what the clients did and saw, filled in by the scenario as it runs.
+
+Layout of ``<name>.truth.json`` (all counts come from the clients' side, never from the capture):
+
+- ``scenario``, ``description``, ``capture`` (file name), ``capture_format`` (``pcap``, ``pcap-ns``, ``pcapng``),
+  ``broker`` {software, version, host, port}, ``clients`` {name: version}.
+- ``topics``: per topic, ``produced`` (records the broker acknowledged), ``produced_acks0`` (records sent
+  with acks=0, never acknowledged), ``consumed`` (records handed to the application), ``codecs``, ``acks``,
+  ``message_format`` (``v2`` record batches, or ``v0``/``v1`` message sets), ``producers``/``consumers``
+  (client ids).
+- ``groups``: per group id, the member client ids, committed offsets {topic: {partition: offset}}, and
+  whether the members left.
+- ``errors``: deliberately triggered broker errors, each {api_name, error_name, level (``top`` for the
+  response's top-level error_code, ``nested`` for a per-topic/partition one), client, client_id, how}. Only
+  errors the client actually received are written.
+- ``unanswered``: requests that deliberately get no response {client_id, api_name, expected_status}.
+- ``acks0``: whether any producer used acks=0.
+- ``expectations``: facts about the wire a scenario was built to produce: ``pipelined`` (some connection has
+  several requests in flight), ``min_produce_request_bytes`` (its Produce requests are at least this big, so
+  each spans many TCP segments).
+- ``requests``: every request the clients logged: {client, client_id, client_port (null for librdkafka,
+  which does not log it), broker, api_key, api_name, api_version, correlation_id, expects_response,
+  response_received, response_error_code/response_error_name (top-level error code of the response, when
+  the client exposes it), timed_out (only when librdkafka reported the request timed out)}.
+- ``max_in_flight``: most requests outstanding on one connection, in the order the clients logged them.
+- ``capture_stats``: tool, packets, kernel drops, size in bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .client_trace import ClientTrace
+
+
+@dataclass
+class ScenarioTruth:
+    name: str
+    description: str
+    capture: str
+    capture_format: str
+    broker: dict[str, Any]
+    clients: dict[str, str] = field(default_factory=dict)
+    topics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    unanswered: list[dict[str, Any]] = field(default_factory=list)
+    acks0: bool = False
+    expectations: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def _topic(self, topic: str) -> dict[str, Any]:
+        return self.topics.setdefault(topic, {
+            "produced": 0, "produced_acks0": 0, "consumed": 0, "codecs": [], "acks": [],
+            "message_format": None, "producers": [], "consumers": [],
+        })
+
+    def produced(self, topic: str, count: int, *, client_id: str, codec: str, acks: int,
+                 message_format: str = "v2") -> None:
+        entry = self._topic(topic)
+        if acks == 0:
+            entry["produced_acks0"] += count
+            self.acks0 = True
+        else:
+            entry["produced"] += count
+        _add(entry["codecs"], codec)
+        _add(entry["acks"], acks)
+        _add(entry["producers"], client_id)
+        entry["message_format"] = message_format
+
+    def consumed(self, topic: str, count: int, *, client_id: str) -> None:
+        entry = self._topic(topic)
+        entry["consumed"] += count
+        _add(entry["consumers"], client_id)
+
+    def group(self, group_id: str, *, member: str, committed: dict[str, dict[int, int]] | None = None,
+              left: bool = False) -> None:
+        entry = self.groups.setdefault(group_id, {"members": [], "committed": {}, "left": []})
+        _add(entry["members"], member)
+        for topic, offsets in (committed or {}).items():
+            entry["committed"].setdefault(topic, {}).update({str(p): o for p, o in offsets.items()})
+        if left:
+            _add(entry["left"], member)
+
+    def error(self, api_name: str, error_name: str, *, client: str, client_id: str, level: str,
+              how: str) -> None:
+        if level not in ("top", "nested"):
+            raise ValueError(level)
+        self.errors.append({"api_name": api_name, "error_name": error_name, "level": level,
+                            "client": client, "client_id": client_id, "how": how})
+
+    def expect_unanswered(self, api_name: str, *, client_id: str, expected_status: str, why: str) -> None:
+        self.unanswered.append({"api_name": api_name, "client_id": client_id,
+                                "expected_status": expected_status, "why": why})
+
+    def to_json(self, trace: ClientTrace, capture_stats: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "scenario": self.name,
+            "description": self.description,
+            "capture": self.capture,
+            "capture_format": self.capture_format,
+            "broker": self.broker,
+            "clients": self.clients,
+            "topics": self.topics,
+            "groups": self.groups,
+            "errors": self.errors,
+            "unanswered": self.unanswered,
+            "acks0": self.acks0,
+            "expectations": self.expectations,
+            "notes": self.notes,
+            "max_in_flight": trace.max_in_flight(),
+            "capture_stats": capture_stats,
+            "requests": trace.records(),
+        }
+
+    def write(self, path: Path, trace: ClientTrace, capture_stats: dict[str, Any]) -> None:
+        text = json.dumps(self.to_json(trace, capture_stats), indent=1, sort_keys=False)
+        Path(path).write_text(text + "\n")
+
+
+def _add(values: list, value: Any) -> None:
+    if value not in values:
+        values.append(value)

@@ -1,0 +1,195 @@
+"""Compare kafkacap's ``exchanges`` rows for one capture with that capture's truth file.
+
+Each check returns a list of human-readable problems (empty when the capture's analysis agrees with what
+the clients said). Pure functions over plain dicts, so the tests and any script can share them.
+
+Keys: kafka-python and aiokafka requests carry the client's local port, so (client_id, client_port,
+correlation_id) names exactly one request. librdkafka logs no port; its requests are compared as a multiset
+of (client_id, correlation_id, api_name, api_version), client ids being unique per client instance.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+Row = dict[str, Any]
+ANSWERED = ("ok", "error")
+
+
+def _request_rows(rows: Iterable[Row], client_ids: set[str]) -> list[Row]:
+    return [r for r in rows if r.get("client_id") in client_ids and r.get("status") != "orphan_response"]
+
+
+def _index(rows: Iterable[Row]) -> dict[tuple, list[Row]]:
+    index: dict[tuple, list[Row]] = {}
+    for row in rows:
+        index.setdefault((row["client_id"], row["client_port"], row["correlation_id"]), []).append(row)
+    return index
+
+
+def match_requests(truth: dict, rows: list[Row]) -> tuple[list[tuple[dict, Row]], list[str]]:
+    """Pair every request a client logged with its exchange row; problems for missing, doubled or extra."""
+    client_ids = {r["client_id"] for r in truth["requests"]}
+    candidates = _request_rows(rows, client_ids)
+    problems: list[str] = []
+    pairs: list[tuple[dict, Row]] = []
+    by_port = _index(r for r in candidates)
+    portless_rows: dict[tuple, list[Row]] = {}
+    portless_ids = {r["client_id"] for r in truth["requests"] if r["client_port"] is None}
+    for row in candidates:
+        if row["client_id"] in portless_ids:
+            key = (row["client_id"], row["correlation_id"], row["api_name"], row["api_version"])
+            portless_rows.setdefault(key, []).append(row)
+    for request in truth["requests"]:
+        label = (f"{request['client_id']} {request['api_name']} v{request['api_version']} "
+                 f"corr {request['correlation_id']}")
+        if request["client_port"] is not None:
+            found = by_port.get((request["client_id"], request["client_port"], request["correlation_id"]), [])
+            if len(found) != 1:
+                problems.append(f"{label} port {request['client_port']}: {len(found)} exchanges, expected 1")
+                continue
+            row = found[0]
+            if (row["api_name"], row["api_version"]) != (request["api_name"], request["api_version"]):
+                problems.append(f"{label}: exchange says {row['api_name']} v{row['api_version']}")
+            pairs.append((request, row))
+        else:
+            key = (request["client_id"], request["correlation_id"], request["api_name"], request["api_version"])
+            found = portless_rows.get(key, [])
+            if not found:
+                problems.append(f"{label}: no exchange with this client id, correlation id, api and version")
+                continue
+            pairs.append((request, found.pop(0)))
+    paired = {id(row) for _, row in pairs}
+    extra = [r for r in candidates if id(r) not in paired]
+    if extra:
+        problems.append(f"{len(extra)} exchange(s) from the clients' ids that no client logged as one request, e.g. "
+                        + "; ".join(f"{r['client_id']} {r['api_name']} corr {r['correlation_id']}" for r in extra[:5]))
+    return pairs, problems
+
+
+def check_statuses(truth: dict, pairs: list[tuple[dict, Row]]) -> list[str]:
+    """Answered requests are matched; where kafkacap reports a top-level error code it is the one the client
+    saw; requests owed no response are acks0; deliberately unanswered ones are no_response."""
+    unanswered = {(u["client_id"], u["api_name"]): u["expected_status"] for u in truth["unanswered"]}
+    problems = []
+    for request, row in pairs:
+        label = f"{request['client_id']} {request['api_name']} corr {request['correlation_id']}"
+        expected = unanswered.get((request["client_id"], request["api_name"]))
+        if request["expects_response"] is False or (expected and not request["response_received"]):
+            want = "acks0" if request["expects_response"] is False else expected
+            if row["status"] != want:
+                problems.append(f"{label}: status {row['status']}, expected {want}")
+        elif request["response_received"]:
+            if row["status"] not in ANSWERED:
+                problems.append(f"{label}: the client got a response but the status is {row['status']}")
+            elif None not in (request["response_error_code"], row["error_code"]) \
+                    and row["error_code"] != request["response_error_code"]:
+                problems.append(f"{label}: the client saw error {request['response_error_name']}, kafkacap "
+                                f"{row['error_name']}")
+    return problems
+
+
+def undecoded_error_codes(pairs: list[tuple[dict, Row]]) -> list[str]:
+    """Responses whose top-level error code the client read but kafkacap left empty (for example one that
+    sits after a variable-length field, which a header-level decoder does not reach)."""
+    return sorted({f"{request['api_name']} v{request['api_version']}" for request, row in pairs
+                   if request["response_error_code"] is not None and row.get("error_code") is None})
+
+
+def check_top_level_errors(truth: dict, rows: list[Row]) -> list[str]:
+    """Every deliberate top-level error is an exchange with that client, api and error name."""
+    found = Counter((r.get("client_id"), r.get("api_name"), r.get("error_name")) for r in rows
+                    if r.get("status") == "error")
+    wanted = Counter((e["client_id"], e["api_name"], e["error_name"]) for e in truth["errors"] if e["level"] == "top")
+    return [f"{client_id} {api}: {count} x {error} expected, {found[(client_id, api, error)]} found"
+            for (client_id, api, error), count in wanted.items() if found[(client_id, api, error)] < count]
+
+
+def check_nested_errors(truth: dict, exchanges: list[Row], errors: list[Row]) -> list[str]:
+    """Every deliberate nested (per-topic or per-partition) error is a row of the ``errors`` table, tied to an
+    exchange of the client that received it. The errors table names its exchange either directly (client_id,
+    api_name) or by (capture_file, connection_id, correlation_id)."""
+    by_exchange = {(r["capture_file"], r["connection_id"], r["correlation_id"]): r for r in exchanges
+                   if r.get("status") != "orphan_response"}
+    found: Counter = Counter()
+    for error in errors:
+        exchange = by_exchange.get((error.get("capture_file"), error.get("connection_id"),
+                                    error.get("correlation_id")), {})
+        client_id = error.get("client_id", exchange.get("client_id"))
+        api_name = error.get("api_name", exchange.get("api_name"))
+        found[(client_id, api_name, error.get("error_name"))] += 1
+    wanted = Counter((e["client_id"], e["api_name"], e["error_name"]) for e in truth["errors"]
+                     if e["level"] == "nested")
+    return [f"{client_id} {api}: {count} x nested {error} expected, {found[(client_id, api, error)]} found"
+            for (client_id, api, error), count in wanted.items() if found[(client_id, api, error)] < count]
+
+
+def check_record_counts(truth: dict, rows: list[Row]) -> list[str]:
+    """Produce requests of each producer carry exactly the records it had acknowledged (or sent with acks=0);
+    Fetch responses to each consumer carry at least the records it consumed."""
+    problems = []
+    for topic, entry in truth["topics"].items():
+        producers = set(entry["producers"])
+        produce = [r for r in rows if r.get("client_id") in producers and r.get("api_name") == "Produce"]
+        carried = sum(r.get("record_count") or 0 for r in produce)
+        expected = entry["produced"] + entry["produced_acks0"]
+        if produce and carried != expected:
+            problems.append(f"{topic}: Produce requests carry {carried} records, producers report {expected}")
+        consumers = set(entry["consumers"])
+        fetch = [r for r in rows if r.get("client_id") in consumers and r.get("api_name") == "Fetch"]
+        fetched = sum(r.get("record_count") or 0 for r in fetch)
+        if fetch and fetched < entry["consumed"]:
+            problems.append(f"{topic}: Fetch responses carry {fetched} records, consumers read {entry['consumed']}")
+    return problems
+
+
+def max_in_flight_on_the_wire(rows: list[Row]) -> int:
+    """Most exchanges of one connection whose request had fully arrived while an earlier one was unanswered,
+    from kafkacap's own timestamps."""
+    best = 0
+    by_connection: dict[Any, list[Row]] = {}
+    for row in rows:
+        if row.get("status") in ANSWERED and row.get("request_last_ts") and row.get("response_last_ts"):
+            by_connection.setdefault((row["capture_file"], row["connection_id"]), []).append(row)
+    for exchanges in by_connection.values():
+        exchanges.sort(key=lambda r: r["request_last_ts"])
+        for i, row in enumerate(exchanges):
+            pending = 1 + sum(1 for earlier in exchanges[:i] if earlier["response_last_ts"] > row["request_last_ts"])
+            best = max(best, pending)
+    return best
+
+
+def check_expectations(truth: dict, rows: list[Row]) -> list[str]:
+    problems = []
+    if truth.get("expectations", {}).get("pipelined") and max_in_flight_on_the_wire(rows) < 2:
+        problems.append("the scenario pipelines requests, but no connection shows two in flight")
+    minimum = truth.get("expectations", {}).get("min_produce_request_bytes")
+    if minimum:
+        sizes = [r.get("request_size") or 0 for r in rows if r.get("api_name") == "Produce"]
+        if not sizes or max(sizes) < minimum:
+            problems.append(f"largest Produce request is {max(sizes, default=0)} bytes, expected >= {minimum}")
+    return problems
+
+
+def kafkacap_command() -> list[str]:
+    """The kafkacap CLI of the running interpreter: the installed script, or the module."""
+    script = Path(sys.executable).with_name("kafkacap")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "analyzer.cli"]
+
+
+def export_tables(captures: list[Path], out_dir: Path, ports: Iterable[int]) -> dict[str, list[Row]]:
+    """Run ``kafkacap export`` on the captures; every table it wrote, by name (``exchanges``, ...)."""
+    import pyarrow.parquet as pq
+
+    command = [*kafkacap_command(), "export", *map(str, captures), "-o", str(out_dir), "--no-progress"]
+    for port in sorted(set(ports)):
+        command += ["--port", str(port)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"kafkacap export failed ({result.returncode}): {result.stderr[-2000:]}")
+    return {path.stem: pq.read_table(path).to_pylist() for path in sorted(Path(out_dir).glob("*.parquet"))}
