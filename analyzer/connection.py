@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import struct
 
 from analyzer.exchanges import ExchangeMatcher
 from analyzer.tcp import HalfStream
@@ -17,6 +18,11 @@ from dissectors.kafka.headers import looks_like_request
 _REQUEST_CANDIDATE = re.compile(rb"\x00[\x00-\xff]{3}\x00[\x00-\x7f]\x00[\x00-\x3f]", re.DOTALL)
 
 
+_INT32 = struct.Struct(">i")
+_INT16 = struct.Struct(">h")
+CORRELATION_WINDOW = 1 << 20  # how far past the last seen correlation id a client may have gone
+
+
 def find_request(buf, start: int, end: int) -> int:
     m = _REQUEST_CANDIDATE.search(buf, start, end)
     return m.start() if m else -1
@@ -24,6 +30,43 @@ def find_request(buf, start: int, end: int) -> int:
 
 def request_plausible(buf, off: int, end: int, size: int, fresh: bool) -> bool:
     return looks_like_request(buf, off, end, size)
+
+
+class RequestResync:
+    """Finder and validator for a connection's request stream, sharper once requests have been seen.
+
+    A client keeps its client_id and counts its correlation ids up; so after a loss the next request
+    carries the same client_id bytes (a selective anchor for a C-speed search) and an id a little above
+    the last one. Request-shaped bytes inside record data rarely pass both.
+    """
+
+    __slots__ = ("matcher",)
+
+    def __init__(self, matcher: ExchangeMatcher) -> None:
+        self.matcher = matcher
+
+    def find(self, buf, start: int, end: int) -> int:
+        anchor = self.matcher.client_id_bytes
+        if anchor:
+            data = buf if isinstance(buf, bytes) else bytes(buf)
+            at = data.find(_INT16.pack(len(anchor)) + anchor, start + 12, end)
+            return at - 12 if at >= 0 else -1
+        return find_request(buf, start, end)
+
+    def validate(self, buf, off: int, end: int, size: int, fresh: bool) -> bool:
+        if not looks_like_request(buf, off, end, size):
+            return False
+        m = self.matcher
+        if m.last_request_corr is None:
+            return True
+        corr = _INT32.unpack_from(buf, off + 4)[0]
+        if not 0 <= (corr - m.last_request_corr) & 0xFFFFFFFF < CORRELATION_WINDOW:
+            return False
+        anchor = m.client_id_bytes
+        if anchor is not None:
+            length = _INT16.unpack_from(buf, off + 8)[0]
+            return length == len(anchor) and buf[off + 10:off + 10 + length] == anchor
+        return True
 
 
 def endpoint_text(raw: bytes) -> str:
@@ -61,7 +104,8 @@ class Connection:
         self.first_ts = ts
         self.matcher = m = ExchangeMatcher(
             rows, (conn_id, self.client_ip, self.client_port, self.broker_ip, self.broker_port))
-        self.requests = FrameSplitter(m.request, request_plausible, find_request, keep, max_frame)
+        resync = RequestResync(m)
+        self.requests = FrameSplitter(m.request, resync.validate, resync.find, keep, max_frame)
         self.responses = FrameSplitter(m.response, m.response_plausible, m.find_response, keep, max_frame)
         self.to_broker = b = HalfStream(self.requests)
         self.to_client = c = HalfStream(self.responses)

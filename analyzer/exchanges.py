@@ -25,6 +25,7 @@ from dissectors.kafka.headers import (
 
 _INT32 = struct.Struct(">i")
 _unpack_int32 = _INT32.unpack_from
+_unpack_int16 = struct.Struct(">h").unpack_from
 
 MAX_IN_FLIGHT = 10_000  # beyond any client's in-flight limit; protects memory from acks=0 floods
 
@@ -43,7 +44,7 @@ class ExchangeMatcher:
     """Pairs the requests and responses of one connection and appends finished rows to ``rows``."""
 
     __slots__ = ("rows", "conn_fields", "pending", "requests", "responses", "orphans", "malformed",
-                 "unanswered", "client_ids", "last_ts")
+                 "unanswered", "client_ids", "last_request_corr", "client_id_bytes")
 
     def __init__(self, rows: list[tuple], conn_fields: tuple) -> None:
         self.rows = rows
@@ -56,7 +57,10 @@ class ExchangeMatcher:
         self.malformed = 0
         self.unanswered = 0
         self.client_ids: set[str] = set()
-        self.last_ts = 0
+        # What the request framer's resynchronisation leans on: the last correlation id and the raw
+        # client_id of the last well-formed request (None: not seen yet, or a null client_id).
+        self.last_request_corr: int | None = None
+        self.client_id_bytes: bytes | None = None
 
     # -- frames ------------------------------------------------------------------------------------
 
@@ -82,6 +86,11 @@ class ExchangeMatcher:
                 pass
         if client_id is not None and client_id not in self.client_ids and len(self.client_ids) < 16:
             self.client_ids.add(client_id)
+        self.last_request_corr = corr
+        if client_id is not None and end >= 12:
+            n = _unpack_int16(head, 12)[0]
+            if n >= 0 and 14 + n <= end:
+                self.client_id_bytes = bytes(head[14:14 + n])
         pending = self.pending
         pending.append((corr, key, ver, client_id, first_ts, first_no, last_ts, last_no, size + 4, acks0,
                         note))
@@ -91,7 +100,6 @@ class ExchangeMatcher:
     def response(self, first_ts: int, first_no: int, last_ts: int, last_no: int, size: int, head,
                  lossy: bool) -> None:
         self.responses += 1
-        self.last_ts = last_ts
         corr = _unpack_int32(head, 4)[0]
         pending = self.pending
         if pending and pending[0][_CORR] == corr:

@@ -101,6 +101,13 @@ class FlowTable:
             if flags & 0x07:  # SYN, FIN, RST
                 slow(h, pkt)
                 continue
+            # The ACK first: it tells what the sender had received before it sent this packet's data, so
+            # a loss it reveals (say, of a request) is settled before this data (its response) is read.
+            p = h.peer
+            if ack != p.next_seq and flags & 0x10:
+                pn = p.next_seq
+                if pn >= 0 and ((ack - pn) & 0xFFFFFFFF) < 0x80000000:
+                    p.peer_ack(ts, ack)
             if seg_len:
                 if h.next_seq == seq and not h.ooo and len(payload) == seg_len:
                     # The in-order fast path of HalfStream.segment, inlined; bytes inside a frame body
@@ -115,11 +122,6 @@ class FlowTable:
                         s.data(ts, no, payload)
                 else:
                     h.segment(ts, no, seq, payload, seg_len)
-            p = h.peer
-            if ack != p.next_seq and flags & 0x10:
-                pn = p.next_seq
-                if pn >= 0 and ((ack - pn) & 0xFFFFFFFF) < 0x80000000:
-                    p.peer_ack(ts, ack)
         self.now = ts
         self.last_frame = no
 
@@ -191,12 +193,10 @@ class FlowTable:
                 elif conn.syn_ts < 0:
                     conn.syn_ts = ts
             seq = (seq + 1) & MASK32
-            if seg_len:
-                h.segment(ts, no, seq, payload, seg_len)
-        elif seg_len:
-            h.segment(ts, no, seq, payload, seg_len)
         if flags & ACK:
             h.peer.peer_ack(ts, ack)
+        if seg_len:
+            h.segment(ts, no, seq, payload, seg_len)
         if flags & FIN:
             h.fin()
             if h.peer.fin_seen:

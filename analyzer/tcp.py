@@ -149,7 +149,7 @@ class HalfStream:
                 d = lowest
         self._lose(ts_ns, d)
         if self.ooo:
-            self._drain(ts_ns)
+            self._drain(None)
 
     @property
     def wire_bytes(self) -> int:
@@ -184,15 +184,19 @@ class HalfStream:
         self.gaps += 1
         self.sink.gap(ts_ns, nbytes)
 
-    def _drain(self, ts_ns: int) -> None:
-        """Deliver buffered segments that have become contiguous (or overlap the delivered edge)."""
+    def _drain(self, ts_ns: int | None) -> None:
+        """Deliver buffered segments that have become contiguous (or overlap the delivered edge).
+
+        ``ts_ns`` is the time of the packet that filled the hole (the bytes became readable then); None
+        when the hole was declared lost, so each segment keeps its own capture time.
+        """
         ooo = self.ooo
         while ooo:
             edge = self.payload_bytes + self.gap_bytes
             seg = ooo.pop(edge, None)
             if seg is not None:
                 self.ooo_bytes -= seg[3]
-                self._deliver(ts_ns, seg[1], seg[2], seg[3])
+                self._deliver(seg[0] if ts_ns is None else ts_ns, seg[1], seg[2], seg[3])
                 continue
             # Overlapping leftovers: anything starting at or before the edge.
             lowest = min(ooo)
@@ -207,7 +211,8 @@ class HalfStream:
                 continue
             self.retransmitted_bytes += cut
             payload = seg[2]
-            self._deliver(ts_ns, seg[1], payload[cut:] if cut < len(payload) else payload[:0], seg[3] - cut)
+            self._deliver(seg[0] if ts_ns is None else ts_ns, seg[1],
+                          payload[cut:] if cut < len(payload) else payload[:0], seg[3] - cut)
 
     def _skip_to_buffered(self, ts_ns: int) -> None:
         """Give up on the hole before the lowest buffered segment and resume from there."""
@@ -215,4 +220,4 @@ class HalfStream:
         lowest = min(self.ooo)
         if lowest > edge:
             self._lose(ts_ns, lowest - edge)
-        self._drain(ts_ns)
+        self._drain(None)

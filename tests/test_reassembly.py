@@ -7,6 +7,7 @@ which answered, where packets were dropped, reordered or repeated); the pipeline
 from __future__ import annotations
 
 import random
+import struct
 
 import pytest
 
@@ -30,7 +31,10 @@ def by_corr(rows):
 
 
 def ts_of(pkt) -> int:
-    return round(float(pkt.time) * 1e6)
+    """Capture time in µs exactly as scapy's pcap writer stores it."""
+    t = pkt.time
+    sec = int(t)
+    return sec * 1_000_000 + int(round((t - sec) * 1_000_000))
 
 
 def us(value) -> int:
@@ -348,3 +352,53 @@ def test_snaplen_truncated_capture_still_yields_every_exchange(tmp_path):
     assert all(r["status"] == "ok" for r in ex)  # Produce errors are nested, not top-level (next issue)
     assert [got[100 + i]["throttle_time_ms"] for i in range(4)] == [0, 1, 2, 3]
     assert conns[0]["resyncs"] == 0 and conns[0]["gap_bytes"] > 0
+
+
+def test_lost_request_revealed_by_the_ack_on_its_response(tmp_path):
+    """The broker's packet ACKs past a lost request and carries its response and the next one together."""
+    c = craft.Conversation()
+    c.handshake()
+    lost = c.send(True, craft.heartbeat_request(1), ack=False)
+    c.send(True, craft.heartbeat_request(2), ack=False)
+    both = craft.heartbeat_response(1) + craft.heartbeat_response(2)
+    c.send(False, both, [len(both)])
+    packets = [p for p in c.packets if p is not lost[0]]
+    ex, _, _ = analyze(tmp_path, packets)
+    got = {(r["correlation_id"], r["status"]) for r in ex}
+    assert got == {(1, "orphan_response"), (2, "ok")}
+
+
+def test_times_after_a_loss_are_the_capture_times_of_the_bytes(tmp_path):
+    """Segments held behind a hole keep their own capture time once the hole is declared lost."""
+    c = craft.Conversation(step=0.001)
+    c.handshake()
+    segs = c.send(True, craft.produce_request_v3(1, acks=1, payload_size=6000), ack=False)
+    c.t += 0.5  # the broker ACKs (revealing the loss) only much later
+    c.ack(False)
+    resp = c.send(False, craft.produce_response_v3(1))
+    packets = [p for p in c.packets if p is not segs[1]]
+    ex, _, _ = analyze(tmp_path, packets)
+    (row,) = ex
+    assert us(row["request_last_ts"]) == ts_of(segs[-1])
+    assert row["latency_ms"] == pytest.approx((ts_of(resp[-1]) - ts_of(segs[-1])) / 1000, abs=1e-3)
+
+
+def test_resync_is_not_fooled_by_frame_shaped_bytes_in_record_data(tmp_path):
+    """Record data holding a request-shaped and a response-shaped byte run right after a loss."""
+    fake_request = craft.heartbeat_request(7, client_id="someone-else")
+    fake_response = craft.heartbeat_response(3)[:12]  # size 10, then a correlation id we wait for
+    records = (b"\x00" * 50 + fake_request + b"\x11" * 50) * 3
+    body = (craft.kstring(None) + struct.pack(">hi", 1, 30000) + struct.pack(">i", 1) + craft.kstring("t")
+            + struct.pack(">ii", 1, 0) + struct.pack(">i", len(records)) + records)
+    c = craft.Conversation()
+    c.handshake()
+    first = c.send(True, craft.request(0, 3, 2, "test-client", body), [40, 60] + [1448] * 4)
+    c.send(True, craft.heartbeat_request(3))
+    fetch = craft.fetch_response_v11(2, payload_size=300)
+    fetch = fetch[:-300] + (b"\x22" * 100 + fake_response + b"\x33" * 188)
+    resp = c.send(False, fetch + craft.heartbeat_response(3), [30, 1448])
+    packets = [p for p in c.packets if p is not first[1] and p is not resp[0]]
+    ex, conns, _ = analyze(tmp_path, packets)
+    got = {(r["correlation_id"], r["status"]) for r in ex}
+    assert (3, "ok") in got
+    assert not any(r["correlation_id"] == 7 for r in ex)

@@ -31,6 +31,7 @@ DEFAULT_KEEP = 4096
 DEFAULT_MAX_FRAME = 128 * 1024 * 1024  # above Kafka's socket.request.max.bytes (100 MiB)
 MIN_FRAME = 4  # a response header alone is a correlation id
 SCAN_WINDOW = 512  # bytes a resync candidate needs in view before the validator judges it
+CHAIN_VIEW = 64  # bytes of the following frame needed to check it too
 
 Buffer = bytes | bytearray | memoryview
 
@@ -265,6 +266,22 @@ class FrameSplitter:
             self.mode = BODY
             return
 
+    def _chain_holds(self, buf: Buffer, end: int, n: int) -> bool:
+        """A resync candidate is believed only if what follows it, when in view, starts a frame too.
+
+        Frame-shaped bytes turn up inside record data by chance; two in a row almost never do. When too
+        little follows to judge (the candidate runs past the chunk or ends near it), it is taken as is.
+        """
+        left = n - end
+        if left < 8:
+            return True
+        size = _unpack_size(buf, end)[0]
+        if not MIN_FRAME <= size <= self.max_frame:
+            return False
+        if left < CHAIN_VIEW and left < size + 4:
+            return True
+        return self.validate(buf, end + 4, min(n, end + 4 + size), size, False)
+
     def _lose_sync(self) -> None:
         if self.mode != SCAN:
             self.resyncs += 1
@@ -297,7 +314,8 @@ class FrameSplitter:
                 if avail < need:
                     break  # judge it when more bytes are here
                 # Never tentative here: a plausible-looking spot inside a frame body must not be taken.
-                if validate(buf, cand + 4, cand + min(size + 4, self.keep, avail), size, False):
+                if validate(buf, cand + 4, cand + min(size + 4, self.keep, avail), size, False) and \
+                        self._chain_holds(buf, cand + 4 + size, n):
                     self.skipped_bytes += cand - start + skipped
                     self.mode = BOUNDARY
                     self._frames(ts, no, buf, cand, origin, first_ts, first_no)
