@@ -16,6 +16,7 @@ import shutil
 import struct
 import sys
 import time
+from collections import deque
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -105,10 +106,8 @@ def measure(path: Path, repeat: int) -> tuple[float, float, int, int]:
     for _ in range(repeat):
         wall, cpu = time.perf_counter(), time.process_time()
         with open_capture(path) as capture:
-            count = 0
-            for _packet in capture.packets():
-                count += 1
-            size = capture.stats.file_bytes
+            deque(capture.packets(), maxlen=0)  # consume at C speed: this times the reader alone
+            count, size = capture.stats.tcp_packets, capture.stats.file_bytes
         best_wall = min(best_wall, time.perf_counter() - wall)
         best_cpu = min(best_cpu, time.process_time() - cpu)
     return best_wall, best_cpu, count, size

@@ -1,0 +1,260 @@
+"""The pcapng format: typed blocks; sections (SHB) with their own byte order and interfaces (IDB).
+
+Packets come in Enhanced Packet Blocks (EPB), which the loop decodes inline, and in the rarer Simple
+Packet Blocks (SPB, interface 0, no timestamp) and obsolete Packet Blocks (PB). Every other block type is
+skipped. Each interface has its own link type and timestamp resolution (if_tsresol, if_tsoffset).
+Like the pcap loop, it walks one buffer and asks the source to refill when a block does not fit.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, NamedTuple
+
+from analyzer._linklayer import (
+    IPV4_TCP_HEADERS_LEN,
+    NO_PAYLOAD,
+    REASONS,
+    Buffer,
+    Decoder,
+    Unpack,
+    decoder,
+    fast_path,
+    store_counts,
+)
+from analyzer._pcap import BufferSource, Packet
+
+if TYPE_CHECKING:
+    from analyzer.capture import CaptureStats
+
+SHB, IDB, PB, SPB, EPB = 0x0A0D0D0A, 1, 2, 3, 6
+BYTE_ORDER_MAGIC = 0x1A2B3C4D
+SHB_MIN_LEN = 28
+EPB_HEADER_LEN = 28  # block type, length, interface, timestamp (2), captured and original lengths
+EPB_HEAD = "IIIIII4x"
+MAX_BLOCK_LEN = 128 << 20  # far above any real block; a bigger length means a corrupt file
+OPT_END, OPT_TSRESOL, OPT_TSOFFSET = 0, 9, 14
+DEFAULT_TSRESOL = 6  # microseconds
+
+
+
+class Interface(NamedTuple):
+    """What the loop needs from an IDB; ns = units * multiplier // divisor + offset_ns."""
+
+    linktype: int
+    decode: Decoder  # everything the fast path does not take
+    multiplier: int
+    divisor: int
+    offset_ns: int
+    snaplen: int
+    ip_at: int  # the link type's fast path (see _linklayer.fast_path)
+    frame_fields: Unpack | None
+    want: int | bytes
+    min_len: int
+
+
+def section_byte_order(head: Buffer, pos: int = 0) -> str:
+    """Byte order of the section header block at buf[pos]; ValueError when it is not a usable one."""
+    if len(head) - pos < 12:
+        raise ValueError(f"pcapng section header cut short ({len(head) - pos} bytes)")
+    for order in "<>":
+        magic, = struct.unpack_from(order + "I", head, pos + 8)
+        if magic == BYTE_ORDER_MAGIC:
+            length, = struct.unpack_from(order + "I", head, pos + 4)
+            if length < SHB_MIN_LEN or length % 4:
+                raise ValueError(f"pcapng section header has a bad length ({length})")
+            if len(head) - pos >= 14:
+                major, = struct.unpack_from(order + "H", head, pos + 12)
+                if major != 1:
+                    raise ValueError(f"unsupported pcapng version {major}")
+            return order
+    raise ValueError("pcapng section header without a byte-order magic")
+
+
+def timestamp_scale(tsresol: int) -> tuple[int, int]:
+    """(multiplier, divisor) turning timestamp units into nanoseconds for an if_tsresol value."""
+    exponent = tsresol & 0x7F
+    if tsresol & 0x80:  # units of 2**-exponent seconds
+        return 1_000_000_000, 1 << exponent
+    if exponent <= 9:
+        return 10 ** (9 - exponent), 1
+    return 1, 10 ** (exponent - 9)
+
+
+def parse_interface(order: str, buf: Buffer, pos: int, block_end: int) -> Interface:
+    """An IDB: link type, snaplen and the timestamp options; other options are ignored."""
+    linktype, _reserved, snaplen = struct.unpack_from(order + "HHI", buf, pos + 8)
+    tsresol, tsoffset = DEFAULT_TSRESOL, 0
+    option = struct.Struct(order + "HH").unpack_from
+    at, options_end = pos + 16, block_end - 4
+    while at + 4 <= options_end:
+        code, length = option(buf, at)
+        value = at + 4
+        if code == OPT_END or value + length > options_end:
+            break
+        if code == OPT_TSRESOL and length >= 1:
+            tsresol = buf[value]
+        elif code == OPT_TSOFFSET and length >= 8:
+            tsoffset, = struct.unpack_from(order + "q", buf, value)
+        at = value + ((length + 3) & ~3)
+    multiplier, divisor = timestamp_scale(tsresol)
+    fast = fast_path(linktype, EPB_HEADER_LEN) or (0, None, b"", 1 << 62)
+    offset_ns = tsoffset * 1_000_000_000
+    return Interface(linktype, decoder(linktype), multiplier, divisor, offset_ns, snaplen, *fast)
+
+
+def pcapng_packets(source: BufferSource, buf: Buffer, pos: int,
+                   stats: CaptureStats) -> Iterator[Packet]:
+    """Yield (frame_no, ts_ns, key, seq, ack, flags, payload, seg_len) for each TCP packet from `pos`,
+    which must be the start of a section header block."""
+    headers_len = IPV4_TCP_HEADERS_LEN
+    no_payload = NO_PAYLOAD
+    view = memoryview(buf)
+    end = len(buf)
+    frame = 0
+    counts = [0] * REASONS
+    ts = first_ts = None
+    interfaces: list[Interface] = []
+    current = -1  # the interface whose fields are in the locals below
+    multiplier = divisor = offset_ns = ip_at = min_len = 0
+    frame_fields = want = decode = None
+    # Timestamps: the high 32 bits change rarely, so their nanoseconds are cached (when divisor is 1).
+    high = high_ns = -1
+    exact = True
+    block_len = caplen = 0
+    epb_len = EPB_HEADER_LEN
+    order = section_byte_order(buf, pos)
+    epb_head = struct.Struct(order + EPB_HEAD).unpack_from
+    u32 = struct.Struct(order + "I").unpack_from
+    try:
+        while True:
+            try:
+                block_type, block_len, if_id, ts_high, ts_low, caplen = epb_head(buf, pos)
+            except struct.error:  # fewer than 28 bytes left in this buffer
+                block_type = -1
+            nxt = pos + block_len
+            data_end = pos + caplen + epb_len
+            if block_type == EPB and nxt <= end and data_end < nxt:
+                if if_id != current:
+                    if if_id >= len(interfaces):
+                        stats.damage = source.damage(f"packet for undeclared interface {if_id}", pos)
+                        break
+                    current, high = if_id, -1
+                    _, decode, multiplier, divisor, offset_ns, _, ip_at, frame_fields, want, min_len = \
+                        interfaces[if_id]
+                    exact = divisor == 1
+                    if first_ts is None:
+                        first_ts = (ts_high << 32 | ts_low) * multiplier // divisor + offset_ns
+                frame += 1
+                if exact:
+                    if ts_high != high:
+                        high = ts_high
+                        high_ns = (ts_high << 32) * multiplier + offset_ns
+                    ts = high_ns + ts_low * multiplier
+                else:
+                    ts = (ts_high << 32 | ts_low) * multiplier // divisor + offset_ns
+                if caplen >= min_len:
+                    link_proto, ver_ihl, ip_len, fragment, proto, key, seq, ack, offset, flags = \
+                        frame_fields(buf, pos)
+                    if link_proto == want and ver_ihl == 0x45 and proto == 6 and not fragment & 0x3FFF:
+                        headers = headers_len[offset]
+                        seg_len = ip_len - headers  # negative: bad TCP offset, or no IP length (TSO)
+                        if seg_len > 0:
+                            ip = pos + ip_at
+                            stop = ip + ip_len
+                            if stop > data_end:
+                                stop = data_end
+                            pos = nxt
+                            yield frame, ts, key, seq, ack, flags, view[ip + headers:stop], seg_len
+                            continue
+                        if seg_len == 0:  # ACK, SYN, FIN...: one shared empty view instead of a new one
+                            pos = nxt
+                            yield frame, ts, key, seq, ack, flags, no_payload, 0
+                            continue
+                data = pos + epb_len
+                pos = nxt
+                decoded = decode(buf, data, data_end)
+                if decoded.__class__ is int:
+                    counts[decoded] += 1
+                else:
+                    key, seq, ack, flags, start, stop, seg_len = decoded
+                    yield frame, ts, key, seq, ack, flags, view[start:stop], seg_len
+                continue
+
+            # Everything but a complete EPB: other blocks, blocks crossing the buffer end, damage.
+            need = 12
+            if pos + need <= end:
+                block_type = u32(buf, pos)[0]
+                if block_type == SHB:
+                    try:
+                        order = section_byte_order(buf, pos)
+                    except ValueError as exc:
+                        stats.damage = source.damage(str(exc), pos)
+                        break
+                    epb_head = struct.Struct(order + EPB_HEAD).unpack_from
+                    u32 = struct.Struct(order + "I").unpack_from
+                block_len = u32(buf, pos + 4)[0]
+                if block_len < 12 or block_len % 4 or block_len > MAX_BLOCK_LEN:
+                    stats.damage = source.damage(f"corrupt block length {block_len}", pos)
+                    break
+                need = block_len
+            if pos + need > end:
+                more = source.refill(buf, pos, need)
+                if more is None:
+                    stats.damage = source.damage("truncated block", pos) if pos < end else source.error
+                    break
+                buf, pos, end = more, 0, len(more)
+                view = memoryview(buf)
+                continue
+
+            nxt = pos + block_len
+            if block_type == SHB:
+                interfaces, current = [], -1
+            elif block_type == IDB:
+                if block_len < 20:
+                    stats.damage = source.damage("corrupt interface description block", pos)
+                    break
+                interface = parse_interface(order, buf, pos, nxt)
+                interfaces.append(interface)
+                if interface.linktype not in stats.link_types:
+                    stats.link_types.append(interface.linktype)
+            elif block_type in (EPB, PB, SPB):
+                if block_type == SPB:
+                    if_id, stamp = 0, None
+                    original_len = u32(buf, pos + 8)[0]
+                    data, caplen = pos + 12, min(original_len, block_len - 16)
+                else:
+                    if block_type == EPB:
+                        if_id, ts_high, ts_low, caplen = struct.unpack_from(order + "IIII", buf, pos + 8)
+                    else:
+                        if_id, _, ts_high, ts_low, caplen = struct.unpack_from(order + "HHIII", buf, pos + 8)
+                    stamp = ts_high << 32 | ts_low
+                    data = pos + 28
+                    if block_len < 32 or caplen > block_len - 32:
+                        stats.damage = source.damage("corrupt packet block", pos)
+                        break
+                if if_id >= len(interfaces):
+                    stats.damage = source.damage(f"packet for undeclared interface {if_id}", pos)
+                    break
+                interface = interfaces[if_id]
+                if block_type == SPB and interface.snaplen:
+                    caplen = min(caplen, interface.snaplen)
+                frame += 1
+                if stamp is not None:
+                    ts = stamp * interface.multiplier // interface.divisor + interface.offset_ns
+                    if first_ts is None:
+                        first_ts = ts
+                packet_ts = 0 if ts is None else ts  # an SPB has no timestamp: reuse the previous one
+                decoded = interface.decode(buf, data, data + caplen)
+                if decoded.__class__ is int:
+                    counts[decoded] += 1
+                else:
+                    key, seq, ack, flags, start, stop, seg_len = decoded
+                    pos = nxt
+                    yield frame, packet_ts, key, seq, ack, flags, view[start:stop], seg_len
+                    continue
+            pos = nxt
+    finally:
+        store_counts(stats, frame, counts)
+        stats.first_ts_ns, stats.last_ts_ns = first_ts, ts

@@ -1,0 +1,434 @@
+"""Read capture files (pcap, pcapng; plain or compressed) and yield the TCP packets in them.
+
+This is the hot path of the whole tool, so packets are plain tuples and payloads are zero-copy memoryviews:
+
+    with open_capture("kafka.pcap.gz") as capture:
+        for frame_no, ts_ns, key, seq, ack, flags, payload, seg_len in capture.packets():
+            ...
+        print(capture.stats)
+
+`key` is source address + destination address + source port + destination port as raw network-order
+bytes (12 bytes for IPv4, 36 for IPv6). `payload` holds the captured TCP payload; `seg_len` is the payload
+length the IP header declares, larger than len(payload) when the capture truncated the packet.
+
+Plain files are memory-mapped and parsed in place. Compressed files (detected by magic bytes: gzip, bzip2,
+xz, and zstd when the `zstandard` package is installed) are decompressed in chunks by a read-ahead thread,
+so memory stays flat and decompression overlaps parsing (the decompressors release the GIL). Both feed the
+same record loops (`_pcap`, `_pcapng`), which decode the link, IP and TCP headers (`_linklayer`).
+"""
+
+from __future__ import annotations
+
+import bz2
+import lzma
+import mmap
+import os
+import queue
+import threading
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from analyzer import _pcap, _pcapng
+from analyzer._linklayer import Buffer
+
+__all__ = ["Capture", "CaptureError", "CaptureStats", "open_capture"]
+
+CHUNK_SIZE = 8 << 20  # decompressed bytes per read-ahead chunk
+COMPRESSED_BLOCK = 4 << 20  # compressed bytes per read: fewer GIL round trips for the read-ahead thread
+FIRST_READ_MIN = 64  # enough for any file header, whatever CHUNK_SIZE is
+READ_AHEAD_CHUNKS = 2  # chunks waiting in the queue (memory stays near 4 chunks); 0: no read-ahead thread
+GZIP_MAGIC = b"\x1f\x8b"
+PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
+COMPRESSION_MAGICS = (
+    (GZIP_MAGIC, "gzip"),
+    (b"BZh", "bzip2"),
+    (b"\xfd7zXZ\x00", "xz"),
+    (b"\x28\xb5\x2f\xfd", "zstd"),
+)
+
+Packet = _pcap.Packet
+
+
+class CaptureError(Exception):
+    """The file cannot be read as a capture at all (missing, unreadable, empty, not pcap/pcapng,
+    unsupported). The message is meant for the user and names the file."""
+
+
+@dataclass(slots=True)
+class CaptureStats:
+    """What reading one file found. Counters are complete once the packet iterator is exhausted."""
+
+    path: str
+    format: str = ""  # "pcap" | "pcapng"
+    compression: str | None = None  # None | "gzip" | "bzip2" | "xz" | "zstd"
+    file_bytes: int = 0  # size of the file on disk
+    link_types: list[int] = field(default_factory=list)  # distinct link types (DLTs) declared
+    packets: int = 0  # packet records read
+    tcp_packets: int = 0  # yielded
+    non_ip: int = 0  # ARP, LLDP, ... (neither IPv4 nor IPv6)
+    non_tcp: int = 0  # UDP, ICMP, ...
+    ip_fragments: int = 0  # IPv4/IPv6 fragments, first or not (not reassembled)
+    unsupported_link: int = 0  # packets on link types that cannot be decoded
+    short_headers: int = 0  # captured too short for the IP/TCP headers, or malformed headers
+    first_ts_ns: int | None = None
+    last_ts_ns: int | None = None
+    damage: str | None = None  # first damage found; reading stopped there, everything before was kept
+
+
+class Capture:
+    """One opened capture file. `packets()` may be called once; `close()` (or `with`) releases the file."""
+
+    def __init__(self, stats: CaptureStats, source: _MappedSource | _StreamSource,
+                 header: _pcap.PcapHeader | None):
+        self.stats = stats
+        self._source = source
+        self._header = header
+        self._iterator: Iterator[Packet] | None = None
+
+    def packets(self) -> Iterator[Packet]:
+        """Iterate (frame_no, ts_ns, key, seq, ack, flags, payload, seg_len) for every TCP packet."""
+        if self._iterator is not None:
+            raise RuntimeError("Capture.packets() can be called only once")
+        buf, pos = self._source.start()
+        if self._header is not None:
+            self._iterator = _pcap.pcap_packets(
+                self._source, buf, pos + _pcap.GLOBAL_HEADER_LEN, self._header, self.stats)
+        else:
+            self._iterator = _pcapng.pcapng_packets(self._source, buf, pos, self.stats)
+        return self._iterator
+
+    def close(self) -> None:
+        if self._iterator is not None:
+            self._iterator.close()  # type: ignore[attr-defined]  # a generator: settles the stats
+        self._source.close()
+
+    def __enter__(self) -> Capture:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def open_capture(path: str | os.PathLike) -> Capture:
+    """Open a capture file and read its file header; raise CaptureError when it is not a usable capture."""
+    name = os.fspath(path)
+    try:
+        file = open(name, "rb")  # owned by the returned Capture
+    except OSError as exc:
+        raise CaptureError(f"{name}: cannot open ({exc.strerror or exc})") from None
+    try:
+        return _open(name, file)
+    except BaseException:
+        file.close()
+        raise
+
+
+def _open(name: str, file: BinaryIO) -> Capture:
+    try:
+        size = os.fstat(file.fileno()).st_size
+        head = file.peek(16)[:16]  # type: ignore[attr-defined]
+    except OSError as exc:
+        raise CaptureError(f"{name}: cannot read ({exc.strerror or exc})") from None
+    if not head:
+        raise CaptureError(f"{name}: empty file")
+    stats = CaptureStats(path=name, file_bytes=size)
+    compression = next((kind for magic, kind in COMPRESSION_MAGICS if head.startswith(magic)), None)
+    source: _MappedSource | _StreamSource
+    if compression is None:
+        _check_capture_magic(name, head, "")
+        source = _mapped_or_streamed(name, file)
+    else:
+        stats.compression = compression
+        source = _StreamSource(name, _decompressed_chunks(name, file, compression), file, compression)
+    try:
+        first = source.peek()
+        if compression is not None:
+            _check_capture_magic(name, first[:16], f" inside the {compression} data")
+        if first[:4] == PCAPNG_MAGIC:
+            stats.format, header = "pcapng", None
+            _pcapng.section_byte_order(first)
+        else:
+            stats.format, header = "pcap", _pcap.parse_header(first)
+            stats.link_types.append(header.linktype)
+    except ValueError as exc:
+        source.close()
+        raise CaptureError(f"{name}: {exc}") from None
+    except BaseException:
+        source.close()
+        raise
+    return Capture(stats, source, header)
+
+
+def _check_capture_magic(name: str, head: Buffer, where: str) -> None:
+    magic = bytes(head[:4])
+    if magic == PCAPNG_MAGIC or magic in _pcap.MAGICS or magic in _pcap.MODIFIED_MAGICS:
+        return
+    if not magic:
+        raise CaptureError(f"{name}: no data{where}")
+    raise CaptureError(f"{name}: not a pcap or pcapng file{where} (starts with {magic!r})")
+
+
+def _mapped_or_streamed(name: str, file: BinaryIO) -> _MappedSource | _StreamSource:
+    """Map regular files; pipes and other unmappable files are read as a stream."""
+    try:
+        return _MappedSource(file)
+    except (OSError, ValueError, OverflowError):
+        return _StreamSource(name, _file_chunks(file, CHUNK_SIZE), file, None)
+
+
+def _decompressed_chunks(name: str, file: BinaryIO, compression: str) -> Iterator[bytes]:
+    if compression == "gzip":
+        return _gzip_chunks(file, CHUNK_SIZE)
+    if compression == "bzip2":
+        return _file_chunks(bz2.BZ2File(file, mode="rb"), CHUNK_SIZE)
+    if compression == "xz":
+        return _file_chunks(lzma.LZMAFile(file, mode="rb"), CHUNK_SIZE)
+    try:
+        import zstandard
+    except ImportError:
+        raise CaptureError(f"{name}: zstd-compressed; install the 'zstandard' package to read it") from None
+    reader = zstandard.ZstdDecompressor().stream_reader(file, read_across_frames=True, closefd=False)
+    return _file_chunks(reader, CHUNK_SIZE)
+
+
+def _gzip_chunks(raw: BinaryIO, size: int) -> Iterator[bytes]:
+    """Decompressed gzip data in chunks of `size` bytes (the last one shorter).
+
+    zlib directly rather than the gzip module: a third faster, and on damage (EOFError when the data is
+    cut short, zlib.error when it is corrupt) everything decompressed before it is yielded first.
+    Concatenated members are followed; bytes after the last member that do not start another are ignored.
+    """
+    inflater = zlib.decompressobj(wbits=31)  # gzip wrapper, CRC and length checked at each member end
+    pending: list[bytes] = []
+    have = 0
+    data = b""
+    try:
+        while True:
+            if not data or (inflater.eof and len(data) < 2):
+                block = raw.read(COMPRESSED_BLOCK)
+                if not block:
+                    break
+                data += block
+            if inflater.eof:
+                if not data.startswith(GZIP_MAGIC):
+                    break
+                inflater = zlib.decompressobj(wbits=31)
+            before = inflater.copy()
+            try:
+                out = inflater.decompress(data, size - have)
+            except zlib.error:
+                pending.extend(_salvage(before, data))
+                raise
+            data = inflater.unused_data if inflater.eof else inflater.unconsumed_tail
+            if out:
+                pending.append(out)
+                have += len(out)
+                if have >= size:
+                    chunk, pending, have = b"".join(pending), [], 0
+                    yield chunk
+        if not inflater.eof:
+            raise EOFError("compressed data ended before the end-of-stream marker")
+    except Exception:
+        if pending:
+            yield b"".join(pending)
+        raise
+    if pending:
+        yield b"".join(pending)
+
+
+def _salvage(inflater: zlib._Decompress, data: bytes) -> list[bytes]:
+    """What `data` decompresses to before the corrupt spot. zlib returns nothing from a call that fails, so
+    feed it again in small steps, then byte by byte over the step that fails, keeping each step's output."""
+    salvaged = []
+    at = 0
+    for step in (4096, 1):
+        while at < len(data):
+            saved = inflater.copy()
+            try:
+                salvaged.append(inflater.decompress(data[at:at + step]))
+            except zlib.error:
+                inflater = saved
+                break
+            if inflater.eof:
+                return salvaged
+            at += step
+    return salvaged
+
+
+def _file_chunks(stream: BinaryIO, size: int) -> Iterator[bytes]:
+    """Chunks of `size` bytes from a file or decompressing reader. read1 steps keep the data that came
+    before a decompression error: it is yielded before the error propagates."""
+    read1 = getattr(stream, "read1", stream.read)
+    pending: list[bytes] = []
+    have = 0
+    try:
+        while True:
+            part = read1(size - have)
+            if not part:
+                break
+            pending.append(part)
+            have += len(part)
+            if have >= size:
+                chunk, pending, have = b"".join(pending), [], 0
+                yield chunk
+    except Exception:
+        if pending:
+            yield b"".join(pending)
+        raise
+    if pending:
+        yield b"".join(pending)
+
+
+class _MappedSource:
+    """The whole file as one buffer; there is never more to refill."""
+
+    error = None
+
+    def __init__(self, file: BinaryIO):
+        self._file = file
+        self._map = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+        if hasattr(self._map, "madvise") and hasattr(mmap, "MADV_SEQUENTIAL"):
+            self._map.madvise(mmap.MADV_SEQUENTIAL)
+
+    def peek(self) -> Buffer:
+        return self._map
+
+    def start(self) -> tuple[Buffer, int]:
+        return self._map, 0
+
+    def refill(self, buf: Buffer, pos: int, need: int) -> Buffer | None:
+        return None
+
+    def damage(self, what: str, pos: int) -> str:
+        return f"{what} at byte {pos} (file cut short?)"
+
+    def close(self) -> None:
+        try:
+            self._map.close()
+        except BufferError:
+            pass  # payload views are still alive; the mapping goes away with the last of them
+        self._file.close()
+
+
+class _StreamSource:
+    """Chunks of a (usually decompressing) stream, read ahead by a thread into a small bounded queue."""
+
+    def __init__(self, name: str, chunks: Iterator[bytes], raw: BinaryIO, compression: str | None):
+        self._name = name
+        self._chunks = chunks
+        self._raw = raw
+        self._compression = compression
+        self._base = 0  # stream offset of buf[0] in the loop's current buffer
+        self._delivered = 0  # bytes handed to the loop so far
+        self._first: bytes | None = None
+        self.error: str | None = None
+        self._ended = False
+        self._queue: queue.Queue[bytes | BaseException] = queue.Queue(max(READ_AHEAD_CHUNKS, 1))
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def peek(self) -> bytes:
+        """The start of the data, read here (not by the thread) so open_capture can reject a bad file."""
+        if self._first is None:
+            parts: list[bytes] = []
+            have = 0
+            try:
+                while have < FIRST_READ_MIN:
+                    part = next(self._chunks, b"")
+                    if not part:
+                        self._ended = True
+                        break
+                    parts.append(part)
+                    have += len(part)
+            except Exception as exc:  # zlib.error, EOFError, lzma.LZMAError, OSError, zstandard.ZstdError
+                self._ended = True
+                self._delivered = have
+                self.error = self._describe(exc)
+                if have < FIRST_READ_MIN:
+                    raise CaptureError(f"{self._name}: {self.error}") from None
+            self._first = b"".join(parts)
+            self._delivered = have
+        return self._first
+
+    def start(self) -> tuple[Buffer, int]:
+        first = self.peek()
+        if not self._ended and READ_AHEAD_CHUNKS > 0:
+            self._thread = threading.Thread(
+                target=_read_ahead, args=(self._chunks, self._queue, self._stop), daemon=True,
+                name=f"read-ahead {os.path.basename(self._name)}")
+            self._thread.start()
+        return first, 0
+
+    def refill(self, buf: Buffer, pos: int, need: int) -> Buffer | None:
+        parts = [bytes(buf[pos:])]
+        have = len(parts[0])
+        while have < need and not self._ended:
+            item = self._queue.get() if self._thread is not None else _next_chunk(self._chunks)
+            if isinstance(item, BaseException):
+                self.error = self._describe(item)
+                self._ended = True
+            elif not item:
+                self._ended = True
+            else:
+                parts.append(item)
+                have += len(item)
+                self._delivered += len(item)
+        if have < need:
+            return None
+        self._base += pos
+        return b"".join(parts)
+
+    def damage(self, what: str, pos: int) -> str:
+        if self.error is not None:
+            return self.error
+        unit = "decompressed byte" if self._compression else "byte"
+        return f"{what} at {unit} {self._base + pos} (file cut short?)"
+
+    def _describe(self, exc: BaseException) -> str:
+        if self._compression is None:
+            return f"read error after {self._delivered} bytes: {exc}"
+        if isinstance(exc, EOFError):
+            return f"{self._compression} data cut short after {self._delivered} bytes (file truncated?)"
+        return f"{self._compression} data corrupt after {self._delivered} bytes: {exc}"
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            while self._thread.is_alive():
+                try:  # make room for a put() that is waiting
+                    self._queue.get_nowait()
+                except queue.Empty:
+                    pass
+                self._thread.join(0.05)
+        close_chunks = getattr(self._chunks, "close", None)
+        if close_chunks is not None:
+            close_chunks()
+        self._raw.close()
+
+    def __del__(self) -> None:
+        self._stop.set()  # let an abandoned read-ahead thread finish
+
+
+def _next_chunk(chunks: Iterator[bytes]) -> bytes | BaseException:
+    """The next chunk, b"" at the end, or the exception that ended the stream (reported as damage)."""
+    try:
+        return next(chunks, b"")
+    except Exception as exc:
+        return exc
+
+
+def _read_ahead(chunks: Iterator[bytes], queue_: queue.Queue, stop: threading.Event) -> None:
+    """Thread body: pull chunks until the end (b"" is queued), an error (queued) or a stop request.
+    It holds no reference to the source, so an abandoned source can still be collected."""
+    while not stop.is_set():
+        item = _next_chunk(chunks)
+        while not stop.is_set():
+            try:
+                queue_.put(item, timeout=0.1)
+                break
+            except queue.Full:
+                continue
+        if not isinstance(item, bytes) or not item:
+            return
