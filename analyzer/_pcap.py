@@ -54,6 +54,9 @@ class BufferSource(Protocol):
     def damage(self, what: str, pos: int) -> str:
         """A user-facing message for damage found at buf[pos] of the current buffer."""
 
+    def release(self, pos: int) -> int:
+        """The loop has read up to buf[pos]: pages before it may be dropped. Returns when to call again."""
+
 
 @dataclass(frozen=True, slots=True)
 class PcapHeader:
@@ -101,6 +104,7 @@ def pcap_packets(source: BufferSource, buf: Buffer, pos: int, header: PcapHeader
     view = memoryview(buf)
     end = len(buf)
     frame = 0
+    release_at = source.release(0)
     counts = [0] * REASONS
     ts = None
     second = second_ns = -1  # the last record's whole seconds, and in nanoseconds: saves a multiplication
@@ -115,6 +119,8 @@ def pcap_packets(source: BufferSource, buf: Buffer, pos: int, header: PcapHeader
                 nxt = pos + caplen + record_len
                 if nxt <= end and caplen <= limit:
                     frame += 1
+                    if pos > release_at:
+                        release_at = source.release(pos)
                     if sec != second:
                         second = sec
                         second_ns = sec * 1_000_000_000

@@ -113,6 +113,7 @@ def pcapng_packets(source: BufferSource, buf: Buffer, pos: int,
     view = memoryview(buf)
     end = len(buf)
     frame = 0
+    release_at = source.release(0)
     counts = [0] * REASONS
     ts = first_ts = None
     interfaces: list[Interface] = []
@@ -147,6 +148,8 @@ def pcapng_packets(source: BufferSource, buf: Buffer, pos: int,
                     if first_ts is None:
                         first_ts = (ts_high << 32 | ts_low) * multiplier // divisor + offset_ns
                 frame += 1
+                if pos > release_at:
+                    release_at = source.release(pos)
                 if exact:
                     if ts_high != high:
                         high = ts_high
@@ -241,6 +244,8 @@ def pcapng_packets(source: BufferSource, buf: Buffer, pos: int,
                 if block_type == SPB and interface.snaplen:
                     caplen = min(caplen, interface.snaplen)
                 frame += 1
+                if pos > release_at:
+                    release_at = source.release(pos)
                 if stamp is not None:
                     ts = stamp * interface.multiplier // interface.divisor + interface.offset_ns
                     if first_ts is None:

@@ -36,6 +36,8 @@ from analyzer._linklayer import Buffer
 __all__ = ["Capture", "CaptureError", "CaptureStats", "open_capture"]
 
 CHUNK_SIZE = 8 << 20  # decompressed bytes per read-ahead chunk
+RELEASE_STEP = 32 << 20  # how often a memory-mapped file's pages behind the reader are dropped
+RELEASE_LAG = 16 << 20  # how far behind: views into recent packets (out-of-order segments) stay resident
 COMPRESSED_BLOCK = 4 << 20  # compressed bytes per read: fewer GIL round trips for the read-ahead thread
 FIRST_READ_MIN = 64  # enough for any file header, whatever CHUNK_SIZE is
 READ_AHEAD_CHUNKS = 2  # chunks waiting in the queue (memory stays near 4 chunks); 0: no read-ahead thread
@@ -291,6 +293,8 @@ class _MappedSource:
         self._map = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
         if hasattr(self._map, "madvise") and hasattr(mmap, "MADV_SEQUENTIAL"):
             self._map.madvise(mmap.MADV_SEQUENTIAL)
+        self._can_release = hasattr(self._map, "madvise") and hasattr(mmap, "MADV_DONTNEED")
+        self._released = 0
 
     def peek(self) -> Buffer:
         return self._map
@@ -300,6 +304,17 @@ class _MappedSource:
 
     def refill(self, buf: Buffer, pos: int, need: int) -> Buffer | None:
         return None
+
+    def release(self, pos: int) -> int:
+        """Drop the pages already read from this process's memory (they stay in the page cache, and a view
+        still pointing there reads them back from the file), so resident memory stays flat however big the
+        file. Called every RELEASE_STEP bytes."""
+        start = pos - RELEASE_LAG
+        if start > self._released and self._can_release:
+            start &= ~(mmap.PAGESIZE - 1)
+            self._map.madvise(mmap.MADV_DONTNEED, self._released, start - self._released)
+            self._released = start
+        return pos + RELEASE_STEP
 
     def damage(self, what: str, pos: int) -> str:
         return f"{what} at byte {pos} (file cut short?)"
@@ -379,6 +394,10 @@ class _StreamSource:
             return None
         self._base += pos
         return b"".join(parts)
+
+    def release(self, pos: int) -> int:
+        """Chunks are freed as the loop moves past them; nothing to do."""
+        return 1 << 62
 
     def damage(self, what: str, pos: int) -> str:
         if self.error is not None:
