@@ -59,7 +59,7 @@ def analyze_file(
     shard: tuple[int, int] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> FileReport:
-    """Analyse ``path``; ``progress(n)`` is called now and then with the packet number reached."""
+    """Analyse ``path``; ``progress(n)`` is called now and then with the file bytes read so far."""
     started = time.perf_counter()
     name = os.path.basename(os.fspath(path))
     report = FileReport(path=os.fspath(path), name=name, shard=shard)
@@ -85,7 +85,7 @@ def analyze_file(
                 if table.last_frame == before:
                     break
                 if progress is not None:
-                    progress(table.last_frame)
+                    progress(cap.bytes_read())
         except Exception as exc:  # a defect must not cost the user the rows decoded so far
             report.error = f"internal error after packet {table.last_frame}: {exc!r}"
         try:

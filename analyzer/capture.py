@@ -101,6 +101,10 @@ class Capture:
             self._iterator = _pcapng.pcapng_packets(self._source, buf, pos, self.stats)
         return self._iterator
 
+    def bytes_read(self) -> int:
+        """Roughly how far into the file (in file bytes) reading has got, for progress bars."""
+        return self._source.bytes_read()
+
     def close(self) -> None:
         if self._iterator is not None:
             self._iterator.close()  # type: ignore[attr-defined]  # a generator: settles the stats
@@ -295,6 +299,10 @@ class _MappedSource:
             self._map.madvise(mmap.MADV_SEQUENTIAL)
         self._can_release = hasattr(self._map, "madvise") and hasattr(mmap, "MADV_DONTNEED")
         self._released = 0
+        self._position = 0
+
+    def bytes_read(self) -> int:
+        return self._position
 
     def peek(self) -> Buffer:
         return self._map
@@ -309,6 +317,7 @@ class _MappedSource:
         """Drop the pages already read from this process's memory (they stay in the page cache, and a view
         still pointing there reads them back from the file), so resident memory stays flat however big the
         file. Called every RELEASE_STEP bytes."""
+        self._position = pos
         start = pos - RELEASE_LAG
         if start > self._released and self._can_release:
             start &= ~(mmap.PAGESIZE - 1)
@@ -394,6 +403,12 @@ class _StreamSource:
             return None
         self._base += pos
         return b"".join(parts)
+
+    def bytes_read(self) -> int:
+        try:
+            return self._raw.tell()
+        except (OSError, ValueError):
+            return 0
 
     def release(self, pos: int) -> int:
         """Chunks are freed as the loop moves past them; nothing to do."""

@@ -61,10 +61,7 @@ def _analyse(paths: tuple[str, ...], options: Options, jobs: int, sink, no_progr
                   console=err, transient=True, disable=not show) as progress:
         task = progress.add_task(f"analysing {len(files)} file{'s' if len(files) != 1 else ''}", total=total)
 
-        def done(report: FileReport, nbytes: int) -> None:
-            progress.advance(task, nbytes)
-
-        reports = run(files, options, sink, jobs=jobs, on_done=done)
+        reports = run(files, options, sink, jobs=jobs, on_progress=lambda n: progress.advance(task, n))
     for r in reports:
         if r.stats is None:
             err.print(f"[red]error:[/] {r.error}")

@@ -95,17 +95,25 @@ def run(
     options: Options,
     sink: BatchSink,
     jobs: int = 1,
-    on_done: Callable[[FileReport, int], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
 ) -> list[FileReport]:
-    """Analyse every file; returns one report per file (shards merged). ``on_done(report, bytes)`` ticks."""
+    """Analyse every file; returns one report per file (shards merged). ``on_progress(nbytes)`` ticks as
+    file bytes are read (whole files when they run in other processes)."""
     tasks = plan(files, max(1, jobs))
     reports: list[FileReport] = []
     if jobs <= 1 or len(tasks) == 1:
         for task in tasks:
-            report = analyze_file(task.path, options, sink, task.shard)
+            done = 0
+
+            def advance(read: int) -> None:
+                nonlocal done
+                if on_progress and read > done:
+                    on_progress(read - done)
+                    done = read
+
+            report = analyze_file(task.path, options, sink, task.shard, advance)
             reports.append(report)
-            if on_done:
-                on_done(report, _size(task.path))
+            advance(_size(task.path))
     else:
         spool = tempfile.mkdtemp(prefix="kafkacap-spool-")
         try:
@@ -118,9 +126,8 @@ def run(
                             sink(table, batch)
                         os.unlink(path)
                     reports.append(report)
-                    if on_done:
-                        share = task.shard[1] if task.shard else 1
-                        on_done(report, _size(task.path) // share)
+                    if on_progress:
+                        on_progress(_size(task.path) // (task.shard[1] if task.shard else 1))
         finally:
             shutil.rmtree(spool, ignore_errors=True)
     merged = merge_shards(reports)
