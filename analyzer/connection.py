@@ -139,5 +139,6 @@ class Connection:
             m.unanswered, m.orphans, m.malformed, self.requests.resyncs + self.responses.resyncs,
             self.requests.skipped_bytes + self.responses.skipped_bytes,
             self.requests.truncated_frames + self.responses.truncated_frames,
-            ",".join(sorted(m.client_ids)) or None, self.requests.tls or self.responses.tls, self.ended,
+            ",".join(sorted(c for c in m.client_ids if c is not None)) or None,
+            self.requests.tls or self.responses.tls, self.ended,
         )

@@ -43,7 +43,7 @@ _CORR, _KEY, _VER, _CLIENT, _FTS, _FNO, _LTS, _LNO, _SIZE, _ACKS0, _NOTE = range
 class ExchangeMatcher:
     """Pairs the requests and responses of one connection and appends finished rows to ``rows``."""
 
-    __slots__ = ("rows", "conn_fields", "pending", "requests", "responses", "orphans", "malformed",
+    __slots__ = ("rows", "conn_fields", "pending", "orphans", "malformed",
                  "unanswered", "client_ids", "last_request_corr", "client_id_bytes")
 
     def __init__(self, rows: list[tuple], conn_fields: tuple) -> None:
@@ -51,12 +51,10 @@ class ExchangeMatcher:
         # (connection_id, client_ip, client_port, broker_ip, broker_port): shared by every row.
         self.conn_fields = conn_fields
         self.pending: deque[tuple] = deque()
-        self.requests = 0
-        self.responses = 0
         self.orphans = 0
         self.malformed = 0
         self.unanswered = 0
-        self.client_ids: set[str] = set()
+        self.client_ids: set[str | None] = set()
         # What the request framer's resynchronisation leans on: the last correlation id and the raw
         # client_id of the last well-formed request (None: not seen yet, or a null client_id).
         self.last_request_corr: int | None = None
@@ -66,7 +64,6 @@ class ExchangeMatcher:
 
     def request(self, first_ts: int, first_no: int, last_ts: int, last_no: int, size: int, head,
                 lossy: bool) -> None:
-        self.requests += 1
         end = len(head)
         note = "request bytes lost in capture" if lossy else None
         try:
@@ -84,22 +81,26 @@ class ExchangeMatcher:
                 acks0 = produce_acks(head, body, end, ver) == 0
             except HeaderError:
                 pass
-        if client_id is not None and client_id not in self.client_ids and len(self.client_ids) < 16:
-            self.client_ids.add(client_id)
+        if client_id not in self.client_ids:
+            self._new_client_id(client_id, head, end)
         self.last_request_corr = corr
-        if client_id is not None and end >= 12:
-            n = _unpack_int16(head, 12)[0]
-            if n >= 0 and 14 + n <= end:
-                self.client_id_bytes = bytes(head[14:14 + n])
         pending = self.pending
         pending.append((corr, key, ver, client_id, first_ts, first_no, last_ts, last_no, size + 4, acks0,
                         note))
         if len(pending) > MAX_IN_FLIGHT:
             self._settle(pending.popleft(), "evicted: too many requests in flight")
 
+    def _new_client_id(self, client_id: str | None, head, end: int) -> None:
+        """Remember a client_id (a few per connection at most) and its raw bytes, the resync anchor."""
+        if len(self.client_ids) < 16:
+            self.client_ids.add(client_id)
+        if client_id is not None and end >= 14:
+            n = _unpack_int16(head, 12)[0]
+            if n >= 0 and 14 + n <= end:
+                self.client_id_bytes = bytes(head[14:14 + n])
+
     def response(self, first_ts: int, first_no: int, last_ts: int, last_no: int, size: int, head,
                  lossy: bool) -> None:
-        self.responses += 1
         corr = _unpack_int32(head, 4)[0]
         pending = self.pending
         if pending and pending[0][_CORR] == corr:

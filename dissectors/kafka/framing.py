@@ -232,14 +232,15 @@ class FrameSplitter:
                 return
             # In sync, the chain of size prefixes is trusted (a bad header becomes a malformed row);
             # only the first frame of a stream that may have started mid-frame must prove itself.
-            if self.fresh and not self.validate(buf, pos + 4, pos + min(need, avail), size, True):
-                if buf[pos] == 0x16 and buf[pos + 1] == 0x03:
-                    self._go_opaque(n - pos)
+            if self.fresh:
+                if not self.validate(buf, pos + 4, pos + min(need, avail), size, True):
+                    if buf[pos] == 0x16 and buf[pos + 1] == 0x03:
+                        self._go_opaque(n - pos)
+                        return
+                    self._lose_sync()
+                    self._scan(ts, no, buf, pos + 1, origin, first_ts, first_no, skipped=1)
                     return
-                self._lose_sync()
-                self._scan(ts, no, buf, pos + 1, origin, first_ts, first_no, skipped=1)
-                return
-            self.fresh = False
+                self.fresh = False
             if pos < origin:
                 fts, fno = first_ts, first_no
             else:
