@@ -6,8 +6,9 @@ to ``../shared/spec`` next to the repository. The output lands in ``dissectors/k
 Why a generator: Kafka defines every request and response, every version, in JSON. Hand-copying version
 ranges or field offsets would drift behind new releases (the way hand-written dissectors do). Reading
 the JSON keeps one source of truth. The model below (field types, versions, nullable and tagged versions,
-nested and common structs) is complete enough to grow into full per-version schemas. For now it emits
-only the API table, the error table and the fixed top-level response prefix.
+nested and common structs) yields the API table, the error table, the fixed top-level response prefix
+and the full per-version schemas of every request and response (``schemas.py``), which one small
+decoder (``dissectors/kafka/decoder.py``) interprets.
 
 The message definitions come from several Kafka releases: an older one still has versions that newer
 releases removed (KIP-896), and a newer one has APIs and versions the older one lacks. The tables take the
@@ -190,13 +191,16 @@ def parse_field(raw: dict, where: str) -> Field:
     if ("tag" in raw) != ("taggedVersions" in raw):
         raise GeneratorError(f"{where}.{name}: tag and taggedVersions must come together")
     default = raw.get("default")
+    tag = raw.get("tag")
+    if isinstance(tag, str) and tag.isdigit():  # Kafka's JSON reader takes "0" for 0, and one file says so
+        tag = int(tag)
     return Field(
         name=name,
         type=ftype,
         versions=Versions.parse(raw["versions"]),
         nullable_versions=Versions.parse(raw.get("nullableVersions")),
         tagged_versions=Versions.parse(raw.get("taggedVersions")),
-        tag=raw.get("tag"),
+        tag=tag,
         flexible_versions=Versions.parse(raw["flexibleVersions"]) if "flexibleVersions" in raw else None,
         default=None if default is None else str(default),
         ignorable=bool(raw.get("ignorable", False)),
@@ -317,7 +321,8 @@ def pair_messages(release: dict[str, Message]) -> Iterator[tuple[Message, Messag
             raise GeneratorError(f"{message.release}/{message.file}: bad api key {key!r}")
         same_kind = requests if message.kind == "request" else responses
         if key in same_kind:
-            raise GeneratorError(f"{message.release}: {same_kind[key].name} and {message.name} share key {key}")
+            raise GeneratorError(f"{message.release}: {same_kind[key].name} and {message.name} "
+                                 f"share key {key}")
         same_kind[key] = message
     if set(requests) != set(responses):
         raise GeneratorError(f"requests without responses or vice versa: {set(requests) ^ set(responses)}")
@@ -443,6 +448,321 @@ def response_prefixes(row: ApiRow) -> list[Prefix]:
                                      f"disagree on the response prefix")
         prefixes.append(prefix)
     return prefixes
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Full schemas: every field of every request and response, per version
+
+
+SCHEMA_PRIMITIVES = frozenset(PRIMITIVE_SIZES)  # fixed-size types: never nullable, never compact
+ENTITY_TYPES = frozenset({"topicName", "brokerId", "groupId", "producerId", "transactionalId"})
+
+
+def snake_case(name: str) -> str:
+    """``ThrottleTimeMs`` -> ``throttle_time_ms``, the way Kafka names fields in its protocol guide.
+
+    An underscore goes before a capital that follows a lower-case letter or digit, so runs of capitals
+    stay together (``ZkVersion`` -> ``zk_version``).
+    """
+    out = []
+    previous_was_capital = True
+    for char in name:
+        if char.isupper():
+            if not previous_was_capital:
+                out.append("_")
+            out.append(char.lower())
+            previous_was_capital = True
+        else:
+            out.append(char)
+            previous_was_capital = False
+    return "".join(out)
+
+
+def wire_type(base: str, compact: bool, nullable: bool) -> str:
+    """``string`` -> ``compact_nullable_string`` and so on, the protocol guide's type names in lower case."""
+    return ("compact_" if compact else "") + ("nullable_" if nullable else "") + base
+
+
+class SchemaBuilder:
+    """Lays out one message version as nested tuples (the format ``schemas.py`` documents), interned.
+
+    Equal sub-structures (a partition struct unchanged over ten versions, an empty tag list) become one
+    object, so the generated module defines each once and the decoder compiles each once. ``usage``
+    remembers, per struct, where it is used first and in which versions, to name and comment it.
+    """
+
+    def __init__(self) -> None:
+        self.interned: dict[tuple, tuple] = {}
+        # id(struct) -> (message name, struct name, [(message name, version), ...]) from its first use on
+        self.usage: dict[int, tuple[str, str, list[tuple[str, int]]]] = {}
+        self._message: tuple[str, int] = ("", 0)
+
+    def intern(self, value: tuple) -> tuple:
+        return self.interned.setdefault(value, value)
+
+    def message(self, message: Message, version: int) -> tuple:
+        common = {s.name: s for s in message.common_structs}
+        where = f"{message.release}/{message.file} v{version}"
+        self._message = (message.name, version)
+        struct = self.struct(message.fields, version, message.is_flexible(version), common, where)
+        self.note(struct, message.name)
+        return struct
+
+    def note(self, struct: tuple, struct_name: str) -> None:
+        message_name, version = self._message
+        uses = self.usage.setdefault(id(struct), (message_name, struct_name, []))[2]
+        if (message_name, version) not in uses:
+            uses.append((message_name, version))
+
+    def struct(self, fields: Sequence[Field], version: int, flexible: bool, common: dict[str, Struct],
+               where: str) -> tuple:
+        plain: list[tuple] = []
+        tagged: dict[int, tuple] = {}
+        for f in fields:
+            if version not in f.versions:
+                continue
+            entry = self.field(f, version, flexible, common, where)
+            if version in f.tagged_versions:
+                if not flexible:
+                    raise GeneratorError(f"{where}: {f.name} is tagged in a non-flexible version")
+                if f.tag is None or not 0 <= f.tag < 1 << 31 or f.tag in tagged:
+                    raise GeneratorError(f"{where}: {f.name} has a missing, bad or duplicate tag {f.tag!r}")
+                tagged[f.tag] = self.intern((f.tag, *entry))
+            else:
+                plain.append(entry)
+        names = [entry[1] for entry in tagged.values()] + [entry[0] for entry in plain]
+        if len(set(names)) != len(names):
+            raise GeneratorError(f"{where}: duplicate field names {names}")
+        tags = self.intern(tuple(tagged[tag] for tag in sorted(tagged))) if flexible else None
+        return self.intern((self.intern(tuple(plain)), tags))
+
+    def field(self, f: Field, version: int, flexible: bool, common: dict[str, Struct], where: str) -> tuple:
+        name = snake_case(f.name)
+        compact = flexible if f.flexible_versions is None else version in f.flexible_versions
+        nullable = version in f.nullable_versions
+        entity = f.entity_type
+        if entity is not None and entity not in ENTITY_TYPES:
+            raise GeneratorError(f"{where}: {f.name} has unknown entityType {entity!r}")
+        element = f.element_type
+        if f.is_struct:
+            sub_fields = f.fields
+            if not sub_fields:
+                struct_def = common[element]
+                if version not in struct_def.versions:
+                    raise GeneratorError(f"{where}: {f.name} uses {element} outside its versions")
+                sub_fields = struct_def.fields
+            sub = self.struct(sub_fields, version, flexible, common, f"{where}.{f.name}")
+            self.note(sub, element)
+            if f.is_array:
+                return self.intern((name, wire_type("array", compact, nullable), sub))
+            return self.intern((name, "nullable_struct" if nullable else "struct", sub))
+        if f.is_array:
+            if element not in SCHEMA_PRIMITIVES and element not in ("string", "bytes"):
+                raise GeneratorError(f"{where}: {f.name} is an array of {element}")
+            item = element if element in SCHEMA_PRIMITIVES else wire_type(element, compact, False)
+            kind = wire_type("array", compact, nullable)
+            return self.intern((name, kind, item, entity) if entity else (name, kind, item))
+        if element in SCHEMA_PRIMITIVES:
+            if nullable:
+                raise GeneratorError(f"{where}: {f.name} is a nullable {element}")
+            kind = element
+        else:  # string, bytes, records
+            kind = wire_type(element, compact, nullable)
+        return self.intern((name, kind, None, entity) if entity else (name, kind))
+
+
+class SchemaTable(NamedTuple):
+    """Per api key: (min_version, one top-level struct per version from min) for requests and responses."""
+
+    requests: dict[int, tuple[int, tuple[tuple, ...]]]
+    responses: dict[int, tuple[int, tuple[tuple, ...]]]
+    builder: SchemaBuilder
+    names: dict[int, str]  # api key -> API name
+
+
+def wire_shape(struct: tuple) -> tuple:
+    """A struct without its field names and entity types: what the bytes on the wire depend on."""
+    fields, tagged = struct
+
+    def shape(entry: tuple) -> tuple:
+        element = entry[2] if len(entry) > 2 else None
+        return entry[1], wire_shape(element) if isinstance(element, tuple) else element
+
+    return tuple(map(shape, fields)), None if tagged is None else tuple((t[0], *shape(t[1:])) for t in tagged)
+
+
+def chosen_schema(builder: SchemaBuilder, candidates: list[Message], name: str, version: int) -> tuple:
+    """The layout from the newest stable release; every other stable release must lay it out the same.
+
+    Releases may rename a field without changing the bytes (Vote v0-1: CandidateId became ReplicaId), so
+    they must agree on the wire shape; the names are the chosen release's.
+    """
+    chosen = next((m for m in candidates if m.is_stable(version)), candidates[0])
+    schema = builder.message(chosen, version)
+    for other in candidates:
+        if other is chosen or not other.is_stable(version):
+            continue
+        if wire_shape(SchemaBuilder().message(other, version)) != wire_shape(schema):
+            raise GeneratorError(f"{name} v{version}: {chosen.release} and {other.release} disagree on the "
+                                 f"{chosen.kind} schema")
+    return schema
+
+
+def build_schemas(rows: list[ApiRow]) -> SchemaTable:
+    builder = SchemaBuilder()
+    requests, responses = {}, {}
+    for row in rows:
+        versions = range(row.min_version, row.max_version + 1)
+        requests[row.key] = (row.min_version, tuple(
+            chosen_schema(builder, row.requests[v], f"{row.name}Request", v) for v in versions))
+        responses[row.key] = (row.min_version, tuple(
+            chosen_schema(builder, row.responses[v], f"{row.name}Response", v) for v in versions))
+    return SchemaTable(requests, responses, builder, {row.key: row.name for row in rows})
+
+
+SCHEMAS_GUIDE = '''\
+# How to read this module
+#
+# A struct is (fields, tagged).
+#   fields: the fields in wire order, each (name, type), (name, type, element) or
+#           (name, type, element, entity); names are the protocol guide's (snake_case).
+#   tagged: None in non-flexible versions; else the tagged fields as (tag, name, type[, element[, entity]]),
+#           by tag, that may appear in the struct's trailing tag buffer.
+# type: bool int8 int16 uint16 int32 uint32 int64 float64 uuid;
+#       [compact_][nullable_]string, [compact_][nullable_]bytes, [compact_][nullable_]records (records are
+#       bytes holding a record batch or message set); [compact_][nullable_]array; struct, nullable_struct
+#       (a nullable struct is preceded by an int8: -1 for null, 1 for present).
+#       compact_ means the flexible-version encoding (unsigned varint length + 1, 0 for null).
+# element: for arrays the element (a type above or a struct); for struct and nullable_struct the struct;
+#          None for other types that carry an entity.
+# entity: Kafka's entityType when the definition gives one (topicName, brokerId, groupId, producerId,
+#         transactionalId).
+#
+# Each struct is defined once and shared wherever it recurs (across versions, and across APIs when
+# identical). It is named after its first use; the comment above it lists every use.'''
+
+
+def version_ranges(versions: Sequence[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2, 5"."""
+    parts, start, previous = [], None, None
+    for v in sorted(versions):
+        if start is None:
+            start = previous = v
+        elif v == previous + 1:
+            previous = v
+        else:
+            parts.append(f"{start}" if start == previous else f"{start}-{previous}")
+            start = previous = v
+    if start is not None:
+        parts.append(f"{start}" if start == previous else f"{start}-{previous}")
+    return ", ".join(parts)
+
+
+def struct_names(table: SchemaTable) -> tuple[list[tuple], dict[int, str]]:
+    """Every distinct struct, children before parents, and a Python name for each."""
+    order: list[tuple] = []
+    names: dict[int, str] = {}
+    taken: set[str] = set()
+
+    def visit(struct: tuple) -> None:
+        if id(struct) in names:
+            return
+        fields, tagged = struct
+        for entry in (*fields, *[t[1:] for t in tagged or ()]):
+            if len(entry) > 2 and isinstance(entry[2], tuple):
+                visit(entry[2])
+        message_name, struct_name, uses = table.builder.usage[id(struct)]
+        first_version = uses[0][1]
+        if struct_name == message_name:
+            base = f"{message_name}_v{first_version}"
+        else:  # AddPartitionsToTxnResponse + AddPartitionsToTxnTopicResult -> ..._TopicResult
+            api = re.sub("(Request|Response)$", "", message_name)
+            short = next((struct_name[len(p):] for p in (message_name, api)
+                          if struct_name.startswith(p) and struct_name[len(p):][:1].isupper()), "")
+            base = f"{message_name}_{short or struct_name}_v{first_version}"
+        name, suffix = base, 1
+        while name in taken:
+            suffix += 1
+            name = f"{base}_{suffix}"
+        taken.add(name)
+        names[id(struct)] = name
+        order.append(struct)
+
+    for key in table.requests:  # API by API, request then response
+        for per_key in (table.requests, table.responses):
+            for struct in per_key[key][1]:
+                visit(struct)
+    return order, names
+
+
+def render_entry(entry: tuple, names: dict[int, str], indent: str = "    ") -> list[str]:
+    """One field as ``(name, type, ...),`` on a line, or over several when it would pass 110 columns."""
+    parts = [names[id(item)] if isinstance(item, tuple) else repr(item) if item is None or
+             isinstance(item, int) else quote(item) for item in entry]
+    line = f"{indent}({', '.join(parts)}),"
+    if len(line) <= 110:
+        return [line]
+    return [f"{indent}(", *(f"{indent}    {part}," for part in parts), f"{indent}),"]
+
+
+def render_schemas(table: SchemaTable, commits: dict[str, str]) -> str:
+    out = [banner("Field layouts of every Kafka request and response, every version (the union of the "
+                  "releases below).", message_sources(commits))]
+    out.append(SCHEMAS_GUIDE)
+    order, names = struct_names(table)
+    for struct in order:
+        fields, tagged = struct
+        _message_name, _struct_name, uses = table.builder.usage[id(struct)]
+        by_message: dict[str, list[int]] = {}
+        for message_name, version in uses:
+            by_message.setdefault(message_name, []).append(version)
+        comment = "; ".join(f"{m} v{version_ranges(vs)}" for m, vs in by_message.items())
+        out.append("")
+        out.extend(wrapped_comment(comment))
+        tags = "None" if tagged is None else "()" if not tagged else None
+        if not fields and tags is not None:
+            out.append(f"{names[id(struct)]} = ((), {tags})")
+            continue
+        out.append(f"{names[id(struct)]} = ((")
+        for entry in fields:
+            out.extend(render_entry(entry, names))
+        if tags is not None:
+            out.append(f"), {tags})")
+            continue
+        out.append("), (")
+        for entry in tagged:
+            out.extend(render_entry(entry, names))
+        out.append("))")
+    for label, per_key in (("REQUESTS", table.requests), ("RESPONSES", table.responses)):
+        out.append("")
+        kind = label.lower()[:-1]
+        out.append(f"# api_key: (min_version, ({kind} struct for each version from min_version))")
+        out.append(f"{label} = {{")
+        for key, (min_version, structs) in per_key.items():
+            items = [names[id(s)] for s in structs]
+            out.append(f"    {key}: ({min_version}, (  # {table.names[key]}")
+            line = "       "
+            for item in items:
+                if len(line) + 2 + len(item) > 110:
+                    out.append(line)
+                    line = "       "
+                line += f" {item},"
+            out.append(line)
+            out.append("    )),")
+        out.append("}")
+    out.append("")
+    return "\n".join(out)
+
+
+def wrapped_comment(text: str, width: int = 110) -> list[str]:
+    lines, current = [], "#"
+    for word in text.split(" "):
+        if len(current) + 1 + len(word) > width and current != "#":
+            lines.append(current)
+            current = "#  "
+        current += " " + word
+    lines.append(current)
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -593,11 +913,12 @@ def render_all(spec_dir: Path) -> dict[str, str]:
     header_v0, always_v0 = check_header_rules(releases, rows)
     guide = spec_dir / GUIDE_FILE
     errors = parse_error_table(guide.read_text(encoding="utf-8"))
-    return {
+    return {  # in this order: a layout disagreement is reported by the narrowest check that sees it
         "__init__.py": render_init(commits, guide),
         "apis.py": render_apis(rows, header_v0, always_v0, commits),
         "errors.py": render_errors(errors, guide),
         "response_prefix.py": render_prefix(rows, commits),
+        "schemas.py": render_schemas(build_schemas(rows), commits),
     }
 
 

@@ -1,0 +1,798 @@
+"""Pull only what the tables need from a request or response body: topics, partitions, errors, offsets.
+
+``extract(buf, off, end, api_key, api_version, is_response)`` walks the same generated schemas as
+:mod:`dissectors.kafka.decoder`, but builds nothing it does not return.
+
+How: on first use of a body kind, each of its structs gets a specialised extraction function, written as
+Python source from the schema and compiled (the way :mod:`dataclasses` writes ``__init__``). The function
+reads the fields that matter into locals and skips the rest: a run of fixed-size fields is one
+``struct.unpack_from`` whose format pads over the unwanted ones; strings, bytes and record payloads are
+skipped by their length; arrays of fixed-size elements by count times size; structs that hold nothing of
+interest by a compiled skipper; tag buffers by their sizes. So the per-frame cost follows the fields the
+tables use, not the size of the body. Functions are cached per struct object and scope, so versions and
+APIs that share a struct share its function. :func:`plan_source` shows the source of a body kind's plan.
+
+What counts as what (read from the schemas, so every API and version follows the same rules):
+- a topic is a string field Kafka marks ``entityType: topicName`` (or an array of them), or a uuid field
+  named ``topic_id``; a struct with both is named by its name when that is non-empty, else by its id
+  (the all-zero id means "none");
+- a partition is an array element whose struct has an int32 ``partition_index``, ``partition``, ``index``
+  or ``partition_id`` and sits inside a topic (its own, or an enclosing struct's), or an element of an
+  int32 array named ``partitions`` or ``partition_indexes`` inside a topic;
+- an error is an int16 field named ``error_code`` or ``*_error_code`` anywhere in a response; its message
+  is the field with the same prefix and ``error_message`` in the same struct.
+
+Malformed bodies raise :class:`~dissectors.kafka.decoder.DecodeError`, as in the decoder, and bodies that
+run past ``end`` its subclass ``DecodeTruncated``; with ``partial=True`` the latter instead yields what was
+read before the bytes ran out (a capture often keeps only the head of a large Produce or Fetch frame).
+Fields that nothing needs are bounds-checked but not validated further.
+"""
+
+from __future__ import annotations
+
+import linecache
+import struct
+from collections.abc import Callable
+from itertools import count as _counter
+from typing import Any, NamedTuple
+
+from dissectors.kafka._generated import schemas as _schemas
+from dissectors.kafka.decoder import (
+    FIXED_TYPES,
+    LENGTH_READERS,
+    DecodeError,
+    DecodeTruncated,
+    field_reader,
+    read_uvarint,
+    schema,
+)
+
+Topic = str | bytes
+"""A topic name, or a topic id (its 16 bytes) where the version names topics by id."""
+
+ZERO_UUID = bytes(16)
+PARTITION_APIS = frozenset({0, 1, 2, 8, 9, 21, 23})
+"""APIs with per-partition detail: Produce, Fetch, ListOffsets, OffsetCommit, OffsetFetch, DeleteRecords,
+OffsetForLeaderEpoch."""
+PRODUCE = 0
+PARTITION_FIELDS = frozenset({"partition_index", "partition", "index", "partition_id"})
+PARTITION_LISTS = frozenset({"partitions", "partition_indexes"})
+ROW_PARTITION_LISTS = frozenset({"partition_indexes"})  # OffsetFetch requests list partitions as int32s
+
+
+class ErrorEntry(NamedTuple):
+    """One non-zero error code field of a response."""
+
+    field_path: str  # dotted field names without indices: "responses.partitions.error_code"
+    topic: Topic | None  # the enclosing topic, if any
+    partition: int | None  # the enclosing partition, if any
+    error_code: int
+    error_message: str | None  # the message field next to the code, when the version has one
+
+
+class PartitionEntry(NamedTuple):
+    """One topic-partition of Produce, Fetch, ListOffsets, OffsetCommit, OffsetFetch, DeleteRecords or
+    OffsetForLeaderEpoch. A field is None when that API and version does not carry it."""
+
+    topic: Topic | None
+    partition: int
+    error_code: int | None  # responses
+    base_offset: int | None  # Produce response: offset of the first appended record
+    log_append_time_ms: int | None  # Produce response (-1 unless the topic uses log-append time)
+    log_start_offset: int | None  # Produce response v5+, Fetch request and response
+    high_watermark: int | None  # Fetch response
+    last_stable_offset: int | None  # Fetch response v4+
+    fetch_offset: int | None  # Fetch request
+    committed_offset: int | None  # OffsetCommit request, OffsetFetch response
+    offset: int | None  # ListOffsets response v1+, DeleteRecords request (delete before it)
+    low_watermark: int | None  # DeleteRecords response
+    end_offset: int | None  # OffsetForLeaderEpoch response
+    timestamp: int | None  # ListOffsets request (the query) and response v1+
+    leader_epoch: int | None  # leader_epoch, or committed_leader_epoch (OffsetCommit, OffsetFetch)
+    current_leader_epoch: int | None  # Fetch, ListOffsets and OffsetForLeaderEpoch requests
+    records_offset: int | None  # where the records field's bytes start in ``buf`` (None if null or absent)
+    record_bytes: int | None  # the records field's length
+
+
+ROW_FIELDS = {name: name for name in PartitionEntry._fields[2:-2]}
+"""Schema field name -> PartitionEntry field it fills."""
+ROW_FIELDS["committed_leader_epoch"] = "leader_epoch"
+
+
+class Extracted(NamedTuple):
+    """What one request or response body contributes to the tables."""
+
+    topics: list[Topic]  # every topic mentioned, in order of first appearance, without repeats
+    partition_count: int  # topic-partition entries (array elements; repeats counted)
+    errors: list[ErrorEntry]  # every non-zero error code of a response, innermost structs first
+    top_error: int | None  # the response's top-level error_code, if the version has one
+    throttle_time_ms: int | None  # the response's top-level throttle_time_ms, wherever it sits
+    partitions: list[PartitionEntry]  # per topic-partition detail, for the APIs PARTITION_APIS names
+    acks: int | None  # Produce requests
+    transactional_id: str | None  # Produce requests v3+
+    complete: bool  # False when ``partial`` extraction stopped at ``end`` (a frame cut short)
+
+
+class _Accumulator:
+    """What the extraction functions of one body write into."""
+
+    __slots__ = ("topics", "seen", "partition_count", "errors", "partitions", "error_code",
+                 "throttle_time_ms", "acks", "transactional_id")
+
+    def __init__(self) -> None:
+        self.topics: list[Topic] = []
+        self.seen: set[Topic] = set()
+        self.partition_count = 0
+        self.errors: list[ErrorEntry] = []
+        self.partitions: list[PartitionEntry] = []
+        self.error_code = self.throttle_time_ms = self.acks = self.transactional_id = None
+
+
+TOP_FIELDS = {False: ("acks", "transactional_id"), True: ("error_code", "throttle_time_ms")}
+"""is_response -> top-level fields kept (acks and transactional_id for Produce requests only)."""
+
+Skipper = Callable[[Any, int, int], int]
+"""skipper(buf, pos, end) -> position after the field."""
+Runner = Callable[[Any, int, int, _Accumulator, Any, Any], int]
+"""runner(buf, pos, end, acc, topic, partition) -> position after the struct."""
+
+_new_tuple = tuple.__new__
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Skipping what is not needed
+
+
+def skip_tags(buf, pos: int, end: int) -> int:
+    if pos < end and buf[pos] == 0:
+        return pos + 1
+    count, pos = read_uvarint(buf, pos, end)
+    if count > (end - pos) >> 1:
+        raise DecodeTruncated(f"{count} tagged fields cannot fit in {end - pos} bytes", "_tagged_fields")
+    for _ in range(count):
+        _tag, pos = read_uvarint(buf, pos, end)
+        size, pos = read_uvarint(buf, pos, end)
+        pos += size
+        if pos > end:
+            raise DecodeTruncated("tagged field runs past the end", "_tagged_fields")
+    return pos
+
+
+def _length_skipper(length_of, nullable: bool) -> Skipper:
+    def skip_sized(buf, pos: int, end: int) -> int:
+        length, pos = length_of(buf, pos, end)
+        stop = pos + length
+        if length < 0 or stop > end:
+            if length == -1 and nullable:
+                return pos
+            raise _bad_count(length, end - pos, "")
+        return stop
+
+    return skip_sized
+
+
+def _array_skipper(length_of, nullable: bool, size: int | None, element: Skipper | None) -> Skipper:
+    """Skip an array: count times ``size`` for fixed-size elements, else element by element."""
+
+    def skip_array(buf, pos: int, end: int) -> int:
+        count, pos = length_of(buf, pos, end)
+        if count <= 0:
+            if count == 0 or (count == -1 and nullable):
+                return pos
+            raise _bad_count(count, end - pos, "")
+        if count > end - pos:
+            raise _bad_count(count, end - pos, "")
+        if size is not None:
+            pos += count * size
+            if pos > end:
+                raise DecodeTruncated(f"{count} elements of {size} bytes run past the end")
+            return pos
+        for _ in range(count):
+            pos = element(buf, pos, end)
+        return pos
+
+    return skip_array
+
+
+def _nullable_struct_skipper(element: Skipper) -> Skipper:
+    def skip_nullable_struct(buf, pos: int, end: int) -> int:
+        if pos >= end:
+            raise DecodeTruncated("truncated struct marker")
+        if buf[pos] >= 0x80:
+            return pos + 1
+        return element(buf, pos + 1, end)
+
+    return skip_nullable_struct
+
+
+_STRUCT_SKIPPERS: dict[int, tuple[Skipper, int | None]] = {}
+
+
+def field_skipper(type_name: str, element: Any = None) -> tuple[Skipper | None, int | None]:
+    """(skipper, None) for a variable-size field, (None, size) for a fixed-size one."""
+    if type_name in FIXED_TYPES:
+        return None, FIXED_TYPES[type_name][1]
+    compact = type_name.startswith("compact_")
+    base = type_name.removeprefix("compact_")
+    nullable = base.startswith("nullable_")
+    base = base.removeprefix("nullable_")
+    string_length, other_length = LENGTH_READERS[compact]
+    if base == "string":
+        return _length_skipper(string_length, nullable), None
+    if base in ("bytes", "records"):
+        return _length_skipper(other_length, nullable), None
+    if base == "struct":
+        skip, size = struct_skipper(element)
+        if nullable:
+            return _nullable_struct_skipper(skip), None
+        return (skip, None) if size is None else (None, size)
+    if base == "array":
+        skip, size = struct_skipper(element) if isinstance(element, tuple) else field_skipper(element)
+        return _array_skipper(other_length, nullable, size, skip), None
+    raise ValueError(f"unknown schema type {type_name!r}")
+
+
+def struct_skipper(struct_schema: tuple) -> tuple[Skipper, int | None]:
+    """A skipper for a struct, and its size when every instance has the same size."""
+    cached = _STRUCT_SKIPPERS.get(id(struct_schema))
+    if cached is not None:
+        return cached
+    fields, tagged = struct_schema
+    steps: list[int | Skipper] = []
+    for entry in fields:
+        skip, size = field_skipper(entry[1], entry[2] if len(entry) > 2 else None)
+        if skip is None:
+            if steps and isinstance(steps[-1], int):
+                steps[-1] += size
+            else:
+                steps.append(size)
+        else:
+            steps.append(skip)
+    fixed = None if tagged is not None or any(not isinstance(s, int) for s in steps) else sum(steps)
+    flexible = tagged is not None
+
+    def skip_struct(buf, pos: int, end: int) -> int:
+        for step in steps:
+            if step.__class__ is int:
+                pos += step
+            else:
+                pos = step(buf, pos, end)
+        if pos > end:
+            raise DecodeTruncated("truncated struct")
+        return skip_tags(buf, pos, end) if flexible else pos
+
+    _STRUCT_SKIPPERS[id(struct_schema)] = result = (skip_struct, fixed)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Helpers the generated functions call
+
+
+def _truncated(path: str) -> DecodeTruncated:
+    return DecodeTruncated("truncated", path)
+
+
+def _bad_count(count: int, left: int, path: str) -> DecodeError:
+    """A length or count the bytes cannot hold (perhaps cut short), or a negative one (malformed)."""
+    if count >= 0:
+        return DecodeTruncated(f"length {count} with {left} bytes left", path)
+    return DecodeError(f"bad length {count}", path)
+
+
+def _records_span(length_of) -> Callable:
+    """A reader of a records field's (offset, length, position after); (None, None, pos) for null.
+
+    The position after may lie past ``end``: the caller checks, once it has kept the span (a frame cut
+    short in its records still tells where they start and how long they are)."""
+
+    def read_records_span(buf, pos: int, end: int) -> tuple[int | None, int | None, int]:
+        length, pos = length_of(buf, pos, end)
+        if length < 0:
+            if length == -1:
+                return None, None, pos
+            raise DecodeError(f"bad records length {length}")
+        return pos, length, pos + length
+
+    return read_records_span
+
+
+def _topic_list(length_of, read_name) -> Callable:
+    """Read an array of topic names into the accumulator."""
+
+    def read_topic_list(buf, pos: int, end: int, acc: _Accumulator) -> int:
+        count, pos = length_of(buf, pos, end)
+        if count < 0:
+            if count < -1:
+                raise _bad_count(count, end - pos, "")
+            return pos
+        if count > end - pos:
+            raise _bad_count(count, end - pos, "")
+        for _ in range(count):
+            name, pos = read_name(buf, pos, end)
+            if name and name not in acc.seen:
+                acc.seen.add(name)
+                acc.topics.append(name)
+        return pos
+
+    return read_topic_list
+
+
+def _array_runner(length_of, nullable: bool, element: Runner) -> Runner:
+    """Run an element runner over an array (for tagged arrays; inline arrays are written out in place)."""
+
+    def run_array(buf, pos: int, end: int, acc: _Accumulator, topic, partition) -> int:
+        count, pos = length_of(buf, pos, end)
+        if count <= 0:
+            if count == 0 or (count == -1 and nullable):
+                return pos
+            raise _bad_count(count, end - pos, "")
+        if count > end - pos:
+            raise _bad_count(count, end - pos, "")
+        for _ in range(count):
+            pos = element(buf, pos, end, acc, topic, partition)
+        return pos
+
+    return run_array
+
+
+def _nullable_struct_runner(element: Runner) -> Runner:
+    def run_nullable_struct(buf, pos: int, end: int, acc: _Accumulator, topic, partition) -> int:
+        if pos >= end:
+            raise DecodeTruncated("truncated struct marker")
+        if buf[pos] >= 0x80:
+            return pos + 1
+        return element(buf, pos + 1, end, acc, topic, partition)
+
+    return run_nullable_struct
+
+
+def _partition_rows(buf, pos: int, stop: int, topic: Topic | None, acc: _Accumulator) -> None:
+    """Rows for an int32 array of partition indexes (OffsetFetch requests)."""
+    blank = [None] * len(PartitionEntry._fields)
+    for (partition,) in struct.iter_unpack(">i", buf[pos:stop]):
+        blank[0], blank[1] = topic, partition
+        acc.partitions.append(_new_tuple(PartitionEntry, blank))
+
+
+_HELPERS = {
+    "DecodeError": DecodeError, "DecodeTruncated": DecodeTruncated, "ZERO_UUID": ZERO_UUID,
+    "ErrorEntry": ErrorEntry, "PartitionEntry": PartitionEntry, "_new_tuple": _new_tuple,
+    "_truncated": _truncated, "_bad_count": _bad_count, "_skip_tags": skip_tags,
+    "_partition_rows": _partition_rows, "read_uvarint": read_uvarint,
+}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Writing the extraction function of a struct
+
+
+class _Scope(NamedTuple):
+    """Where a struct sits, which decides what its fields mean there."""
+
+    api_key: int
+    is_response: bool
+    path: str  # dotted field names down to this struct ("" at the top level)
+    top: bool
+    element: bool  # an element of an array
+    in_topic: bool  # an enclosing struct names a topic
+
+
+_STRUCT_NAMES = {id(value): name for name, value in vars(_schemas).items() if isinstance(value, tuple)}
+_PLANS: dict[tuple[int, _Scope], Runner | None] = {}
+_SOURCES: dict[int, str] = {}  # id(runner) -> its source
+_serial = _counter()
+
+
+def plan(struct_schema: tuple, scope: _Scope) -> Runner | None:
+    """The extraction function of a struct in a scope, or None when nothing in it is needed."""
+    key = (id(struct_schema), scope)
+    if key not in _PLANS:
+        _PLANS[key] = _PlanWriter(struct_schema, scope).compile()
+    return _PLANS[key]
+
+
+def _child_path(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+class _PlanWriter:
+    """Writes the source of one struct's extraction function.
+
+    The function's locals: ``pos``; ``topic`` and ``partition`` (inherited, then the struct's own once
+    read); ``own`` (0: topic inherited, 1: named by id, 2: by name); ``v_<field>`` for each field kept.
+    """
+
+    def __init__(self, struct_schema: tuple, scope: _Scope) -> None:
+        self.fields, self.tagged = struct_schema
+        self.struct_name = _STRUCT_NAMES.get(id(struct_schema), "struct")
+        self.scope = scope
+        self.lines: list[str] = []
+        self.constants: dict[str, Any] = {}
+        self.pending: list[tuple[str, str]] = []  # fixed-size fields not yet written: (name, type)
+        tagged_entries = [t[1:] for t in self.tagged or ()]
+        everything = [*self.fields, *tagged_entries]
+        self.topic_name = next((e[0] for e in self.fields if len(e) > 3 and e[3] == "topicName"
+                                and e[1].endswith("string")), None)
+        self.topic_id = next((e[0] for e in self.fields if e[0] == "topic_id" and e[1] == "uuid"), None)
+        self.has_topic = self.topic_name is not None or self.topic_id is not None
+        # the topic is reported as soon as the last field that names it is read
+        names_topic = (self.topic_name, self.topic_id)
+        self.topic_ready = next((e[0] for e in reversed(self.fields) if e[0] in names_topic), None)
+        self.in_topic = scope.in_topic or self.has_topic
+        self.partition = None
+        if scope.element and self.in_topic:
+            self.partition = next((e[0] for e in self.fields if e[0] in PARTITION_FIELDS and e[1] == "int32"),
+                                  None)
+        self.rows = self.partition is not None and scope.api_key in PARTITION_APIS
+        self.errors = [e[0] for e in everything if scope.is_response and e[1] == "int16"
+                       and (e[0] == "error_code" or e[0].endswith("_error_code"))]
+        self.top_fields = []
+        if scope.top and (scope.is_response or scope.api_key == PRODUCE):
+            self.top_fields = [e[0] for e in everything if e[0] in TOP_FIELDS[scope.is_response]]
+        self.kept: set[str] = set()  # fields read into v_<name>
+        self.tag_kept = [e[0] for e in tagged_entries if self.wanted(e[0], e[1])]
+        self.records: str | None = None  # the records field kept for the partition row
+        self.needed = False  # whether anything but skipping was written
+        if any(e[3:] == ("topicName",) or e[0] == "topic_id" for e in tagged_entries):
+            raise ValueError(f"{self.struct_name}: a tagged topic field, which no definition has had so far")
+
+    # -- what is needed
+
+    def wanted(self, name: str, type_name: str) -> bool:
+        """Whether a scalar field's value is used once the struct is read."""
+        if name in (self.topic_name, self.topic_id) or name in self.errors or name in self.top_fields:
+            return True
+        if self.rows and (name in ROW_FIELDS or type_name.endswith("records")):
+            return True
+        code = name.removesuffix("error_message") + "error_code"
+        return name.endswith("error_message") and code in self.errors
+
+    def constant(self, value: Any, hint: str) -> str:
+        name = f"_{hint}{len(self.constants)}"
+        self.constants[name] = value
+        return name
+
+    def emit(self, line: str, indent: int = 1) -> None:
+        self.lines.append("    " * indent + line)
+
+    def var(self, name: str) -> str:
+        return "partition" if name == self.partition else f"v_{name}"
+
+    # -- fields
+
+    def flush_fixed(self) -> None:
+        """Write the pending run of fixed-size fields as one bounds check and (at most) one unpack."""
+        run, self.pending = self.pending, []
+        if not run:
+            return
+        size = sum(FIXED_TYPES[t][1] for _, t in run)
+        kept = [(name, t) for name, t in run if name == self.partition or self.wanted(name, t)]
+        if not kept:
+            self.emit(f"pos += {size}")
+            return
+        layout = "".join(FIXED_TYPES[t][0] if (name, t) in kept else f"{FIXED_TYPES[t][1]}x"  # x: skip a byte
+                         for name, t in run)
+        unpack = self.constant(struct.Struct(">" + layout).unpack_from, "unpack")
+        targets = ", ".join(self.var(name) for name, _ in kept)
+        self.needed = True
+        self.emit(f"if pos + {size} > end:")
+        self.emit(f"raise _truncated({_child_path(self.scope.path, run[0][0])!r})", 2)
+        self.emit(f"{targets}, = {unpack}(buf, pos)")
+        self.emit(f"pos += {size}")
+        self.kept.update(name for name, _ in kept if name != self.partition)
+        if any(name == self.topic_id for name, _ in kept):
+            self.emit(f"if own != 2 and v_{self.topic_id} != ZERO_UUID:")
+            self.emit(f"topic = v_{self.topic_id}", 2)
+            self.emit("own = 1", 2)
+            if self.topic_ready == self.topic_id:
+                self.report_topic()
+
+    def report_topic(self) -> None:
+        self.emit("if own and topic not in acc.seen:")
+        self.emit("acc.seen.add(topic)", 2)
+        self.emit("acc.topics.append(topic)", 2)
+
+    def field(self, entry: tuple) -> None:
+        name, type_name = entry[0], entry[1]
+        element = entry[2] if len(entry) > 2 else None
+        if type_name in FIXED_TYPES:
+            self.pending.append((name, type_name))
+            return
+        self.flush_fixed()
+        needed_before, self.needed = self.needed, True  # unless the field turns out to be skipped, below
+        path = _child_path(self.scope.path, name)
+        compact = type_name.startswith("compact_")
+        length_of = LENGTH_READERS[compact][1]
+        nullable = "nullable" in type_name
+        if name == self.topic_name:
+            reader = self.constant(field_reader(type_name), "read")
+            if compact:  # a name shorter than 127 bytes, in bounds, is read in place; else by the reader
+                self.emit("if pos < end and 0 < (n := buf[pos]) < 0x80 and pos + n <= end:")
+                self.emit(f"v_{name} = str(buf[pos + 1:pos + n], 'utf-8', 'replace')", 2)
+                self.emit("pos += n", 2)
+                self.emit("else:")
+                self.emit(f"v_{name}, pos = {reader}(buf, pos, end)", 2)
+            else:
+                self.emit(f"v_{name}, pos = {reader}(buf, pos, end)")
+            self.emit(f"if v_{name}:")
+            self.emit(f"topic = v_{name}", 2)
+            self.emit("own = 2", 2)
+            self.kept.add(name)
+            if self.topic_ready == name:
+                self.report_topic()
+        elif type_name.endswith("array") and isinstance(element, str) and entry[3:] == ("topicName",):
+            reader = self.constant(_topic_list(length_of, field_reader(element)), "topics")
+            self.emit(f"pos = {reader}(buf, pos, end, acc)")
+        elif type_name.endswith("array") and element == "int32" and name in PARTITION_LISTS and self.in_topic:
+            self.partition_list(name, length_of, nullable, path)
+        elif isinstance(element, tuple) and (runner := self.child(name, type_name, element)) is not None:
+            if type_name.endswith("array"):
+                self.struct_array(runner, length_of, nullable, path)
+            elif nullable:
+                self.emit("if pos >= end:")
+                self.emit(f"raise _truncated({path!r})", 2)
+                self.emit("if buf[pos] >= 0x80:")
+                self.emit("pos += 1", 2)
+                self.emit("else:")
+                self.emit(f"pos = {runner}(buf, pos + 1, end, acc, topic, partition)", 2)
+            else:
+                self.emit(f"pos = {runner}(buf, pos, end, acc, topic, partition)")
+        elif self.rows and type_name.endswith("records"):
+            reader = self.constant(_records_span(length_of), "records")
+            self.emit(f"v_records_offset, v_record_bytes, pos = {reader}(buf, pos, end)")
+            self.emit("if pos > end:")
+            self.emit(f"raise _truncated({path!r})", 2)
+            self.records = name
+        elif self.wanted(name, type_name):
+            reader = self.constant(field_reader(type_name, element), "read")
+            self.emit(f"v_{name}, pos = {reader}(buf, pos, end)")
+            self.kept.add(name)
+        else:
+            self.skip(type_name, element, path)
+            self.needed = needed_before
+
+    def skip(self, type_name: str, element: Any, path: str) -> None:
+        """Skip a field nothing needs. Strings, bytes and arrays of fixed-size elements are written out in
+        place (a length and a jump); anything else calls a compiled skipper."""
+        skip = self.constant(field_skipper(type_name, element)[0], "skip")
+        if element in FIXED_TYPES and type_name.endswith("array"):
+            size = FIXED_TYPES[element][1]
+        elif type_name.removeprefix("compact_").removeprefix("nullable_") in ("string", "bytes", "records"):
+            size = 1
+        else:
+            self.emit(f"pos = {skip}(buf, pos, end)")
+            return
+        if type_name.startswith("compact_"):  # a one-byte length N+1 (0: null), else the skipper
+            self.emit("if pos < end and buf[pos] < 0x80:")
+            self.emit(f"pos += (buf[pos] - 1) * {size} + 1 if buf[pos] else 1", 2)
+            self.emit("else:")
+            self.emit(f"pos = {skip}(buf, pos, end)", 2)
+            return
+        width = 2 if type_name.endswith("string") else 4
+        length = self.constant(struct.Struct(">h" if width == 2 else ">i").unpack_from, "length")
+        self.emit(f"if pos + {width} > end:")
+        self.emit(f"raise _truncated({path!r})", 2)
+        self.emit(f"count, = {length}(buf, pos)")
+        self.emit(f"pos += {width} + count * {size} if count > 0 else {width}")
+
+    def child(self, name: str, type_name: str, element: tuple) -> str | None:
+        scope = self.scope._replace(path=_child_path(self.scope.path, name), top=False,
+                                    element=type_name.endswith("array"), in_topic=self.in_topic)
+        runner = plan(element, scope)
+        return None if runner is None else self.constant(runner, "struct")
+
+    def read_count(self, length_of) -> None:
+        """An array count into ``count``: a one-byte compact count in place, anything else by a call."""
+        length = self.constant(length_of, "length")
+        if length_of is LENGTH_READERS[True][1]:
+            self.emit("if pos < end and (n := buf[pos]) < 0x80:")
+            self.emit("count = n - 1", 2)
+            self.emit("pos += 1", 2)
+            self.emit("else:")
+            self.emit(f"count, pos = {length}(buf, pos, end)", 2)
+        else:
+            self.emit(f"count, pos = {length}(buf, pos, end)")
+
+    def struct_array(self, runner: str, length_of, nullable: bool, path: str) -> None:
+        self.read_count(length_of)
+        self.emit("if count > 0:")
+        self.emit("if count > end - pos:", 2)
+        self.emit(f"raise _bad_count(count, end - pos, {path!r})", 3)
+        self.emit("for _ in range(count):", 2)
+        self.emit(f"pos = {runner}(buf, pos, end, acc, topic, partition)", 3)
+        self.emit(f"elif count < {-1 if nullable else 0}:")
+        self.emit(f"raise _bad_count(count, end - pos, {path!r})", 2)
+
+    def partition_list(self, name: str, length_of, nullable: bool, path: str) -> None:
+        self.read_count(length_of)
+        self.emit("if count > 0:")
+        self.emit("stop = pos + 4 * count", 2)
+        self.emit("if stop > end:", 2)
+        self.emit(f"raise _bad_count(count, end - pos, {path!r})", 3)
+        self.emit("acc.partition_count += count", 2)
+        if self.scope.api_key in PARTITION_APIS and name in ROW_PARTITION_LISTS:
+            self.emit("_partition_rows(buf, pos, stop, topic, acc)", 2)
+        self.emit("pos = stop", 2)
+        self.emit(f"elif count < {-1 if nullable else 0}:")
+        self.emit(f"raise _bad_count(count, end - pos, {path!r})", 2)
+
+    def tags(self) -> None:
+        if self.tagged is None:
+            return
+        handlers = []
+        for tag, *entry in self.tagged:
+            name, type_name = entry[0], entry[1]
+            element = entry[2] if len(entry) > 2 else None
+            if name in self.tag_kept:
+                reader = self.constant(field_reader(type_name, element), "read")
+                handlers.append((tag, f"v_{name} = {reader}(buf, pos, stop)[0]"))
+                self.kept.add(name)
+            elif isinstance(element, tuple) and (runner := self.child(name, type_name, element)) is not None:
+                if type_name.endswith("array"):
+                    length_of = LENGTH_READERS[True][1]
+                    runner = self.constant(_array_runner(length_of, "nullable" in type_name,
+                                                         self.constants[runner]), "array")
+                elif type_name == "nullable_struct":
+                    runner = self.constant(_nullable_struct_runner(self.constants[runner]), "struct")
+                handlers.append((tag, f"{runner}(buf, pos, stop, acc, topic, partition)"))
+        self.needed = self.needed or bool(handlers)
+        self.emit("if pos < end and buf[pos] == 0:")
+        self.emit("pos += 1", 2)
+        self.emit("else:")
+        if not handlers:
+            self.emit("pos = _skip_tags(buf, pos, end)", 2)
+            return
+        self.emit("count, pos = read_uvarint(buf, pos, end)", 2)
+        self.emit("if count > (end - pos) >> 1:", 2)
+        tags_path = _child_path(self.scope.path, "_tagged_fields")
+        self.emit(f"raise _bad_count(count, end - pos, {tags_path!r})", 3)
+        self.emit("for _ in range(count):", 2)
+        self.emit("tag, pos = read_uvarint(buf, pos, end)", 3)
+        self.emit("size, pos = read_uvarint(buf, pos, end)", 3)
+        self.emit("stop = pos + size", 3)
+        self.emit("if stop > end:", 3)
+        self.emit(f"raise _truncated({tags_path!r})", 4)
+        for i, (tag, action) in enumerate(handlers):
+            self.emit(f"{'if' if i == 0 else 'elif'} tag == {tag}:", 3)
+            self.emit(action, 4)
+        self.emit("pos = stop", 3)
+
+    # -- the whole function
+
+    def report(self, cut_short: bool) -> None:
+        """Report the partition, errors and top-level values: after the fields, or, when the bytes ended
+        inside the struct (``cut_short``), whatever was read before they did."""
+        if self.partition is not None:
+            if cut_short:
+                self.emit("if partition is None:")  # the bytes ended before the partition index
+                self.emit("raise", 2)
+            self.emit("acc.partition_count += 1")
+        if self.rows:
+            values = {"topic": "topic", "partition": "partition"}
+            for name in self.kept:
+                if name in ROW_FIELDS:
+                    values[ROW_FIELDS[name]] = f"v_{name}"
+            if self.records is not None:
+                values["records_offset"], values["record_bytes"] = "v_records_offset", "v_record_bytes"
+            row = ", ".join(values.get(f, "None") for f in PartitionEntry._fields)
+            self.emit(f"acc.partitions.append(_new_tuple(PartitionEntry, ({row})))")
+        for name in self.errors:
+            message = name.removesuffix("error_code") + "error_message"
+            message = f"v_{message}" if message in self.kept else "None"
+            path = _child_path(self.scope.path, name)
+            self.emit(f"if v_{name}:")
+            self.emit(f"acc.errors.append(_new_tuple(ErrorEntry, ({path!r}, topic, partition, v_{name}, "
+                      f"{message})))", 2)
+        for name in self.top_fields:
+            self.emit(f"acc.{name} = v_{name}")
+
+    def compile(self) -> Runner | None:
+        for entry in self.fields:
+            self.field(entry)
+        self.flush_fixed()
+        self.tags()
+        self.emit("if pos > end:")
+        self.emit(f"raise _truncated({self.scope.path or 'body'!r})", 2)
+        body = self.lines
+        reports = self.has_topic or self.partition is not None or self.errors or self.top_fields
+        if not (self.needed or reports):
+            return None  # nothing but skips: the parent skips this struct whole
+        self.lines = []
+        self.report(cut_short=True)
+        cut_short = self.lines
+        self.lines = []
+        self.report(cut_short=False)
+        function = f"extract_{self.struct_name}_{next(_serial)}"
+        head = [f"def {function}(buf, pos, end, acc, topic, partition):"]
+        if self.has_topic:
+            head.append("    own = 0")
+        # every value a report uses must exist even if the bytes end before it (or a tag never comes)
+        kept = sorted(self.kept) + (["records_offset", "record_bytes"] if self.records else [])
+        initial = kept if cut_short else self.tag_kept
+        if initial:
+            head.append("    " + " = ".join(f"v_{name}" for name in initial) + " = None")
+        if cut_short:
+            indented = ["    " + line for line in body]
+            handler = ["    except DecodeTruncated:", *("    " + line for line in cut_short), "        raise"]
+            source_lines = [*head, "    try:", *indented, *handler, *self.lines, "    return pos"]
+        else:
+            source_lines = [*head, *body, "    return pos"]
+        source = "\n".join(source_lines) + "\n"
+        filename = f"<kafka extraction {function}>"
+        namespace = {**_HELPERS, **self.constants}
+        exec(compile(source, filename, "exec"), namespace)
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # for tracebacks
+        runner = namespace[function]
+        _SOURCES[id(runner)] = source
+        return runner
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Entry points
+
+
+_BODY_PLANS: dict[tuple[int, int, bool], Runner | None] = {}
+_UNKNOWN = object()  # not yet planned (None is a plan: nothing to extract)
+
+
+def body_plan(api_key: int, api_version: int, is_response: bool) -> Runner | None:
+    """The extraction function of a body kind (None when nothing in it is needed); DecodeError if unknown."""
+    key = (api_key, api_version, is_response)
+    if key in _BODY_PLANS:
+        return _BODY_PLANS[key]
+    top = schema(api_key, api_version, is_response)
+    if top is None:
+        raise DecodeError(f"unknown API key {api_key} version {api_version}")
+    runner = _BODY_PLANS[key] = plan(top, _Scope(api_key, is_response, "", True, False, False))
+    return runner
+
+
+def plan_source(api_key: int, api_version: int, is_response: bool) -> str:
+    """The source of every extraction function a body kind uses, top-level struct first (for reading)."""
+    runner = body_plan(api_key, api_version, is_response)
+    seen: list[int] = []
+
+    def walk(function) -> None:
+        if id(function) in _SOURCES and id(function) not in seen:
+            seen.append(id(function))
+            for value in function.__globals__.values():
+                walk(value)
+
+    if runner is not None:
+        walk(runner)
+    return "\n".join(_SOURCES[i] for i in seen)
+
+
+def extract(buf, off: int, end: int, api_key: int, api_version: int, is_response: bool, *,
+            partial: bool = False) -> Extracted:
+    """Topics, partitions, errors and the top-level fields of one body at ``buf[off:end]``.
+
+    With ``partial``, a body that runs past ``end`` (a frame of which only the head was kept) yields what
+    was read before it did, with ``complete`` False: for a Produce request cut inside its records, still its
+    acks, first topic and partition, and where those records start and how long they are. Without it, or
+    when the bytes are malformed rather than short, DecodeError.
+    """
+    runner = _BODY_PLANS.get((api_key, api_version, is_response), _UNKNOWN)
+    if runner is _UNKNOWN:
+        runner = body_plan(api_key, api_version, is_response)
+    if end > len(buf):
+        end = len(buf)
+    if off < 0 or off > end:
+        raise DecodeError(f"body offset {off} outside the buffer")
+    acc = _Accumulator()
+    complete = True
+    if runner is not None:
+        try:
+            runner(buf, off, end, acc, None, None)
+        except DecodeTruncated:
+            if not partial:
+                raise
+            complete = False
+        except DecodeError:
+            raise
+        except (IndexError, struct.error, ValueError, OverflowError, MemoryError) as exc:  # a missed check
+            raise DecodeError(f"malformed body ({type(exc).__name__}: {exc})") from None
+    return _new_tuple(Extracted, (acc.topics, acc.partition_count, acc.errors, acc.error_code,
+                                  acc.throttle_time_ms, acc.partitions, acc.acks, acc.transactional_id,
+                                  complete))
