@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from analyzer.capture import CaptureError, CaptureStats, open_capture
 from analyzer.flows import FlowTable
-from analyzer.tables import connections_batch, exchanges_batch
+from analyzer.tables import connections_batch, errors_batch, exchanges_batch, partitions_batch
 from dissectors.kafka.framing import DEFAULT_KEEP, DEFAULT_MAX_FRAME
 
 STEP_PACKETS = 1 << 16
@@ -77,8 +77,8 @@ def analyze_file(
             while True:
                 before = table.last_frame
                 table.feed(islice(packets, STEP_PACKETS))
-                if len(rows) >= options.batch_rows:
-                    _emit_exchanges(rows, name, sink, report)
+                if len(rows) >= options.batch_rows or len(table.out.partitions) >= options.batch_rows:
+                    _emit_exchanges(table, name, sink, report)
                 table.retire_closed()
                 if table.connection_rows:
                     _emit_connections(table, name, sink, report)
@@ -92,23 +92,30 @@ def analyze_file(
             table.finish()
         except Exception as exc:
             report.error = report.error or f"internal error while closing connections: {exc!r}"
-        _emit_exchanges(rows, name, sink, report)
+        _emit_exchanges(table, name, sink, report)
         _emit_connections(table, name, sink, report)
         report.flows_not_kafka = table.probed_out
     report.seconds = time.perf_counter() - started
     return report
 
 
-def _emit_exchanges(rows: list[tuple], name: str, sink: BatchSink, report: FileReport) -> None:
-    if not rows:
-        return
-    batch = exchanges_batch(rows, name)
-    rows.clear()
-    report.exchanges += batch.num_rows
-    counts = report.status_counts
-    for item in pc.value_counts(batch.column("status")).to_pylist():
-        counts[item["values"]] = counts.get(item["values"], 0) + item["counts"]
-    sink("exchanges", batch)
+def _emit_exchanges(table: FlowTable, name: str, sink: BatchSink, report: FileReport) -> None:
+    """Drain the exchange rows, and the error and partition rows that belong to them, into batches."""
+    out = table.out
+    if out.exchanges:
+        batch = exchanges_batch(out.exchanges, name, out.topic_names)
+        out.exchanges.clear()
+        report.exchanges += batch.num_rows
+        counts = report.status_counts
+        for item in pc.value_counts(batch.column("status")).to_pylist():
+            counts[item["values"]] = counts.get(item["values"], 0) + item["counts"]
+        sink("exchanges", batch)
+    if out.errors:
+        sink("errors", errors_batch(out.errors, name, out.topic_names))
+        out.errors.clear()
+    if out.partitions:
+        sink("partitions", partitions_batch(out.partitions, name, out.topic_names))
+        out.partitions.clear()
 
 
 def _emit_connections(table: FlowTable, name: str, sink: BatchSink, report: FileReport) -> None:

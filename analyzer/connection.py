@@ -8,7 +8,7 @@ import ipaddress
 import re
 import struct
 
-from analyzer.exchanges import ExchangeMatcher
+from analyzer.exchanges import ExchangeMatcher, Outputs
 from analyzer.tcp import HalfStream
 from dissectors.kafka.framing import FrameSplitter
 from dissectors.kafka.headers import looks_like_request
@@ -91,7 +91,7 @@ class Connection:
                  "first_ts", "to_broker", "to_client", "requests", "responses", "matcher", "ended", "syn_ts",
                  "handshake_ts", "closing_ts")
 
-    def __init__(self, conn_id: int, client_key: bytes, ts: int, rows: list[tuple], keep: int,
+    def __init__(self, conn_id: int, client_key: bytes, ts: int, out: Outputs, keep: int,
                  max_frame: int) -> None:
         src, dst, sport, dport = split_key(client_key)
         self.conn_id = conn_id
@@ -103,7 +103,7 @@ class Connection:
         self.broker_port = dport
         self.first_ts = ts
         self.matcher = m = ExchangeMatcher(
-            rows, (conn_id, self.client_ip, self.client_port, self.broker_ip, self.broker_port))
+            out, (conn_id, self.client_ip, self.client_port, self.broker_ip, self.broker_port))
         resync = RequestResync(m)
         self.requests = FrameSplitter(m.request, resync.validate, resync.find, keep, max_frame)
         self.responses = FrameSplitter(m.response, m.response_plausible, m.find_response, keep, max_frame)

@@ -6,8 +6,12 @@ correlation id X also settles every request sent before X that is still waiting:
 (Produce with acks=0 owes no answer: `acks0`; anything else: `no_response`). That keeps the in-flight queue
 short even when a producer sends acks=0 forever, and makes duplicate correlation ids harmless.
 
-Rows are plain tuples in the order of ``tables.EXCHANGE_ROW_FIELDS``; derived columns (api and error names,
-latency, the capture file) are computed per batch, in Arrow, not per row here.
+Each body is run through the extraction mode of the schema decoder once, when its frame completes: the
+request's result waits in the in-flight entry, the response's joins it, and the pair becomes one exchange
+row plus its error rows and (for the partition APIs) one row per topic-partition.
+
+Rows are plain tuples in the orders the ``tables`` module names; derived columns (api and error names,
+latency, topic names for topic ids, the capture file) are computed per batch, in Arrow, not per row here.
 """
 
 from __future__ import annotations
@@ -15,12 +19,13 @@ from __future__ import annotations
 import struct
 from collections import deque
 
+from dissectors.kafka.decoder import decode
+from dissectors.kafka.extract import PARTITION_APIS, Extracted, PartitionEntry, extract
 from dissectors.kafka.headers import (
     HeaderError,
     decode_request_header,
     decode_response_header,
     produce_acks,
-    response_top_level,
 )
 
 _INT32 = struct.Struct(">i")
@@ -36,18 +41,38 @@ ACKS0 = "acks0"
 ORPHAN = "orphan_response"
 MALFORMED = "malformed"
 
+METADATA = 3
+DESCRIBE_TOPIC_PARTITIONS = 75
+TOPIC_ID_APIS = {METADATA: 10, DESCRIBE_TOPIC_PARTITIONS: 0}  # api -> first version naming topics by id
+
 # Fields of an in-flight request (a tuple, cheap to build and to keep).
-_CORR, _KEY, _VER, _CLIENT, _FTS, _FNO, _LTS, _LNO, _SIZE, _ACKS0, _NOTE = range(11)
+_CORR, _KEY, _VER, _CLIENT, _FTS, _FNO, _LTS, _LNO, _SIZE, _ACKS0, _NOTE, _X, _BAD = range(13)
+
+_NOTHING = Extracted([], 0, [], None, None, [], None, None, False)
+_PARTITION_DETAIL = PartitionEntry._fields[3:-2]  # base_offset .. current_leader_epoch
+
+
+class Outputs:
+    """Where the matchers of one flow table put their rows, and what they learn across connections."""
+
+    __slots__ = ("exchanges", "errors", "partitions", "topic_names")
+
+    def __init__(self) -> None:
+        self.exchanges: list[tuple] = []
+        self.errors: list[tuple] = []
+        self.partitions: list[tuple] = []
+        self.topic_names: dict[bytes, str] = {}  # topic id -> name, from Metadata responses
 
 
 class ExchangeMatcher:
-    """Pairs the requests and responses of one connection and appends finished rows to ``rows``."""
+    """Pairs the requests and responses of one connection and appends finished rows to ``out``."""
 
-    __slots__ = ("rows", "conn_fields", "pending", "orphans", "malformed",
+    __slots__ = ("out", "rows", "conn_fields", "pending", "orphans", "malformed",
                  "unanswered", "client_ids", "last_request_corr", "client_id_bytes")
 
-    def __init__(self, rows: list[tuple], conn_fields: tuple) -> None:
-        self.rows = rows
+    def __init__(self, out: Outputs, conn_fields: tuple) -> None:
+        self.out = out
+        self.rows = out.exchanges
         # (connection_id, client_ip, client_port, broker_ip, broker_port): shared by every row.
         self.conn_fields = conn_fields
         self.pending: deque[tuple] = deque()
@@ -73,20 +98,31 @@ class ExchangeMatcher:
             corr = _unpack_int32(head, 8)[0] if end >= 12 else None
             ak = _unpack_int32(head, 4)[0] >> 16 if end >= 8 else None
             self._emit(ak, None, corr, None, first_ts, last_ts, None, None, size + 4, None, None, None,
-                       MALFORMED, first_no, None, f"request header: {exc}")
+                       MALFORMED, first_no, None, f"request header: {exc}", [], 0, 0)
             return
-        acks0 = False
+        bad = False
+        try:
+            x = extract(head, body, end, key, ver, False, partial=lossy or end < size + 4)
+        except HeaderError as exc:  # DecodeError: the body does not follow its schema
+            x = _NOTHING
+            bad = True
+            note = _join(note, f"request body: {exc}")
         if key == 0:
-            try:
-                acks0 = produce_acks(head, body, end, ver) == 0
-            except HeaderError:
-                pass
+            acks = x.acks
+            if acks is None:
+                try:
+                    acks = produce_acks(head, body, end, ver)
+                except HeaderError:
+                    acks = None
+            acks0 = acks == 0
+        else:
+            acks0 = False
         if client_id not in self.client_ids:
             self._new_client_id(client_id, head, end)
         self.last_request_corr = corr
         pending = self.pending
         pending.append((corr, key, ver, client_id, first_ts, first_no, last_ts, last_no, size + 4, acks0,
-                        note))
+                        note, x, bad))
         if len(pending) > MAX_IN_FLIGHT:
             self._settle(pending.popleft(), "evicted: too many requests in flight")
 
@@ -112,7 +148,7 @@ class ExchangeMatcher:
             else:
                 self.orphans += 1
                 self._emit(None, None, corr, None, None, None, first_ts, last_ts, None, size + 4, None, None,
-                           ORPHAN, None, last_no, "request not in capture")
+                           ORPHAN, None, last_no, "request not in capture", [], 0, 0)
                 return
             for _ in range(i):  # Kafka answers in order: everything sent before this one went unanswered
                 self._settle(pending.popleft(), None)
@@ -121,27 +157,63 @@ class ExchangeMatcher:
         ver = req[_VER]
         end = len(head)
         note = req[_NOTE]
-        status = OK
+        status = MALFORMED if req[_BAD] else OK
         error_code = throttle = None
+        x = _NOTHING
         try:
             _, body = decode_response_header(head, 4, end, key, ver)
-            error_code, throttle = response_top_level(head, body, end, key, ver)
         except HeaderError as exc:
             status = MALFORMED
+            note = _join(note, f"response header: {exc}")
+        else:
+            try:
+                x = extract(head, body, end, key, ver, True, partial=lossy or end < size + 4)
+            except HeaderError as exc:
+                status = MALFORMED
+                note = _join(note, f"response body: {exc}")
+            else:
+                throttle = x.throttle_time_ms
+                error_code = x.top_error
+                if not error_code:
+                    error_code = x.errors[0].error_code if x.errors else 0
+                if key in TOPIC_ID_APIS and ver >= TOPIC_ID_APIS[key]:
+                    self._learn_topic_ids(head, body, end, key, ver)
+        if status == MALFORMED:
             self.malformed += 1
-            note = f"response header: {exc}"
-        if lossy:
-            note = "response bytes lost in capture" if note is None else note + "; response bytes lost"
-        if error_code:
+        elif error_code:
             status = ERROR
+        if lossy:
+            note = _join(note, "response bytes lost in capture")
+        rx = req[_X]
+        topics = rx.topics
+        if x.topics:
+            topics = list(dict.fromkeys(topics + x.topics)) if topics else x.topics
         self._emit(key, ver, corr, req[_CLIENT], req[_FTS], req[_LTS], first_ts, last_ts, req[_SIZE], size + 4,
-                   error_code, throttle, status, req[_FNO], last_no, note)
+                   error_code, throttle, status, req[_FNO], last_no, note, topics,
+                   max(rx.partition_count, x.partition_count), len(x.errors))
+        if x.errors:
+            self._emit_errors(req, last_ts, x)
+        if key in PARTITION_APIS and (rx.partitions or x.partitions):
+            self._emit_partitions(req, last_ts, x.partitions)
 
     def close(self, reason: str | None = None) -> None:
         """The connection or the capture ended: whatever is still in flight was never answered."""
         pending = self.pending
         while pending:
             self._settle(pending.popleft(), reason)
+
+    def _learn_topic_ids(self, head, body: int, end: int, key: int, ver: int) -> None:
+        """Metadata (v10+) and DescribeTopicPartitions name every topic id they list: remember them, so
+        that Fetch v13+ and the other id-only APIs can be shown with names."""
+        try:
+            tree = decode(head, body, end, key, ver, True)
+        except HeaderError:
+            return
+        names = self.out.topic_names
+        for t in tree.get("topics") or ():
+            tid, name = t.get("topic_id"), t.get("name")
+            if tid and name and tid != bytes(16):
+                names[tid] = name
 
     # -- resynchronisation support for the response framer -----------------------------------------
 
@@ -179,16 +251,62 @@ class ExchangeMatcher:
 
     def _settle(self, req: tuple, note: str | None) -> None:
         status = ACKS0 if req[_ACKS0] else NO_RESPONSE
-        if status == NO_RESPONSE:
+        if req[_BAD]:
+            status = MALFORMED
+            self.malformed += 1
+        elif status == NO_RESPONSE:
             self.unanswered += 1
-        n = req[_NOTE]
-        if note:
-            n = note if n is None else f"{n}; {note}"
+        rx = req[_X]
         self._emit(req[_KEY], req[_VER], req[_CORR], req[_CLIENT], req[_FTS], req[_LTS], None, None, req[_SIZE],
-                   None, None, None, status, req[_FNO], None, n)
+                   None, None, None, status, req[_FNO], None, _join(req[_NOTE], note), rx.topics,
+                   rx.partition_count, 0)
+        if rx.partitions and req[_KEY] in PARTITION_APIS:
+            self._emit_partitions(req, None, [])
 
     def _emit(self, api_key, api_version, corr, client_id, rq_first, rq_last, rs_first, rs_last, rq_size,
-              rs_size, error_code, throttle, status, rq_frame, rs_frame, note) -> None:
+              rs_size, error_code, throttle, status, rq_frame, rs_frame, note, topics, partition_count,
+              error_count) -> None:
         self.rows.append((*self.conn_fields, api_key, api_version, corr, client_id, rq_first, rq_last,
                           rs_first, rs_last, rq_size, rs_size, error_code, throttle, status, rq_frame,
-                          rs_frame, note))
+                          rs_frame, note, topics, partition_count, error_count))
+
+    def _emit_errors(self, req: tuple, rs_last: int, x: Extracted) -> None:
+        """One row per non-zero error field (tables.ERROR_ROW_FIELDS order)."""
+        head = (self.conn_fields[0], req[_CORR], req[_KEY], req[_VER], req[_CLIENT], rs_last)
+        append = self.out.errors.append
+        for e in x.errors:
+            append((*head, e.field_path, e.topic, e.partition, e.error_code, e.error_message))
+
+    def _emit_partitions(self, req: tuple, rs_last: int | None, answered: list[PartitionEntry]) -> None:
+        """One row per topic-partition, request and response entries merged (tables.PARTITION_ROW_FIELDS)."""
+        merged: dict[tuple, list] = {}
+        for p in req[_X].partitions:
+            merged.setdefault((p.topic, p.partition), [p, None])
+        for p in answered:
+            slot = merged.setdefault((p.topic, p.partition), [None, None])
+            if slot[1] is None:
+                slot[1] = p
+        head = (self.conn_fields[0], req[_CORR], req[_KEY], req[_VER], req[_CLIENT], req[_LTS], rs_last)
+        append = self.out.partitions.append
+        for (topic, partition), (rq, rs) in merged.items():
+            if rs is None:
+                detail = tuple(getattr(rq, f) for f in _PARTITION_DETAIL)
+                err = None
+            elif rq is None:
+                detail = tuple(getattr(rs, f) for f in _PARTITION_DETAIL)
+                err = rs.error_code
+            else:
+                detail = tuple(b if b is not None else a
+                               for a, b in zip((getattr(rq, f) for f in _PARTITION_DETAIL),
+                                               (getattr(rs, f) for f in _PARTITION_DETAIL), strict=True))
+                err = rs.error_code
+            append((*head, topic, partition, err, *detail,
+                    rq.record_bytes if rq is not None else None, rs.record_bytes if rs is not None else None))
+
+
+def _join(a: str | None, b: str | None) -> str | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return f"{a}; {b}"

@@ -16,6 +16,7 @@ import zlib
 from collections.abc import Iterable
 
 from analyzer.connection import Connection, reverse_key, split_key
+from analyzer.exchanges import Outputs
 from analyzer.tcp import ACK, FIN, MASK32, RST, SYN, HalfStream
 from dissectors.kafka.framing import DEFAULT_KEEP, DEFAULT_MAX_FRAME
 from dissectors.kafka.headers import looks_like_request
@@ -73,7 +74,8 @@ class FlowTable:
         self.max_frame = max_frame
         self.flows: dict[bytes, object] = {}
         self.open: list[Connection] = []
-        self.rows: list[tuple] = []  # exchange rows, drained by the caller
+        self.out = Outputs()  # rows of the exchanges, errors and partitions tables, drained by the caller
+        self.rows = self.out.exchanges
         self.connection_rows: list[tuple] = []
         self.now = 0
         self.last_frame = 0  # packet number of the last packet fed
@@ -239,7 +241,7 @@ class FlowTable:
         return self._open(no, ts, key if sender_is_client else rev, sender_is_client)
 
     def _open(self, conn_id: int, ts: int, client_key: bytes, sender_is_client: bool) -> HalfStream:
-        conn = Connection(conn_id, client_key, ts, self.rows, self.keep, self.max_frame)
+        conn = Connection(conn_id, client_key, ts, self.out, self.keep, self.max_frame)
         self.flows[client_key] = conn.to_broker
         self.flows[reverse_key(client_key)] = conn.to_client
         self.open.append(conn)

@@ -40,6 +40,20 @@ def _json_default(value: object) -> str:
     return str(value)
 
 
+def flatten_lists(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """CSV has no lists: list columns (topics) become comma-joined text (Kafka topic names hold no commas)."""
+    if not any(pa.types.is_list(f.type) for f in batch.schema):
+        return batch
+    arrays, fields = [], []
+    for f, col in zip(batch.schema, batch.columns, strict=True):
+        if pa.types.is_list(f.type):
+            col = pa.array([None if v is None else ",".join(v) for v in col.to_pylist()], pa.string())
+            f = pa.field(f.name, pa.string(), metadata=f.metadata)
+        arrays.append(col)
+        fields.append(f)
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+
+
 class TableFolder:
     """Destination folder with one file per table; ``write`` streams batches, ``commit`` publishes."""
 
@@ -56,6 +70,8 @@ class TableFolder:
         return os.path.join(self.folder, f"{table}.{self.fmt}")
 
     def write(self, table: str, batch: pa.RecordBatch) -> None:
+        if self.fmt == "csv":
+            batch = flatten_lists(batch)
         writer = self._writers.get(table)
         if writer is None:
             writer = self._open(table, batch.schema)
@@ -66,7 +82,7 @@ class TableFolder:
         if self.fmt == "parquet":
             writer = pq.ParquetWriter(target, schema, compression="zstd")
         elif self.fmt == "csv":
-            writer = pacsv.CSVWriter(target, schema)
+            writer = pacsv.CSVWriter(target, flatten_lists(pa.RecordBatch.from_pylist([], schema)).schema)
         else:
             writer = _JsonLinesWriter(target)
         self._writers[table] = writer

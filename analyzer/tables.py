@@ -8,13 +8,16 @@ Timestamps are ``timestamp[us, UTC]`` because Spark cannot read nanosecond Parqu
 
 from __future__ import annotations
 
+import uuid
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from dissectors.kafka.apis import API_BY_KEY
-from dissectors.kafka.errors import error_name
+from dissectors.kafka.errors import error_name, is_retriable
 
 TS = pa.timestamp("us", tz="UTC")
+_MAX_ERROR = 1024  # error codes -1.._MAX_ERROR are named by table lookup, others one by one
 
 
 def _f(name: str, typ: pa.DataType, doc: str) -> pa.Field:
@@ -43,17 +46,22 @@ EXCHANGES_SCHEMA = pa.schema([
        "view: from the moment the whole request was on the wire until the whole response was)."),
     _f("request_size", pa.int64(), "Request frame size in bytes, including the 4-byte size prefix."),
     _f("response_size", pa.int64(), "Response frame size in bytes, including the 4-byte size prefix."),
-    _f("error_code", pa.int16(), "Top-level error code of the response for APIs that carry one at the top "
-       "of the body (null when the API has none there or there is no response)."),
+    _f("error_code", pa.int16(), "The response's top-level error code when non-zero, else its first non-zero "
+       "nested one (per topic or partition), else 0; null without a decodable response."),
     _f("error_name", pa.string(), "Name of error_code (NONE for 0; UNDEFINED_ERROR_<n> for codes the "
        "protocol does not define)."),
-    _f("throttle_time_ms", pa.int32(), "Throttle time the broker reported at the top of the response."),
+    _f("throttle_time_ms", pa.int32(), "Throttle time the broker reported in the response."),
     _f("status", pa.string(), "ok | error (non-zero error_code) | no_response (never answered before the "
        "connection or capture ended) | acks0 (Produce with acks=0, which owes no answer) | orphan_response "
        "(its request is not in the capture) | malformed (a header failed to decode; see note)."),
     _f("request_frame", pa.int64(), "Packet number holding the request's first byte."),
     _f("response_frame", pa.int64(), "Packet number that completed the response."),
     _f("note", pa.string(), "Why a row is unusual (decode problems, bytes lost in the capture)."),
+    _f("topics", pa.list_(pa.string()), "Topics the request or response names, in order of first mention; "
+       "topic ids (Fetch v13+ and other id-only versions) are shown by name when a Metadata response in "
+       "the same capture named them, else as the id in UUID form."),
+    _f("partition_count", pa.int32(), "Topic-partition entries in the request or response (the larger)."),
+    _f("error_count", pa.int32(), "Non-zero error code fields anywhere in the response (see the errors table)."),
 ])
 
 # The order of the tuples the core builds (see analyzer.exchanges); the other columns are derived.
@@ -61,7 +69,7 @@ EXCHANGE_ROW_FIELDS = (
     "connection_id", "client_ip", "client_port", "broker_ip", "broker_port", "api_key", "api_version",
     "correlation_id", "client_id", "request_first_ts", "request_last_ts", "response_first_ts",
     "response_last_ts", "request_size", "response_size", "error_code", "throttle_time_ms", "status",
-    "request_frame", "response_frame", "note",
+    "request_frame", "response_frame", "note", "topics", "partition_count", "error_count",
 )
 
 CONNECTIONS_SCHEMA = pa.schema([
@@ -100,8 +108,101 @@ CONNECTIONS_SCHEMA = pa.schema([
 
 CONNECTION_ROW_FIELDS = tuple(f.name for f in CONNECTIONS_SCHEMA)[1:]
 
+_EXCHANGE_KEYS = [
+    _f("capture_file", pa.string(), "Capture file of the exchange."),
+    _f("connection_id", pa.int64(), "Connection of the exchange (see exchanges)."),
+    _f("correlation_id", pa.int32(), "Correlation id of the exchange."),
+    _f("api_key", pa.int16(), "API key of the exchange."),
+    _f("api_name", pa.string(), "API name."),
+    _f("api_version", pa.int16(), "API version."),
+    _f("client_id", pa.string(), "client_id of the request."),
+]
+
+ERRORS_SCHEMA = pa.schema([
+    *_EXCHANGE_KEYS,
+    _f("response_last_ts", TS, "Capture time of the packet that completed the response."),
+    _f("field_path", pa.string(), "Where in the response the error code sits, as dotted field names "
+       "(error_code for the top level; responses.partitions.error_code for a partition's)."),
+    _f("topic", pa.string(), "Topic the error belongs to (name, or id in UUID form), null at the top level."),
+    _f("partition", pa.int32(), "Partition the error belongs to, null above partition level."),
+    _f("error_code", pa.int16(), "The non-zero error code."),
+    _f("error_name", pa.string(), "Its name in the protocol guide (UNDEFINED_ERROR_<n> if it has none)."),
+    _f("retriable", pa.bool_(), "Whether the protocol guide marks the error retriable (null if undefined)."),
+    _f("error_message", pa.string(), "The message the broker sent with it, when the version carries one."),
+])
+
+ERROR_ROW_FIELDS = ("connection_id", "correlation_id", "api_key", "api_version", "client_id",
+                    "response_last_ts", "field_path", "topic", "partition", "error_code", "error_message")
+
+PARTITIONS_SCHEMA = pa.schema([
+    *_EXCHANGE_KEYS,
+    _f("request_last_ts", TS, "Capture time of the packet that completed the request."),
+    _f("response_last_ts", TS, "Capture time of the packet that completed the response (null if none)."),
+    _f("topic", pa.string(), "Topic name (or id in UUID form when no Metadata response named it)."),
+    _f("partition", pa.int32(), "Partition index."),
+    _f("error_code", pa.int16(), "The partition's error code in the response (null without a response)."),
+    _f("error_name", pa.string(), "Name of error_code."),
+    _f("base_offset", pa.int64(), "Produce response: offset given to the first appended record."),
+    _f("log_append_time_ms", pa.int64(), "Produce response: broker append time (-1 unless log-append time)."),
+    _f("log_start_offset", pa.int64(), "Produce response v5+, Fetch request and response: log start offset."),
+    _f("high_watermark", pa.int64(), "Fetch response: the partition's high watermark."),
+    _f("last_stable_offset", pa.int64(), "Fetch response v4+: last stable offset."),
+    _f("fetch_offset", pa.int64(), "Fetch request: the offset fetched from."),
+    _f("committed_offset", pa.int64(), "OffsetCommit request, OffsetFetch response: the group's offset."),
+    _f("offset", pa.int64(), "ListOffsets response: the offset found; DeleteRecords request: delete before."),
+    _f("low_watermark", pa.int64(), "DeleteRecords response: the new low watermark."),
+    _f("end_offset", pa.int64(), "OffsetForLeaderEpoch response: end offset of the epoch."),
+    _f("timestamp", pa.int64(), "ListOffsets request (the query) and response v1+: timestamp in ms."),
+    _f("leader_epoch", pa.int32(), "Leader epoch (the committed one for OffsetCommit/OffsetFetch)."),
+    _f("current_leader_epoch", pa.int32(), "Fetch, ListOffsets and OffsetForLeaderEpoch requests."),
+    _f("request_record_bytes", pa.int64(), "Bytes of the records field in the request (Produce)."),
+    _f("response_record_bytes", pa.int64(), "Bytes of the records field in the response (Fetch)."),
+])
+
+PARTITION_ROW_FIELDS = (
+    "connection_id", "correlation_id", "api_key", "api_version", "client_id", "request_last_ts",
+    "response_last_ts", "topic", "partition", "error_code", "base_offset", "log_append_time_ms",
+    "log_start_offset", "high_watermark", "last_stable_offset", "fetch_offset", "committed_offset", "offset",
+    "low_watermark", "end_offset", "timestamp", "leader_epoch", "current_leader_epoch", "request_record_bytes",
+    "response_record_bytes",
+)
+
+_RETRIABLE = pa.array([is_retriable(c) for c in range(-1, _MAX_ERROR)], pa.bool_())
+
+
+def _rows_batch(rows: list[tuple], fields: tuple[str, ...], schema: pa.Schema, capture_file: str,
+                topic_names: dict[bytes, str]) -> pa.RecordBatch:
+    """Rows of errors or partitions to a batch: the exchange keys' names and the topic texts derived here."""
+    n = len(rows)
+    cols = dict(zip(fields, list(zip(*rows, strict=True)) if rows else [()] * len(fields), strict=True))
+    cols["topic"] = [topic_text(t, topic_names) for t in cols["topic"]]
+    api_key = pa.array(cols["api_key"], pa.int16())
+    error_code = pa.array(cols["error_code"], pa.int16())
+    derived = {
+        "capture_file": pa.array([capture_file] * n, pa.string()),
+        "api_name": _lookup_names(api_key, _API_NAMES, 0),
+        "error_name": _error_name_array(error_code, cols["error_code"]),
+        "retriable": _lookup_names(error_code, _RETRIABLE, 1),
+    }
+    arrays = []
+    for f in schema:
+        if f.name in derived:
+            arrays.append(derived[f.name])
+        elif f.type == TS:
+            arrays.append(_ts(cols[f.name]))
+        else:
+            arrays.append(pa.array(cols[f.name], f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def errors_batch(rows: list[tuple], capture_file: str, topic_names: dict[bytes, str]) -> pa.RecordBatch:
+    return _rows_batch(rows, ERROR_ROW_FIELDS, ERRORS_SCHEMA, capture_file, topic_names)
+
+
+def partitions_batch(rows: list[tuple], capture_file: str, topic_names: dict[bytes, str]) -> pa.RecordBatch:
+    return _rows_batch(rows, PARTITION_ROW_FIELDS, PARTITIONS_SCHEMA, capture_file, topic_names)
+
 _API_NAMES = pa.array([a.name if a is not None else None for a in API_BY_KEY], pa.string())
-_MAX_ERROR = 1024
 
 
 def _error_names() -> pa.Array:
@@ -110,6 +211,14 @@ def _error_names() -> pa.Array:
 
 
 _ERROR_NAMES = _error_names()
+
+
+def _error_name_array(codes: pa.Array, values) -> pa.Array:
+    """Names of error codes: a table lookup, or one by one when some code lies outside the table."""
+    names = _lookup_names(codes, _ERROR_NAMES, 1)
+    if len(codes) and pc.any(pc.and_(pc.is_valid(codes), pc.is_null(names))).as_py():
+        names = pa.array([None if e is None else error_name(e) for e in values], pa.string())
+    return names
 
 
 def _ts(values: list) -> pa.Array:
@@ -125,16 +234,14 @@ def _lookup_names(keys: pa.Array, names: pa.Array, shift: int) -> pa.Array:
     return pc.take(names, safe)
 
 
-def exchanges_batch(rows: list[tuple], capture_file: str) -> pa.RecordBatch:
+def exchanges_batch(rows: list[tuple], capture_file: str, topic_names: dict[bytes, str]) -> pa.RecordBatch:
     """Rows from analyzer.exchanges to one record batch of EXCHANGES_SCHEMA."""
     cols = list(zip(*rows, strict=True)) if rows else [()] * len(EXCHANGE_ROW_FIELDS)
     c = dict(zip(EXCHANGE_ROW_FIELDS, cols, strict=True))
     n = len(rows)
     api_key = pa.array(c["api_key"], pa.int16())
     error_code = pa.array(c["error_code"], pa.int16())
-    error_names = _lookup_names(error_code, _ERROR_NAMES, 1)
-    if n and pc.any(pc.and_(pc.is_valid(error_code), pc.is_null(error_names))).as_py():
-        error_names = pa.array([None if e is None else error_name(e) for e in c["error_code"]], pa.string())
+    error_names = _error_name_array(error_code, c["error_code"])
     rq_last = pa.array(c["request_last_ts"], pa.int64())
     rs_last = pa.array(c["response_last_ts"], pa.int64())
     latency = pc.divide(pc.subtract(rs_last, rq_last).cast(pa.float64()), 1e6)
@@ -164,8 +271,28 @@ def exchanges_batch(rows: list[tuple], capture_file: str) -> pa.RecordBatch:
         pa.array(c["request_frame"], pa.int64()),
         pa.array(c["response_frame"], pa.int64()),
         pa.array(c["note"], pa.string()),
+        pa.array([_topic_list(t, topic_names) for t in c["topics"]], pa.list_(pa.string())),
+        pa.array(c["partition_count"], pa.int32()),
+        pa.array(c["error_count"], pa.int32()),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=EXCHANGES_SCHEMA)
+
+
+def topic_text(topic: str | bytes | None, topic_names: dict[bytes, str]) -> str | None:
+    """A topic name as is; a topic id by the name a Metadata response gave it, else in UUID form."""
+    if topic is None or topic.__class__ is str:
+        return topic
+    name = topic_names.get(topic)
+    return name if name is not None else str(uuid.UUID(bytes=bytes(topic)))
+
+
+def _topic_list(topics: list, topic_names: dict[bytes, str]) -> list[str | None]:
+    if not topics:
+        return topics
+    for t in topics:
+        if t.__class__ is not str:
+            return [topic_text(t, topic_names) for t in topics]
+    return topics
 
 
 _CONN_TYPES = {f.name: f.type for f in CONNECTIONS_SCHEMA}
@@ -198,7 +325,8 @@ FILES_SCHEMA = pa.schema([
     _f("message", pa.string(), "What was wrong, for any status but ok."),
 ])
 
-SCHEMAS = {"exchanges": EXCHANGES_SCHEMA, "connections": CONNECTIONS_SCHEMA, "files": FILES_SCHEMA}
+SCHEMAS = {"exchanges": EXCHANGES_SCHEMA, "errors": ERRORS_SCHEMA, "partitions": PARTITIONS_SCHEMA,
+           "connections": CONNECTIONS_SCHEMA, "files": FILES_SCHEMA}
 
 
 def files_batch(rows: list[tuple]) -> pa.RecordBatch:

@@ -208,4 +208,5 @@ def test_export_replaces_previous_tables_without_leftovers(tmp_path):
     out = tmp_path / "out"
     assert invoke("export", cap, "-o", out).exit_code == 0
     assert invoke("export", cap, "-o", out).exit_code == 0
-    assert sorted(os.listdir(out)) == ["connections.parquet", "exchanges.parquet", "files.parquet"]
+    assert sorted(os.listdir(out)) == [f"{t}.parquet" for t in ("connections", "errors", "exchanges", "files",
+                                                                "partitions")]

@@ -349,7 +349,9 @@ def test_snaplen_truncated_capture_still_yields_every_exchange(tmp_path):
     ex, conns, _ = analyze(tmp_path, cut)
     got = by_corr(ex)
     assert sorted(got) == [0, 1, 2, 3, 100, 101, 102, 103]
-    assert all(r["status"] == "ok" for r in ex)  # Produce errors are nested, not top-level (next issue)
+    # Produce carries its error per partition: NOT_LEADER_OR_FOLLOWER (6) on correlation id 2.
+    assert {(r["correlation_id"], r["status"], r["error_code"]) for r in ex if r["status"] != "ok"} == {
+        (2, "error", 6)}
     assert [got[100 + i]["throttle_time_ms"] for i in range(4)] == [0, 1, 2, 3]
     assert conns[0]["resyncs"] == 0 and conns[0]["gap_bytes"] > 0
 

@@ -27,7 +27,7 @@ from typing import Protocol
 _INT32 = struct.Struct(">i")
 _unpack_size = _INT32.unpack_from
 
-DEFAULT_KEEP = 4096
+DEFAULT_KEEP = 16 * 1024 * 1024  # whole frames up to this size (the body decoders need them); heads beyond
 DEFAULT_MAX_FRAME = 128 * 1024 * 1024  # above Kafka's socket.request.max.bytes (100 MiB)
 MIN_FRAME = 4  # a response header alone is a correlation id
 SCAN_WINDOW = 512  # bytes a resync candidate needs in view before the validator judges it
@@ -106,7 +106,7 @@ class FrameSplitter:
             if self._head_missing:
                 left = self._left
                 take = self._head_missing if self._head_missing < n else n
-                self._head.append(bytes(chunk[:take]))
+                self._head.append(chunk if take == n else chunk[:take])  # views; joined once at the end
                 self._head_missing -= take
                 if n < left:
                     if self._head_missing:
@@ -255,7 +255,7 @@ class FrameSplitter:
             # The frame continues in later chunks: keep its head (collecting the rest of it as it comes,
             # if it is not all here), count the remaining bytes.
             got = need if avail >= need else avail
-            self._head = [bytes(buf[pos:pos + got])]
+            self._head = [buf[pos:pos + got]]
             self._head_missing = need - got
             self._first_ts, self._first_no = fts, fno
             self._size = size
