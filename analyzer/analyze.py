@@ -27,13 +27,23 @@ BatchSink = Callable[[str, pa.RecordBatch], None]
 """sink(table_name, batch): receives every batch of every table as soon as it is built."""
 
 
+HEADERS_ONLY_KEEP = 4096  # enough for any request header and the top of any response
+
+
 @dataclass(frozen=True)
 class Options:
     ports: tuple[int, ...] = (9092,)
     detect_ports: bool = False
-    keep: int = DEFAULT_KEEP
+    keep: int | None = None  # frame bytes kept for decoding: whole frames up to DEFAULT_KEEP, or heads only
     max_frame: int = DEFAULT_MAX_FRAME
     batch_rows: int = 1 << 16
+    bodies: bool = True  # decode request/response bodies (topics, partitions, nested errors)
+
+    @property
+    def frame_keep(self) -> int:
+        if self.keep is not None:
+            return self.keep
+        return DEFAULT_KEEP if self.bodies else HEADERS_ONLY_KEEP
 
 
 @dataclass
@@ -70,7 +80,8 @@ def analyze_file(
         return report
     with cap:
         report.stats = cap.stats
-        table = FlowTable(options.ports, options.detect_ports, shard, options.keep, options.max_frame)
+        table = FlowTable(options.ports, options.detect_ports, shard, options.frame_keep, options.max_frame,
+                          options.bodies)
         packets = cap.packets()
         rows = table.rows
         try:

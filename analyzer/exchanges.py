@@ -26,6 +26,7 @@ from dissectors.kafka.headers import (
     decode_request_header,
     decode_response_header,
     produce_acks,
+    response_top_level,
 )
 
 _INT32 = struct.Struct(">i")
@@ -49,15 +50,15 @@ TOPIC_ID_APIS = {METADATA: 10, DESCRIBE_TOPIC_PARTITIONS: 0}  # api -> first ver
 _CORR, _KEY, _VER, _CLIENT, _FTS, _FNO, _LTS, _LNO, _SIZE, _ACKS0, _NOTE, _X, _BAD = range(13)
 
 _NOTHING = Extracted([], 0, [], None, None, [], None, None, False)
-_PARTITION_DETAIL = PartitionEntry._fields[3:-2]  # base_offset .. current_leader_epoch
 
 
 class Outputs:
     """Where the matchers of one flow table put their rows, and what they learn across connections."""
 
-    __slots__ = ("exchanges", "errors", "partitions", "topic_names")
+    __slots__ = ("exchanges", "errors", "partitions", "topic_names", "bodies")
 
-    def __init__(self) -> None:
+    def __init__(self, bodies: bool = True) -> None:
+        self.bodies = bodies  # decode bodies (topics, partitions, nested errors) or headers only
         self.exchanges: list[tuple] = []
         self.errors: list[tuple] = []
         self.partitions: list[tuple] = []
@@ -101,12 +102,13 @@ class ExchangeMatcher:
                        MALFORMED, first_no, None, f"request header: {exc}", [], 0, 0)
             return
         bad = False
-        try:
-            x = extract(head, body, end, key, ver, False, partial=lossy or end < size + 4)
-        except HeaderError as exc:  # DecodeError: the body does not follow its schema
-            x = _NOTHING
-            bad = True
-            note = _join(note, f"request body: {exc}")
+        x = _NOTHING
+        if self.out.bodies:
+            try:
+                x = extract(head, body, end, key, ver, False, partial=lossy or end < size + 4)
+            except HeaderError as exc:  # DecodeError: the body does not follow its schema
+                bad = True
+                note = _join(note, f"request body: {exc}")
         if key == 0:
             acks = x.acks
             if acks is None:
@@ -162,22 +164,19 @@ class ExchangeMatcher:
         x = _NOTHING
         try:
             _, body = decode_response_header(head, 4, end, key, ver)
-        except HeaderError as exc:
-            status = MALFORMED
-            note = _join(note, f"response header: {exc}")
-        else:
-            try:
-                x = extract(head, body, end, key, ver, True, partial=lossy or end < size + 4)
-            except HeaderError as exc:
-                status = MALFORMED
-                note = _join(note, f"response body: {exc}")
+            if not self.out.bodies:
+                error_code, throttle = response_top_level(head, body, end, key, ver)
             else:
+                x = extract(head, body, end, key, ver, True, partial=lossy or end < size + 4)
                 throttle = x.throttle_time_ms
                 error_code = x.top_error
                 if not error_code:
                     error_code = x.errors[0].error_code if x.errors else 0
                 if key in TOPIC_ID_APIS and ver >= TOPIC_ID_APIS[key]:
                     self._learn_topic_ids(head, body, end, key, ver)
+        except HeaderError as exc:  # DecodeError too: the body does not follow its schema
+            status = MALFORMED
+            note = _join(note, f"response: {exc}")
         if status == MALFORMED:
             self.malformed += 1
         elif error_code:
@@ -289,19 +288,18 @@ class ExchangeMatcher:
         head = (self.conn_fields[0], req[_CORR], req[_KEY], req[_VER], req[_CLIENT], req[_LTS], rs_last)
         append = self.out.partitions.append
         for (topic, partition), (rq, rs) in merged.items():
+            # PartitionEntry: topic, partition, error_code, the offsets and epochs, records_offset, record_bytes
             if rs is None:
-                detail = tuple(getattr(rq, f) for f in _PARTITION_DETAIL)
-                err = None
+                append((*head, topic, partition, None, *rq[3:-2], rq[-1], None))
             elif rq is None:
-                detail = tuple(getattr(rs, f) for f in _PARTITION_DETAIL)
-                err = rs.error_code
+                append((*head, topic, partition, rs[2], *rs[3:-2], None, rs[-1]))
             else:
-                detail = tuple(b if b is not None else a
-                               for a, b in zip((getattr(rq, f) for f in _PARTITION_DETAIL),
-                                               (getattr(rs, f) for f in _PARTITION_DETAIL), strict=True))
-                err = rs.error_code
-            append((*head, topic, partition, err, *detail,
-                    rq.record_bytes if rq is not None else None, rs.record_bytes if rs is not None else None))
+                append((*head, topic, partition, rs[2], *map(_either, rq[3:-2], rs[3:-2]), rq[-1], rs[-1]))
+
+
+def _either(from_request, from_response):
+    """A partition field from the response, else from the request (each carries different ones)."""
+    return from_request if from_response is None else from_response
 
 
 def _join(a: str | None, b: str | None) -> str | None:

@@ -66,6 +66,7 @@ class FlowTable:
         shard: tuple[int, int] | None = None,
         keep: int = DEFAULT_KEEP,
         max_frame: int = DEFAULT_MAX_FRAME,
+        bodies: bool = True,
     ) -> None:
         self.ports = frozenset(ports)
         self.detect_ports = detect_ports
@@ -74,7 +75,7 @@ class FlowTable:
         self.max_frame = max_frame
         self.flows: dict[bytes, object] = {}
         self.open: list[Connection] = []
-        self.out = Outputs()  # rows of the exchanges, errors and partitions tables, drained by the caller
+        self.out = Outputs(bodies)  # rows of the exchanges, errors and partitions tables, drained by the caller
         self.rows = self.out.exchanges
         self.connection_rows: list[tuple] = []
         self.now = 0

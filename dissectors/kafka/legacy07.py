@@ -100,7 +100,8 @@ class Request07(NamedTuple):
     name: str
     topics: list[str]  # each topic once, in order of first appearance
     partitions: list[tuple[str, int]]  # one per part, in request order (a MULTIFETCH response follows it)
-    messages: int  # PRODUCE/MULTIPRODUCE: messages in the message sets (wrappers count once)
+    messages: int  # PRODUCE/MULTIPRODUCE: messages in the sets (a compressed wrapper counts once; in a
+    #                head, those whose LENGTH and MAGIC are in view)
     message_bytes: int  # PRODUCE/MULTIPRODUCE: sum of MESSAGES_LENGTH
     expects_response: bool
     complete: bool = True  # False: the bytes ended inside the frame; lists and counts are lower bounds
@@ -108,7 +109,7 @@ class Request07(NamedTuple):
 
 class Response07(NamedTuple):
     error_code: int
-    messages: int  # whole messages fetched (a last message cut short by MAX_SIZE is not counted)
+    messages: int  # messages fetched, not counting a last one cut short by MAX_SIZE (as in Request07)
     message_bytes: int  # bytes of the fetched message sets, a cut-short last message included
     offsets: list[int] | None  # OFFSETS only
     part_errors: list[int] | None = None  # MULTIFETCH only: each part's ERROR_CODE, in request order
