@@ -68,6 +68,7 @@ def analyze_file(
     sink: BatchSink,
     shard: tuple[int, int] | None = None,
     progress: Callable[[int], None] | None = None,
+    tap: Callable | None = None,
 ) -> FileReport:
     """Analyse ``path``; ``progress(n)`` is called now and then with the file bytes read so far."""
     started = time.perf_counter()
@@ -82,6 +83,7 @@ def analyze_file(
         report.stats = cap.stats
         table = FlowTable(options.ports, options.detect_ports, shard, options.frame_keep, options.max_frame,
                           options.bodies)
+        table.out.tap = tap
         packets = cap.packets()
         rows = table.rows
         try:

@@ -145,6 +145,42 @@ def exchanges(paths, ports, detect_ports, jobs, headers_only, no_progress, apis,
         print_exchanges(_out(), ex, limit or None)
 
 
+@main.command()
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@click.option("--frame", "packet", type=int, help="The exchange whose request or response includes this packet.")
+@click.option("--connection", type=int, help="Every exchange of this connection (its connection_id).")
+@click.option("-p", "--port", "ports", type=click.IntRange(1, 65535), multiple=True, help="Kafka port(s).")
+@click.option("--detect-ports", is_flag=True, help="Also find Kafka on any other port.")
+@click.option("--limit", type=int, default=20, show_default=True, help="Exchanges to show (0: all).")
+def show(path, packet, connection, ports, detect_ports, limit) -> None:
+    """Decode chosen exchanges in full and print them as trees."""
+    if packet is None and connection is None:
+        raise click.UsageError("give --frame N or --connection ID")
+    from analyzer.show import show as show_exchanges
+
+    shown = show_exchanges(_out(), path, _options(ports, detect_ports), connection, packet, limit)
+    if not shown:
+        raise click.ClickException("no exchange there (check the packet number or connection id, and --port)")
+
+
+@main.command()
+def apis() -> None:
+    """The Kafka API keys and versions kafkacap decodes (generated from Kafka's message definitions)."""
+    from rich.table import Table
+
+    from dissectors.kafka.apis import API_BY_KEY
+
+    t = Table(title="Kafka APIs decoded (every version of each, request and response)", title_justify="left")
+    for col in ("key", "name", "versions", "flexible from"):
+        t.add_column(col, justify="right" if col in ("key", "versions", "flexible from") else "left")
+    for info in API_BY_KEY:
+        if info is None:
+            continue
+        t.add_row(str(info.key), info.name, f"{info.min_version}-{info.max_version}",
+                  "-" if info.flexible_from is None else f"v{info.flexible_from}")
+    _out().print(t)
+
+
 def filter_exchanges(ex: pa.Table, apis, statuses, client, min_latency) -> pa.Table:
     mask = None
 

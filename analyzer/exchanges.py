@@ -55,10 +55,12 @@ _NOTHING = Extracted([], 0, [], None, None, [], None, None, False)
 class Outputs:
     """Where the matchers of one flow table put their rows, and what they learn across connections."""
 
-    __slots__ = ("exchanges", "errors", "partitions", "topic_names", "bodies")
+    __slots__ = ("exchanges", "errors", "partitions", "topic_names", "bodies", "tap")
 
     def __init__(self, bodies: bool = True) -> None:
         self.bodies = bodies  # decode bodies (topics, partitions, nested errors) or headers only
+        # tap(connection_id, is_response, first_no, last_no, frame): sees every frame (kafkacap show).
+        self.tap = None
         self.exchanges: list[tuple] = []
         self.errors: list[tuple] = []
         self.partitions: list[tuple] = []
@@ -90,6 +92,8 @@ class ExchangeMatcher:
 
     def request(self, first_ts: int, first_no: int, last_ts: int, last_no: int, size: int, head,
                 lossy: bool) -> None:
+        if self.out.tap is not None:
+            self.out.tap(self.conn_fields[0], False, first_no, last_no, head)
         end = len(head)
         note = "request bytes lost in capture" if lossy else None
         try:
@@ -139,6 +143,8 @@ class ExchangeMatcher:
 
     def response(self, first_ts: int, first_no: int, last_ts: int, last_no: int, size: int, head,
                  lossy: bool) -> None:
+        if self.out.tap is not None:
+            self.out.tap(self.conn_fields[0], True, first_no, last_no, head)
         corr = _unpack_int32(head, 4)[0]
         pending = self.pending
         if pending and pending[0][_CORR] == corr:

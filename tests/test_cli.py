@@ -34,7 +34,10 @@ def conversation(n: int = 5, cport: int = 40000, t: float = 1_700_000_000.0, err
 
 
 def invoke(*args):
-    result = CliRunner().invoke(main, [*map(str, args), "--no-progress"])
+    args = [*map(str, args)]
+    if args[0] in ("summary", "export", "exchanges"):
+        args.append("--no-progress")
+    result = CliRunner().invoke(main, args)
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     return result
 
@@ -210,3 +213,31 @@ def test_export_replaces_previous_tables_without_leftovers(tmp_path):
     assert invoke("export", cap, "-o", out).exit_code == 0
     assert sorted(os.listdir(out)) == [f"{t}.parquet" for t in ("connections", "errors", "exchanges", "files",
                                                                 "partitions")]
+
+
+def test_show_decodes_a_chosen_exchange_as_a_tree(tmp_path):
+    packets = conversation(3, error_every=2)
+    cap = craft.write(tmp_path / "a.pcap", packets)
+    res = invoke("export", cap, "-o", tmp_path / "out")
+    assert res.exit_code == 0
+    ex = pq.read_table(tmp_path / "out" / "exchanges.parquet").to_pylist()
+    second = next(r for r in ex if r["correlation_id"] == 1)
+    res = invoke("show", cap, "--frame", second["request_frame"])
+    assert res.exit_code == 0, res.output
+    # The request body as Heartbeat v3 lays it out, and the response's error, by name.
+    for text in ("Heartbeat v3 correlation_id=1", "group_id: 'group-1'", "generation_id: 7",
+                 "member_id: 'member-1'", "error_code: 0"):
+        assert text in res.output
+    assert "correlation_id=0" not in res.output
+    res = invoke("show", cap, "--connection", second["connection_id"], "--limit", "0")
+    assert res.output.count("Heartbeat v3 correlation_id=") == 3
+    assert "27 REBALANCE_IN_PROGRESS" in res.output
+    assert invoke("show", cap, "--frame", 99999).exit_code == 1
+    assert invoke("show", cap).exit_code == 2
+
+
+def test_apis_lists_every_api_key():
+    res = invoke("apis")
+    assert res.exit_code == 0
+    for text in ("Produce", "0-12", "DescribeTopicPartitions", "StreamsGroupDescribe"):
+        assert text in res.output

@@ -1,0 +1,139 @@
+"""`kafkacap show`: chosen exchanges decoded in full, as trees (what `tshark -V` is to Wireshark).
+
+The analysis runs as usual; a tap on the matcher keeps the raw frames of the chosen connection (or of the
+exchange holding a chosen packet), which are then decoded with the schema decoder and printed with rich.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from dataclasses import dataclass, field
+
+from rich.console import Console
+from rich.tree import Tree
+
+from analyzer.analyze import Options, analyze_file
+from analyzer.report import Collector
+from analyzer.tables import EXCHANGES_SCHEMA
+from dissectors.kafka.apis import api_name
+from dissectors.kafka.decoder import RecordsRef, decode
+from dissectors.kafka.errors import error_name
+from dissectors.kafka.headers import HeaderError, decode_request_header, decode_response_header
+
+MAX_LIST_ITEMS = 50  # longer arrays are shown in part, with a count of the rest
+
+
+@dataclass
+class Frames:
+    """Frames kept by the tap: (first packet, last packet, is_response, bytes) per connection."""
+
+    connection: int | None = None
+    packet: int | None = None
+    kept: dict[int, list[tuple[int, int, bool, bytes]]] = field(default_factory=dict)
+
+    def __call__(self, conn_id: int, is_response: bool, first_no: int, last_no: int, frame) -> None:
+        if self.connection is not None and conn_id != self.connection:
+            return
+        self.kept.setdefault(conn_id, []).append((first_no, last_no, is_response, bytes(frame)))
+
+
+def show(console: Console, path: str, options: Options, connection: int | None, packet: int | None,
+         limit: int) -> int:
+    """Print the exchanges asked for; returns how many were shown."""
+    frames = Frames(connection=connection, packet=packet)
+    sink = Collector()
+    analyze_file(path, options, sink, tap=frames)
+    rows = sink.table("exchanges", EXCHANGES_SCHEMA).to_pylist()
+    shown = 0
+    for row in rows:
+        conn = row["connection_id"]
+        if connection is not None and conn != connection:
+            continue
+        request, response = _frames_of(frames.kept.get(conn, []), row)
+        if packet is not None and not any(f and f[0] <= packet <= f[1] for f in (request, response)):
+            continue
+        console.print(exchange_tree(row, request, response))
+        shown += 1
+        if limit and shown >= limit:
+            break
+    return shown
+
+
+def _frames_of(kept: list[tuple], row: dict) -> tuple[tuple | None, tuple | None]:
+    """The request and response frames of one exchange row, found by packet numbers."""
+    request = response = None
+    for f in kept:
+        if not f[2] and row["request_frame"] is not None and f[0] == row["request_frame"]:
+            request = f
+        elif f[2] and row["response_frame"] is not None and f[1] == row["response_frame"]:
+            response = f
+    return request, response
+
+
+def exchange_tree(row: dict, request: tuple | None, response: tuple | None) -> Tree:
+    api = f"{row['api_name']} v{row['api_version']}" if row["api_name"] else "response without request"
+    latency = f", {row['latency_ms']:.3f} ms" if row["latency_ms"] is not None else ""
+    title = (f"[bold]{api}[/] correlation_id={row['correlation_id']} [dim]{row['client_ip']}:{row['client_port']}"
+             f" → {row['broker_ip']}:{row['broker_port']}[/] status=[bold]{row['status']}[/]{latency}")
+    tree = Tree(title)
+    if row["note"]:
+        tree.add(f"[yellow]note: {row['note']}[/]")
+    if request is not None:
+        _frame_tree(tree.add(f"Request (packets {request[0]}-{request[1]}, {len(request[3])} bytes kept)"),
+                    request[3], row["api_key"], row["api_version"], False)
+    if response is not None:
+        _frame_tree(tree.add(f"Response (packets {response[0]}-{response[1]}, {len(response[3])} bytes kept)"),
+                    response[3], row["api_key"], row["api_version"], True)
+    return tree
+
+
+def _frame_tree(node: Tree, frame: bytes, api_key: int | None, api_version: int | None, is_response: bool) -> None:
+    node.add(f"length: {struct.unpack_from('>i', frame, 0)[0]}")
+    try:
+        if is_response:
+            if api_key is None:
+                node.add(f"correlation_id: {struct.unpack_from('>i', frame, 4)[0]}")
+                return
+            corr, body = decode_response_header(frame, 4, len(frame), api_key, api_version)
+            node.add(f"correlation_id: {corr}")
+        else:
+            h = decode_request_header(frame, 4, len(frame))
+            node.add(f"api_key: {h.api_key} ({api_name(h.api_key)})")
+            node.add(f"api_version: {h.api_version}")
+            node.add(f"correlation_id: {h.correlation_id}")
+            node.add(f"client_id: {h.client_id!r}")
+            body = h.body_offset
+        _value_tree(node.add("body"), decode(frame, body, len(frame), api_key, api_version, is_response), frame)
+    except HeaderError as exc:
+        node.add(f"[red]cannot decode: {exc}[/]")
+
+
+def _value_tree(node: Tree, value, frame: bytes) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(v, dict | list) and v:
+                _value_tree(node.add(f"{k}"), v, frame)
+            else:
+                node.add(f"{k}: {_scalar(k, v, frame)}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value[:MAX_LIST_ITEMS]):
+            if isinstance(v, dict | list):
+                _value_tree(node.add(f"[{i}]"), v, frame)
+            else:
+                node.add(f"[{i}]: {_scalar('', v, frame)}")
+        if len(value) > MAX_LIST_ITEMS:
+            node.add(f"[dim]... {len(value) - MAX_LIST_ITEMS} more[/]")
+
+
+def _scalar(name: str, v, frame: bytes) -> str:
+    if isinstance(v, RecordsRef):
+        return f"records: {v.length} bytes at offset {v.offset}"
+    if isinstance(v, bytes | bytearray | memoryview):
+        b = bytes(v)
+        if len(b) == 16 and name.endswith("id"):
+            return str(uuid.UUID(bytes=b))
+        return b[:32].hex() + ("..." if len(b) > 32 else "") + f" ({len(b)} bytes)"
+    if name.endswith("error_code") and isinstance(v, int) and v:
+        return f"[red]{v} {error_name(v)}[/]"
+    return repr(v)
