@@ -19,7 +19,6 @@ from __future__ import annotations
 import struct
 from collections import deque
 
-from dissectors.kafka.decoder import decode
 from dissectors.kafka.extract import PARTITION_APIS, Extracted, PartitionEntry, extract
 from dissectors.kafka.headers import (
     HeaderError,
@@ -41,10 +40,6 @@ NO_RESPONSE = "no_response"
 ACKS0 = "acks0"
 ORPHAN = "orphan_response"
 MALFORMED = "malformed"
-
-METADATA = 3
-DESCRIBE_TOPIC_PARTITIONS = 75
-TOPIC_ID_APIS = {METADATA: 10, DESCRIBE_TOPIC_PARTITIONS: 0}  # api -> first version naming topics by id
 
 # Fields of an in-flight request (a tuple, cheap to build and to keep).
 _CORR, _KEY, _VER, _CLIENT, _FTS, _FNO, _LTS, _LNO, _SIZE, _ACKS0, _NOTE, _X, _BAD = range(13)
@@ -178,8 +173,8 @@ class ExchangeMatcher:
                 error_code = x.top_error
                 if not error_code:
                     error_code = x.errors[0].error_code if x.errors else 0
-                if key in TOPIC_ID_APIS and ver >= TOPIC_ID_APIS[key]:
-                    self._learn_topic_ids(head, body, end, key, ver)
+                if x.topic_ids:
+                    self.out.topic_names.update(x.topic_ids)
         except HeaderError as exc:  # DecodeError too: the body does not follow its schema
             status = MALFORMED
             note = _join(note, f"response: {exc}")
@@ -206,19 +201,6 @@ class ExchangeMatcher:
         pending = self.pending
         while pending:
             self._settle(pending.popleft(), reason)
-
-    def _learn_topic_ids(self, head, body: int, end: int, key: int, ver: int) -> None:
-        """Metadata (v10+) and DescribeTopicPartitions name every topic id they list: remember them, so
-        that Fetch v13+ and the other id-only APIs can be shown with names."""
-        try:
-            tree = decode(head, body, end, key, ver, True)
-        except HeaderError:
-            return
-        names = self.out.topic_names
-        for t in tree.get("topics") or ():
-            tid, name = t.get("topic_id"), t.get("name")
-            if tid and name and tid != bytes(16):
-                names[tid] = name
 
     # -- resynchronisation support for the response framer -----------------------------------------
 

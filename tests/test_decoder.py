@@ -490,6 +490,7 @@ def read_off_the_tree(decoded: dict, top: tuple, api_key: int, is_response: bool
     count = 0
     fields_of_rows = api_key in extract_module.PARTITION_APIS
     top_values = {}
+    topic_ids: dict = {}
 
     def add_topic(topic) -> None:
         if topic not in topics:
@@ -513,6 +514,8 @@ def read_off_the_tree(decoded: dict, top: tuple, api_key: int, is_response: bool
                                 and e[0] in ("partition_index", "partition", "index", "partition_id")), None)
         if partition_field:
             partition = value[partition_field]
+        if name_field and id_field and value.get(name_field) and value.get(id_field) not in (None, bytes(16)):
+            topic_ids[value[id_field]] = value[name_field]  # the id's name, for id-only APIs elsewhere
         if own is not None:  # a topic counts from where it is named, before what its struct holds
             add_topic(own)
         for entry in entries:
@@ -559,7 +562,8 @@ def read_off_the_tree(decoded: dict, top: tuple, api_key: int, is_response: bool
     walk(decoded, top, "", None, None, False, False, True)
     partitions = [PartitionEntry(**{f: row.get(f) for f in PartitionEntry._fields}) for row in rows]
     return Extracted(topics, count, errors, top_values.get("error_code"), top_values.get("throttle_time_ms"),
-                     partitions, top_values.get("acks"), top_values.get("transactional_id"), complete=True)
+                     partitions, top_values.get("acks"), top_values.get("transactional_id"), complete=True,
+                     topic_ids=topic_ids or None)
 
 
 @pytest.mark.skipif(not (SPEC / "kafka-messages").exists(), reason="../shared/spec is not available")

@@ -111,13 +111,14 @@ class Extracted(NamedTuple):
     acks: int | None  # Produce requests
     transactional_id: str | None  # Produce requests v3+
     complete: bool  # False when ``partial`` extraction stopped at ``end`` (a frame cut short)
+    topic_ids: dict[bytes, str] | None = None  # topic id -> name, from structs that carry both (Metadata v10+)
 
 
 class _Accumulator:
     """What the extraction functions of one body write into."""
 
     __slots__ = ("topics", "seen", "partition_count", "errors", "partitions", "error_code",
-                 "throttle_time_ms", "acks", "transactional_id")
+                 "throttle_time_ms", "acks", "transactional_id", "topic_ids")
 
     def __init__(self) -> None:
         self.topics: list[Topic] = []
@@ -126,6 +127,12 @@ class _Accumulator:
         self.errors: list[ErrorEntry] = []
         self.partitions: list[PartitionEntry] = []
         self.error_code = self.throttle_time_ms = self.acks = self.transactional_id = None
+        self.topic_ids: dict[bytes, str] | None = None
+
+    def name_topic_id(self, topic_id: bytes, name: str) -> None:
+        if self.topic_ids is None:
+            self.topic_ids = {}
+        self.topic_ids[topic_id] = name
 
 
 TOP_FIELDS = {False: ("acks", "transactional_id"), True: ("error_code", "throttle_time_ms")}
@@ -482,6 +489,9 @@ class _PlanWriter:
         self.emit(f"pos += {size}")
         self.kept.update(name for name, _ in kept if name != self.partition)
         if any(name == self.topic_id for name, _ in kept):
+            if self.topic_name in self.kept:  # name read already: remember the pair, so ids elsewhere get names
+                self.emit(f"if v_{self.topic_name} and v_{self.topic_id} != ZERO_UUID:")
+                self.emit(f"acc.name_topic_id(v_{self.topic_id}, v_{self.topic_name})", 2)
             self.emit(f"if own != 2 and v_{self.topic_id} != ZERO_UUID:")
             self.emit(f"topic = v_{self.topic_id}", 2)
             self.emit("own = 1", 2)
@@ -518,6 +528,9 @@ class _PlanWriter:
             self.emit(f"if v_{name}:")
             self.emit(f"topic = v_{name}", 2)
             self.emit("own = 2", 2)
+            if self.topic_id in self.kept:  # the id came first: remember the pair now
+                self.emit(f"if v_{self.topic_id} != ZERO_UUID:", 2)
+                self.emit(f"acc.name_topic_id(v_{self.topic_id}, v_{name})", 3)
             self.kept.add(name)
             if self.topic_ready == name:
                 self.report_topic()
@@ -795,4 +808,4 @@ def extract(buf, off: int, end: int, api_key: int, api_version: int, is_response
             raise DecodeError(f"malformed body ({type(exc).__name__}: {exc})") from None
     return _new_tuple(Extracted, (acc.topics, acc.partition_count, acc.errors, acc.error_code,
                                   acc.throttle_time_ms, acc.partitions, acc.acks, acc.transactional_id,
-                                  complete))
+                                  complete, acc.topic_ids))
