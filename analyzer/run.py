@@ -136,7 +136,8 @@ def run(
 
 
 def _read_spool(path: str) -> Iterator[pa.RecordBatch]:
-    with pa.memory_map(path) as source:
+    """Batch by batch through ordinary reads (a memory map would keep the whole spool resident)."""
+    with pa.OSFile(path) as source:
         yield from ipc.open_stream(source)
 
 

@@ -126,10 +126,11 @@ def measure(command: list[str]) -> tuple[float, float, float]:
     return wall, peak / 1024, usage.ru_maxrss / 1024  # Linux reports ru_maxrss in KiB
 
 
-def run_kafkacap(capture: Path, truth: dict, jobs: int, keep: bool) -> Run:
+def run_kafkacap(capture: Path, truth: dict, jobs: int, keep: bool, extra: tuple[str, ...] = ()) -> Run:
     out_dir = DATA / f"export-{capture.stem}-j{jobs}" if keep else Path(tempfile.mkdtemp(prefix="kafkacap-bench-"))
     shutil.rmtree(out_dir, ignore_errors=True)
-    command = [str(KAFKACAP), "export", str(capture), "-o", str(out_dir), "--jobs", str(jobs), "--no-progress"]
+    command = [str(KAFKACAP), "export", str(capture), "-o", str(out_dir), "--jobs", str(jobs), "--no-progress",
+               *extra]
     wall, tree_rss, max_rss = measure(command)
     run = Run("kafkacap", jobs, capture.stat().st_size / 1e6, truth["packets"], wall, tree_rss, max_rss)
     table = read_exchanges(out_dir)
@@ -253,6 +254,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--flat-sizes", type=float, nargs=2, metavar=("SMALL_MB", "LARGE_MB"),
                         help="peak RSS of --jobs 1 on two capture sizes")
     parser.add_argument("--json", type=Path, help="write the results here too")
+    parser.add_argument("--headers-only", action="store_true", help="time `kafkacap export --headers-only`")
     args = parser.parse_args(argv)
     if not KAFKACAP.exists():
         raise SystemExit(f"{KAFKACAP} not found: install the project (pip install -e .) first")
@@ -263,7 +265,7 @@ def main(argv: list[str] | None = None) -> None:
           f"impairments {truth['impairments']}")
     runs = []
     for jobs in args.jobs:
-        run = run_kafkacap(capture, truth, jobs, args.keep)
+        run = run_kafkacap(capture, truth, jobs, args.keep, ("--headers-only",) if args.headers_only else ())
         runs.append(run)
         print(run.line())
         print_check(run.check)
@@ -281,7 +283,8 @@ def main(argv: list[str] | None = None) -> None:
         for flat_size in args.flat_sizes:
             flat_capture, flat_truth = ensure_capture(args.profile, flat_size, args.seed)
             done = [r for r in runs if r.tool == "kafkacap" and r.jobs == 1 and flat_capture == capture]
-            run = done[0] if done else run_kafkacap(flat_capture, flat_truth, 1, False)
+            run = done[0] if done else run_kafkacap(flat_capture, flat_truth, 1, False,
+                                                    ("--headers-only",) if args.headers_only else ())
             if not done:
                 runs.append(run)
             print(f"  {run.file_mb:8.1f} MB: peak RSS tree {run.tree_peak_rss_mb:.1f} MB, "
