@@ -107,6 +107,7 @@ class Connection:
         resync = RequestResync(m)
         self.requests = FrameSplitter(m.request, resync.validate, resync.find, keep, max_frame)
         self.responses = FrameSplitter(m.response, m.response_plausible, m.find_response, keep, max_frame)
+        m.on_legacy = self._speaks_07
         self.to_broker = b = HalfStream(self.requests)
         self.to_client = c = HalfStream(self.responses)
         b.peer, c.peer = c, b
@@ -115,6 +116,10 @@ class Connection:
         self.syn_ts = -1
         self.handshake_ts = -1
         self.closing_ts = -1
+
+    def _speaks_07(self) -> None:
+        """Kafka 0.7: a response may be a bare 2-byte error code."""
+        self.responses.min_frame = 2
 
     def close(self, ts: int, how: str) -> None:
         """Deliver what is buffered and settle requests in flight (again, if late packets brought more)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import struct
 from collections import deque
 
+from analyzer.legacy import Legacy07Matcher
 from dissectors.kafka.extract import PARTITION_APIS, Extracted, PartitionEntry, extract
 from dissectors.kafka.headers import (
     HeaderError,
@@ -27,6 +28,7 @@ from dissectors.kafka.headers import (
     produce_acks,
     response_top_level,
 )
+from dissectors.kafka.legacy07 import looks_like_07_request
 
 _INT32 = struct.Struct(">i")
 _unpack_int32 = _INT32.unpack_from
@@ -66,7 +68,7 @@ class ExchangeMatcher:
     """Pairs the requests and responses of one connection and appends finished rows to ``out``."""
 
     __slots__ = ("out", "rows", "conn_fields", "pending", "orphans", "malformed",
-                 "unanswered", "client_ids", "last_request_corr", "client_id_bytes")
+                 "unanswered", "client_ids", "last_request_corr", "client_id_bytes", "legacy", "on_legacy")
 
     def __init__(self, out: Outputs, conn_fields: tuple) -> None:
         self.out = out
@@ -82,6 +84,8 @@ class ExchangeMatcher:
         # client_id of the last well-formed request (None: not seen yet, or a null client_id).
         self.last_request_corr: int | None = None
         self.client_id_bytes: bytes | None = None
+        self.legacy: Legacy07Matcher | None = None  # set when the connection turns out to speak Kafka 0.7
+        self.on_legacy = None  # called once when it does (the connection relaxes its response framer)
 
     # -- frames ------------------------------------------------------------------------------------
 
@@ -90,6 +94,13 @@ class ExchangeMatcher:
         if self.out.tap is not None:
             self.out.tap(self.conn_fields[0], False, first_no, last_no, head)
         end = len(head)
+        if self.legacy is not None or (self.last_request_corr is None and looks_like_07_request(head, 4, end, size)):
+            if self.legacy is None:
+                self.legacy = Legacy07Matcher(self)
+                if self.on_legacy is not None:
+                    self.on_legacy()
+            self.legacy.request(first_ts, first_no, last_ts, last_no, size, head)
+            return
         note = "request bytes lost in capture" if lossy else None
         try:
             key, ver, corr, client_id, body = decode_request_header(head, 4, end)
@@ -140,6 +151,9 @@ class ExchangeMatcher:
                  lossy: bool) -> None:
         if self.out.tap is not None:
             self.out.tap(self.conn_fields[0], True, first_no, last_no, head)
+        if self.legacy is not None:
+            self.legacy.response(first_ts, first_no, last_ts, last_no, size, head)
+            return
         corr = _unpack_int32(head, 4)[0]
         pending = self.pending
         if pending and pending[0][_CORR] == corr:
@@ -198,6 +212,8 @@ class ExchangeMatcher:
 
     def close(self, reason: str | None = None) -> None:
         """The connection or the capture ended: whatever is still in flight was never answered."""
+        if self.legacy is not None:
+            self.legacy.close(reason)
         pending = self.pending
         while pending:
             self._settle(pending.popleft(), reason)
@@ -210,6 +226,8 @@ class ExchangeMatcher:
         At the very start of a stream captured mid-connection nothing may be waiting; then a small frame
         wholly in view with a non-negative id is taken, so aligned request-less responses still count.
         """
+        if self.legacy is not None:
+            return bool(self.legacy.pending)  # 0.7 responses carry no id: any waiting request will do
         if end - off < 4:
             return False
         corr = _unpack_int32(buf, off)[0]
@@ -252,10 +270,10 @@ class ExchangeMatcher:
 
     def _emit(self, api_key, api_version, corr, client_id, rq_first, rq_last, rs_first, rs_last, rq_size,
               rs_size, error_code, throttle, status, rq_frame, rs_frame, note, topics, partition_count,
-              error_count) -> None:
+              error_count, api_name=None) -> None:
         self.rows.append((*self.conn_fields, api_key, api_version, corr, client_id, rq_first, rq_last,
                           rs_first, rs_last, rq_size, rs_size, error_code, throttle, status, rq_frame,
-                          rs_frame, note, topics, partition_count, error_count))
+                          rs_frame, note, topics, partition_count, error_count, api_name))
 
     def _emit_errors(self, req: tuple, rs_last: int, x: Extracted) -> None:
         """One row per non-zero error field (tables.ERROR_ROW_FIELDS order)."""

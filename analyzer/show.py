@@ -20,6 +20,7 @@ from dissectors.kafka.apis import api_name
 from dissectors.kafka.decoder import RecordsRef, decode
 from dissectors.kafka.errors import error_name
 from dissectors.kafka.headers import HeaderError, decode_request_header, decode_response_header
+from dissectors.kafka.legacy07 import REQUEST_TYPES, Legacy07Error, decode_07_request, decode_07_tree
 
 MAX_LIST_ITEMS = 50  # longer arrays are shown in part, with a count of the rest
 
@@ -79,13 +80,31 @@ def exchange_tree(row: dict, request: tuple | None, response: tuple | None) -> T
     tree = Tree(title)
     if row["note"]:
         tree.add(f"[yellow]note: {row['note']}[/]")
+    legacy = row["api_key"] is None and row["api_name"] in REQUEST_TYPES.values()
+    request_07 = None
     if request is not None:
-        _frame_tree(tree.add(f"Request (packets {request[0]}-{request[1]}, {len(request[3])} bytes kept)"),
-                    request[3], row["api_key"], row["api_version"], False)
+        node = tree.add(f"Request (packets {request[0]}-{request[1]}, {len(request[3])} bytes kept)")
+        if legacy:
+            request_07 = _legacy_tree(node, request[3], None, False)
+        else:
+            _frame_tree(node, request[3], row["api_key"], row["api_version"], False)
     if response is not None:
-        _frame_tree(tree.add(f"Response (packets {response[0]}-{response[1]}, {len(response[3])} bytes kept)"),
-                    response[3], row["api_key"], row["api_version"], True)
+        node = tree.add(f"Response (packets {response[0]}-{response[1]}, {len(response[3])} bytes kept)")
+        if legacy:
+            _legacy_tree(node, response[3], request_07, True)
+        else:
+            _frame_tree(node, response[3], row["api_key"], row["api_version"], True)
     return tree
+
+
+def _legacy_tree(node: Tree, frame: bytes, request, is_response: bool):
+    """A Kafka 0.7 frame; returns the decoded request (responses are decoded in its light)."""
+    try:
+        _value_tree(node, decode_07_tree(frame, 4, len(frame), request, is_response), frame)
+        return None if is_response else decode_07_request(frame, 4, len(frame))
+    except Legacy07Error as exc:
+        node.add(f"[red]cannot decode: {exc}[/]")
+        return None
 
 
 def _frame_tree(node: Tree, frame: bytes, api_key: int | None, api_version: int | None, is_response: bool) -> None:

@@ -34,7 +34,9 @@ EXCHANGES_SCHEMA = pa.schema([
     _f("broker_port", pa.int32(), "Broker TCP port."),
     _f("api_key", pa.int16(), "Kafka API key (kafka.api_key); null for a response whose request is not "
        "in the capture."),
-    _f("api_name", pa.string(), "API name as the protocol guide spells it (Produce, Fetch, ApiVersions)."),
+    _f("api_name", pa.string(), "API name as the protocol guide spells it (Produce, Fetch, ApiVersions); for "
+       "Kafka 0.7 connections the 0.7 request type (PRODUCE, FETCH, MULTIFETCH, MULTIPRODUCE, OFFSETS), with "
+       "api_key, api_version and correlation_id null."),
     _f("api_version", pa.int16(), "API version of the request."),
     _f("correlation_id", pa.int32(), "Correlation id shared by request and response."),
     _f("client_id", pa.string(), "client_id from the request header (null when absent)."),
@@ -69,7 +71,7 @@ EXCHANGE_ROW_FIELDS = (
     "connection_id", "client_ip", "client_port", "broker_ip", "broker_port", "api_key", "api_version",
     "correlation_id", "client_id", "request_first_ts", "request_last_ts", "response_first_ts",
     "response_last_ts", "request_size", "response_size", "error_code", "throttle_time_ms", "status",
-    "request_frame", "response_frame", "note", "topics", "partition_count", "error_count",
+    "request_frame", "response_frame", "note", "topics", "partition_count", "error_count", "api_name",
 )
 
 CONNECTIONS_SCHEMA = pa.schema([
@@ -253,7 +255,7 @@ def exchanges_batch(rows: list[tuple], capture_file: str, topic_names: dict[byte
         pa.array(c["broker_ip"], pa.string()),
         pa.array(c["broker_port"], pa.int32()),
         api_key,
-        _lookup_names(api_key, _API_NAMES, 0),
+        pc.coalesce(pa.array(c["api_name"], pa.string()), _lookup_names(api_key, _API_NAMES, 0)),
         pa.array(c["api_version"], pa.int16()),
         pa.array(c["correlation_id"], pa.int32()),
         pa.array(c["client_id"], pa.string()),

@@ -404,3 +404,60 @@ def test_resync_is_not_fooled_by_frame_shaped_bytes_in_record_data(tmp_path):
     got = {(r["correlation_id"], r["status"]) for r in ex}
     assert (3, "ok") in got
     assert not any(r["correlation_id"] == 7 for r in ex)
+
+
+def test_kafka_07_connection_is_matched_by_order(tmp_path):
+    """A 0.7 client (no correlation ids): FETCH/OFFSETS/MULTIFETCH answered in order, PRODUCE owed nothing,
+    an empty FETCH answer is a bare 2-byte error code."""
+    from tests.test_legacy07 import (
+        fetch,
+        fetch_part,
+        message_set,
+        multifetch,
+        offsets_body,
+        offsets_request,
+        produce,
+        response,
+    )
+
+    c = craft.Conversation()
+    c.handshake()
+    c.send(True, produce(b"events", 0, message_set([b"a", b"bb", b"ccc"])))
+    c.send(True, fetch(b"events", 0, 0, 1 << 20))
+    c.send(False, response(0, message_set([b"a", b"bb", b"ccc"])))
+    c.send(True, fetch(b"events", 0, 3, 1 << 20))
+    c.send(False, response(0))  # nothing new: the 2-byte answer
+    c.send(True, offsets_request(b"events", 0, -1, 1))
+    c.send(False, response(0, offsets_body([3])))
+    c.send(True, multifetch([(b"events", 0, 3, 1000), (b"other", 1, 0, 1000)]))
+    c.send(False, response(0, fetch_part(0, b"") + fetch_part(3, b"")))
+    c.send(True, fetch(b"events", 0, 3, 1 << 20))  # never answered
+    c.fin()
+    ex, conns, _ = analyze(tmp_path, c.packets)
+    got = [(r["api_name"], r["status"], r["error_code"], r["topics"]) for r in ex]
+    assert got == [
+        ("PRODUCE", "acks0", None, ["events"]),
+        ("FETCH", "ok", 0, ["events"]),
+        ("FETCH", "ok", 0, ["events"]),
+        ("OFFSETS", "ok", 0, ["events"]),
+        ("MULTIFETCH", "error", 3, ["events", "other"]),
+        ("FETCH", "no_response", None, ["events"]),
+    ]
+    assert all(r["correlation_id"] is None and r["api_key"] is None and "0.7" in r["note"] for r in ex)
+    assert all(r["latency_ms"] > 0 for r in ex if r["status"] in ("ok", "error"))
+    assert conns[0]["resyncs"] == 0 and conns[0]["skipped_bytes"] == 0
+
+
+def test_show_decodes_07_frames(tmp_path):
+    from click.testing import CliRunner
+
+    from analyzer.cli import main
+    from tests.test_legacy07 import fetch, message_set, response
+
+    c = craft.Conversation()
+    c.handshake()
+    segs = c.send(True, fetch(b"events", 0, 0, 1 << 20))
+    c.send(False, response(0, message_set([b"a", b"bb"])))
+    path = craft.write(tmp_path / "k07.pcap", c.packets)
+    out = CliRunner().invoke(main, ["show", path, "--frame", str(c.packets.index(segs[0]) + 1)]).output
+    assert "FETCH" in out and "events" in out and "cannot decode" not in out

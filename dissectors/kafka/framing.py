@@ -55,7 +55,7 @@ OPAQUE = 3  # not Kafka framing (TLS): count and ignore
 
 class FrameSplitter:
     __slots__ = (
-        "on_frame", "validate", "find", "keep", "max_frame",
+        "on_frame", "validate", "find", "keep", "max_frame", "min_frame",
         "mode", "fresh", "body_left", "_left", "_head", "_head_missing", "_first_ts", "_first_no", "_size", "_lossy",
         "_stash", "_stash_len", "_stash_ts", "_stash_no",
         "frames", "resyncs", "skipped_bytes", "truncated_frames", "tls",
@@ -74,6 +74,7 @@ class FrameSplitter:
         self.find = find
         self.keep = keep
         self.max_frame = max_frame
+        self.min_frame = MIN_FRAME  # 2 on Kafka 0.7 response streams (an error code alone is a frame)
         self.mode = BOUNDARY
         # No frame accepted yet and the stream's start was not seen (no SYN): it may begin mid-frame.
         self.fresh = True
@@ -217,7 +218,7 @@ class FrameSplitter:
                     self._stash_from(buf, pos, origin, ts, no, first_ts, first_no)
                 return
             size = _unpack_size(buf, pos)[0]
-            if size < MIN_FRAME or size > self.max_frame:
+            if size < self.min_frame or size > self.max_frame:
                 if not self.frames and avail >= 2 and buf[pos] == 0x16 and buf[pos + 1] == 0x03:
                     self._go_opaque(n - pos)
                     return
@@ -277,7 +278,7 @@ class FrameSplitter:
         if left < 8:
             return True
         size = _unpack_size(buf, end)[0]
-        if not MIN_FRAME <= size <= self.max_frame:
+        if not self.min_frame <= size <= self.max_frame:
             return False
         if left < CHAIN_VIEW and left < size + 4:
             return True
@@ -310,7 +311,7 @@ class FrameSplitter:
             if avail < 4:
                 break
             size = _unpack_size(buf, cand)[0]
-            if MIN_FRAME <= size <= max_frame:
+            if self.min_frame <= size <= max_frame:
                 need = min(size + 4, SCAN_WINDOW)
                 if avail < need:
                     break  # judge it when more bytes are here

@@ -1,0 +1,74 @@
+"""Kafka 0.7 connections: requests carry no correlation id, so responses are matched by their order.
+
+A connection becomes a 0.7 one when its first request reads as a 0.7 request (``legacy07`` is strict enough
+that no modern frame passes it, while some short-topic 0.7 requests pass the modern check, so 0.7 wins).
+PRODUCE and MULTIPRODUCE get no response at all in 0.7; they are reported as ``acks0`` (owed nothing).
+Rows name the API by its 0.7 request type (PRODUCE, FETCH, MULTIFETCH, MULTIPRODUCE, OFFSETS), with api_key,
+api_version and correlation_id null and a note saying how they were matched.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from dissectors.kafka.legacy07 import Legacy07Error, Request07, decode_07_request, decode_07_response
+
+NOTE = "Kafka 0.7 (no correlation id): matched by order"
+
+
+class Legacy07Matcher:
+    """The 0.7 counterpart of ExchangeMatcher, writing the same rows through its ``emit``."""
+
+    __slots__ = ("owner", "pending")
+
+    def __init__(self, owner) -> None:
+        self.owner = owner  # the ExchangeMatcher: its counters and row writer
+        self.pending: deque[tuple[Request07, int, int, int, int, int]] = deque()
+
+    def request(self, first_ts: int, first_no: int, last_ts: int, last_no: int, size: int, head) -> None:
+        end = len(head)
+        try:
+            r = decode_07_request(head, 4, end, size=size)
+        except Legacy07Error as exc:
+            self.owner.malformed += 1
+            self._row(None, first_ts, last_ts, None, None, size + 4, None, "malformed", first_no, None,
+                      f"{NOTE}; request: {exc}", [], 0)
+            return
+        if not r.expects_response:
+            self._row(r.name, first_ts, last_ts, None, None, size + 4, None, "acks0", first_no, None,
+                      f"{NOTE}; {r.name} has no response in 0.7", r.topics, len(r.partitions))
+            return
+        self.pending.append((r, first_ts, first_no, last_ts, last_no, size + 4))
+
+    def response(self, first_ts: int, first_no: int, last_ts: int, last_no: int, size: int, head) -> None:
+        if not self.pending:
+            self.owner.orphans += 1
+            self._row(None, None, None, first_ts, last_ts, None, size + 4, "orphan_response", None, last_no,
+                      f"{NOTE}; no request waiting", [], 0)
+            return
+        r, rq_first, rq_no, rq_last, _, rq_size = self.pending.popleft()
+        status, note, error = "ok", NOTE, None
+        try:
+            resp = decode_07_response(head, 4, len(head), r, size=size)
+            error = resp.error_code or next((e for e in resp.part_errors or () if e), 0)
+            if error:
+                status = "error"
+        except Legacy07Error as exc:
+            self.owner.malformed += 1
+            status, note = "malformed", f"{NOTE}; response: {exc}"
+        self._row(r.name, rq_first, rq_last, first_ts, last_ts, rq_size, size + 4, status, rq_no, last_no, note,
+                  r.topics, len(r.partitions), error)
+
+    def close(self, reason: str | None) -> None:
+        while self.pending:
+            r, rq_first, rq_no, rq_last, _, rq_size = self.pending.popleft()
+            self.owner.unanswered += 1
+            note = NOTE if reason is None else f"{NOTE}; {reason}"
+            self._row(r.name, rq_first, rq_last, None, None, rq_size, None, "no_response", rq_no, None, note,
+                      r.topics, len(r.partitions))
+
+    def _row(self, name, rq_first, rq_last, rs_first, rs_last, rq_size, rs_size, status, rq_frame, rs_frame,
+             note, topics, partition_count, error_code=None) -> None:
+        self.owner._emit(None, None, None, None, rq_first, rq_last, rs_first, rs_last, rq_size, rs_size,
+                         error_code, None, status, rq_frame, rs_frame, note, topics, partition_count,
+                         1 if error_code else 0, name)

@@ -1,0 +1,283 @@
+"""Bounded decompression of Kafka record payloads: gzip, snappy, lz4 and zstd.
+
+Captured bytes are hostile input: a few kilobytes of zstd or gzip can expand to gigabytes. So every codec
+here takes an output ``bound`` and refuses (:class:`DecompressionRefused`) as soon as the output would pass
+it, without producing more than the bound:
+
+- gzip: :func:`zlib.decompressobj` with ``max_length`` (streaming, truly bounded);
+- snappy (raw, and the xerial framing of Kafka's Java client and kafka-python): every raw block declares
+  its length up front, so the sum is checked before anything is expanded; the official snappy framing
+  (rare) goes the lz4/zstd way;
+- lz4 (frame format) and zstd: a declared content size, when the frame header has one, is checked first;
+  then cramjam's ``decompress_into`` writes into a fixed buffer and fails when it is full, so the output
+  buffer starts near the expected size and grows (x4) up to the bound. Work and memory stay within a small
+  multiple of the bound.
+
+Kafka 0.8/0.9 wrote lz4 frames whose header checksum covers the magic number too (KAFKA-3160); such frames
+are recognised by that wrong checksum, which is corrected before decoding.
+
+One library (cramjam) does the codec work for all four besides zlib.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import cramjam
+
+NONE, GZIP, SNAPPY, LZ4, ZSTD = range(5)
+CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
+
+
+def codec_name(codec: int) -> str:
+    return CODEC_NAMES[codec] if 0 <= codec < len(CODEC_NAMES) else f"unknown({codec})"
+
+
+class RecordsError(ValueError):
+    """Record data that cannot be decoded (malformed batch, corrupt compressed payload)."""
+
+
+class CorruptData(RecordsError):
+    """A compressed payload its codec rejects (or a codec this module does not know)."""
+
+
+class DecompressionRefused(RecordsError):
+    """Expanding a payload would pass the size limit: it was not expanded."""
+
+    def __init__(self, message: str, bound: int) -> None:
+        super().__init__(message)
+        self.bound = bound
+
+
+XERIAL_MAGIC = b"\x82SNAPPY\x00"
+SNAPPY_FRAMED_MAGIC = b"\xff\x06\x00\x00sNaPpY"
+LZ4_MAGIC = b"\x04\x22\x4d\x18"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_FIRST_GUESS = 64 * 1024  # smallest output buffer tried when the size is not declared
+_FULL = "whole buffer"  # cramjam's message when decompress_into runs out of output space
+
+
+def decompress(codec: int, data, bound: int):
+    """Expand ``data`` (any buffer) compressed with Kafka codec number ``codec``; at most ``bound`` bytes.
+
+    Returns a bytes-like object (bytes or a memoryview). Raises DecompressionRefused when the output would
+    pass ``bound``, CorruptData when the payload is not valid for its codec.
+    """
+    if codec == GZIP:
+        return _gunzip(data, bound)
+    if codec == SNAPPY:
+        return _unsnappy(data, bound)
+    if codec == LZ4:
+        return _unlz4(data, bound)
+    if codec == ZSTD:
+        return _unzstd(data, bound)
+    raise CorruptData(f"unknown compression codec {codec}")
+
+
+def _refused(codec: str, size: int | None, bound: int) -> DecompressionRefused:
+    said = f"{size} bytes" if size is not None else f"more than {bound} bytes"
+    return DecompressionRefused(f"{codec} payload expands to {said}, over the limit of {bound}", bound)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# gzip
+
+
+def _gunzip(data, bound: int) -> bytes:
+    parts = []
+    left = bound
+    rest = data
+    while True:
+        inflater = zlib.decompressobj(47)  # 32 + 15: gzip or zlib header, detected
+        try:
+            out = inflater.decompress(rest, left + 1)
+        except zlib.error as exc:
+            raise CorruptData(f"gzip: {exc}") from None
+        if len(out) > left:
+            raise _refused("gzip", None, bound)
+        if not inflater.eof:
+            raise CorruptData("gzip: stream ends early")
+        parts.append(out)
+        left -= len(out)
+        rest = inflater.unused_data
+        if rest[:2] != b"\x1f\x8b":  # another gzip member follows only in concatenated streams
+            break
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# snappy
+
+
+def _raw_len(block) -> int:
+    try:
+        return cramjam.snappy.decompress_raw_len(block)
+    except cramjam.DecompressionError as exc:
+        raise CorruptData(f"snappy: {exc}") from None
+
+
+def _unsnappy(data, bound: int):
+    view = memoryview(data)
+    if view[:8] == XERIAL_MAGIC:
+        return _unsnappy_xerial(view, bound)
+    if view[:10] == SNAPPY_FRAMED_MAGIC:
+        return _into_growing(cramjam.snappy.decompress_into, view, bound, 4 * len(view), "snappy")
+    size = _raw_len(view)
+    if size > bound:
+        raise _refused("snappy", size, bound)
+    out = bytearray(size)
+    _raw_into(view, out)
+    return out
+
+
+def _raw_into(block, out) -> None:
+    try:
+        written = cramjam.snappy.decompress_raw_into(block, out)
+    except cramjam.DecompressionError as exc:
+        raise CorruptData(f"snappy: {exc}") from None
+    if written != len(out):
+        raise CorruptData("snappy: block shorter than it declares")
+
+
+def _unsnappy_xerial(view: memoryview, bound: int):
+    """xerial's SnappyOutputStream: 16-byte header (magic, version, compatible version), then blocks, each an
+    int32 length and a raw snappy block."""
+    blocks = []
+    total = 0
+    pos, end = 16, len(view)
+    if end < 16:
+        raise CorruptData("snappy: xerial header cut short")
+    while pos < end:
+        if pos + 4 > end:
+            raise CorruptData("snappy: xerial block length cut short")
+        size = int.from_bytes(view[pos:pos + 4], "big")
+        pos += 4
+        if size > end - pos:
+            raise CorruptData("snappy: xerial block runs past the payload")
+        block = view[pos:pos + size]
+        pos += size
+        expanded = _raw_len(block)
+        total += expanded
+        if total > bound:
+            raise _refused("snappy", None, bound)
+        blocks.append((block, expanded))
+    out = bytearray(total)
+    at = 0
+    target = memoryview(out)
+    for block, expanded in blocks:
+        _raw_into(block, target[at:at + expanded])
+        at += expanded
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# lz4 and zstd
+
+
+def _into_growing(decompress_into, data, bound: int, guess: int, codec: str):
+    """Decompress into a buffer that grows (x4) from ``guess`` until the output fits or passes ``bound``."""
+    size = min(max(guess, _FIRST_GUESS), bound + 1)
+    while True:
+        out = bytearray(size)
+        try:
+            written = decompress_into(data, out)
+        except cramjam.DecompressionError as exc:
+            if _FULL not in str(exc):
+                raise CorruptData(f"{codec}: {exc}") from None
+            if size > bound:
+                raise _refused(codec, None, bound) from None
+            size = min(size * 4, bound + 1)
+            continue
+        if written > bound:
+            raise _refused(codec, written, bound)
+        return memoryview(out)[:written]
+
+
+_P1, _P2, _P3, _P4, _P5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
+_M32 = 0xFFFFFFFF
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _M32
+
+
+def xxh32_short(data: bytes, seed: int = 0) -> int:
+    """XXH32 of fewer than 16 bytes (all an lz4 frame descriptor needs)."""
+    n = len(data)
+    if n >= 16:
+        raise ValueError("xxh32_short takes fewer than 16 bytes")
+    h = (seed + _P5 + n) & _M32
+    pos = 0
+    while pos + 4 <= n:
+        h = (h + int.from_bytes(data[pos:pos + 4], "little") * _P3) & _M32
+        h = (_rotl(h, 17) * _P4) & _M32
+        pos += 4
+    while pos < n:
+        h = (h + data[pos] * _P5) & _M32
+        h = (_rotl(h, 11) * _P1) & _M32
+        pos += 1
+    h ^= h >> 15
+    h = (h * _P2) & _M32
+    h ^= h >> 13
+    h = (h * _P3) & _M32
+    return h ^ (h >> 16)
+
+
+def _lz4_descriptor(view: memoryview) -> tuple[int, int | None]:
+    """(position of the header checksum byte, declared content size or None) of an lz4 frame."""
+    if len(view) < 7 or view[:4] != LZ4_MAGIC:
+        raise CorruptData("lz4: not an lz4 frame")
+    flags = view[4]
+    pos = 6
+    content_size = None
+    if flags & 0x08:
+        if len(view) < pos + 9:
+            raise CorruptData("lz4: frame header cut short")
+        content_size = int.from_bytes(view[pos:pos + 8], "little")
+        pos += 8
+    if flags & 0x01:
+        pos += 4
+    if len(view) <= pos:
+        raise CorruptData("lz4: frame header cut short")
+    return pos, content_size
+
+
+def _unlz4(data, bound: int):
+    view = memoryview(data)
+    checksum_at, content_size = _lz4_descriptor(view)
+    if content_size is not None and content_size > bound:
+        raise _refused("lz4", content_size, bound)
+    descriptor = bytes(view[4:checksum_at])
+    right = (xxh32_short(descriptor) >> 8) & 0xFF
+    if view[checksum_at] != right and view[checksum_at] == (xxh32_short(bytes(view[:checksum_at])) >> 8) & 0xFF:
+        fixed = bytearray(view)  # Kafka 0.8/0.9's checksum (over magic + descriptor): correct it
+        fixed[checksum_at] = right
+        view = memoryview(fixed)
+    guess = content_size if content_size is not None else 4 * len(view)
+    return _into_growing(cramjam.lz4.decompress_into, view, bound, guess, "lz4")
+
+
+def zstd_content_size(view: memoryview) -> int | None:
+    """The content size a zstd frame header declares, or None."""
+    if len(view) < 5 or view[:4] != ZSTD_MAGIC:
+        raise CorruptData("zstd: not a zstd frame")
+    descriptor = view[4]
+    size_flag = descriptor >> 6
+    single_segment = descriptor & 0x20
+    pos = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[descriptor & 3]
+    width = (1 if single_segment else 0, 2, 4, 8)[size_flag]
+    if width == 0:
+        return None
+    if len(view) < pos + width:
+        raise CorruptData("zstd: frame header cut short")
+    size = int.from_bytes(view[pos:pos + width], "little")
+    return size + 256 if width == 2 else size
+
+
+def _unzstd(data, bound: int):
+    view = memoryview(data)
+    content_size = zstd_content_size(view)
+    if content_size is not None and content_size > bound:
+        raise _refused("zstd", content_size, bound)
+    guess = content_size if content_size is not None else 4 * len(view)
+    return _into_growing(cramjam.zstd.decompress_into, view, bound, guess, "zstd")

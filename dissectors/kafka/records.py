@@ -1,0 +1,458 @@
+"""Record data of Produce requests and Fetch responses: record batches (magic 2) and legacy message sets
+(magic 0 and 1), read from a ``records`` field's byte range.
+
+Two depths, because tables need batch facts for every frame but record facts rarely:
+
+- :func:`batches` walks batch headers only. A v2 batch header carries its record count, codec, offsets and
+  timestamps, so nothing is decompressed; a legacy compressed message wraps its inner messages, so counting
+  them means expanding it (``decompress_legacy``). One ``struct.unpack_from`` per batch.
+- :func:`records` decodes every record (decompressing v2 batches): offsets, timestamps, key and value
+  sizes, header keys, and the first tracing header (W3C ``traceparent``, ``b3``, ``uber-trace-id``, ``sw8``).
+
+The last batch of a Fetch response is often cut at the fetch size limit; that is normal and shows as
+``truncated=True``, not an error. Malformed data raises :class:`RecordsError`; decompression past the
+:class:`Limits` raises (or, in :func:`batches`, reports) :class:`DecompressionRefused`. No other exception
+type escapes.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterator
+from typing import NamedTuple
+
+from dissectors.kafka.codecs import (
+    CorruptData,
+    DecompressionRefused,
+    RecordsError,
+    codec_name,
+    decompress,
+)
+
+try:
+    from crc32c import crc32c
+except ImportError:  # pragma: no cover - the table below is the fallback
+    crc32c = None
+
+__all__ = ["BatchInfo", "RecordInfo", "Limits", "batches", "records", "RecordsError", "CorruptData",
+           "DecompressionRefused", "TRACE_HEADERS"]
+
+# RecordBatch v2: baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
+# baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount
+V2_HEADER = struct.Struct(">qiibIhiqqqhii")
+V2_HEADER_SIZE = V2_HEADER.size  # 61
+V2_CRC_FROM = 21  # CRC-32C covers attributes to the end of the batch
+LOG_OVERHEAD = 12  # baseOffset/offset + batchLength/messageSize precede what the length counts
+OFFSET_LENGTH_MAGIC = struct.Struct(">qi4xb")  # enough to learn a batch's magic (byte 16)
+# Legacy message: offset, messageSize, crc, magic, attributes [, timestamp (magic 1)], key, value
+V0_HEADER = struct.Struct(">qiIbb")
+V1_TIMESTAMP = struct.Struct(">q")
+INT32 = struct.Struct(">i")
+V0_MIN_SIZE = 14  # crc, magic, attributes, key length, value length
+V1_MIN_SIZE = 22  # and a timestamp
+
+TRACE_HEADERS = ("traceparent", "b3", "uber-trace-id", "sw8", "x-b3-traceid", "sentry-trace")
+"""Record header keys whose value identifies a distributed trace, in order of preference."""
+_TRACE_KEYS = frozenset(TRACE_HEADERS)
+_TRACE_VALUE_MAX = 256
+
+
+class Limits:
+    """Decompression budget: per batch, and in total across everything decoded with this object (share one
+    per capture). Exceeding either refuses the batch instead of expanding it."""
+
+    __slots__ = ("max_batch_bytes", "max_total_bytes", "total_bytes", "refused")
+
+    def __init__(self, max_batch_bytes: int = 64 << 20, max_total_bytes: int = 4 << 30) -> None:
+        self.max_batch_bytes = max_batch_bytes
+        self.max_total_bytes = max_total_bytes
+        self.total_bytes = 0  # bytes produced by decompression so far
+        self.refused = 0  # batches refused so far
+
+    def expand(self, codec: int, data):
+        """``data`` decompressed within the remaining budget; DecompressionRefused past it."""
+        bound = min(self.max_batch_bytes, self.max_total_bytes - self.total_bytes)
+        try:
+            out = decompress(codec, data, max(bound, 0))
+        except DecompressionRefused:
+            self.refused += 1
+            raise
+        self.total_bytes += len(out)
+        return out
+
+
+class BatchInfo(NamedTuple):
+    """One record batch (magic 2) or one top-level legacy message (magic 0/1).
+
+    A field is None where the format does not carry it. ``uncompressed_bytes`` is what ``wire_bytes`` would
+    be with the payload stored uncompressed (known for uncompressed batches and expanded legacy wrappers).
+    A batch cut short by the end of the bytes has ``truncated`` True; if even its header is cut, the fields
+    it does not reach are -1 (``magic``, ``base_offset``, ``batch_length``), 0 (``crc``, ``record_count``)
+    or "unknown". A legacy wrapper that was not expanded (``decompress_legacy`` False, corrupt, or
+    ``refused`` by the limits, with ``note`` saying why) counts as one record.
+    """
+
+    magic: int
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int | None
+    crc: int
+    codec: str
+    timestamp_type: str | None
+    transactional: bool
+    control: bool
+    last_offset_delta: int | None
+    first_timestamp: int | None
+    max_timestamp: int | None
+    producer_id: int | None
+    producer_epoch: int | None
+    base_sequence: int | None
+    record_count: int
+    wire_bytes: int
+    uncompressed_bytes: int | None
+    truncated: bool
+    crc_ok: bool | None
+    refused: bool = False
+    note: str | None = None
+
+
+class RecordInfo(NamedTuple):
+    """One record (or legacy message); sizes are -1 for a null key or value."""
+
+    offset: int
+    timestamp: int | None
+    key_size: int
+    value_size: int
+    header_keys: list[str]
+    trace: str | None  # the first tracing header, "name=value" (see TRACE_HEADERS)
+
+
+_new = tuple.__new__
+_TIMESTAMP_TYPES = ("create", "log_append")
+
+
+def _crc32c_table() -> list[int]:
+    table = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+def crc32c_slow(data) -> int:
+    """CRC-32C (Castagnoli) without the C extension: slow, used only when the crc32c package is absent."""
+    table = _crc32c_table()
+    c = 0xFFFFFFFF
+    for byte in bytes(data):
+        c = table[(c ^ byte) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+_crc32c = crc32c if crc32c is not None else crc32c_slow
+
+
+def _check_span(buf, offset: int, length: int) -> int:
+    if offset < 0 or length < 0 or offset + length > len(buf):
+        raise RecordsError(f"records span {offset}+{length} outside a buffer of {len(buf)} bytes")
+    return offset + length
+
+
+def _cut(buf, pos: int, end: int) -> BatchInfo:
+    """A batch whose header the bytes do not reach."""
+    magic = buf[pos + 16] if end - pos > 16 else -1
+    base_offset = int.from_bytes(buf[pos:pos + 8], "big", signed=True) if end - pos >= 8 else -1
+    batch_length = int.from_bytes(buf[pos + 8:pos + 12], "big", signed=True) if end - pos >= 12 else -1
+    return _new(BatchInfo, (magic, base_offset, batch_length, None, 0, "unknown", None, False, False, None,
+                            None, None, None, None, None, 0, end - pos, None, True, None, False,
+                            "batch header cut short"))
+
+
+def batches(buf, offset: int, length: int, *, verify_crc: bool = False, decompress_legacy: bool = True,
+            limits: Limits | None = None) -> list[BatchInfo]:
+    """Header facts of every batch in ``buf[offset:offset+length]``; no v2 payload is decompressed."""
+    end = _check_span(buf, offset, length)
+    if limits is None and decompress_legacy:
+        limits = Limits()
+    out: list[BatchInfo] = []
+    pos = offset
+    try:
+        while pos < end:
+            if end - pos < 17:
+                out.append(_cut(buf, pos, end))
+                break
+            base_offset, batch_length, magic = OFFSET_LENGTH_MAGIC.unpack_from(buf, pos)
+            if magic == 2:
+                info = _v2_header(buf, pos, end, batch_length, verify_crc)
+            elif magic == 0 or magic == 1:
+                info = _legacy_header(buf, pos, end, verify_crc, decompress_legacy, limits)
+            else:
+                raise RecordsError(f"unknown record batch magic {magic} at {pos - offset}")
+            out.append(info)
+            if info.truncated:
+                break
+            pos += info.wire_bytes
+    except (struct.error, IndexError, ValueError, OverflowError) as exc:
+        if isinstance(exc, RecordsError):
+            raise
+        raise RecordsError(f"malformed record data ({type(exc).__name__}: {exc})") from None
+    return out
+
+
+def _v2_header(buf, pos: int, end: int, batch_length: int, verify_crc: bool) -> BatchInfo:
+    if batch_length < V2_HEADER_SIZE - LOG_OVERHEAD:
+        raise RecordsError(f"record batch length {batch_length} below the v2 header size")
+    if end - pos < V2_HEADER_SIZE:
+        return _cut(buf, pos, end)
+    (base_offset, batch_length, leader_epoch, magic, crc, attributes, last_offset_delta, first_timestamp,
+     max_timestamp, producer_id, producer_epoch, base_sequence, record_count) = V2_HEADER.unpack_from(buf, pos)
+    if record_count < 0:
+        raise RecordsError(f"negative record count {record_count}")
+    wire = LOG_OVERHEAD + batch_length
+    truncated = wire > end - pos
+    crc_ok = None
+    if verify_crc and not truncated:
+        crc_ok = _crc32c(memoryview(buf)[pos + V2_CRC_FROM:pos + wire]) == crc
+    codec = attributes & 7
+    return _new(BatchInfo, (
+        2, base_offset, batch_length, leader_epoch, crc, codec_name(codec), _TIMESTAMP_TYPES[attributes >> 3 & 1],
+        bool(attributes & 0x10), bool(attributes & 0x20), last_offset_delta, first_timestamp, max_timestamp,
+        producer_id, producer_epoch, base_sequence, record_count, wire if not truncated else end - pos,
+        wire if codec == 0 else None, truncated, crc_ok, False, None))
+
+
+class _Message(NamedTuple):
+    """A legacy message's header and where its key and value are."""
+
+    offset: int
+    size: int  # messageSize
+    crc: int
+    magic: int
+    attributes: int
+    timestamp: int | None
+    key_at: int
+    key_size: int
+    value_at: int
+    value_size: int
+    wire: int
+
+
+def _message(buf, pos: int, end: int) -> _Message | None:
+    """The legacy message at ``pos``, or None when the bytes end inside it."""
+    if end - pos < LOG_OVERHEAD + V0_MIN_SIZE:
+        return None
+    offset, size, crc, magic, attributes = V0_HEADER.unpack_from(buf, pos)
+    if magic != 0 and magic != 1:
+        raise RecordsError(f"legacy message magic {magic}")
+    if size < (V0_MIN_SIZE if magic == 0 else V1_MIN_SIZE):
+        raise RecordsError(f"legacy message size {size} below its header")
+    wire = LOG_OVERHEAD + size
+    if wire > end - pos:
+        return None
+    at = pos + 18
+    timestamp = None
+    if magic == 1:
+        timestamp = V1_TIMESTAMP.unpack_from(buf, at)[0]
+        at += 8
+    stop = pos + wire
+    key_size = INT32.unpack_from(buf, at)[0]
+    key_at = at + 4
+    at = key_at + max(key_size, 0)
+    if key_size < -1 or at + 4 > stop:
+        raise RecordsError(f"legacy message key length {key_size} does not fit")
+    value_size = INT32.unpack_from(buf, at)[0]
+    value_at = at + 4
+    if value_size < -1 or value_at + max(value_size, 0) > stop:
+        raise RecordsError(f"legacy message value length {value_size} does not fit")
+    return _new(_Message, (offset, size, crc, magic, attributes, timestamp, key_at, key_size, value_at,
+                           value_size, wire))
+
+
+def _legacy_header(buf, pos: int, end: int, verify_crc: bool, decompress_legacy: bool,
+                   limits: Limits | None) -> BatchInfo:
+    message = _message(buf, pos, end)
+    if message is None:
+        if end - pos < LOG_OVERHEAD + 6:
+            return _cut(buf, pos, end)
+        offset, size, crc, magic, attributes = V0_HEADER.unpack_from(buf, pos)
+        if magic != 0 and magic != 1:
+            raise RecordsError(f"legacy message magic {magic}")
+        return _legacy_info(magic, offset, size, crc, attributes, None, 1, end - pos, None, True, None)
+    crc_ok = None
+    if verify_crc:
+        crc_ok = zlib.crc32(memoryview(buf)[pos + 16:pos + message.wire]) == message.crc
+    codec = message.attributes & 7
+    count, uncompressed, refused, note = 1, message.wire, False, None
+    if codec != 0:
+        uncompressed = None
+        if decompress_legacy and message.value_size >= 0:
+            try:
+                inner = limits.expand(codec, memoryview(buf)[message.value_at:message.value_at + message.value_size])
+                count = sum(1 for _ in _messages(inner, 0, len(inner)))
+                uncompressed = message.wire - message.value_size + len(inner)
+            except DecompressionRefused as exc:
+                refused, note = True, str(exc)
+            except RecordsError as exc:
+                note = str(exc)
+    return _legacy_info(message.magic, message.offset, message.size, message.crc, message.attributes,
+                        message.timestamp, count, message.wire, uncompressed, False, crc_ok, refused, note)
+
+
+def _legacy_info(magic: int, offset: int, size: int, crc: int, attributes: int, timestamp: int | None,
+                 count: int, wire: int, uncompressed: int | None, truncated: bool, crc_ok: bool | None,
+                 refused: bool = False, note: str | None = None) -> BatchInfo:
+    return _new(BatchInfo, (
+        magic, offset, size, None, crc, codec_name(attributes & 7),
+        _TIMESTAMP_TYPES[attributes >> 3 & 1] if magic == 1 else None, False, False, None, timestamp,
+        timestamp, None, None, None, count, wire, uncompressed, truncated, crc_ok, refused, note))
+
+
+def _messages(buf, pos: int, end: int) -> Iterator[_Message]:
+    """The complete messages of a legacy message set (an inner set must not end inside a message)."""
+    while pos < end:
+        message = _message(buf, pos, end)
+        if message is None:
+            raise RecordsError("inner message set ends inside a message")
+        yield message
+        pos += message.wire
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Record-level decoding
+
+
+def records(buf, offset: int, length: int, *, limits: Limits | None = None,
+            skip_refused: bool = False) -> Iterator[RecordInfo]:
+    """Every record of ``buf[offset:offset+length]``, decompressing as needed.
+
+    A batch cut short at the end yields nothing. A batch over the limits raises DecompressionRefused, or
+    with ``skip_refused`` is passed over (``limits.refused`` counts it).
+    """
+    end = _check_span(buf, offset, length)
+    if limits is None:
+        limits = Limits()
+    pos = offset
+    try:
+        while end - pos >= 17:
+            _base, batch_length, magic = OFFSET_LENGTH_MAGIC.unpack_from(buf, pos)
+            if magic == 2:
+                if batch_length < V2_HEADER_SIZE - LOG_OVERHEAD:
+                    raise RecordsError(f"record batch length {batch_length} below the v2 header size")
+                wire = LOG_OVERHEAD + batch_length
+                if wire > end - pos:
+                    return
+                try:
+                    yield from _v2_records(buf, pos, wire, limits)
+                except DecompressionRefused:
+                    if not skip_refused:
+                        raise
+            elif magic == 0 or magic == 1:
+                message = _message(buf, pos, end)
+                if message is None:
+                    return
+                wire = message.wire
+                try:
+                    yield from _legacy_records(buf, message, limits)
+                except DecompressionRefused:
+                    if not skip_refused:
+                        raise
+            else:
+                raise RecordsError(f"unknown record batch magic {magic} at {pos - offset}")
+            pos += wire
+    except (struct.error, IndexError, ValueError, OverflowError, UnicodeDecodeError) as exc:
+        if isinstance(exc, RecordsError):
+            raise
+        raise RecordsError(f"malformed record data ({type(exc).__name__}: {exc})") from None
+
+
+def _varint(buf, pos: int) -> tuple[int, int]:
+    """A zigzag varint (up to 64 bits) at ``pos``: (value, position after it)."""
+    byte = buf[pos]
+    if byte < 0x80:
+        return (byte >> 1) ^ -(byte & 1), pos + 1
+    value = byte & 0x7F
+    shift = 7
+    while True:
+        pos += 1
+        byte = buf[pos]
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return (value >> 1) ^ -(value & 1), pos + 1
+        shift += 7
+        if shift > 63:
+            raise RecordsError("varint longer than 10 bytes")
+
+
+def _v2_records(buf, pos: int, wire: int, limits: Limits) -> Iterator[RecordInfo]:
+    (base_offset, _, _, _, _, attributes, _, first_timestamp, max_timestamp, _, _, _,
+     count) = V2_HEADER.unpack_from(buf, pos)
+    codec = attributes & 7
+    if attributes & 0x08:  # log-append time: the broker's time stands for every record
+        first_timestamp, fixed_timestamp = None, max_timestamp
+    else:
+        fixed_timestamp = None
+    data = memoryview(buf)[pos + V2_HEADER_SIZE:pos + wire]
+    if codec != 0:
+        data = limits.expand(codec, data)
+    if count < 0:
+        raise RecordsError(f"negative record count {count}")
+    at, end = 0, len(data)
+    for _ in range(count):
+        size, at = _varint(data, at)
+        stop = at + size
+        if size < 0 or stop > end:
+            raise RecordsError(f"record length {size} runs past its batch")
+        at += 1  # attributes
+        timestamp_delta, at = _varint(data, at)
+        offset_delta, at = _varint(data, at)
+        key_size, at = _varint(data, at)
+        at += max(key_size, 0)
+        value_size, at = _varint(data, at)
+        at += max(value_size, 0)
+        header_count, at = _varint(data, at)
+        if key_size < -1 or value_size < -1 or header_count < 0 or at > stop:
+            raise RecordsError("record fields run past the record")
+        keys: list[str] = []
+        trace = None
+        for _ in range(header_count):
+            key_length, at = _varint(data, at)
+            if key_length < 0 or at + key_length > stop:
+                raise RecordsError("header key runs past the record")
+            key = bytes(data[at:at + key_length]).decode("utf-8", "replace")
+            at += key_length
+            value_length, at = _varint(data, at)
+            if value_length < -1 or at + max(value_length, 0) > stop:
+                raise RecordsError("header value runs past the record")
+            if trace is None and value_length >= 0 and key.lower() in _TRACE_KEYS:
+                shown = bytes(data[at:at + min(value_length, _TRACE_VALUE_MAX)]).decode("utf-8", "replace")
+                trace = f"{key}={shown}"
+            at += max(value_length, 0)
+            keys.append(key)
+        if at != stop:
+            raise RecordsError("record length disagrees with its fields")
+        timestamp = fixed_timestamp if fixed_timestamp is not None else first_timestamp + timestamp_delta
+        yield _new(RecordInfo, (base_offset + offset_delta, timestamp, key_size, value_size, keys, trace))
+
+
+def _legacy_records(buf, message: _Message, limits: Limits) -> Iterator[RecordInfo]:
+    codec = message.attributes & 7
+    if codec == 0:
+        yield _new(RecordInfo, (message.offset, message.timestamp, message.key_size, message.value_size, [],
+                                None))
+        return
+    if message.value_size < 0:
+        raise RecordsError("compressed legacy message without a value")
+    inner = limits.expand(codec, memoryview(buf)[message.value_at:message.value_at + message.value_size])
+    messages = list(_messages(inner, 0, len(inner)))
+    if not messages:
+        return
+    # magic 1 wrappers number inner messages relative to the last, which takes the wrapper's offset
+    shift = message.offset - messages[-1].offset if message.magic == 1 else 0
+    log_append = message.magic == 1 and message.attributes & 0x08
+    for m in messages:
+        if m.attributes & 7:
+            raise RecordsError("compressed message nested inside a compressed message")
+        timestamp = message.timestamp if log_append else m.timestamp
+        yield _new(RecordInfo, (m.offset + shift, timestamp, m.key_size, m.value_size, [], None))
