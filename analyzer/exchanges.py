@@ -29,6 +29,8 @@ from dissectors.kafka.headers import (
     response_top_level,
 )
 from dissectors.kafka.legacy07 import looks_like_07_request
+from dissectors.kafka.records import Limits, RecordsError
+from dissectors.kafka.records import batches as record_batches
 
 _INT32 = struct.Struct(">i")
 _unpack_int32 = _INT32.unpack_from
@@ -44,7 +46,7 @@ ORPHAN = "orphan_response"
 MALFORMED = "malformed"
 
 # Fields of an in-flight request (a tuple, cheap to build and to keep).
-_CORR, _KEY, _VER, _CLIENT, _FTS, _FNO, _LTS, _LNO, _SIZE, _ACKS0, _NOTE, _X, _BAD = range(13)
+_CORR, _KEY, _VER, _CLIENT, _FTS, _FNO, _LTS, _LNO, _SIZE, _ACKS0, _NOTE, _X, _BAD, _RECS = range(14)
 
 _NOTHING = Extracted([], 0, [], None, None, [], None, None, False)
 
@@ -52,9 +54,10 @@ _NOTHING = Extracted([], 0, [], None, None, [], None, None, False)
 class Outputs:
     """Where the matchers of one flow table put their rows, and what they learn across connections."""
 
-    __slots__ = ("exchanges", "errors", "partitions", "topic_names", "bodies", "tap")
+    __slots__ = ("exchanges", "errors", "partitions", "topic_names", "bodies", "tap", "limits")
 
     def __init__(self, bodies: bool = True) -> None:
+        self.limits = Limits()  # the capture's decompression budget (legacy wrappers are expanded to count)
         self.bodies = bodies  # decode bodies (topics, partitions, nested errors) or headers only
         # tap(connection_id, is_response, first_no, last_no, frame): sees every frame (kafkacap show).
         self.tap = None
@@ -132,9 +135,10 @@ class ExchangeMatcher:
         if client_id not in self.client_ids:
             self._new_client_id(client_id, head, end)
         self.last_request_corr = corr
+        recs = self._records(head, x) if key == 0 and x.partitions else None
         pending = self.pending
         pending.append((corr, key, ver, client_id, first_ts, first_no, last_ts, last_no, size + 4, acks0,
-                        note, x, bad))
+                        note, x, bad, recs))
         if len(pending) > MAX_IN_FLIGHT:
             self._settle(pending.popleft(), "evicted: too many requests in flight")
 
@@ -202,13 +206,17 @@ class ExchangeMatcher:
         topics = rx.topics
         if x.topics:
             topics = list(dict.fromkeys(topics + x.topics)) if topics else x.topics
+        if key == 1 and x.partitions:  # Fetch: the records come back in the response
+            recs, parts = self._records(head, x), x.partitions
+        else:
+            recs, parts = req[_RECS], rx.partitions
         self._emit(key, ver, corr, req[_CLIENT], req[_FTS], req[_LTS], first_ts, last_ts, req[_SIZE], size + 4,
                    error_code, throttle, status, req[_FNO], last_no, note, topics,
-                   max(rx.partition_count, x.partition_count), len(x.errors))
+                   max(rx.partition_count, x.partition_count), len(x.errors), *_totals(recs, parts))
         if x.errors:
             self._emit_errors(req, last_ts, x)
         if key in PARTITION_APIS and (rx.partitions or x.partitions):
-            self._emit_partitions(req, last_ts, x.partitions)
+            self._emit_partitions(req, last_ts, x.partitions, recs)
 
     def close(self, reason: str | None = None) -> None:
         """The connection or the capture ended: whatever is still in flight was never answered."""
@@ -264,16 +272,33 @@ class ExchangeMatcher:
         rx = req[_X]
         self._emit(req[_KEY], req[_VER], req[_CORR], req[_CLIENT], req[_FTS], req[_LTS], None, None, req[_SIZE],
                    None, None, None, status, req[_FNO], None, _join(req[_NOTE], note), rx.topics,
-                   rx.partition_count, 0)
+                   rx.partition_count, 0, *_totals(req[_RECS], rx.partitions))
         if rx.partitions and req[_KEY] in PARTITION_APIS:
-            self._emit_partitions(req, None, [])
+            self._emit_partitions(req, None, [], req[_RECS])
 
     def _emit(self, api_key, api_version, corr, client_id, rq_first, rq_last, rs_first, rs_last, rq_size,
               rs_size, error_code, throttle, status, rq_frame, rs_frame, note, topics, partition_count,
-              error_count, api_name=None) -> None:
+              error_count, record_count=None, record_bytes=None, api_name=None) -> None:
         self.rows.append((*self.conn_fields, api_key, api_version, corr, client_id, rq_first, rq_last,
                           rs_first, rs_last, rq_size, rs_size, error_code, throttle, status, rq_frame,
-                          rs_frame, note, topics, partition_count, error_count, api_name))
+                          rs_frame, note, topics, partition_count, error_count, record_count, record_bytes,
+                          api_name))
+
+    def _records(self, head, x: Extracted) -> dict[tuple, tuple]:
+        """Per topic-partition, the record batches of its records field summarised (RECORD_SUMMARY order);
+        computed while the frame's bytes are at hand."""
+        out = {}
+        limits = self.out.limits
+        for p in x.partitions:
+            if p.records_offset is None:
+                continue
+            try:
+                found = record_batches(head, p.records_offset, min(p.record_bytes, len(head) - p.records_offset),
+                                       limits=limits)
+            except RecordsError:
+                found = None
+            out[(p.topic, p.partition)] = summarize_batches(found)
+        return out
 
     def _emit_errors(self, req: tuple, rs_last: int, x: Extracted) -> None:
         """One row per non-zero error field (tables.ERROR_ROW_FIELDS order)."""
@@ -282,7 +307,8 @@ class ExchangeMatcher:
         for e in x.errors:
             append((*head, e.field_path, e.topic, e.partition, e.error_code, e.error_message))
 
-    def _emit_partitions(self, req: tuple, rs_last: int | None, answered: list[PartitionEntry]) -> None:
+    def _emit_partitions(self, req: tuple, rs_last: int | None, answered: list[PartitionEntry],
+                         recs: dict | None) -> None:
         """One row per topic-partition, request and response entries merged (tables.PARTITION_ROW_FIELDS)."""
         merged: dict[tuple, list] = {}
         for p in req[_X].partitions:
@@ -293,14 +319,61 @@ class ExchangeMatcher:
                 slot[1] = p
         head = (self.conn_fields[0], req[_CORR], req[_KEY], req[_VER], req[_CLIENT], req[_LTS], rs_last)
         append = self.out.partitions.append
+        none = NO_RECORDS
         for (topic, partition), (rq, rs) in merged.items():
             # PartitionEntry: topic, partition, error_code, the offsets and epochs, records_offset, record_bytes
+            summary = recs.get((topic, partition), none) if recs else none
             if rs is None:
-                append((*head, topic, partition, None, *rq[3:-2], rq[-1], None))
+                append((*head, topic, partition, None, *rq[3:-2], rq[-1], None, *summary))
             elif rq is None:
-                append((*head, topic, partition, rs[2], *rs[3:-2], None, rs[-1]))
+                append((*head, topic, partition, rs[2], *rs[3:-2], None, rs[-1], *summary))
             else:
-                append((*head, topic, partition, rs[2], *map(_either, rq[3:-2], rs[3:-2]), rq[-1], rs[-1]))
+                append((*head, topic, partition, rs[2], *map(_either, rq[3:-2], rs[3:-2]), rq[-1], rs[-1],
+                        *summary))
+
+
+# RECORD_SUMMARY: batches, records, codec, uncompressed_bytes, producer_id, producer_epoch, base_sequence,
+# transactional, control, first_timestamp_ms, max_timestamp_ms, truncated_batches
+NO_RECORDS = (None,) * 12
+
+
+def summarize_batches(found) -> tuple:
+    """One partition's records field in a few facts (complete batches only; a cut last batch is counted apart)."""
+    if found is None:
+        return NO_RECORDS
+    batches = records = truncated = 0
+    codecs: list[str] = []
+    uncompressed = 0
+    first_ts = max_ts = None
+    producer = (None, None, None)
+    txn = control = False
+    for b in found:
+        if b.truncated:
+            truncated += 1
+            continue
+        batches += 1
+        records += b.record_count
+        if b.codec not in codecs:
+            codecs.append(b.codec)
+        if uncompressed is not None:
+            uncompressed = None if b.uncompressed_bytes is None else uncompressed + b.uncompressed_bytes
+        if b.first_timestamp is not None and b.first_timestamp >= 0:
+            first_ts = b.first_timestamp if first_ts is None else min(first_ts, b.first_timestamp)
+        if b.max_timestamp is not None and b.max_timestamp >= 0:
+            max_ts = b.max_timestamp if max_ts is None else max(max_ts, b.max_timestamp)
+        if producer[0] is None and b.producer_id is not None:
+            producer = (b.producer_id, b.producer_epoch, b.base_sequence)
+        txn = txn or b.transactional
+        control = control or b.control
+    return (batches, records, "+".join(codecs) or None, uncompressed if batches else None, *producer, txn, control,
+            first_ts, max_ts, truncated)
+
+
+def _totals(recs: dict | None, parts: list[PartitionEntry]) -> tuple[int | None, int | None]:
+    """record_count and record_bytes of an exchange: the sums over its partitions' records fields."""
+    if not recs:
+        return None, None
+    return sum(r[1] or 0 for r in recs.values()), sum(p.record_bytes or 0 for p in parts)
 
 
 def _either(from_request, from_response):

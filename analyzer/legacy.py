@@ -71,4 +71,4 @@ class Legacy07Matcher:
              note, topics, partition_count, error_code=None) -> None:
         self.owner._emit(None, None, None, None, rq_first, rq_last, rs_first, rs_last, rq_size, rs_size,
                          error_code, None, status, rq_frame, rs_frame, note, topics, partition_count,
-                         1 if error_code else 0, name)
+                         1 if error_code else 0, api_name=name)

@@ -64,6 +64,9 @@ EXCHANGES_SCHEMA = pa.schema([
        "the same capture named them, else as the id in UUID form."),
     _f("partition_count", pa.int32(), "Topic-partition entries in the request or response (the larger)."),
     _f("error_count", pa.int32(), "Non-zero error code fields anywhere in the response (see the errors table)."),
+    _f("record_count", pa.int64(), "Records carried: in the Produce request, or in the Fetch response (complete "
+       "batches; a legacy compressed wrapper counts its inner messages). Null for other APIs."),
+    _f("record_bytes", pa.int64(), "Bytes of the records fields (on the wire, compressed) of those partitions."),
 ])
 
 # The order of the tuples the core builds (see analyzer.exchanges); the other columns are derived.
@@ -71,7 +74,8 @@ EXCHANGE_ROW_FIELDS = (
     "connection_id", "client_ip", "client_port", "broker_ip", "broker_port", "api_key", "api_version",
     "correlation_id", "client_id", "request_first_ts", "request_last_ts", "response_first_ts",
     "response_last_ts", "request_size", "response_size", "error_code", "throttle_time_ms", "status",
-    "request_frame", "response_frame", "note", "topics", "partition_count", "error_count", "api_name",
+    "request_frame", "response_frame", "note", "topics", "partition_count", "error_count", "record_count",
+    "record_bytes", "api_name",
 )
 
 CONNECTIONS_SCHEMA = pa.schema([
@@ -159,6 +163,21 @@ PARTITIONS_SCHEMA = pa.schema([
     _f("current_leader_epoch", pa.int32(), "Fetch, ListOffsets and OffsetForLeaderEpoch requests."),
     _f("request_record_bytes", pa.int64(), "Bytes of the records field in the request (Produce)."),
     _f("response_record_bytes", pa.int64(), "Bytes of the records field in the response (Fetch)."),
+    _f("batches", pa.int32(), "Complete record batches (or top-level legacy messages) in the records field."),
+    _f("records", pa.int64(), "Records in them (legacy compressed wrappers: their inner messages)."),
+    _f("codec", pa.string(), "Compression: none, gzip, snappy, lz4, zstd (several joined with '+')."),
+    _f("uncompressed_bytes", pa.int64(), "Size of the batches uncompressed, when known without decompressing."),
+    _f("compression_ratio", pa.float64(), "uncompressed_bytes / record bytes on the wire."),
+    _f("producer_id", pa.int64(), "Producer id of the first batch (-1: not idempotent)."),
+    _f("producer_epoch", pa.int16(), "Producer epoch of the first batch."),
+    _f("base_sequence", pa.int32(), "Base sequence of the first batch (idempotent producers)."),
+    _f("transactional", pa.bool_(), "Some batch is transactional."),
+    _f("control", pa.bool_(), "Some batch is a control batch (transaction markers)."),
+    _f("first_record_ts", TS, "Earliest record timestamp in the batches (from their headers)."),
+    _f("max_record_ts", TS, "Latest record timestamp in the batches."),
+    _f("truncated_batches", pa.int32(), "Batches cut at the end of the field (Fetch size limit; not an error)."),
+    _f("consumer_lag", pa.int64(), "Fetch: high_watermark minus fetch_offset, the lag as the broker reported it."),
+    _f("data_age_ms", pa.float64(), "Fetch: response time minus the earliest fetched record timestamp."),
 ])
 
 PARTITION_ROW_FIELDS = (
@@ -166,7 +185,8 @@ PARTITION_ROW_FIELDS = (
     "response_last_ts", "topic", "partition", "error_code", "base_offset", "log_append_time_ms",
     "log_start_offset", "high_watermark", "last_stable_offset", "fetch_offset", "committed_offset", "offset",
     "low_watermark", "end_offset", "timestamp", "leader_epoch", "current_leader_epoch", "request_record_bytes",
-    "response_record_bytes",
+    "response_record_bytes", "batches", "records", "codec", "uncompressed_bytes", "producer_id", "producer_epoch",
+    "base_sequence", "transactional", "control", "first_record_ts", "max_record_ts", "truncated_batches",
 )
 
 _RETRIABLE = pa.array([is_retriable(c) for c in range(-1, _MAX_ERROR)], pa.bool_())
@@ -186,6 +206,22 @@ def _rows_batch(rows: list[tuple], fields: tuple[str, ...], schema: pa.Schema, c
         "error_name": _error_name_array(error_code, cols["error_code"]),
         "retriable": _lookup_names(error_code, _RETRIABLE, 1),
     }
+    if "records" in cols:  # partitions: record timestamps are in ms; lag, ratio and age are derived here
+        for name in ("first_record_ts", "max_record_ts"):
+            cols[name] = [None if v is None else v * 1_000_000 for v in cols[name]]
+        wire = pa.array([a if a is not None else b for a, b in
+                         zip(cols["request_record_bytes"], cols["response_record_bytes"], strict=True)], pa.int64())
+        uncompressed = pa.array(cols["uncompressed_bytes"], pa.int64())
+        derived["compression_ratio"] = pc.divide(uncompressed.cast(pa.float64()),
+                                                 pc.if_else(pc.equal(wire, 0), None, wire).cast(pa.float64()))
+        derived["consumer_lag"] = pc.subtract(pa.array(cols["high_watermark"], pa.int64()),
+                                              pa.array(cols["fetch_offset"], pa.int64()))
+        first = pa.array(cols["first_record_ts"], pa.int64())
+        resp = pa.array(cols["response_last_ts"], pa.int64())
+        age = pc.divide(pc.subtract(resp, first).cast(pa.float64()), 1e6)
+        is_fetch = pc.equal(api_key, 1)
+        derived["data_age_ms"] = pc.if_else(is_fetch, age, None)
+        derived["consumer_lag"] = pc.if_else(is_fetch, derived["consumer_lag"], None)
     arrays = []
     for f in schema:
         if f.name in derived:
@@ -276,6 +312,8 @@ def exchanges_batch(rows: list[tuple], capture_file: str, topic_names: dict[byte
         pa.array([_topic_list(t, topic_names) for t in c["topics"]], pa.list_(pa.string())),
         pa.array(c["partition_count"], pa.int32()),
         pa.array(c["error_count"], pa.int32()),
+        pa.array(c["record_count"], pa.int64()),
+        pa.array(c["record_bytes"], pa.int64()),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=EXCHANGES_SCHEMA)
 
