@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from analyzer.capture import CaptureError, CaptureStats, open_capture
 from analyzer.flows import FlowTable
-from analyzer.tables import connections_batch, errors_batch, exchanges_batch, partitions_batch
+from analyzer.tables import connections_batch, errors_batch, exchanges_batch, partitions_batch, records_batch
 from dissectors.kafka.framing import DEFAULT_KEEP, DEFAULT_MAX_FRAME
 
 STEP_PACKETS = 1 << 16
@@ -38,6 +38,8 @@ class Options:
     max_frame: int = DEFAULT_MAX_FRAME
     batch_rows: int = 1 << 16
     bodies: bool = True  # decode request/response bodies (topics, partitions, nested errors)
+    verify_crc: bool = False  # check the CRC of every record batch
+    records: bool = False  # one row per record (the records table)
 
     @property
     def frame_keep(self) -> int:
@@ -82,7 +84,7 @@ def analyze_file(
     with cap:
         report.stats = cap.stats
         table = FlowTable(options.ports, options.detect_ports, shard, options.frame_keep, options.max_frame,
-                          options.bodies)
+                          options.bodies, options.verify_crc, options.records and options.bodies)
         table.out.tap = tap
         packets = cap.packets()
         rows = table.rows
@@ -90,7 +92,8 @@ def analyze_file(
             while True:
                 before = table.last_frame
                 table.feed(islice(packets, STEP_PACKETS))
-                if len(rows) >= options.batch_rows or len(table.out.partitions) >= options.batch_rows:
+                if len(rows) >= options.batch_rows or len(table.out.partitions) >= options.batch_rows or (
+                        table.out.records is not None and len(table.out.records) >= options.batch_rows):
                     _emit_exchanges(table, name, sink, report)
                 table.retire_closed()
                 if table.connection_rows:
@@ -129,6 +132,9 @@ def _emit_exchanges(table: FlowTable, name: str, sink: BatchSink, report: FileRe
     if out.partitions:
         sink("partitions", partitions_batch(out.partitions, name, out.topic_names))
         out.partitions.clear()
+    if out.records:
+        sink("records", records_batch(out.records, name, out.topic_names))
+        out.records.clear()
 
 
 def _emit_connections(table: FlowTable, name: str, sink: BatchSink, report: FileReport) -> None:

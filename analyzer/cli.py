@@ -24,6 +24,7 @@ STATUSES = ("ok", "error", "no_response", "acks0", "orphan_response", "malformed
 
 def _common(f: Callable) -> Callable:
     f = click.option("--no-progress", is_flag=True, help="No progress bar.")(f)
+    f = click.option("--verify-crc", is_flag=True, help="Check every record batch's CRC (counted per partition).")(f)
     f = click.option("--headers-only", is_flag=True,
                      help="Decode headers and top-level errors only: no topics, partitions or nested errors "
                           "(about twice as fast on large captures).")(f)
@@ -42,8 +43,10 @@ def _out() -> Console:
     return Console() if sys.stdout.isatty() else Console(width=200)
 
 
-def _options(ports: tuple[int, ...], detect_ports: bool, headers_only: bool = False) -> Options:
-    return Options(ports=tuple(ports) or (9092,), detect_ports=detect_ports, bodies=not headers_only)
+def _options(ports: tuple[int, ...], detect_ports: bool, headers_only: bool = False, verify_crc: bool = False,
+             records: bool = False) -> Options:
+    return Options(ports=tuple(ports) or (9092,), detect_ports=detect_ports, bodies=not headers_only,
+                   verify_crc=verify_crc, records=records)
 
 
 def _analyse(paths: tuple[str, ...], options: Options, jobs: int, sink, no_progress: bool) -> list[FileReport]:
@@ -86,10 +89,10 @@ def main() -> None:
 
 @main.command()
 @_common
-def summary(paths, ports, detect_ports, jobs, headers_only, no_progress) -> None:
+def summary(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progress) -> None:
     """Summarise Kafka traffic: API usage and latency percentiles, errors, clients, connections."""
     sink = Collector()
-    reports = _analyse(paths, _options(ports, detect_ports, headers_only), jobs, sink, no_progress)
+    reports = _analyse(paths, _options(ports, detect_ports, headers_only, verify_crc), jobs, sink, no_progress)
     print_summary(_out(), sink.table("exchanges", EXCHANGES_SCHEMA), sink.table("connections", CONNECTIONS_SCHEMA),
                   reports)
 
@@ -100,7 +103,10 @@ def summary(paths, ports, detect_ports, jobs, headers_only, no_progress) -> None
               help="Folder for the tables (exchanges, connections, files); existing tables are replaced.")
 @click.option("-f", "--format", "fmt", type=click.Choice(FORMATS), default="parquet", show_default=True)
 @click.option("--summary", "with_summary", is_flag=True, help="Also print the summary.")
-def export(paths, ports, detect_ports, jobs, headers_only, no_progress, out_dir, fmt, with_summary) -> None:
+@click.option("--records", is_flag=True, help="Also a records table: one row per record (offset, timestamp, "
+              "key/value sizes, header keys, trace header). Slower.")
+def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progress, out_dir, fmt, with_summary,
+           records) -> None:
     """Write the exchanges, connections and files tables to a folder."""
     folder = TableFolder(out_dir, fmt)
     collector = Collector() if with_summary else None
@@ -111,7 +117,8 @@ def export(paths, ports, detect_ports, jobs, headers_only, no_progress, out_dir,
             collector(table, batch)
 
     try:
-        reports = _analyse(paths, _options(ports, detect_ports, headers_only), jobs, sink, no_progress)
+        reports = _analyse(paths, _options(ports, detect_ports, headers_only, verify_crc, records), jobs, sink,
+                           no_progress)
     except BaseException:
         folder.abort()
         raise
@@ -131,11 +138,11 @@ def export(paths, ports, detect_ports, jobs, headers_only, no_progress, out_dir,
 @click.option("--min-latency", type=float, help="Only exchanges at least this slow (ms).")
 @click.option("--limit", type=int, default=200, show_default=True, help="Rows to print (0: all).")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines instead of a table (all matching rows).")
-def exchanges(paths, ports, detect_ports, jobs, headers_only, no_progress, apis, statuses, client, min_latency,
-              limit, as_json) -> None:
+def exchanges(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progress, apis, statuses, client,
+              min_latency, limit, as_json) -> None:
     """List exchanges, one per line, with filters."""
     sink = Collector()
-    _analyse(paths, _options(ports, detect_ports, headers_only), jobs, sink, no_progress)
+    _analyse(paths, _options(ports, detect_ports, headers_only, verify_crc), jobs, sink, no_progress)
     ex = filter_exchanges(sink.table("exchanges", EXCHANGES_SCHEMA), apis, statuses, client, min_latency)
     ex = ex.sort_by([("request_last_ts", "ascending"), ("response_last_ts", "ascending")])
     if as_json:

@@ -31,6 +31,7 @@ from dissectors.kafka.headers import (
 from dissectors.kafka.legacy07 import looks_like_07_request
 from dissectors.kafka.records import Limits, RecordsError
 from dissectors.kafka.records import batches as record_batches
+from dissectors.kafka.records import records as record_rows
 
 _INT32 = struct.Struct(">i")
 _unpack_int32 = _INT32.unpack_from
@@ -54,10 +55,13 @@ _NOTHING = Extracted([], 0, [], None, None, [], None, None, False)
 class Outputs:
     """Where the matchers of one flow table put their rows, and what they learn across connections."""
 
-    __slots__ = ("exchanges", "errors", "partitions", "topic_names", "bodies", "tap", "limits")
+    __slots__ = ("exchanges", "errors", "partitions", "topic_names", "bodies", "tap", "limits", "verify_crc",
+                 "records")
 
-    def __init__(self, bodies: bool = True) -> None:
+    def __init__(self, bodies: bool = True, verify_crc: bool = False, records: bool = False) -> None:
         self.limits = Limits()  # the capture's decompression budget (legacy wrappers are expanded to count)
+        self.verify_crc = verify_crc  # check every batch's CRC-32C / CRC-32 (counted per partition)
+        self.records: list[tuple] | None = [] if records else None  # record-level rows, when asked for
         self.bodies = bodies  # decode bodies (topics, partitions, nested errors) or headers only
         # tap(connection_id, is_response, first_no, last_no, frame): sees every frame (kafkacap show).
         self.tap = None
@@ -135,7 +139,7 @@ class ExchangeMatcher:
         if client_id not in self.client_ids:
             self._new_client_id(client_id, head, end)
         self.last_request_corr = corr
-        recs = self._records(head, x) if key == 0 and x.partitions else None
+        recs = self._records(head, x, corr, key, ver, client_id, last_ts) if key == 0 and x.partitions else None
         pending = self.pending
         pending.append((corr, key, ver, client_id, first_ts, first_no, last_ts, last_no, size + 4, acks0,
                         note, x, bad, recs))
@@ -207,7 +211,7 @@ class ExchangeMatcher:
         if x.topics:
             topics = list(dict.fromkeys(topics + x.topics)) if topics else x.topics
         if key == 1 and x.partitions:  # Fetch: the records come back in the response
-            recs, parts = self._records(head, x), x.partitions
+            recs, parts = self._records(head, x, corr, key, ver, req[_CLIENT], last_ts), x.partitions
         else:
             recs, parts = req[_RECS], rx.partitions
         self._emit(key, ver, corr, req[_CLIENT], req[_FTS], req[_LTS], first_ts, last_ts, req[_SIZE], size + 4,
@@ -284,20 +288,28 @@ class ExchangeMatcher:
                           rs_frame, note, topics, partition_count, error_count, record_count, record_bytes,
                           api_name))
 
-    def _records(self, head, x: Extracted) -> dict[tuple, tuple]:
+    def _records(self, head, x: Extracted, corr: int, key: int, ver: int, client_id: str | None,
+                 ts: int) -> dict[tuple, tuple]:
         """Per topic-partition, the record batches of its records field summarised (RECORD_SUMMARY order);
-        computed while the frame's bytes are at hand."""
+        computed while the frame's bytes are at hand. With record rows asked for, every record too."""
         out = {}
-        limits = self.out.limits
+        o = self.out
         for p in x.partitions:
             if p.records_offset is None:
                 continue
+            length = min(p.record_bytes, len(head) - p.records_offset)
             try:
-                found = record_batches(head, p.records_offset, min(p.record_bytes, len(head) - p.records_offset),
-                                       limits=limits)
+                found = record_batches(head, p.records_offset, length, limits=o.limits, verify_crc=o.verify_crc)
             except RecordsError:
                 found = None
-            out[(p.topic, p.partition)] = summarize_batches(found)
+            out[(p.topic, p.partition)] = summarize_batches(found, o.verify_crc)
+            if o.records is not None and found:
+                head_of_row = (self.conn_fields[0], corr, key, ver, client_id, ts, p.topic, p.partition)
+                try:
+                    for r in record_rows(head, p.records_offset, length, limits=o.limits, skip_refused=True):
+                        o.records.append((*head_of_row, *r))
+                except RecordsError:
+                    pass  # a corrupt batch: its batch row says so; the records before it are kept
         return out
 
     def _emit_errors(self, req: tuple, rs_last: int, x: Extracted) -> None:
@@ -333,15 +345,15 @@ class ExchangeMatcher:
 
 
 # RECORD_SUMMARY: batches, records, codec, uncompressed_bytes, producer_id, producer_epoch, base_sequence,
-# transactional, control, first_timestamp_ms, max_timestamp_ms, truncated_batches
-NO_RECORDS = (None,) * 12
+# transactional, control, first_timestamp_ms, max_timestamp_ms, truncated_batches, crc_failures
+NO_RECORDS = (None,) * 13
 
 
-def summarize_batches(found) -> tuple:
+def summarize_batches(found, verified: bool = False) -> tuple:
     """One partition's records field in a few facts (complete batches only; a cut last batch is counted apart)."""
     if found is None:
         return NO_RECORDS
-    batches = records = truncated = 0
+    batches = records = truncated = crc_failures = 0
     codecs: list[str] = []
     uncompressed = 0
     first_ts = max_ts = None
@@ -365,8 +377,10 @@ def summarize_batches(found) -> tuple:
             producer = (b.producer_id, b.producer_epoch, b.base_sequence)
         txn = txn or b.transactional
         control = control or b.control
+        if b.crc_ok is False:
+            crc_failures += 1
     return (batches, records, "+".join(codecs) or None, uncompressed if batches else None, *producer, txn, control,
-            first_ts, max_ts, truncated)
+            first_ts, max_ts, truncated, crc_failures if verified else None)
 
 
 def _totals(recs: dict | None, parts: list[PartitionEntry]) -> tuple[int | None, int | None]:

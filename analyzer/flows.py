@@ -67,6 +67,8 @@ class FlowTable:
         keep: int = DEFAULT_KEEP,
         max_frame: int = DEFAULT_MAX_FRAME,
         bodies: bool = True,
+        verify_crc: bool = False,
+        records: bool = False,
     ) -> None:
         self.ports = frozenset(ports)
         self.detect_ports = detect_ports
@@ -75,7 +77,8 @@ class FlowTable:
         self.max_frame = max_frame
         self.flows: dict[bytes, object] = {}
         self.open: list[Connection] = []
-        self.out = Outputs(bodies)  # rows of the exchanges, errors and partitions tables, drained by the caller
+        # Rows of the exchanges, errors, partitions (and records) tables, drained by the caller.
+        self.out = Outputs(bodies, verify_crc, records)
         self.rows = self.out.exchanges
         self.connection_rows: list[tuple] = []
         self.now = 0

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from analyzer.tables import SCHEMAS
+from analyzer.tables import OPTIONAL_SCHEMAS, SCHEMAS
 
 FORMATS = ("parquet", "csv", "jsonl")
 
@@ -78,6 +78,7 @@ class TableFolder:
         writer.write_batch(batch)
 
     def _open(self, table: str, schema: pa.Schema):
+        schema = SCHEMAS.get(table) or OPTIONAL_SCHEMAS.get(table) or schema
         target = os.path.join(self._tmp, f"{table}.{self.fmt}")
         if self.fmt == "parquet":
             writer = pq.ParquetWriter(target, schema, compression="zstd")

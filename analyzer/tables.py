@@ -137,6 +137,23 @@ ERRORS_SCHEMA = pa.schema([
     _f("error_message", pa.string(), "The message the broker sent with it, when the version carries one."),
 ])
 
+RECORDS_SCHEMA = pa.schema([
+    *_EXCHANGE_KEYS,
+    _f("frame_ts", TS, "Capture time of the packet that completed the frame carrying the record."),
+    _f("topic", pa.string(), "Topic (name, or id in UUID form)."),
+    _f("partition", pa.int32(), "Partition."),
+    _f("offset", pa.int64(), "Record offset (as the producer or broker set it)."),
+    _f("timestamp", TS, "Record timestamp (create or log-append time, as the batch says)."),
+    _f("key_size", pa.int32(), "Key bytes (-1: null key)."),
+    _f("value_size", pa.int32(), "Value bytes (-1: null value)."),
+    _f("header_keys", pa.list_(pa.string()), "Record header keys, in order."),
+    _f("trace", pa.string(), "The first tracing header found (traceparent, b3, uber-trace-id, sw8, ...), as "
+       "name=value."),
+])
+
+RECORD_ROW_FIELDS = ("connection_id", "correlation_id", "api_key", "api_version", "client_id", "frame_ts", "topic",
+                     "partition", "offset", "timestamp", "key_size", "value_size", "header_keys", "trace")
+
 ERROR_ROW_FIELDS = ("connection_id", "correlation_id", "api_key", "api_version", "client_id",
                     "response_last_ts", "field_path", "topic", "partition", "error_code", "error_message")
 
@@ -176,6 +193,8 @@ PARTITIONS_SCHEMA = pa.schema([
     _f("first_record_ts", TS, "Earliest record timestamp in the batches (from their headers)."),
     _f("max_record_ts", TS, "Latest record timestamp in the batches."),
     _f("truncated_batches", pa.int32(), "Batches cut at the end of the field (Fetch size limit; not an error)."),
+    _f("crc_failures", pa.int32(), "Batches whose CRC-32C (v2) or CRC-32 (legacy) did not match; null unless "
+       "--verify-crc."),
     _f("consumer_lag", pa.int64(), "Fetch: high_watermark minus fetch_offset, the lag as the broker reported it."),
     _f("data_age_ms", pa.float64(), "Fetch: response time minus the earliest fetched record timestamp."),
 ])
@@ -187,6 +206,7 @@ PARTITION_ROW_FIELDS = (
     "low_watermark", "end_offset", "timestamp", "leader_epoch", "current_leader_epoch", "request_record_bytes",
     "response_record_bytes", "batches", "records", "codec", "uncompressed_bytes", "producer_id", "producer_epoch",
     "base_sequence", "transactional", "control", "first_record_ts", "max_record_ts", "truncated_batches",
+    "crc_failures",
 )
 
 _RETRIABLE = pa.array([is_retriable(c) for c in range(-1, _MAX_ERROR)], pa.bool_())
@@ -199,11 +219,13 @@ def _rows_batch(rows: list[tuple], fields: tuple[str, ...], schema: pa.Schema, c
     cols = dict(zip(fields, list(zip(*rows, strict=True)) if rows else [()] * len(fields), strict=True))
     cols["topic"] = [topic_text(t, topic_names) for t in cols["topic"]]
     api_key = pa.array(cols["api_key"], pa.int16())
-    error_code = pa.array(cols["error_code"], pa.int16())
+    if "timestamp" in cols and "offset" in cols and "key_size" in cols:  # records: ms to ns, for _ts()
+        cols["timestamp"] = [None if v is None or v < 0 else v * 1_000_000 for v in cols["timestamp"]]
+    error_code = pa.array(cols.get("error_code", [None] * n), pa.int16())
     derived = {
         "capture_file": pa.array([capture_file] * n, pa.string()),
         "api_name": _lookup_names(api_key, _API_NAMES, 0),
-        "error_name": _error_name_array(error_code, cols["error_code"]),
+        "error_name": _error_name_array(error_code, cols.get("error_code", [None] * n)),
         "retriable": _lookup_names(error_code, _RETRIABLE, 1),
     }
     if "records" in cols:  # partitions: record timestamps are in ms; lag, ratio and age are derived here
@@ -235,6 +257,10 @@ def _rows_batch(rows: list[tuple], fields: tuple[str, ...], schema: pa.Schema, c
 
 def errors_batch(rows: list[tuple], capture_file: str, topic_names: dict[bytes, str]) -> pa.RecordBatch:
     return _rows_batch(rows, ERROR_ROW_FIELDS, ERRORS_SCHEMA, capture_file, topic_names)
+
+
+def records_batch(rows: list[tuple], capture_file: str, topic_names: dict[bytes, str]) -> pa.RecordBatch:
+    return _rows_batch(rows, RECORD_ROW_FIELDS, RECORDS_SCHEMA, capture_file, topic_names)
 
 
 def partitions_batch(rows: list[tuple], capture_file: str, topic_names: dict[bytes, str]) -> pa.RecordBatch:
@@ -367,6 +393,7 @@ FILES_SCHEMA = pa.schema([
 
 SCHEMAS = {"exchanges": EXCHANGES_SCHEMA, "errors": ERRORS_SCHEMA, "partitions": PARTITIONS_SCHEMA,
            "connections": CONNECTIONS_SCHEMA, "files": FILES_SCHEMA}
+OPTIONAL_SCHEMAS = {"records": RECORDS_SCHEMA}  # written only when asked for (kafkacap export --records)
 
 
 def files_batch(rows: list[tuple]) -> pa.RecordBatch:

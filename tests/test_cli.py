@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+from pathlib import Path
 
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
@@ -241,3 +242,26 @@ def test_apis_lists_every_api_key():
     assert res.exit_code == 0
     for text in ("Produce", "0-12", "DescribeTopicPartitions", "StreamsGroupDescribe"):
         assert text in res.output
+
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_pcaps"
+
+
+@pytest.mark.parametrize("capture", ["tansu_kafka_python_codecs", "tansu_aiokafka_codecs", "kafka09_legacy"])
+def test_records_table_and_crc_check_agree_with_the_clients(tmp_path, capture):
+    """Every codec from a real client: each record produced is one records row of a Produce request (the
+    producers' own count, from the truth file), every batch's CRC verifies, and the codecs are the ones used."""
+    truth = json.loads((SAMPLES / f"{capture}.truth.json").read_text())
+    path = SAMPLES / truth["capture"]
+    res = invoke("export", path, "-o", tmp_path / "out", "--detect-ports", "--records", "--verify-crc")
+    assert res.exit_code == 0, res.output
+    records = pq.read_table(tmp_path / "out" / "records.parquet").to_pylist()
+    parts = pq.read_table(tmp_path / "out" / "partitions.parquet").to_pylist()
+    assert records and all(p["crc_failures"] in (0, None) for p in parts)
+    assert any(p["crc_failures"] == 0 for p in parts)
+    for topic, entry in truth["topics"].items():
+        produced = [r for r in records if r["topic"] == topic and r["api_name"] == "Produce"
+                    and r["client_id"] in entry["producers"]]
+        assert len(produced) == entry["produced"] + entry["produced_acks0"], topic
+        codecs = {p["codec"] for p in parts if p["topic"] == topic and p["api_name"] == "Produce" and p["batches"]}
+        assert codecs == set(entry["codecs"]), topic
