@@ -20,6 +20,7 @@ from analyzer.capture import CaptureError, CaptureStats, open_capture
 from analyzer.flows import FlowTable
 from analyzer.tables import connections_batch, errors_batch, exchanges_batch, partitions_batch, records_batch
 from dissectors.kafka.framing import DEFAULT_KEEP, DEFAULT_MAX_FRAME
+from dissectors.kafka.records import Limits
 
 STEP_PACKETS = 1 << 16
 
@@ -40,6 +41,8 @@ class Options:
     bodies: bool = True  # decode request/response bodies (topics, partitions, nested errors)
     verify_crc: bool = False  # check the CRC of every record batch
     records: bool = False  # one row per record (the records table)
+    max_batch_mb: int = 64  # decompressed size a single batch may reach before it is refused
+    max_decompressed_mb: int = 4096  # decompressed bytes per capture file, all batches together
 
     @property
     def frame_keep(self) -> int:
@@ -62,6 +65,7 @@ class FileReport:
     seconds: float = 0.0
     shard: tuple[int, int] | None = None
     status_counts: dict[str, int] = field(default_factory=dict)
+    refused_batches: int = 0  # compressed batches not expanded: over the decompression limits
 
 
 def analyze_file(
@@ -84,7 +88,8 @@ def analyze_file(
     with cap:
         report.stats = cap.stats
         table = FlowTable(options.ports, options.detect_ports, shard, options.frame_keep, options.max_frame,
-                          options.bodies, options.verify_crc, options.records and options.bodies)
+                          options.bodies, options.verify_crc, options.records and options.bodies,
+                          Limits(options.max_batch_mb << 20, options.max_decompressed_mb << 20))
         table.out.tap = tap
         packets = cap.packets()
         rows = table.rows
@@ -111,6 +116,7 @@ def analyze_file(
         _emit_exchanges(table, name, sink, report)
         _emit_connections(table, name, sink, report)
         report.flows_not_kafka = table.probed_out
+        report.refused_batches = table.out.limits.refused
     report.seconds = time.perf_counter() - started
     return report
 

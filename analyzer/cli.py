@@ -44,9 +44,10 @@ def _out() -> Console:
 
 
 def _options(ports: tuple[int, ...], detect_ports: bool, headers_only: bool = False, verify_crc: bool = False,
-             records: bool = False) -> Options:
+             records: bool = False, max_batch_mb: int = 64, max_decompressed_mb: int = 4096) -> Options:
     return Options(ports=tuple(ports) or (9092,), detect_ports=detect_ports, bodies=not headers_only,
-                   verify_crc=verify_crc, records=records)
+                   verify_crc=verify_crc, records=records, max_batch_mb=max_batch_mb,
+                   max_decompressed_mb=max_decompressed_mb)
 
 
 def _analyse(paths: tuple[str, ...], options: Options, jobs: int, sink, no_progress: bool) -> list[FileReport]:
@@ -75,6 +76,9 @@ def _analyse(paths: tuple[str, ...], options: Options, jobs: int, sink, no_progr
             err.print(f"[red]error:[/] {r.name}: {r.error} (rows decoded before it are kept)")
         elif r.stats.damage:
             err.print(f"[yellow]warning:[/] {r.name}: {r.stats.damage} (rows decoded before it are kept)")
+        if r.refused_batches:
+            err.print(f"[yellow]warning:[/] {r.name}: {r.refused_batches} compressed batches over the decompression "
+                      "limits were not expanded (--max-batch-mb, --max-decompressed-mb)")
     if all(r.stats is None for r in reports):
         raise click.ClickException("no capture file could be read")
     return reports
@@ -105,8 +109,12 @@ def summary(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progr
 @click.option("--summary", "with_summary", is_flag=True, help="Also print the summary.")
 @click.option("--records", is_flag=True, help="Also a records table: one row per record (offset, timestamp, "
               "key/value sizes, header keys, trace header). Slower.")
+@click.option("--max-batch-mb", type=click.IntRange(1), default=64, show_default=True,
+              help="A compressed batch that would expand beyond this is reported, not expanded.")
+@click.option("--max-decompressed-mb", type=click.IntRange(1), default=4096, show_default=True,
+              help="Decompression budget per capture file.")
 def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progress, out_dir, fmt, with_summary,
-           records) -> None:
+           records, max_batch_mb, max_decompressed_mb) -> None:
     """Write the exchanges, connections and files tables to a folder."""
     folder = TableFolder(out_dir, fmt)
     collector = Collector() if with_summary else None
@@ -117,8 +125,8 @@ def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progre
             collector(table, batch)
 
     try:
-        reports = _analyse(paths, _options(ports, detect_ports, headers_only, verify_crc, records), jobs, sink,
-                           no_progress)
+        reports = _analyse(paths, _options(ports, detect_ports, headers_only, verify_crc, records, max_batch_mb,
+                                           max_decompressed_mb), jobs, sink, no_progress)
     except BaseException:
         folder.abort()
         raise

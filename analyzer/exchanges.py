@@ -58,8 +58,10 @@ class Outputs:
     __slots__ = ("exchanges", "errors", "partitions", "topic_names", "bodies", "tap", "limits", "verify_crc",
                  "records")
 
-    def __init__(self, bodies: bool = True, verify_crc: bool = False, records: bool = False) -> None:
-        self.limits = Limits()  # the capture's decompression budget (legacy wrappers are expanded to count)
+    def __init__(self, bodies: bool = True, verify_crc: bool = False, records: bool = False,
+                 limits: Limits | None = None) -> None:
+        # The capture's decompression budget (legacy wrappers are expanded to count their messages).
+        self.limits = limits if limits is not None else Limits()
         self.verify_crc = verify_crc  # check every batch's CRC-32C / CRC-32 (counted per partition)
         self.records: list[tuple] | None = [] if records else None  # record-level rows, when asked for
         self.bodies = bodies  # decode bodies (topics, partitions, nested errors) or headers only

@@ -20,6 +20,7 @@ from analyzer.exchanges import Outputs
 from analyzer.tcp import ACK, FIN, MASK32, RST, SYN, HalfStream
 from dissectors.kafka.framing import DEFAULT_KEEP, DEFAULT_MAX_FRAME
 from dissectors.kafka.headers import looks_like_request
+from dissectors.kafka.records import Limits
 
 _INT32 = struct.Struct(">i")
 
@@ -69,6 +70,7 @@ class FlowTable:
         bodies: bool = True,
         verify_crc: bool = False,
         records: bool = False,
+        limits: Limits | None = None,
     ) -> None:
         self.ports = frozenset(ports)
         self.detect_ports = detect_ports
@@ -78,7 +80,7 @@ class FlowTable:
         self.flows: dict[bytes, object] = {}
         self.open: list[Connection] = []
         # Rows of the exchanges, errors, partitions (and records) tables, drained by the caller.
-        self.out = Outputs(bodies, verify_crc, records)
+        self.out = Outputs(bodies, verify_crc, records, limits)
         self.rows = self.out.exchanges
         self.connection_rows: list[tuple] = []
         self.now = 0

@@ -163,6 +163,7 @@ def merge_shards(reports: list[FileReport]) -> list[FileReport]:
         m.exchanges += r.exchanges
         m.connections += r.connections
         m.flows_not_kafka += r.flows_not_kafka
+        m.refused_batches += r.refused_batches
         m.seconds = max(m.seconds, r.seconds)
         m.error = m.error or r.error
         for k, v in r.status_counts.items():

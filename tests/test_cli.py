@@ -265,3 +265,27 @@ def test_records_table_and_crc_check_agree_with_the_clients(tmp_path, capture):
         assert len(produced) == entry["produced"] + entry["produced_acks0"], topic
         codecs = {p["codec"] for p in parts if p["topic"] == topic and p["api_name"] == "Produce" and p["batches"]}
         assert codecs == set(entry["codecs"]), topic
+
+
+def test_a_decompression_bomb_is_refused_and_reported(tmp_path):
+    """A legacy gzip wrapper that would expand to 64 MiB, with a 1 MiB cap: refused, reported, nothing lost."""
+    import struct
+    import zlib
+
+    inner = zlib.compressobj(wbits=31)
+    value = inner.compress(bytes(64 << 20)) + inner.flush()
+    body = struct.pack(">bbqi", 1, 1, 1_700_000_000_000, -1) + struct.pack(">i", len(value)) + value
+    msg = struct.pack(">I", zlib.crc32(body)) + body
+    message_set = struct.pack(">qi", 0, len(msg)) + msg
+    produce = (struct.pack(">hi", 1, 30000) + struct.pack(">i", 1) + craft.kstring("bombs") + struct.pack(">i", 1)
+               + struct.pack(">i", 0) + struct.pack(">i", len(message_set)) + message_set)
+    c = craft.Conversation()
+    c.handshake()
+    c.send(True, craft.request(0, 2, 1, "bomber", produce))
+    c.send(False, craft.produce_response_v3(1))
+    cap = craft.write(tmp_path / "bomb.pcap", c.packets)
+    res = invoke("export", cap, "-o", tmp_path / "out", "--max-batch-mb", "1")
+    assert res.exit_code == 0, res.output
+    assert "1 compressed batches over the decompression limits were not expanded" in " ".join(res.output.split())
+    ex = pq.read_table(tmp_path / "out" / "exchanges.parquet").to_pylist()
+    assert [(r["api_name"], r["status"], r["topics"]) for r in ex] == [("Produce", "ok", ["bombs"])]
