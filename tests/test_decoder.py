@@ -426,7 +426,7 @@ def test_huge_counts_fail_fast():
     for mode in (decode, extract):
         with pytest.raises(DecodeError):
             mode(buf, 0, len(buf), 3, 0, False)
-    assert time.perf_counter() - start < 0.1
+    assert time.perf_counter() - start < 2  # a walk over 2^31 elements would take minutes
 
 
 def test_unknown_api_or_version_is_a_decode_error():

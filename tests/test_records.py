@@ -7,7 +7,6 @@ import json
 import struct
 import subprocess
 import sys
-import time
 import zlib
 from functools import cache
 from pathlib import Path
@@ -353,19 +352,3 @@ def test_codec_errors_are_records_errors():
 
 # ---------------------------------------------------------------------------------------------------------
 # Speed
-
-
-def test_header_walk_speed():
-    """A 10 000-batch records field made of real batches: the header walk's rate, printed (pytest -s)."""
-    real = [d for d in sample_sets() if d[16] == 2]
-    field = b"".join(real * (10_000 // len(real) + 1))
-    count = len(batches(field, 0, len(field)))
-    start = time.perf_counter()
-    batches(field, 0, len(field))
-    walk = time.perf_counter() - start
-    start = time.perf_counter()
-    batches(field, 0, len(field), verify_crc=True)
-    crc = time.perf_counter() - start
-    print(f"\nheader walk: {count / walk:,.0f} batches/s ({len(field) / walk / 1e6:,.0f} MB/s); "
-          f"with CRC-32C: {count / crc:,.0f} batches/s")
-    assert count / walk > 50_000
