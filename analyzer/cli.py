@@ -17,7 +17,7 @@ from analyzer.analyze import FileReport, Options
 from analyzer.output import FORMATS, TableFolder
 from analyzer.report import Collector, print_exchanges, print_summary
 from analyzer.run import InputError, expand_paths, run
-from analyzer.tables import CONNECTIONS_SCHEMA, EXCHANGES_SCHEMA
+from analyzer.tables import CONNECTIONS_SCHEMA, EXCHANGES_SCHEMA, PARTITIONS_SCHEMA
 
 STATUSES = ("ok", "error", "no_response", "acks0", "orphan_response", "malformed")
 
@@ -98,7 +98,7 @@ def summary(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progr
     sink = Collector()
     reports = _analyse(paths, _options(ports, detect_ports, headers_only, verify_crc), jobs, sink, no_progress)
     print_summary(_out(), sink.table("exchanges", EXCHANGES_SCHEMA), sink.table("connections", CONNECTIONS_SCHEMA),
-                  reports)
+                  reports, sink.table("partitions", PARTITIONS_SCHEMA))
 
 
 @main.command()
@@ -133,7 +133,8 @@ def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progre
     written = folder.commit()
     if collector is not None:
         print_summary(_out(), collector.table("exchanges", EXCHANGES_SCHEMA),
-                      collector.table("connections", CONNECTIONS_SCHEMA), reports)
+                      collector.table("connections", CONNECTIONS_SCHEMA), reports,
+                      collector.table("partitions", PARTITIONS_SCHEMA))
     rows = sum(r.exchanges for r in reports)
     Console(stderr=True).print(f"wrote {rows:,} exchanges to " + ", ".join(written))
 

@@ -38,7 +38,7 @@ def _fmt_ms(v: float | None) -> str:
 
 
 def print_summary(console: Console, exchanges: pa.Table, connections: pa.Table,
-                  reports: list[FileReport]) -> None:
+                  reports: list[FileReport], partitions: pa.Table | None = None) -> None:
     _files(console, reports)
     if exchanges.num_rows == 0:
         console.print("[yellow]No Kafka exchanges found.[/] Kafka on another port? Try --port or --detect-ports.")
@@ -46,7 +46,45 @@ def print_summary(console: Console, exchanges: pa.Table, connections: pa.Table,
         _api_usage(console, exchanges)
         _errors(console, exchanges)
         _clients(console, exchanges)
+        if partitions is not None and partitions.num_rows:
+            _topics(console, partitions)
     _connections(console, connections, exchanges)
+
+
+def _topics(console: Console, parts: pa.Table, top: int = 15) -> None:
+    """Who sends what where: records and bytes produced and fetched per topic, codecs, producers, lag."""
+    parts = parts.filter(pc.is_valid(parts["records"]))
+    if not parts.num_rows:
+        return
+    produce = parts.filter(pc.equal(parts["api_key"], 0))
+    fetch = parts.filter(pc.equal(parts["api_key"], 1))
+    rows: dict[str, dict] = {}
+    if produce.num_rows:
+        for r in produce.group_by("topic").aggregate([
+            ("records", "sum"), ("request_record_bytes", "sum"), ("client_id", "count_distinct"),
+            ("codec", "distinct"),
+        ]).to_pylist():
+            rows.setdefault(r["topic"], {}).update(
+                produced=r["records_sum"], produced_bytes=r["request_record_bytes_sum"],
+                producers=r["client_id_count_distinct"], codecs=",".join(sorted(c for c in r["codec_distinct"] if c)))
+    if fetch.num_rows:
+        for r in fetch.group_by("topic").aggregate([
+            ("records", "sum"), ("response_record_bytes", "sum"), ("consumer_lag", "max"),
+        ]).to_pylist():
+            rows.setdefault(r["topic"], {}).update(
+                fetched=r["records_sum"], fetched_bytes=r["response_record_bytes_sum"], lag=r["consumer_lag_max"])
+    t = Table(title=f"Topics (by records produced, top {top})", title_justify="left")
+    for col in ("topic", "produced", "bytes in", "producers", "codecs", "fetched", "bytes out", "max lag"):
+        t.add_column(col, justify="left" if col in ("topic", "codecs") else "right")
+
+    def num(v) -> str:
+        return "-" if v is None else f"{v:,}"
+
+    for topic, r in sorted(rows.items(), key=lambda kv: (-(kv[1].get("produced") or 0), -(kv[1].get("fetched")
+                                                                                              or 0)))[:top]:
+        t.add_row(topic or "-", num(r.get("produced")), num(r.get("produced_bytes")), num(r.get("producers")),
+                  r.get("codecs") or "-", num(r.get("fetched")), num(r.get("fetched_bytes")), num(r.get("lag")))
+    console.print(t)
 
 
 def _files(console: Console, reports: list[FileReport]) -> None:

@@ -81,6 +81,19 @@ def test_summary_shows_apis_errors_and_clients(tmp_path):
         assert text in res.output
 
 
+def test_summary_shows_what_flowed_per_topic():
+    """Records produced and fetched per topic, with codec and producers, as the clients report them."""
+    truth = json.loads((SAMPLES / "tansu_kafka_python_codecs.truth.json").read_text())
+    res = invoke("summary", SAMPLES / truth["capture"])
+    assert res.exit_code == 0, res.output
+    lines = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
+             for line in res.output.splitlines() if line.startswith("│") and line.count("│") == 9}
+    for topic, entry in truth["topics"].items():
+        produced, _bytes, producers, codecs, fetched = lines[topic][:5]
+        assert int(produced) == entry["produced"] and int(producers) == len(entry["producers"])
+        assert codecs == ",".join(entry["codecs"]) and int(fetched) >= entry["consumed"]
+
+
 def test_exchanges_filters_and_json(tmp_path):
     cap = craft.write(tmp_path / "a.pcap", conversation(6))
     res = invoke("exchanges", cap, "--status", "error", "--json")
