@@ -14,7 +14,6 @@ import subprocess
 from collections import Counter, defaultdict
 from pathlib import Path
 
-import dpkt
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -31,6 +30,7 @@ from dissectors.kafka.headers import (
     produce_acks,
     response_top_level,
 )
+from tests.dpkt_packets import tcp_packets
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 LAYOUT_DOC = SHARED / "spec" / "003_55933f6887072acb.txt"
@@ -331,23 +331,9 @@ def parse_sources() -> list[Expected]:
 
 def tcp_segments(path: Path):
     """(flow, seq, payload) of every TCP segment with data, via dpkt (an independent reader)."""
-    with path.open("rb") as handle:
-        try:
-            reader = dpkt.pcap.Reader(handle)
-        except ValueError:
-            handle.seek(0)
-            reader = dpkt.pcapng.Reader(handle)
-        link = reader.datalink()
-        for _ts, raw in reader:
-            if link == dpkt.pcap.DLT_LINUX_SLL:
-                ip = dpkt.sll.SLL(raw).data
-            else:
-                ip = dpkt.ethernet.Ethernet(raw).data
-            if not isinstance(ip, dpkt.ip.IP | dpkt.ip6.IP6) or not isinstance(ip.data, dpkt.tcp.TCP):
-                continue
-            tcp = ip.data
-            if tcp.data:
-                yield (ip.src, tcp.sport, ip.dst, tcp.dport), tcp.seq, bytes(tcp.data)
+    for flow, seq, _flags, data in tcp_packets(path):
+        if data:
+            yield flow, seq, data
 
 
 def frame_heads(path: Path):

@@ -44,6 +44,7 @@ from dissectors.kafka.legacy07 import (
     looks_like_07_request,
 )
 from tests import craft
+from tests.dpkt_packets import tcp_packets
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -432,23 +433,6 @@ def test_error_names_are_the_guides_for_the_codes_0_7_has():
 # Modern (0.8+) frames are not taken for 0.7 requests, and which 0.7 requests look modern
 
 
-def tcp_payloads(path: Path):
-    """(flow, seq, flags, payload) of every TCP segment, read by dpkt."""
-    with path.open("rb") as handle:
-        try:
-            reader = dpkt.pcap.Reader(handle)
-        except ValueError:
-            handle.seek(0)
-            reader = dpkt.pcapng.Reader(handle)
-        link = reader.datalink()
-        for _ts, raw in reader:
-            if link == dpkt.pcap.DLT_LINUX_SLL:
-                ip = dpkt.sll.SLL(raw).data
-            else:
-                ip = dpkt.ethernet.Ethernet(raw).data
-            if isinstance(ip, dpkt.ip.IP | dpkt.ip6.IP6) and isinstance(ip.data, dpkt.tcp.TCP):
-                tcp = ip.data
-                yield (ip.src, tcp.sport, ip.dst, tcp.dport), tcp.seq, tcp.flags, bytes(tcp.data)
 
 
 def stream_frames(path: Path):
@@ -459,7 +443,7 @@ def stream_frames(path: Path):
     """
     expected: dict = {}
     pending: dict = defaultdict(bytearray)
-    for flow, seq, flags, data in tcp_payloads(path):
+    for flow, seq, flags, data in tcp_packets(path):
         if flags & dpkt.tcp.TH_SYN:
             expected[flow] = (seq + 1) & 0xFFFFFFFF
             pending[flow] = bytearray()
