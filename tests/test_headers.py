@@ -30,6 +30,7 @@ from dissectors.kafka.headers import (
     produce_acks,
     response_top_level,
 )
+from tests.craft import uvarint
 from tests.dpkt_packets import tcp_packets
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
@@ -55,18 +56,6 @@ def request(api_key: int, api_version: int, correlation_id: int, client_id: byte
     head += struct.pack(">h", -1) if client_id is None else struct.pack(">h", len(client_id)) + client_id
     head += tag_buffer or b""
     return struct.pack(">i", len(head) + len(body)) + head + body
-
-
-def uvarint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
 
 
 def test_request_header_v1_null_client_id():

@@ -741,17 +741,23 @@ def render_schemas(table: SchemaTable, commits: dict[str, str]) -> str:
         for key, (min_version, structs) in per_key.items():
             items = [names[id(s)] for s in structs]
             out.append(f"    {key}: ({min_version}, (  # {table.names[key]}")
-            line = "       "
-            for item in items:
-                if len(line) + 2 + len(item) > 110:
-                    out.append(line)
-                    line = "       "
-                line += f" {item},"
-            out.append(line)
+            out.extend(wrapped_items(items))
             out.append("    )),")
         out.append("}")
     out.append("")
     return "\n".join(out)
+
+
+def wrapped_items(items: list[str], width: int = 110) -> list[str]:
+    """Tuple items, comma-terminated, filled into indented lines of at most ``width`` characters."""
+    lines, line = [], "       "
+    for item in items:
+        if len(line) + 2 + len(item) > width:
+            lines.append(line)
+            line = "       "
+        line += f" {item},"
+    lines.append(line)
+    return lines
 
 
 def wrapped_comment(text: str, width: int = 110) -> list[str]:
@@ -886,13 +892,7 @@ def render_prefix(rows: list[ApiRow], commits: dict[str, str]) -> str:
             out.append(one_line)
             continue
         out.append(f"    {r.key}: ({r.min_version}, (  # {r.name}")
-        line = "       "
-        for item in items:
-            if len(line) + 2 + len(item) > 110:
-                out.append(line)
-                line = "       "
-            line += f" {item},"
-        out.append(line)
+        out.extend(wrapped_items(items))
         out.append("    )),")
     out.append("}")
     out.append("")
