@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 
@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analyzer.capture import CaptureError, CaptureStats, open_capture
+from analyzer.carry import Handoff, carry_over, continues
 from analyzer.flows import FlowTable
 from analyzer.tables import connections_batch, errors_batch, exchanges_batch, partitions_batch, records_batch
 from dissectors.kafka.framing import DEFAULT_KEEP, DEFAULT_MAX_FRAME
@@ -66,6 +67,8 @@ class FileReport:
     shard: tuple[int, int] | None = None
     status_counts: dict[str, int] = field(default_factory=dict)
     refused_batches: int = 0  # compressed batches not expanded: over the decompression limits
+    continues_in: str | None = None  # name of the next file of its rotated set, when connections run on into it
+    handoffs: list[Handoff] = field(default_factory=list)  # the connections that do
 
 
 def analyze_file(
@@ -75,8 +78,13 @@ def analyze_file(
     shard: tuple[int, int] | None = None,
     progress: Callable[[int], None] | None = None,
     tap: Callable | None = None,
+    following: Sequence[str] = (),
 ) -> FileReport:
-    """Analyse ``path``; ``progress(n)`` is called now and then with the file bytes read so far."""
+    """Analyse ``path``; ``progress(n)`` is called now and then with the file bytes read so far.
+
+    ``following``: the next files of a rotated capture set. Connections open at the end of this file are
+    followed into them until their exchanges in flight are complete (see ``analyzer.carry``).
+    """
     started = time.perf_counter()
     name = os.path.basename(os.fspath(path))
     report = FileReport(path=os.fspath(path), name=name, shard=shard)
@@ -109,16 +117,76 @@ def analyze_file(
                     progress(cap.bytes_read())
         except Exception as exc:  # a defect must not cost the user the rows decoded so far
             report.error = f"internal error after packet {table.last_frame}: {exc!r}"
+        snapshots: dict[int, tuple] = {}
+        if following and report.error is None and cap.stats.damage is None:
+            snapshots = _carry_into(following, table, cap.stats, report)
         try:
             table.finish()
         except Exception as exc:
             report.error = report.error or f"internal error while closing connections: {exc!r}"
+        if snapshots:  # connections that run on: this file's share of their counters, marked as continued
+            table.connection_rows[:] = [_continued(r, snapshots[r[0]]) if r[0] in snapshots else r
+                                        for r in table.connection_rows]
         _emit_exchanges(table, name, sink, report)
         _emit_connections(table, name, sink, report)
         report.flows_not_kafka = table.probed_out
         report.refused_batches = table.out.limits.refused
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _carry_into(following: Sequence[str], table: FlowTable, stats: CaptureStats,
+                report: FileReport) -> dict[int, tuple]:
+    """Follow open connections into the next file(s); returns their connection rows as of this file's end
+    (the next file's analysis counts its own packets of them; the stitch stage adds the two up)."""
+    snapshots = {c.conn_id: c.row() for c in table.open if c.ended is None}
+    if not snapshots:
+        return {}
+    opened: list = []
+
+    def files() -> Iterator:
+        last_ts = stats.last_ts_ns
+        for path in following:
+            try:
+                nxt = open_capture(path)
+            except CaptureError:
+                return
+            opened.append(nxt)
+            packets = nxt.packets()
+            first = next(packets, None)
+            if first is None or not continues(last_ts, first[1]):
+                return
+            yield os.path.basename(path), _chain(first, packets), lambda cap=nxt: cap.stats.packets
+            last_ts = nxt.stats.last_ts_ns
+
+    try:
+        report.handoffs = carry_over(table, files(), stats.packets, stats.last_ts_ns)
+    except Exception as exc:  # the next file is analysed on its own too; never fail this one for it
+        report.error = f"internal error while following connections into {following[0]}: {exc!r}"
+        report.handoffs = []
+    finally:
+        for cap in opened:
+            cap.close()
+    if report.handoffs:  # names alike and times in sequence are not enough: a connection must run on
+        report.continues_in = os.path.basename(following[0])
+    return {h.connection_id: snapshots[h.connection_id] for h in report.handoffs}
+
+
+_PACKET_COUNTERS = slice(6, 15)  # last_ts .. gaps in CONNECTION_ROW_FIELDS: what the next file counts again
+
+
+def _continued(final: tuple, at_end: tuple) -> tuple:
+    """The row of a connection that runs on into the next file: the packet counters as of this file's end
+    (the next file's row counts the rest), the rest as read up to the hand-over, marked as continued."""
+    row = list(final)
+    row[_PACKET_COUNTERS] = at_end[_PACKET_COUNTERS]
+    row[-1] = "continued"
+    return tuple(row)
+
+
+def _chain(first: tuple, rest):
+    yield first
+    yield from rest
 
 
 def _emit_exchanges(table: FlowTable, name: str, sink: BatchSink, report: FileReport) -> None:

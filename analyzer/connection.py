@@ -10,7 +10,7 @@ import struct
 
 from analyzer.exchanges import ExchangeMatcher, Outputs
 from analyzer.tcp import HalfStream
-from dissectors.kafka.framing import FrameSplitter
+from dissectors.kafka.framing import BOUNDARY, OPAQUE, FrameSplitter
 from dissectors.kafka.headers import looks_like_request
 
 # A request starts with a size below 16 MiB, an api key below 128 and a version below 64: a cheap C-speed
@@ -120,6 +120,33 @@ class Connection:
     def _speaks_07(self) -> None:
         """Kafka 0.7: a response may be a bare 2-byte error code."""
         self.responses.min_frame = 2
+
+    def can_hand_over(self, boundary: int) -> bool:
+        """Whether a reader starting afresh after packet ``boundary`` (the next file of a rotated set) now
+        sees what we see: every request sent before it has been answered (or settled), and no frame is half
+        read nor any segment held out of order. Requests sent after it are the fresh reader's too."""
+        if self.syn_ts >= 0 and self.handshake_ts < 0:  # the handshake's last ACK is still to come
+            return False
+        m = self.matcher
+        if any(req[5] <= boundary for req in m.pending):  # 5: the request's first packet number
+            return False
+        if m.legacy is not None and any(req[2] <= boundary for req in m.legacy.pending):
+            return False
+        for half in (self.to_broker, self.to_client):
+            if half.ooo:
+                return False
+            s = half.sink
+            if s.mode == OPAQUE:
+                continue
+            if s.mode != BOUNDARY or s.body_left or s._left or s._stash_len:
+                return False
+        return True
+
+    def hand_over(self) -> None:
+        """Forget the requests still in flight: the next file's analysis has them and reports their fate."""
+        self.matcher.pending.clear()
+        if self.matcher.legacy is not None:
+            self.matcher.legacy.pending.clear()
 
     def close(self, ts: int, how: str) -> None:
         """Deliver what is buffered and settle requests in flight (again, if late packets brought more)."""

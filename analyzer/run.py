@@ -18,9 +18,11 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from analyzer.analyze import BatchSink, FileReport, Options, analyze_file
+from analyzer.stitch import Stitcher, capture_sets, next_files
 from analyzer.tables import files_batch
 
 CAPTURE_NAME = re.compile(r"\.(pcap|pcapng|cap|ntar|dmp)\d*(\.(gz|bz2|xz))?$", re.IGNORECASE)
+FOLLOW_FILES = 4  # open connections are followed through at most this many (short) files of a rotated set
 SHARD_MIN_BYTES = 16 * 1024 * 1024  # below this, splitting one file over processes costs more than it saves
 
 
@@ -53,20 +55,32 @@ def expand_paths(paths: list[str]) -> list[str]:
 class Task:
     path: str
     shard: tuple[int, int] | None
+    following: tuple[str, ...] = ()  # the next files of its rotated set
 
 
-def plan(files: list[str], jobs: int) -> list[Task]:
-    """One task per file; when there are fewer files than processes, big files are split by connection."""
+def plan(files: list[str], jobs: int, stitch: bool = True) -> list[Task]:
+    """One task per file; when there are fewer files than processes, big files are split by connection.
+    With ``stitch``, files of a rotated set come in rotation order and each task knows the next file."""
+    if stitch:
+        files = [p for members in capture_sets(files) for p in members]
+        after = next_files(files)
+    else:
+        after = {}
     tasks: list[Task] = []
     for path in files:
+        nxt: tuple[str, ...] = ()
+        cur = after.get(path)
+        while cur is not None and len(nxt) < FOLLOW_FILES:
+            nxt += (cur,)
+            cur = after.get(cur)
         try:
             size = os.path.getsize(path)
         except OSError:
             size = 0
         if jobs > 1 and len(files) < jobs and size >= SHARD_MIN_BYTES:
-            tasks.extend(Task(path, (i, jobs)) for i in range(jobs))
+            tasks.extend(Task(path, (i, jobs), nxt) for i in range(jobs))
         else:
-            tasks.append(Task(path, None))
+            tasks.append(Task(path, None, nxt))
     return tasks
 
 
@@ -84,7 +98,7 @@ def _run_task(task: Task, options: Options, spool: str) -> tuple[FileReport, dic
             w = writers[table] = ipc.new_stream(path, batch.schema)
         w.write_batch(batch)
 
-    report = analyze_file(task.path, options, sink, task.shard)
+    report = analyze_file(task.path, options, sink, task.shard, following=task.following)
     for w in writers.values():
         w.close()
     return report, paths
@@ -96,11 +110,21 @@ def run(
     sink: BatchSink,
     jobs: int = 1,
     on_progress: Callable[[int], None] | None = None,
+    stitch: bool = True,
 ) -> list[FileReport]:
     """Analyse every file; returns one report per file (shards merged). ``on_progress(nbytes)`` ticks as
-    file bytes are read (whole files when they run in other processes)."""
-    tasks = plan(files, max(1, jobs))
+    file bytes are read (whole files when they run in other processes). With ``stitch``, the files of a
+    rotated capture set give the rows of one capture (``analyzer.stitch``)."""
+    tasks = plan(files, max(1, jobs), stitch)
     reports: list[FileReport] = []
+    stitcher = Stitcher()
+    final_sink = sink
+
+    def sink(table: str, batch: pa.RecordBatch) -> None:
+        out = stitcher.apply(table, batch)
+        if out is not None:
+            final_sink(table, out)
+
     if jobs <= 1 or len(tasks) == 1:
         for task in tasks:
             done = 0
@@ -111,7 +135,8 @@ def run(
                     on_progress(read - done)
                     done = read
 
-            report = analyze_file(task.path, options, sink, task.shard, advance)
+            report = analyze_file(task.path, options, sink, task.shard, advance, following=task.following)
+            _add_to_stitcher(stitcher, report)
             reports.append(report)
             advance(_size(task.path))
     else:
@@ -125,14 +150,25 @@ def run(
                         for batch in _read_spool(path):
                             sink(table, batch)
                         os.unlink(path)
+                    _add_to_stitcher(stitcher, report)
                     reports.append(report)
                     if on_progress:
                         on_progress(_size(task.path) // (task.shard[1] if task.shard else 1))
         finally:
             shutil.rmtree(spool, ignore_errors=True)
     merged = merge_shards(reports)
-    sink("files", files_batch([file_row(r) for r in merged]))
+    for r in merged:
+        r.exchanges -= stitcher.dropped.get(r.name, 0)
+    spanning = stitcher.finish()
+    if spanning is not None:
+        final_sink("connections", spanning)
+    final_sink("files", files_batch([(*file_row(r), *stitcher.file_columns(r.name)) for r in merged]))
     return merged
+
+
+def _add_to_stitcher(stitcher: Stitcher, report: FileReport) -> None:
+    packets = report.stats.packets if report.stats else 0
+    stitcher.add_file(report.name, packets, report.continues_in, report.handoffs)
 
 
 def _read_spool(path: str) -> Iterator[pa.RecordBatch]:
@@ -166,6 +202,8 @@ def merge_shards(reports: list[FileReport]) -> list[FileReport]:
         m.refused_batches += r.refused_batches
         m.seconds = max(m.seconds, r.seconds)
         m.error = m.error or r.error
+        m.continues_in = m.continues_in or r.continues_in
+        m.handoffs.extend(r.handoffs)
         for k, v in r.status_counts.items():
             m.status_counts[k] = m.status_counts.get(k, 0) + v
     return merged
@@ -188,5 +226,5 @@ def file_row(r: FileReport) -> tuple:
         r.name, r.path, s.format if s else None, s.compression if s else None,
         s.file_bytes if s else _size(r.path), s.packets if s else 0, s.tcp_packets if s else 0,
         s.first_ts_ns if s else None, s.last_ts_ns if s else None, r.exchanges, r.connections, status,
-        message,
+        message, r.continues_in,
     )

@@ -25,9 +25,11 @@ def _f(name: str, typ: pa.DataType, doc: str) -> pa.Field:
 
 
 EXCHANGES_SCHEMA = pa.schema([
-    _f("capture_file", pa.string(), "Name of the capture file the exchange was read from."),
+    _f("capture_file", pa.string(), "Name of the capture file the exchange was read from; for a set of rotated "
+       "files (tcpdump -C/-G), the set's first file (see the files table)."),
     _f("connection_id", pa.int64(), "Packet number (1-based, as in Wireshark) of the connection's first "
-       "packet in the capture file; with capture_file it identifies the TCP connection."),
+       "packet in the capture file (in a rotated set: counted across the set, as if the files were one); "
+       "with capture_file it identifies the TCP connection."),
     _f("client_ip", pa.string(), "Client address (IPv4 dotted or IPv6 text)."),
     _f("client_port", pa.int32(), "Client TCP port."),
     _f("broker_ip", pa.string(), "Broker address."),
@@ -109,7 +111,9 @@ CONNECTIONS_SCHEMA = pa.schema([
     _f("truncated_frames", pa.int64(), "Frames cut off by the end of the connection or capture."),
     _f("client_ids", pa.string(), "Distinct client_id values seen on the connection, comma-separated."),
     _f("tls", pa.bool_(), "The connection carried TLS instead of plaintext Kafka (not decoded)."),
-    _f("ended", pa.string(), "How it ended: fin, rst, reused (a new SYN on the same ports), capture_end."),
+    _f("ended", pa.string(), "How it ended: fin, rst, reused (a new SYN on the same ports), capture_end, or "
+       "continued (it runs on into the next file of a rotated set; only in the per-file rows the stitch stage "
+       "adds up into one)."),
 ])
 
 CONNECTION_ROW_FIELDS = tuple(f.name for f in CONNECTIONS_SCHEMA)[1:]
@@ -389,6 +393,12 @@ FILES_SCHEMA = pa.schema([
     _f("connections", pa.int64(), "Rows this file contributed to connections."),
     _f("status", pa.string(), "ok | damaged (read up to the damage, rows kept) | unreadable | error."),
     _f("message", pa.string(), "What was wrong, for any status but ok."),
+    _f("continues_in", pa.string(), "The next file of its rotated set (tcpdump -C/-G), when the file's open "
+       "connections run on into it; null otherwise."),
+    _f("capture_set", pa.string(), "The first file of the chain of rotated files this one belongs to: the "
+       "capture_file its rows carry in the other tables (the file itself when it stands alone)."),
+    _f("first_frame", pa.int64(), "Number of the file's first packet in its capture set's numbering (1 for a "
+       "file that stands alone): request_frame, response_frame and connection_id count on across a set."),
 ])
 
 SCHEMAS = {"exchanges": EXCHANGES_SCHEMA, "errors": ERRORS_SCHEMA, "partitions": PARTITIONS_SCHEMA,

@@ -1,0 +1,149 @@
+"""Rotated capture sets: the files of one capture, analysed file by file and stitched, give the rows of the
+whole capture analysed in one pass (what `tcpdump -C` / `-G` users need)."""
+
+from __future__ import annotations
+
+import random
+import struct
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from analyzer.analyze import Options
+from analyzer.run import run
+from analyzer.stitch import capture_sets, merge_connections, set_key
+from analyzer.tables import SCHEMAS
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_pcaps"
+
+# Captures with many connections, pipelining, long-polling fetches and frames over many segments.
+SPLIT_CASES = ["tansu_consumer_group.pcap", "tansu_large_messages.pcap", "tansu_pipelined_producer.pcap",
+               "tansu_confluent_codecs.pcap", "kafka09_legacy.pcap"]
+
+
+def _records(path: Path) -> tuple[bytes, list[bytes]]:
+    """A classic pcap file as its global header and its packet records, as tcpdump -C writes them out."""
+    data = path.read_bytes()
+    order = "<" if data[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+    records, pos = [], 24
+    while pos + 16 <= len(data):
+        caplen = struct.unpack_from(order + "I", data, pos + 8)[0]
+        records.append(data[pos:pos + 16 + caplen])
+        pos += 16 + caplen
+    return data[:24], records
+
+
+def _split(src: Path, folder: Path, cuts: list[int], name: str = "cap.pcap") -> list[str]:
+    """Write the packets of ``src`` as name, name1, name2, ... cut before the given packet indexes."""
+    header, records = _records(src)
+    folder.mkdir(parents=True, exist_ok=True)
+    bounds = [0, *cuts, len(records)]
+    paths = []
+    for i in range(len(bounds) - 1):
+        p = folder / (name + (str(i) if i else ""))
+        p.write_bytes(header + b"".join(records[bounds[i]:bounds[i + 1]]))
+        paths.append(str(p))
+    return paths
+
+
+def _export(paths: list[str], jobs: int = 1, stitch: bool = True) -> dict[str, pa.Table]:
+    got: dict[str, list[pa.RecordBatch]] = {}
+    run(paths, Options(detect_ports=True), lambda t, b: got.setdefault(t, []).append(b), jobs=jobs, stitch=stitch)
+    return {t: pa.Table.from_batches(got.get(t, []), schema) for t, schema in SCHEMAS.items()}
+
+
+def _sorted_rows(table: pa.Table, drop: tuple[str, ...] = ()) -> list[dict]:
+    keep = [c for c in table.column_names if c not in drop]
+    rows = table.select(keep).to_pylist()
+    return sorted(rows, key=lambda r: repr(sorted(r.items())))
+
+
+def _whole(src: Path, tmp: Path) -> dict[str, pa.Table]:
+    """The reference: the capture in one file, named as the set's first file."""
+    (tmp / "whole").mkdir()
+    one = tmp / "whole" / "cap.pcap"
+    one.write_bytes(src.read_bytes())
+    return _export([str(one)])
+
+
+@pytest.mark.parametrize("capture", SPLIT_CASES)
+def test_split_capture_gives_the_rows_of_the_whole(capture: str, tmp_path: Path) -> None:
+    src = SAMPLES / capture
+    whole = _whole(src, tmp_path)
+    n = len(_records(src)[1])
+    rng = random.Random(capture)
+    for attempt in range(4):  # cuts anywhere: inside frames, between a request and its response
+        cuts = sorted(rng.sample(range(1, n), 3))
+        paths = _split(src, tmp_path / f"split{attempt}", cuts)
+        parts = _export(list(reversed(paths)), jobs=1 + attempt % 2)  # any order given; shards with --jobs 2
+        for table in ("exchanges", "errors", "partitions"):
+            assert _sorted_rows(parts[table]) == _sorted_rows(whole[table]), (table, cuts)
+        # Connections: one row per connection; the packet and byte counters add up exactly.
+        counters = ("capture_file", "connection_id", "client_ip", "client_port", "broker_ip", "broker_port",
+                    "first_ts", "last_ts", "packets_to_broker", "packets_to_client", "bytes_to_broker",
+                    "bytes_to_client", "handshake_rtt_ms", "syn_seen")
+        assert _sorted_rows(parts["connections"].select(counters)) == \
+            _sorted_rows(whole["connections"].select(counters)), cuts
+        # How it ended: the same, except that a FIN pair split over two files reads as capture_end.
+        ends = {(r["connection_id"]): r["ended"] for r in parts["connections"].to_pylist()}
+        for r in whole["connections"].to_pylist():
+            assert ends[r["connection_id"]] in (r["ended"], "capture_end"), (r, cuts)
+        files = parts["files"].to_pylist()
+        assert [f["capture_set"] for f in files] == ["cap.pcap"] * 4
+        assert sorted(f["first_frame"] for f in files) == [1, cuts[0] + 1, cuts[1] + 1, cuts[2] + 1]
+
+
+def test_unstitched_files_stay_apart(tmp_path: Path) -> None:
+    """--no-stitch: each file on its own (mid-stream starts, orphans), numbering restarting per file."""
+    src = SAMPLES / "tansu_consumer_group.pcap"
+    n = len(_records(src)[1])
+    paths = _split(src, tmp_path, [n // 2])
+    apart = _export(paths, stitch=False)
+    whole = _whole(src, tmp_path)
+    statuses = apart["exchanges"].column("status").to_pylist()
+    assert "orphan_response" in statuses or apart["exchanges"].num_rows != whole["exchanges"].num_rows
+    assert set(apart["exchanges"].column("capture_file").to_pylist()) == {"cap.pcap", "cap.pcap1"}
+
+
+def test_files_alike_in_name_but_unrelated_are_not_stitched(tmp_path: Path) -> None:
+    """broker1.pcap and broker2.pcap: named like a set, but no connection runs from one into the other."""
+    a, b = SAMPLES / "tansu_admin.pcap", SAMPLES / "tansu_broker_errors.pcap"
+    (tmp_path / "broker1.pcap").write_bytes(a.read_bytes())
+    (tmp_path / "broker2.pcap").write_bytes(b.read_bytes())
+    together = _export([str(tmp_path / "broker1.pcap"), str(tmp_path / "broker2.pcap")])
+    apart = {name: _export([str(tmp_path / name)]) for name in ("broker1.pcap", "broker2.pcap")}
+    for table in ("exchanges", "errors", "partitions", "connections"):
+        expected = pa.concat_tables([apart[n][table] for n in apart])
+        assert _sorted_rows(together[table]) == _sorted_rows(expected), table
+    assert together["files"].column("continues_in").to_pylist() == [None, None]
+
+
+def test_set_names() -> None:
+    # tcpdump -C: the first file has no number, the next ones count up after the full name.
+    c = ["d/cap.pcap", "d/cap.pcap1", "d/cap.pcap2", "d/cap.pcap10", "d/cap.pcap9"]
+    assert capture_sets(list(reversed(c))) == [["d/cap.pcap", "d/cap.pcap1", "d/cap.pcap2", "d/cap.pcap9",
+                                                 "d/cap.pcap10"]]
+    # tcpdump -G with a strftime name, and -z gzip on top.
+    g = ["k-20261121-1205.pcap.gz", "k-20261121-1200.pcap.gz"]
+    assert capture_sets(g) == [sorted(g)]
+    assert set_key("cap.pcap.gz") == set_key("cap.pcap3.gz")
+    # Different folders or different names are different sets.
+    assert len(capture_sets(["a/cap.pcap", "b/cap.pcap1", "a/other.pcap"])) == 3
+
+
+def test_merge_connections_adds_up_counters() -> None:
+    from analyzer.tables import CONNECTIONS_SCHEMA
+    base = {f.name: None for f in CONNECTIONS_SCHEMA}
+    one = {**base, "capture_file": "c", "connection_id": 5, "first_ts": 10, "last_ts": 20, "packets_to_broker": 3,
+           "bytes_to_client": 100, "client_ids": "a", "tls": False, "ended": "continued"}
+    two = {**base, "capture_file": "c", "connection_id": 5, "first_ts": 21, "last_ts": 40, "packets_to_broker": 4,
+           "bytes_to_client": 50, "client_ids": "b", "tls": False, "ended": "fin"}
+    other = {**base, "capture_file": "c", "connection_id": 9, "first_ts": 1, "last_ts": 2, "ended": "rst"}
+    table = pa.Table.from_pylist([two, other, one], schema=CONNECTIONS_SCHEMA)
+    merged = merge_connections(table).to_pylist()
+    assert len(merged) == 2
+    m = next(r for r in merged if r["connection_id"] == 5)
+    assert (m["packets_to_broker"], m["bytes_to_client"], m["client_ids"], m["ended"]) == (7, 150, "a,b", "fin")
+    given = [r for r in table.to_pylist() if r["connection_id"] == 5]
+    assert m["first_ts"] == min(r["first_ts"] for r in given) and m["last_ts"] == max(r["last_ts"] for r in given)
