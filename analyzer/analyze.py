@@ -44,6 +44,7 @@ class Options:
     records: bool = False  # one row per record (the records table)
     max_batch_mb: int = 64  # decompressed size a single batch may reach before it is refused
     max_decompressed_mb: int = 4096  # decompressed bytes per capture file, all batches together
+    stitch: bool = True  # the files of a rotated set (tcpdump -C/-G) make one capture (analyzer.stitch)
 
     @property
     def frame_keep(self) -> int:

@@ -23,6 +23,9 @@ STATUSES = ("ok", "error", "no_response", "acks0", "orphan_response", "malformed
 
 
 def _common(f: Callable) -> Callable:
+    f = click.option("--separate-files", is_flag=True,
+                     help="Analyse every file on its own, even the files of a rotated set (tcpdump -C/-G), "
+                          "which are otherwise stitched into one capture.")(f)
     f = click.option("--no-progress", is_flag=True, help="No progress bar.")(f)
     f = click.option("--verify-crc", is_flag=True, help="Check every record batch's CRC (counted per partition).")(f)
     f = click.option("--headers-only", is_flag=True,
@@ -44,10 +47,11 @@ def _out() -> Console:
 
 
 def _options(ports: tuple[int, ...], detect_ports: bool, headers_only: bool = False, verify_crc: bool = False,
-             records: bool = False, max_batch_mb: int = 64, max_decompressed_mb: int = 4096) -> Options:
+             records: bool = False, max_batch_mb: int = 64, max_decompressed_mb: int = 4096,
+             separate_files: bool = False) -> Options:
     return Options(ports=tuple(ports) or (9092,), detect_ports=detect_ports, bodies=not headers_only,
                    verify_crc=verify_crc, records=records, max_batch_mb=max_batch_mb,
-                   max_decompressed_mb=max_decompressed_mb)
+                   max_decompressed_mb=max_decompressed_mb, stitch=not separate_files)
 
 
 def _analyse(paths: tuple[str, ...], options: Options, jobs: int, sink, no_progress: bool) -> list[FileReport]:
@@ -93,10 +97,11 @@ def main() -> None:
 
 @main.command()
 @_common
-def summary(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progress) -> None:
+def summary(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progress, separate_files) -> None:
     """Summarise Kafka traffic: API usage and latency percentiles, errors, clients, connections."""
     sink = Collector()
-    reports = _analyse(paths, _options(ports, detect_ports, headers_only, verify_crc), jobs, sink, no_progress)
+    reports = _analyse(paths, _options(ports, detect_ports, headers_only, verify_crc, separate_files=separate_files),
+                       jobs, sink, no_progress)
     print_summary(_out(), sink.table("exchanges", EXCHANGES_SCHEMA), sink.table("connections", CONNECTIONS_SCHEMA),
                   reports, sink.table("partitions", PARTITIONS_SCHEMA))
 
@@ -113,8 +118,8 @@ def summary(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progr
               help="A compressed batch that would expand beyond this is reported, not expanded.")
 @click.option("--max-decompressed-mb", type=click.IntRange(1), default=4096, show_default=True,
               help="Decompression budget per capture file.")
-def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progress, out_dir, fmt, with_summary,
-           records, max_batch_mb, max_decompressed_mb) -> None:
+def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progress, separate_files, out_dir, fmt,
+           with_summary, records, max_batch_mb, max_decompressed_mb) -> None:
     """Write the exchanges, connections and files tables to a folder."""
     folder = TableFolder(out_dir, fmt)
     collector = Collector() if with_summary else None
@@ -126,7 +131,7 @@ def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progre
 
     try:
         reports = _analyse(paths, _options(ports, detect_ports, headers_only, verify_crc, records, max_batch_mb,
-                                           max_decompressed_mb), jobs, sink, no_progress)
+                                           max_decompressed_mb, separate_files), jobs, sink, no_progress)
     except BaseException:
         folder.abort()
         raise
@@ -147,11 +152,12 @@ def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progre
 @click.option("--min-latency", type=float, help="Only exchanges at least this slow (ms).")
 @click.option("--limit", type=int, default=200, show_default=True, help="Rows to print (0: all).")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines instead of a table (all matching rows).")
-def exchanges(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progress, apis, statuses, client,
-              min_latency, limit, as_json) -> None:
+def exchanges(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progress, separate_files, apis, statuses,
+              client, min_latency, limit, as_json) -> None:
     """List exchanges, one per line, with filters."""
     sink = Collector()
-    _analyse(paths, _options(ports, detect_ports, headers_only, verify_crc), jobs, sink, no_progress)
+    _analyse(paths, _options(ports, detect_ports, headers_only, verify_crc, separate_files=separate_files),
+             jobs, sink, no_progress)
     ex = filter_exchanges(sink.table("exchanges", EXCHANGES_SCHEMA), apis, statuses, client, min_latency)
     ex = ex.sort_by([("request_last_ts", "ascending"), ("response_last_ts", "ascending")])
     if as_json:

@@ -115,6 +115,7 @@ def run(
     """Analyse every file; returns one report per file (shards merged). ``on_progress(nbytes)`` ticks as
     file bytes are read (whole files when they run in other processes). With ``stitch``, the files of a
     rotated capture set give the rows of one capture (``analyzer.stitch``)."""
+    stitch = stitch and options.stitch
     tasks = plan(files, max(1, jobs), stitch)
     reports: list[FileReport] = []
     stitcher = Stitcher()
