@@ -1,0 +1,341 @@
+"""The analysis notebook: a valid document, run top to bottom, whose pandas and DuckDB answers hold on fresh data.
+
+Its cells (the Spark ones excepted: a JVM start costs more than this whole file may take) are run again on a
+new `kafkacap export` of sample_pcaps/, once with one Parquet file per table and once with one hive-partitioned
+folder per table (the Spark job's layout). Every answer is then recomputed here from the raw Parquet rows in
+plain Python (statistics, Counter), so a wrong query, join or filter in the notebook shows up as a mismatch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import statistics
+from collections import Counter, defaultdict
+from datetime import timedelta
+from pathlib import Path
+from unittest import mock
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOK = REPO / "notebooks" / "kafkacap_tables.ipynb"
+SAMPLES = REPO / "sample_pcaps"
+TABLES = ("exchanges", "errors", "partitions", "connections", "files")
+
+
+@pytest.fixture(scope="module")
+def notebook():
+    return nbformat.read(NOTEBOOK, as_version=4)
+
+
+def _code_cells(nb) -> list:
+    return [cell for cell in nb.cells if cell.cell_type == "code"]
+
+
+def _is_spark(cell) -> bool:
+    return "spark" in cell.metadata.get("tags", [])
+
+
+# --- the document ------------------------------------------------------------------------------------------
+
+
+def test_notebook_is_valid_and_was_run_top_to_bottom_without_errors(notebook):
+    nbformat.validate(notebook)
+    cells = _code_cells(notebook)
+    assert len(cells) >= 10
+    assert [cell.execution_count for cell in cells] == list(range(1, len(cells) + 1))
+    for cell in cells:
+        assert cell.outputs, f"no output saved for: {cell.source[:60]!r}"
+        assert not [o for o in cell.outputs if o.output_type == "error"], cell.source[:60]
+        assert not [o for o in cell.outputs if o.get("name") == "stderr"], cell.source[:60]
+
+
+def test_spark_cells_are_tagged_and_the_others_do_not_need_spark(notebook):
+    """The tag is what lets this file skip the JVM; a Spark call in an untagged cell would break that."""
+    uses_spark = re.compile(r"\bpyspark\b|\bspark\.")
+    spark_cells = [cell for cell in _code_cells(notebook) if _is_spark(cell)]
+    assert spark_cells
+    assert any("local[1]" in c.source and '"spark.sql.session.timeZone", "UTC"' in c.source for c in spark_cells)
+    for cell in _code_cells(notebook):
+        assert bool(uses_spark.search(cell.source)) == _is_spark(cell), cell.source[:60]
+
+
+def test_outputs_hold_no_machine_paths(notebook):
+    text = json.dumps([cell.outputs for cell in _code_cells(notebook)])
+    assert str(REPO) not in text
+    assert not re.search(r"(?<![\w.])/(home|root|tmp|work|Users|var|private|opt|mnt)/", text)
+    assert not re.search(r"[A-Za-z]:\\\\", text)
+
+
+# --- the answers, re-run on a fresh export -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def export_dir(tmp_path_factory) -> Path:
+    from click.testing import CliRunner
+
+    from analyzer.cli import main
+
+    out = tmp_path_factory.mktemp("notebook") / "out"
+    result = CliRunner().invoke(main, ["export", str(SAMPLES), "-o", str(out), "--detect-ports", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.fixture(scope="module")
+def partitioned_dir(export_dir) -> Path:
+    """The same tables as hive-partitioned folders; files are spread over several dates so that reading a single
+    partition folder instead of all of them would lose rows."""
+    out = export_dir.parent / "partitioned"
+    names = sorted(pq.read_table(export_dir / "files.parquet").column("capture_file").to_pylist())
+    first = pq.read_table(export_dir / "files.parquet").column("first_ts")[0].as_py().date()
+    date_of = {name: str(first + timedelta(days=i % 3)) for i, name in enumerate(names)}
+    for name in TABLES:
+        table = pq.read_table(export_dir / f"{name}.parquet")
+        dates = pa.array([date_of[f] for f in table.column("capture_file").to_pylist()], pa.string())
+        ds.write_dataset(table.append_column("capture_date", dates), out / name, format="parquet",
+                         partitioning=["capture_date"], partitioning_flavor="hive",
+                         basename_template="part-{i}.parquet")
+        (out / name / "_SUCCESS").touch()
+    assert len(list((out / "exchanges").iterdir())) == 4  # three date folders and the marker
+    return out
+
+
+def _run_notebook_cells(nb, out: Path) -> dict:
+    pytest.importorskip("pandas")
+    pytest.importorskip("duckdb")
+    namespace: dict = {"display": lambda *args, **kwargs: None}
+    with mock.patch.dict(os.environ, {"KAFKACAP_OUT": str(out)}):
+        for index, cell in enumerate(_code_cells(nb)):
+            if not _is_spark(cell):
+                exec(compile(cell.source, f"<notebook cell {index}>", "exec"), namespace)
+    return namespace
+
+
+@pytest.fixture(scope="module")
+def answers_by_layout(notebook, export_dir, partitioned_dir) -> dict[str, dict]:
+    return {"file": _run_notebook_cells(notebook, export_dir), "folder": _run_notebook_cells(notebook, partitioned_dir)}
+
+
+@pytest.fixture(params=["file", "folder"])
+def answers(request, answers_by_layout) -> dict:
+    return answers_by_layout[request.param]
+
+
+@pytest.fixture(scope="module")
+def rows(export_dir) -> dict[str, list[dict]]:
+    return {name: pq.read_table(export_dir / f"{name}.parquet").to_pylist() for name in TABLES}
+
+
+def _clean(value):
+    """pandas' missing values (NaN, NaT, NA) as None, numpy scalars as Python ones."""
+    import pandas as pd
+
+    if value is None or value is pd.NA or value is pd.NaT or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return value.item() if hasattr(value, "item") else value
+
+
+def _records(df, index: bool = False) -> list[dict]:
+    df = df.reset_index() if index else df
+    return [{k: _clean(v) for k, v in row.items()} for row in df.to_dict("records")]
+
+
+def _close(a, b) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+
+
+def test_layouts_are_recognised_and_all_rows_are_read(answers, rows):
+    layout = answers["table_source"]("exchanges")[1]
+    assert {answers["table_source"](name)[1] for name in TABLES} == {layout}
+    assert answers["row_counts"].to_dict() == {name: len(rows[name]) for name in TABLES}
+    assert {r["status"]: r["exchanges"] for r in _records(answers["status_counts"])} == \
+        Counter(r["status"] for r in rows["exchanges"])
+
+
+def test_files_by_status(answers, rows):
+    expected = defaultdict(lambda: [0, 0])
+    for f in rows["files"]:
+        expected[f["status"]][0] += 1
+        expected[f["status"]][1] += f["packets"] or 0
+    got = {r["status"]: [r["files"], r["packets"]] for r in _records(answers["files_by_status"], index=True)}
+    assert got == dict(expected)
+
+
+def test_latency_percentiles_per_api(answers, rows):
+    latencies = defaultdict(list)
+    for r in rows["exchanges"]:
+        if r["latency_ms"] is not None:
+            latencies[r["api_name"]].append(r["latency_ms"])
+    got = _records(answers["latency_by_api"])
+    assert {r["api_name"] for r in got} == set(latencies)
+    for r in got:
+        values = sorted(latencies[r["api_name"]])
+        p99 = statistics.quantiles(values, n=100, method="inclusive")[98] if len(values) > 1 else values[0]
+        assert r["exchanges"] == len(values)
+        assert _close(r["p50_ms"], statistics.median(values)), r
+        assert _close(r["p99_ms"], p99), r
+        assert r["max_ms"] == values[-1]
+    p99s = [r["p99_ms"] for r in got]
+    assert p99s == sorted(p99s, reverse=True)
+
+
+def test_ten_slowest_exchanges(answers, rows):
+    answered = [r for r in rows["exchanges"] if r["latency_ms"] is not None]
+    answered.sort(key=lambda r: (-r["latency_ms"], r["capture_file"], r["request_frame"]))
+    expected = [(r["capture_file"], r["request_frame"], r["api_name"], r["client_id"],
+                 None if r["topics"] is None else ",".join(r["topics"]), r["latency_ms"]) for r in answered[:10]]
+    got = [(r["capture_file"], r["request_frame"], r["api_name"], r["client_id"], r["topics"], r["latency_ms"])
+           for r in _records(answers["slowest"])]
+    assert got == expected
+
+
+def test_error_rates_per_client(answers, rows):
+    requests, failed = Counter(), Counter()
+    for r in rows["exchanges"]:
+        if r["status"] in ("ok", "error"):
+            requests[r["client_id"]] += 1
+            failed[r["client_id"]] += r["status"] == "error"
+    kinds = Counter((e["client_id"], e["retriable"]) for e in rows["errors"])
+    got = {r["client_id"]: r for r in _records(answers["error_rates"], index=True)}
+    assert set(got) == {client for client, n in failed.items() if n}
+    for client, r in got.items():
+        assert (r["requests"], r["failed"]) == (requests[client], failed[client])
+        assert _close(r["error_rate"], failed[client] / requests[client])
+        assert (r["retriable"], r["non_retriable"], r["undefined"]) == \
+            (kinds[client, True], kinds[client, False], kinds[client, None])
+        assert r["error_fields"] == r["retriable"] + r["non_retriable"] + r["undefined"]
+    rates = [r["error_rate"] for r in _records(answers["error_rates"])]
+    assert rates == sorted(rates, reverse=True)
+
+
+def test_errors_by_client_and_name(answers, rows):
+    expected = Counter((e["client_id"], e["api_name"], e["error_name"], e["retriable"]) for e in rows["errors"])
+    got = {(r["client_id"], r["api_name"], r["error_name"], r["retriable"]): r["errors"]
+           for r in _records(answers["errors_by_name"])}
+    assert got == dict(expected)
+    assert sum(got.values()) == len(rows["errors"])
+
+
+def _sum(values):
+    """SQL sum: nulls ignored, null when nothing is left."""
+    present = [v for v in values if v is not None]
+    return sum(present) if present else None
+
+
+def test_produce_volume_per_topic_and_codec(answers, rows):
+    groups = defaultdict(list)
+    for p in rows["partitions"]:
+        if p["api_name"] == "Produce":
+            groups[p["topic"], p["codec"]].append(p)
+    got = {(r["topic"], r["codec"]): r for r in _records(answers["produce_volume"])}
+    assert set(got) == set(groups)
+    for key, ps in groups.items():
+        r = got[key]
+        assert r["partition_writes"] == len(ps)
+        assert r["batches"] == _sum(p["batches"] for p in ps)
+        assert r["records"] == _sum(p["records"] for p in ps)
+        assert r["wire_bytes"] == _sum(p["request_record_bytes"] for p in ps)
+        assert r["uncompressed_bytes"] == _sum(p["uncompressed_bytes"] for p in ps)
+        assert r["records_rejected"] == sum(p["records"] or 0 for p in ps if p["error_code"] not in (None, 0))
+
+
+def test_produce_volume_per_codec(answers, rows):
+    groups = defaultdict(list)
+    for p in rows["partitions"]:
+        if p["api_name"] == "Produce":
+            groups[p["codec"]].append(p)
+    got = {r["codec"]: r for r in _records(answers["produce_by_codec"])}
+    assert set(got) == set(groups)
+    for codec, ps in groups.items():
+        r = got[codec]
+        known = [p for p in ps if p["uncompressed_bytes"] is not None]
+        assert r["topics"] == len({p["topic"] for p in ps})
+        assert r["wire_bytes"] == _sum(p["request_record_bytes"] for p in ps)
+        assert _close(r["compression_ratio"], sum(p["uncompressed_bytes"] for p in known) /
+                      sum(p["request_record_bytes"] for p in known) if known else None)
+
+
+def test_consumer_lag_from_fetch_partitions(answers, rows):
+    groups = defaultdict(list)
+    for p in rows["partitions"]:
+        if p["api_name"] == "Fetch" and p["high_watermark"] is not None and p["fetch_offset"] is not None:
+            groups[p["client_id"], p["topic"], p["partition"]].append(p)
+    got = {(r["client_id"], r["topic"], r["partition"]): r for r in _records(answers["consumer_lag"], index=True)}
+    assert set(got) == set(groups)
+    for key, ps in groups.items():
+        lags = [p["high_watermark"] - p["fetch_offset"] for p in ps]
+        last = max(ps, key=lambda p: (p["response_last_ts"], p["capture_file"], p["connection_id"],
+                                      p["correlation_id"]))
+        ages = [p["data_age_ms"] for p in ps if p["data_age_ms"] is not None]
+        r = got[key]
+        assert (r["fetches"], r["max_lag"]) == (len(ps), max(lags))
+        assert r["last_lag"] == last["high_watermark"] - last["fetch_offset"]
+        assert r["records_fetched"] == sum(p["records"] or 0 for p in ps)
+        assert _close(r["max_data_age_ms"], max(ages) if ages else None)
+
+
+def test_unanswered_orphan_and_malformed_counts(answers, rows):
+    statuses = defaultdict(Counter)
+    for r in rows["exchanges"]:
+        statuses[r["capture_file"]][r["status"]] += 1
+    framing = defaultdict(Counter)
+    for c in rows["connections"]:
+        framing[c["capture_file"]].update(resyncs=c["resyncs"], truncated_frames=c["truncated_frames"])
+    got = {r["capture_file"]: r for r in _records(answers["anomalies"])}
+    assert set(got) == set(statuses)
+    for name, counts in statuses.items():
+        r = got[name]
+        assert r["exchanges"] == sum(counts.values())
+        assert (r["unanswered"], r["acks0"], r["orphan_responses"], r["malformed"]) == \
+            (counts["no_response"], counts["acks0"], counts["orphan_response"], counts["malformed"])
+        assert (r["resyncs"], r["truncated_frames"]) == (framing[name]["resyncs"], framing[name]["truncated_frames"])
+    unusual = Counter((r["capture_file"], r["request_frame"], r["response_frame"], r["status"])
+                      for r in rows["exchanges"] if r["status"] in ("no_response", "orphan_response", "malformed"))
+    assert Counter((r["capture_file"], r["request_frame"], r["response_frame"], r["status"])
+                   for r in _records(answers["unusual"])) == unusual
+
+
+def test_connection_health(answers, rows):
+    per_file = defaultdict(list)
+    for c in rows["connections"]:
+        per_file[c["capture_file"]].append(c)
+    got = {r["capture_file"]: r for r in _records(answers["health"], index=True)}
+    assert set(got) == set(per_file)
+    for name, cs in per_file.items():
+        r = got[name]
+        for column in ("retransmissions", "out_of_order", "gaps", "gap_bytes", "resyncs"):
+            assert r[column] == sum(c[column] for c in cs), (name, column)
+        assert (r["connections"], r["rst"], r["tls"]) == \
+            (len(cs), sum(c["ended"] == "rst" for c in cs), sum(bool(c["tls"]) for c in cs))
+        rtts = [c["handshake_rtt_ms"] for c in cs if c["handshake_rtt_ms"] is not None]
+        assert _close(r["handshake_rtt_p50_ms"], statistics.median(rtts) if rtts else None)
+    troubled = {(c["capture_file"], c["connection_id"]) for c in rows["connections"]
+                if c["retransmissions"] or c["out_of_order"] or c["gaps"] or c["resyncs"] or c["ended"] == "rst"}
+    assert {(r["capture_file"], r["connection_id"]) for r in _records(answers["troubled"])} == troubled
+
+
+ANSWERS = ("row_counts", "status_counts", "files_by_status", "latency_by_api", "slowest", "error_rates",
+           "errors_by_name", "produce_volume", "produce_by_codec", "consumer_lag", "anomalies", "unusual", "health")
+
+
+def test_both_layouts_give_the_same_answers(answers_by_layout):
+    pd = pytest.importorskip("pandas")
+    single, folders = answers_by_layout["file"], answers_by_layout["folder"]
+    assert "capture_date" in folders["exchanges"] and "capture_date" not in single["exchanges"]
+    for name in ANSWERS:
+        a, b = single[name], folders[name]
+        if isinstance(a, pd.Series):
+            pd.testing.assert_series_equal(a, b, check_dtype=False, obj=name)
+        else:
+            pd.testing.assert_frame_equal(a, b, check_dtype=False, obj=name)
