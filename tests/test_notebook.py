@@ -1,8 +1,9 @@
 """The analysis notebook: a valid document, run top to bottom, whose pandas and DuckDB answers hold on fresh data.
 
 Its cells (the Spark ones excepted: a JVM start costs more than this whole file may take) are run again on a
-new `kafkacap export` of sample_pcaps/, once with one Parquet file per table and once with one hive-partitioned
-folder per table (the Spark job's layout). Every answer is then recomputed here from the raw Parquet rows in
+new `kafkacap export` of sample_pcaps/ plus one crafted capture with what the samples lack (orphan responses,
+packet loss, a malformed frame), once with one Parquet file per table and once with one hive-partitioned folder
+per table (the Spark job's layout). Every answer is then recomputed here from the raw Parquet rows in
 plain Python (statistics, Counter), so a wrong query, join or filter in the notebook shows up as a mismatch.
 """
 
@@ -13,6 +14,7 @@ import math
 import os
 import re
 import statistics
+import struct
 from collections import Counter, defaultdict
 from datetime import timedelta
 from pathlib import Path
@@ -22,6 +24,8 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
+
+from tests import craft
 
 nbformat = pytest.importorskip("nbformat")
 
@@ -78,6 +82,34 @@ def test_outputs_hold_no_machine_paths(notebook):
 # --- the answers, re-run on a fresh export -----------------------------------------------------------------
 
 
+def _troubled_capture(path: Path) -> str:
+    """What the sample captures lack: responses to requests from before the capture, errors of clients without
+    a client_id, an unanswered request, a lost and a repeated segment, an unknown API key, frames cut short."""
+    heartbeat = craft.kstring("group-1") + struct.pack(">i", 7) + craft.kstring("member-1") + craft.kstring(None)
+    late = craft.Conversation(cport=41000)
+    late.send(False, craft.heartbeat_response(1))
+    late.send(False, craft.heartbeat_response(2))
+    for corr, error_code in ((3, 27), (4, 15)):  # REBALANCE_IN_PROGRESS (not retriable), COORDINATOR_NOT_AVAILABLE
+        late.send(True, craft.request(12, 3, corr, None, heartbeat))
+        late.send(False, craft.heartbeat_response(corr, error_code=error_code))
+    late.send(True, craft.request(12, 3, 5, None, heartbeat))
+    late.send(True, craft.request(12, 3, 6, None, heartbeat)[:20], ack=False)
+    late.rst(False)
+    lossy = craft.Conversation(cport=41001, t=1_700_000_001.0)
+    lossy.handshake()
+    lossy.send(True, craft.heartbeat_request(1, "lossy"))
+    lossy.send(False, craft.heartbeat_response(1))
+    lost = lossy.send(True, craft.heartbeat_request(2, "lossy"), sizes=[10, 10, 100])[1]
+    lossy.packets.remove(lost)
+    lossy.send(False, craft.heartbeat_response(2))
+    lossy.send(True, craft.heartbeat_request(3, "lossy"))
+    lossy.packets.append(lossy.packets[-2])
+    lossy.send(False, craft.heartbeat_response(3))
+    lossy.send(True, craft.request(99, 0, 4, "lossy", b"\x00" * 3))
+    lossy.send(True, craft.heartbeat_request(5, "lossy")[:20], ack=False)
+    return craft.write(path, sorted(late.packets + lossy.packets, key=lambda p: p.time))
+
+
 @pytest.fixture(scope="module")
 def export_dir(tmp_path_factory) -> Path:
     from click.testing import CliRunner
@@ -85,7 +117,9 @@ def export_dir(tmp_path_factory) -> Path:
     from analyzer.cli import main
 
     out = tmp_path_factory.mktemp("notebook") / "out"
-    result = CliRunner().invoke(main, ["export", str(SAMPLES), "-o", str(out), "--detect-ports", "--no-progress"])
+    troubled = _troubled_capture(out.parent / "troubled.pcap")
+    result = CliRunner().invoke(main, ["export", str(SAMPLES), troubled, "-o", str(out), "--detect-ports",
+                                       "--no-progress"])
     assert result.exit_code == 0, result.output
     return out
 
@@ -292,6 +326,7 @@ def test_unanswered_orphan_and_malformed_counts(answers, rows):
     framing = defaultdict(Counter)
     for c in rows["connections"]:
         framing[c["capture_file"]].update(resyncs=c["resyncs"], truncated_frames=c["truncated_frames"])
+    assert {"no_response", "orphan_response", "malformed"} <= {s for c in statuses.values() for s in c}
     got = {r["capture_file"]: r for r in _records(answers["anomalies"])}
     assert set(got) == set(statuses)
     for name, counts in statuses.items():
@@ -326,7 +361,8 @@ def test_connection_health(answers, rows):
 
 
 ANSWERS = ("row_counts", "status_counts", "files_by_status", "latency_by_api", "slowest", "error_rates",
-           "errors_by_name", "produce_volume", "produce_by_codec", "consumer_lag", "anomalies", "unusual", "health")
+           "errors_by_name", "produce_volume", "produce_by_codec", "consumer_lag", "anomalies", "unusual", "health",
+           "troubled")
 
 
 def test_both_layouts_give_the_same_answers(answers_by_layout):
