@@ -24,7 +24,7 @@ $(RUN_STAMP): pyproject.toml
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,record,notebook]'
+	$(BIN)/python -m pip install -q -e '.[test,record,notebook,spark]'
 	touch $(STAMP) $(RUN_STAMP)
 
 run: $(RUN_STAMP)

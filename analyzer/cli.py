@@ -229,3 +229,8 @@ def filter_exchanges(ex: pa.Table, apis, statuses, client, min_latency) -> pa.Ta
 
 if __name__ == "__main__":
     main()
+
+
+from analyzer.cli_spark import register  # noqa: E402 - the spark command lives in its own module
+
+register(main)

@@ -1,0 +1,76 @@
+"""``kafkacap spark``: the Spark job (``spark_jobs``) from the command line, in local mode by default.
+
+pyspark (and pandas, which pyspark 4.0 wants for ``mapInArrow``) are optional dependencies
+(``pip install 'kafkacap[spark]'``), so they are imported only when the command runs.
+"""
+
+from __future__ import annotations
+
+import time
+
+import click
+from rich.console import Console
+
+
+@click.command("spark")
+@click.argument("paths", nargs=-1, type=str)
+@click.option("-o", "--output", "out", required=True,
+              help="Output folder (local path or URI); replaced as a whole by the tables, one Parquet dataset per "
+                   "table partitioned by capture_date.")
+@click.option("--master", default="local[*]", show_default=True, help="Spark master.")
+@click.option("--aggregate", is_flag=True, help="Also the api_usage and latency tables (per minute, API, client, "
+              "broker).")
+@click.option("--aggregate-only", is_flag=True, help="Only (re)compute api_usage and latency of an existing output.")
+@click.option("-p", "--port", "ports", type=click.IntRange(1, 65535), multiple=True,
+              help="Kafka broker port (repeatable). Default: 9092.")
+@click.option("--detect-ports", is_flag=True, help="Also find Kafka on any other port.")
+@click.option("--headers-only", is_flag=True, help="Decode headers and top-level errors only.")
+@click.option("--verify-crc", is_flag=True, help="Check every record batch's CRC.")
+@click.option("--records", is_flag=True, help="Also a records table: one row per record.")
+@click.option("--max-batch-mb", type=click.IntRange(1), default=64, show_default=True)
+@click.option("--max-decompressed-mb", type=click.IntRange(1), default=4096, show_default=True)
+@click.option("--separate-files", is_flag=True,
+              help="Analyse every file on its own, even the files of a rotated set (tcpdump -C/-G), which are "
+                   "otherwise stitched into one capture.")
+@click.option("--target-mb", type=click.IntRange(1), default=64, show_default=True,
+              help="Small capture files are grouped into tasks of about this many MB.")
+@click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Extra Spark setting (repeatable).")
+def spark_command(paths, out, master, aggregate, aggregate_only, ports, detect_ports, headers_only, verify_crc,
+                  records, max_batch_mb, max_decompressed_mb, separate_files, target_mb, confs) -> None:
+    """Run the Spark job: capture files (local, hdfs://, s3://, gs://; folders and globs) to partitioned
+    Parquet tables, the same rows as `export`."""
+    if not paths and not aggregate_only:
+        raise click.UsageError("give capture files or folders (or --aggregate-only on an existing output)")
+    try:
+        import pandas  # noqa: F401 - pyspark 4.0 checks for it before any mapInArrow
+        import pyspark  # noqa: F401
+    except ImportError as exc:
+        raise click.ClickException(f"{exc.name} is not installed: pip install 'kafkacap[spark]'") from None
+    from spark_jobs.aggregate_job import aggregate_output
+    from spark_jobs.export_job import JobError, _parse_conf, export, options_from
+    from spark_jobs.session import build_session
+
+    err = Console(stderr=True)
+    try:
+        conf = _parse_conf(list(confs))
+        options = options_from(ports, detect_ports, headers_only, verify_crc, records, max_batch_mb,
+                               max_decompressed_mb, separate_files)
+        started = time.perf_counter()
+        with err.status("starting Spark"):
+            spark = build_session(master, "kafkacap", conf)
+        err.print(f"Spark {spark.version} on {master}: started in {time.perf_counter() - started:.1f} s")
+        if aggregate_only:
+            aggregate_output(spark, out)
+            err.print(f"wrote api_usage and latency into {out}")
+            return
+        result = export(spark, list(paths), out, options, aggregate=aggregate, target_mb=target_mb,
+                        log=err.print)
+    except JobError as exc:
+        raise click.ClickException(str(exc)) from None
+    err.print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items()))
+    if result.unreadable == result.files:
+        raise click.ClickException("no capture file could be read (see the files table)")
+
+
+def register(group: click.Group) -> None:
+    group.add_command(spark_command)

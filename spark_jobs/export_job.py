@@ -1,0 +1,313 @@
+"""Spark job: capture files -> the kafkacap tables as Parquet datasets partitioned by capture date.
+
+    spark-submit spark_jobs/export_job.py 's3a://bucket/captures/2024-11-*/' -o s3a://bucket/kafkacap
+    python -m spark_jobs.export_job sample_pcaps -o out-spark --detect-ports --aggregate
+
+Plan (the same pipeline as ``kafkacap export``, spread over executors):
+
+1. The driver lists the capture files (folders recursively, globs) and groups them into tasks: one file
+   per task, or several small ones. Paths travel to the executors, never file bytes.
+2. Analysis stage: a ``mapInArrow`` over the paths runs ``analyzer.analyze.analyze_file`` on each file
+   (remote files are streamed to local disk first) and yields envelope rows: every table's batches as
+   Arrow IPC, plus one report per file. The result is cached; the driver collects the reports.
+3. The driver builds the stitcher of rotated capture sets (``analyzer.stitch``) from the reports.
+4. Write stage, per table: a ``mapInArrow`` over that table's envelopes unpacks the batches, applies the
+   stitcher and writes Parquet files per ``capture_date`` folder with pyarrow (``spark_jobs.write_task``),
+   yielding a manifest. Connections that span files of a set come back in it and are merged and written
+   on the driver (they are few), as is the ``files`` table (from the reports, less the exchanges the
+   stitcher dropped, which the manifest counts).
+5. Optionally the aggregates (``spark_jobs.aggregate_job``), then the staging folder replaces the output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from functools import partial
+
+if __package__ in (None, ""):  # run as a file by spark-submit: make the packages next to this one importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import pyarrow as pa
+
+from analyzer.analyze import FileReport, Options
+from analyzer.run import FOLLOW_FILES, InputError, file_row
+from analyzer.stitch import Stitcher, capture_sets, merge_connections, next_files
+from analyzer.tables import FILES_SCHEMA, files_batch
+from spark_jobs.analyse_task import analyse_partition
+from spark_jobs.envelope import ENVELOPE_DDL, REPORT, unpack_batches, unpack_report
+from spark_jobs.inputs import CaptureInput, group_files, list_captures
+from spark_jobs.publish import OutputError, Staging
+from spark_jobs.schemas import PARTITION_COLUMN, table_schema
+from spark_jobs.session import job_settings
+from spark_jobs.write_task import (
+    DROPPED,
+    FILE,
+    HELD,
+    MANIFEST_DDL,
+    TableWriter,
+    mark_done,
+    write_empty,
+    write_partition,
+)
+
+ROW_TABLES = ("exchanges", "errors", "partitions", "connections")
+TARGET_TASK_MB = 64  # small files are grouped into tasks of about this much capture data
+TASKS_PER_CORE = 4  # at least this many tasks per core, so a slow file does not leave the others idle
+
+
+@dataclass
+class ExportResult:
+    out: str
+    files: int
+    unreadable: int
+    exchanges: int
+    connections: int
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+class JobError(Exception):
+    """Bad input or output: a message for the user, no traceback."""
+
+
+def export(spark, inputs: list[str], out: str, options: Options | None = None, *, aggregate: bool = False,
+           target_mb: int = TARGET_TASK_MB, log: Callable[[str], None] | None = None) -> ExportResult:
+    """Analyse the capture files ``inputs`` names and replace ``out`` with their tables (rotated sets
+    stitched unless ``options.stitch`` is off, as in the CLI)."""
+    with job_settings(spark):
+        return _export(spark, inputs, out, options or Options(), aggregate, target_mb, log)
+
+
+def _export(spark, inputs: list[str], out: str, options: Options, aggregate: bool, target_mb: int,
+            log: Callable[[str], None] | None) -> ExportResult:
+    from pyspark import StorageLevel
+
+    say = log or (lambda _msg: None)
+    clock = _Clock()
+    try:
+        files = list_captures(inputs)
+    except InputError as exc:
+        raise JobError(str(exc)) from None
+    staging = Staging(out)
+    try:
+        staging.check_replaceable()
+    except OutputError as exc:
+        raise JobError(str(exc)) from None
+    clock.lap("list")
+    say(f"{len(files)} capture file{'s' if len(files) != 1 else ''}, {sum(f.size for f in files) / 1e6:,.1f} MB")
+
+    paths = [f.path for f in files]
+    following = _following(paths) if options.stitch else {}
+    slots = spark.sparkContext.defaultParallelism * TASKS_PER_CORE
+    groups = group_files(files, slots, target_mb << 20)
+    plan = [[(files[i].path, following.get(files[i].path, [])) for i in g] for g in groups]
+    tasks = spark.range(0, len(plan), 1, len(plan))
+    envelopes = tasks.mapInArrow(partial(analyse_partition, plan=plan, options=options), ENVELOPE_DDL)
+    envelopes = envelopes.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        reports = _collect_reports(envelopes, paths, options.stitch)
+        clock.lap("analyse")
+        stitcher = Stitcher()
+        for r in reports:
+            stitcher.add_file(r.name, r.stats.packets if r.stats else 0, r.continues_in, r.handoffs)
+        tables = (*ROW_TABLES, "records") if options.records else ROW_TABLES
+        manifests = _run_concurrently([partial(_write_rows, envelopes, t, stitcher, staging) for t in tables])
+        manifest = dict(zip(tables, manifests, strict=True))
+        dropped = {r.name: r.rows for r in manifest["exchanges"] if r.kind == DROPPED}
+        for r in reports:
+            r.exchanges -= dropped.get(r.name, 0)
+        spanning = [b for r in manifest["connections"] if r.kind == HELD for b in unpack_batches(r.data)]
+        _write_driver_side(staging, "connections", [merge_connections(pa.Table.from_batches(spanning))]
+                           if spanning else [], manifest["connections"])
+        for table in tables:
+            if table != "connections":
+                _write_driver_side(staging, table, [], manifest[table])
+        _write_driver_side(staging, "files", [_files_table(reports, files, stitcher)], [])
+        clock.lap("write")
+        if aggregate:
+            from spark_jobs.aggregate_job import write_aggregates
+
+            write_aggregates(spark, staging.uri("exchanges"), staging)
+            clock.lap("aggregate")
+        staging.publish()
+    except BaseException:
+        staging.abort()
+        raise
+    finally:
+        envelopes.unpersist()
+    clock.lap("publish")
+    result = ExportResult(staging.out, len(reports), sum(r.stats is None for r in reports),
+                          sum(r.exchanges for r in reports), sum(r.connections for r in reports), clock.laps)
+    say(f"wrote {result.exchanges:,} exchanges from {result.files} files to {result.out}"
+        + (f" ({result.unreadable} unreadable: see the files table)" if result.unreadable else ""))
+    return result
+
+
+def _run_concurrently(jobs: list[Callable[[], object]]) -> list:
+    """Run Spark jobs from threads, so small tables' jobs fill the cores a big table's last tasks leave idle
+    (and the fixed cost of each job overlaps). Waits for all of them before raising the first failure: the
+    staging folder must not be deleted under a running writer."""
+    with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="kafkacap-write") as pool:
+        futures = [pool.submit(job) for job in jobs]
+        wait(futures)
+    return [f.result() for f in futures]
+
+
+def _following(paths: list[str]) -> dict[str, list[str]]:
+    """The next files of each file's rotated set, as far as a task follows connections (as the CLI plans)."""
+    after = next_files(paths)
+    out: dict[str, list[str]] = {}
+    for path in paths:
+        nxt, cur = [], after.get(path)
+        while cur is not None and len(nxt) < FOLLOW_FILES:
+            nxt.append(cur)
+            cur = after.get(cur)
+        out[path] = nxt
+    return out
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = now - self._last
+        self._last = now
+
+
+def _collect_reports(envelopes, paths: list[str], stitch: bool) -> list[FileReport]:
+    """The per-file reports, in the order the stitcher needs (each rotated set in rotation order).
+    Collecting them runs the analysis stage and fills the cache."""
+    from pyspark.sql import functions as F
+
+    rows = envelopes.where(F.col("table") == REPORT).select("data").collect()
+    by_path: dict[str, FileReport] = {}
+    for row in rows:
+        report = unpack_report(row.data)
+        by_path[report.path] = report
+    order = [p for members in capture_sets(paths) for p in members] if stitch else paths
+    missing = [p for p in order if p not in by_path]
+    if missing:  # a worker died on a file (killed, out of memory): fail rather than write partial tables
+        raise RuntimeError(f"no report for {len(missing)} file(s), e.g. {missing[0]}")
+    return [by_path[p] for p in order]
+
+
+def _write_rows(envelopes, table: str, stitcher: Stitcher, staging: Staging) -> list:
+    """The write stage of one table (``spark_jobs.write_task``); returns its manifest rows."""
+    from pyspark.sql import functions as F
+
+    spark = envelopes.sparkSession
+    rows = envelopes.where(F.col("table") == table).coalesce(spark.sparkContext.defaultParallelism)
+    return rows.mapInArrow(partial(write_partition, table=table, stitcher=stitcher, root=staging.uri(table)),
+                           MANIFEST_DDL).collect()
+
+
+def _write_driver_side(staging: Staging, table: str, tables: list[pa.Table], manifest: list) -> None:
+    """Rows written by the driver (merged spanning connections, the files table); then the schema-only
+    file if the table has no rows at all, and the ``_SUCCESS`` marker."""
+    root = staging.uri(table)
+    written = sum(r.rows for r in manifest if r.kind == FILE)
+    rows = [t for t in tables if t.num_rows]
+    if rows:
+        writer = TableWriter(root, table, "part-driver")
+        for t in rows:
+            for batch in t.to_batches():
+                writer.write(batch)
+        written += sum(n for _, n in writer.close())
+    if not written:
+        write_empty(root, table_schema(table))
+    mark_done(root)
+
+
+def _files_table(reports: list[FileReport], files: list[CaptureInput], stitcher: Stitcher) -> pa.Table:
+    size_at = FILES_SCHEMA.get_field_index("file_bytes")
+    sizes = {f.path: f.size for f in files}
+    rows = []
+    for r in reports:
+        row = [*file_row(r), *stitcher.file_columns(r.name)]
+        if r.stats is None:  # unreadable: the size the listing saw (the file may not be local)
+            row[size_at] = sizes.get(r.path, row[size_at])
+        rows.append(tuple(row))
+    return pa.Table.from_batches([files_batch(rows)])
+
+
+def write_table(df, table: str, staging: Staging) -> None:
+    """A Spark DataFrame (the aggregates) as the dataset ``table`` of the staging folder, partitioned by
+    capture_date."""
+    df.write.partitionBy(PARTITION_COLUMN).parquet(staging.uri(table))
+    if not staging.has_data_files(table):  # no rows, so no files: write one with the schema, for readers
+        df.limit(0).write.mode("overwrite").parquet(staging.uri(table))
+
+
+def _parse_conf(pairs: list[str]) -> dict[str, str]:
+    conf = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise JobError(f"--conf {pair!r}: expected key=value")
+        conf[key] = value
+    return conf
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="export_job.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help="capture files, folders (searched recursively) or globs; local or hdfs://, s3://, gs://")
+    p.add_argument("-o", "--output", required=True, help="output folder (replaced as a whole)")
+    p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
+    p.add_argument("--aggregate", action="store_true", help="also the api_usage and latency tables")
+    p.add_argument("-p", "--port", dest="ports", type=int, action="append", default=[],
+                   help="Kafka broker port (repeatable; default 9092)")
+    p.add_argument("--detect-ports", action="store_true", help="also find Kafka on other ports")
+    p.add_argument("--headers-only", action="store_true", help="headers and top-level errors only")
+    p.add_argument("--verify-crc", action="store_true", help="check every record batch's CRC")
+    p.add_argument("--records", action="store_true", help="also the records table")
+    p.add_argument("--max-batch-mb", type=int, default=64)
+    p.add_argument("--max-decompressed-mb", type=int, default=4096)
+    p.add_argument("--separate-files", action="store_true",
+                   help="analyse every file on its own, even the files of a rotated set (tcpdump -C/-G)")
+    p.add_argument("--target-mb", type=int, default=TARGET_TASK_MB, help="capture MB per task for small files")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting")
+    return p
+
+
+def options_from(ports: list[int] | tuple[int, ...], detect_ports: bool, headers_only: bool, verify_crc: bool,
+                 records: bool, max_batch_mb: int, max_decompressed_mb: int, separate_files: bool) -> Options:
+    """The analysis options, as ``kafkacap export`` builds them from the same flags."""
+    return Options(ports=tuple(ports) or (9092,), detect_ports=detect_ports, bodies=not headers_only,
+                   verify_crc=verify_crc, records=records, max_batch_mb=max_batch_mb,
+                   max_decompressed_mb=max_decompressed_mb, stitch=not separate_files)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from spark_jobs.session import build_session
+
+    args = parser().parse_args(argv)
+
+    def say(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    try:
+        options = options_from(args.ports, args.detect_ports, args.headers_only, args.verify_crc, args.records,
+                               args.max_batch_mb, args.max_decompressed_mb, args.separate_files)
+        started = time.perf_counter()
+        spark = build_session(args.master, "kafkacap-export", _parse_conf(args.conf))
+        say(f"Spark session: {time.perf_counter() - started:.1f} s")
+        result = export(spark, args.inputs, args.output, options, aggregate=args.aggregate,
+                        target_mb=args.target_mb, log=say)
+    except JobError as exc:
+        say(f"error: {exc}")
+        return 2
+    say("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
