@@ -29,9 +29,11 @@ from dissectors.kafka.headers import (
     response_top_level,
 )
 from dissectors.kafka.legacy07 import looks_like_07_request
-from dissectors.kafka.records import Limits, RecordsError
+from dissectors.kafka.records import NO_SUMMARY, Limits, RecordsError
 from dissectors.kafka.records import batches as record_batches
 from dissectors.kafka.records import records as record_rows
+from dissectors.kafka.records import summarize as summarize_batches
+from dissectors.kafka.records import summary as records_summary
 
 _INT32 = struct.Struct(">i")
 _unpack_int32 = _INT32.unpack_from
@@ -285,9 +287,11 @@ class ExchangeMatcher:
     def _emit(self, api_key, api_version, corr, client_id, rq_first, rq_last, rs_first, rs_last, rq_size,
               rs_size, error_code, throttle, status, rq_frame, rs_frame, note, topics, partition_count,
               error_count, record_count=None, record_bytes=None, api_name=None) -> None:
+        # Topics as a tuple: a row of only ints, strings and tuples of them drops out of the garbage
+        # collector's view, which otherwise walks every row waiting for the next batch again and again.
         self.rows.append((*self.conn_fields, api_key, api_version, corr, client_id, rq_first, rq_last,
                           rs_first, rs_last, rq_size, rs_size, error_code, throttle, status, rq_frame,
-                          rs_frame, note, topics, partition_count, error_count, record_count, record_bytes,
+                          rs_frame, note, (*topics,), partition_count, error_count, record_count, record_bytes,
                           api_name))
 
     def _records(self, head, x: Extracted, corr: int, key: int, ver: int, client_id: str | None,
@@ -300,6 +304,10 @@ class ExchangeMatcher:
             if p.records_offset is None:
                 continue
             length = min(p.record_bytes, len(head) - p.records_offset)
+            if o.records is None:
+                out[(p.topic, p.partition)] = records_summary(head, p.records_offset, length, limits=o.limits,
+                                                              verify_crc=o.verify_crc)
+                continue
             try:
                 found = record_batches(head, p.records_offset, length, limits=o.limits, verify_crc=o.verify_crc)
             except RecordsError:
@@ -324,65 +332,38 @@ class ExchangeMatcher:
     def _emit_partitions(self, req: tuple, rs_last: int | None, answered: list[PartitionEntry],
                          recs: dict | None) -> None:
         """One row per topic-partition, request and response entries merged (tables.PARTITION_ROW_FIELDS)."""
-        merged: dict[tuple, list] = {}
-        for p in req[_X].partitions:
-            merged.setdefault((p.topic, p.partition), [p, None])
-        for p in answered:
-            slot = merged.setdefault((p.topic, p.partition), [None, None])
-            if slot[1] is None:
-                slot[1] = p
+        asked = req[_X].partitions
+        if len(asked) == 1 and len(answered) == 1 and asked[0][:2] == answered[0][:2]:
+            pairs = ((asked[0], answered[0]),)  # the common case: one partition, asked and answered
+        else:
+            merged: dict[tuple, list] = {}
+            for p in asked:
+                merged.setdefault(p[:2], [p, None])
+            for p in answered:
+                slot = merged.setdefault(p[:2], [None, None])
+                if slot[1] is None:
+                    slot[1] = p
+            pairs = merged.values()
         head = (self.conn_fields[0], req[_CORR], req[_KEY], req[_VER], req[_CLIENT], req[_LTS], rs_last)
         append = self.out.partitions.append
         none = NO_RECORDS
-        for (topic, partition), (rq, rs) in merged.items():
-            # PartitionEntry: topic, partition, error_code, the offsets and epochs, records_offset, record_bytes
-            summary = recs.get((topic, partition), none) if recs else none
+        unset = _NO_OFFSETS
+        for rq, rs in pairs:
+            # PartitionEntry: topic, partition, error_code, the offsets and epochs, records_offset, record_bytes.
+            # Both sides' offsets go into the row; the batch builder takes the response's, else the request's.
             if rs is None:
-                append((*head, topic, partition, None, *rq[3:-2], rq[-1], None, *summary))
+                summary = recs.get(rq[:2], none) if recs else none
+                append((*head, *rq[:2], None, *rq[3:-2], *unset, rq[-1], None, *summary))
             elif rq is None:
-                append((*head, topic, partition, rs[2], *rs[3:-2], None, rs[-1], *summary))
+                summary = recs.get(rs[:2], none) if recs else none
+                append((*head, *rs[:3], *unset, *rs[3:-2], None, rs[-1], *summary))
             else:
-                append((*head, topic, partition, rs[2], *map(_either, rq[3:-2], rs[3:-2]), rq[-1], rs[-1],
-                        *summary))
+                summary = recs.get(rq[:2], none) if recs else none
+                append((*head, *rs[:3], *rq[3:-2], *rs[3:-2], rq[-1], rs[-1], *summary))
 
 
-# RECORD_SUMMARY: batches, records, codec, uncompressed_bytes, producer_id, producer_epoch, base_sequence,
-# transactional, control, first_timestamp_ms, max_timestamp_ms, truncated_batches, crc_failures
-NO_RECORDS = (None,) * 13
-
-
-def summarize_batches(found, verified: bool = False) -> tuple:
-    """One partition's records field in a few facts (complete batches only; a cut last batch is counted apart)."""
-    if found is None:
-        return NO_RECORDS
-    batches = records = truncated = crc_failures = 0
-    codecs: list[str] = []
-    uncompressed = 0
-    first_ts = max_ts = None
-    producer = (None, None, None)
-    txn = control = False
-    for b in found:
-        if b.truncated:
-            truncated += 1
-            continue
-        batches += 1
-        records += b.record_count
-        if b.codec not in codecs:
-            codecs.append(b.codec)
-        if uncompressed is not None:
-            uncompressed = None if b.uncompressed_bytes is None else uncompressed + b.uncompressed_bytes
-        if b.first_timestamp is not None and b.first_timestamp >= 0:
-            first_ts = b.first_timestamp if first_ts is None else min(first_ts, b.first_timestamp)
-        if b.max_timestamp is not None and b.max_timestamp >= 0:
-            max_ts = b.max_timestamp if max_ts is None else max(max_ts, b.max_timestamp)
-        if producer[0] is None and b.producer_id is not None:
-            producer = (b.producer_id, b.producer_epoch, b.base_sequence)
-        txn = txn or b.transactional
-        control = control or b.control
-        if b.crc_ok is False:
-            crc_failures += 1
-    return (batches, records, "+".join(codecs) or None, uncompressed if batches else None, *producer, txn, control,
-            first_ts, max_ts, truncated, crc_failures if verified else None)
+NO_RECORDS = NO_SUMMARY  # RECORD_SUMMARY: see dissectors.kafka.records.summarize
+_NO_OFFSETS = (None,) * (len(PartitionEntry._fields) - 5)  # a side that does not name the partition
 
 
 def _totals(recs: dict | None, parts: list[PartitionEntry]) -> tuple[int | None, int | None]:
@@ -390,11 +371,6 @@ def _totals(recs: dict | None, parts: list[PartitionEntry]) -> tuple[int | None,
     if not recs:
         return None, None
     return sum(r[1] or 0 for r in recs.values()), sum(p.record_bytes or 0 for p in parts)
-
-
-def _either(from_request, from_response):
-    """A partition field from the response, else from the request (each carries different ones)."""
-    return from_request if from_response is None else from_response
 
 
 def _join(a: str | None, b: str | None) -> str | None:

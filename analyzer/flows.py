@@ -126,6 +126,9 @@ class FlowTable:
                     left = s.body_left
                     if seg_len < left:
                         s.body_left = left - seg_len
+                    elif seg_len < s.head_missing:  # more of a frame's head, which the framer keeps
+                        s.head_parts.append(payload)
+                        s.head_missing -= seg_len
                     else:
                         s.data(ts, no, payload)
                 else:

@@ -2,6 +2,9 @@
 
 Files are written under a temporary folder inside the destination and moved into place only when every
 table is complete, so an interrupted export never leaves a half-written table behind an older good one.
+
+Parquet and CSV batches are encoded by a writer thread: Arrow's writers release the GIL, so on a second core
+the encoding and compression overlap the analysis instead of adding to it.
 """
 
 from __future__ import annotations
@@ -9,8 +12,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import queue
 import shutil
 import tempfile
+import threading
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -19,6 +24,7 @@ import pyarrow.parquet as pq
 from analyzer.tables import OPTIONAL_SCHEMAS, SCHEMAS
 
 FORMATS = ("parquet", "csv", "jsonl")
+WRITE_QUEUE_BATCHES = 2  # batches waiting for the writer thread: bounds the memory they hold
 
 
 class _JsonLinesWriter:
@@ -65,11 +71,44 @@ class TableFolder:
         os.makedirs(folder, exist_ok=True)
         self._tmp = tempfile.mkdtemp(prefix=".kafkacap-", dir=folder)
         self._writers: dict[str, object] = {}
+        self._queue: queue.Queue[tuple[str, pa.RecordBatch] | None] = queue.Queue(WRITE_QUEUE_BATCHES)
+        self._thread: threading.Thread | None = None
+        self._failure: BaseException | None = None  # what stopped the writer thread
+        self._discard = False  # aborting: the writer thread drops what is still queued
 
     def path(self, table: str) -> str:
         return os.path.join(self.folder, f"{table}.{self.fmt}")
 
     def write(self, table: str, batch: pa.RecordBatch) -> None:
+        """Queue a batch for the writer thread (JSON lines, written in Python, are written here)."""
+        if self._failure is not None:
+            raise self._failure
+        if self.fmt == "jsonl":
+            self._write(table, batch)
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._drain, name="kafkacap table writer", daemon=True)
+            self._thread.start()
+        self._queue.put((table, batch))
+
+    def _drain(self) -> None:
+        while (item := self._queue.get()) is not None:
+            if self._failure is None and not self._discard:
+                try:
+                    self._write(*item)
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller's next write or commit
+                    self._failure = exc
+
+    def _join(self) -> None:
+        """Wait until every queued batch is written; re-raise what stopped the writer thread, if anything."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+        if self._failure is not None:
+            raise self._failure
+
+    def _write(self, table: str, batch: pa.RecordBatch) -> None:
         if self.fmt == "csv":
             batch = flatten_lists(batch)
         writer = self._writers.get(table)
@@ -91,6 +130,7 @@ class TableFolder:
 
     def commit(self) -> list[str]:
         """Close every table (empty ones get their schema) and move them into place."""
+        self._join()
         for table, schema in SCHEMAS.items():
             if table not in self._writers:
                 self._open(table, schema)
@@ -104,6 +144,11 @@ class TableFolder:
         return written
 
     def abort(self) -> None:
+        self._discard = True
+        try:
+            self._join()
+        except BaseException:  # noqa: BLE001 - already failing; the temp folder goes anyway
+            pass
         for writer in self._writers.values():
             try:
                 writer.close()

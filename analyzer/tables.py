@@ -9,6 +9,8 @@ Timestamps are ``timestamp[us, UTC]`` because Spark cannot read nanosecond Parqu
 from __future__ import annotations
 
 import uuid
+from itertools import chain
+from operator import itemgetter
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -203,47 +205,104 @@ PARTITIONS_SCHEMA = pa.schema([
     _f("data_age_ms", pa.float64(), "Fetch: response time minus the earliest fetched record timestamp."),
 ])
 
+# Offsets, timestamps and epochs of a topic-partition, as its request and its response each carry them (the
+# column takes the response's value, else the request's: a coalesce per column, not per row).
+PARTITION_OFFSET_FIELDS = (
+    "base_offset", "log_append_time_ms", "log_start_offset", "high_watermark", "last_stable_offset",
+    "fetch_offset", "committed_offset", "offset", "low_watermark", "end_offset", "timestamp", "leader_epoch",
+    "current_leader_epoch",
+)
 PARTITION_ROW_FIELDS = (
     "connection_id", "correlation_id", "api_key", "api_version", "client_id", "request_last_ts",
-    "response_last_ts", "topic", "partition", "error_code", "base_offset", "log_append_time_ms",
-    "log_start_offset", "high_watermark", "last_stable_offset", "fetch_offset", "committed_offset", "offset",
-    "low_watermark", "end_offset", "timestamp", "leader_epoch", "current_leader_epoch", "request_record_bytes",
-    "response_record_bytes", "batches", "records", "codec", "uncompressed_bytes", "producer_id", "producer_epoch",
-    "base_sequence", "transactional", "control", "first_record_ts", "max_record_ts", "truncated_batches",
-    "crc_failures",
+    "response_last_ts", "topic", "partition", "error_code",
+    *(f"asked_{name}" for name in PARTITION_OFFSET_FIELDS), *(f"answered_{name}" for name in PARTITION_OFFSET_FIELDS),
+    "request_record_bytes", "response_record_bytes", "batches", "records", "codec", "uncompressed_bytes",
+    "producer_id", "producer_epoch", "base_sequence", "transactional", "control", "first_record_ts", "max_record_ts",
+    "truncated_batches", "crc_failures",
 )
 
 _RETRIABLE = pa.array([is_retriable(c) for c in range(-1, _MAX_ERROR)], pa.bool_())
 
 
+def _columns(rows: list[tuple], fields: tuple[str, ...], types: dict[str, pa.DataType]) -> dict[str, pa.Array]:
+    """Row tuples to one Arrow array per field, in one pass of Arrow's converter (the rows are read as
+    structs): transposing them in Python first (``zip(*rows)``) would cost more than the conversion itself.
+    ``types`` maps each field to its Arrow type as the core builds it (timestamps as integer nanoseconds,
+    topics as binary, since a topic is a name or a 16-byte id)."""
+    row_type = pa.struct([pa.field(name, types[name]) for name in fields])
+    return dict(zip(fields, pa.array(rows, row_type).flatten(), strict=True))
+
+
+def _row_types(fields: tuple[str, ...], schema: pa.Schema) -> dict[str, pa.DataType]:
+    """Arrow types of the core's row fields: the schema's, except timestamps (integer ns) and topics."""
+    types = {}
+    for name in fields:
+        column = name.removeprefix("asked_").removeprefix("answered_")
+        typ = schema.field(column).type if column in schema.names else pa.int64()
+        if typ == TS:
+            typ = pa.int64()
+        elif name in ("topic", "topics"):
+            typ = pa.list_(pa.binary()) if pa.types.is_list(typ) else pa.binary()
+        types[name] = typ
+    return types
+
+
+_ROW_TYPES = {fields: _row_types(fields, schema) for fields, schema in (
+    (EXCHANGE_ROW_FIELDS, EXCHANGES_SCHEMA), (ERROR_ROW_FIELDS, ERRORS_SCHEMA),
+    (PARTITION_ROW_FIELDS, PARTITIONS_SCHEMA), (RECORD_ROW_FIELDS, RECORDS_SCHEMA))}
+
+
+def _topic_column(values: pa.Array, rows: list[tuple], index: int, topic_names: dict[bytes, str]) -> pa.Array:
+    """The topic column as text: names as they are; when some row names its topic by id (bytes), every
+    topic goes through topic_text (Metadata names, else the UUID form)."""
+    plain = pa.list_(pa.string()) if pa.types.is_list(values.type) else pa.string()
+    if pa.types.is_list(values.type):
+        if bytes not in set(map(type, chain.from_iterable(filter(None, map(itemgetter(index), rows))))):
+            return values.cast(plain)
+        return pa.array([_topic_list(r[index], topic_names) for r in rows], plain)
+    if bytes not in set(map(type, map(itemgetter(index), rows))):
+        return values.cast(plain)
+    return pa.array([topic_text(r[index], topic_names) for r in rows], plain)
+
+
+def _ms_to_ts(ms: pa.Array) -> pa.Array:
+    """Integer milliseconds (record timestamps) to timestamp[us, UTC]; an overflow raises, as it would in ns."""
+    return pc.multiply_checked(ms, 1000).view(TS)
+
+
 def _rows_batch(rows: list[tuple], fields: tuple[str, ...], schema: pa.Schema, capture_file: str,
                 topic_names: dict[bytes, str]) -> pa.RecordBatch:
-    """Rows of errors or partitions to a batch: the exchange keys' names and the topic texts derived here."""
+    """Rows of errors, partitions or records to a batch: the exchange keys' names and the topic texts derived
+    here."""
     n = len(rows)
-    cols = dict(zip(fields, list(zip(*rows, strict=True)) if rows else [()] * len(fields), strict=True))
-    cols["topic"] = [topic_text(t, topic_names) for t in cols["topic"]]
-    api_key = pa.array(cols["api_key"], pa.int16())
-    if "timestamp" in cols and "offset" in cols and "key_size" in cols:  # records: ms to ns, for _ts()
-        cols["timestamp"] = [None if v is None or v < 0 else v * 1_000_000 for v in cols["timestamp"]]
-    error_code = pa.array(cols.get("error_code", [None] * n), pa.int16())
+    cols = _columns(rows, fields, _ROW_TYPES[fields])
+    cols["topic"] = _topic_column(cols["topic"], rows, fields.index("topic"), topic_names)
+    api_key = cols["api_key"]
+    if "timestamp" in cols and "offset" in cols and "key_size" in cols:  # records: ms, negative for none
+        ms = cols["timestamp"]
+        cols["timestamp"] = _ms_to_ts(pc.if_else(pc.less(ms, 0), pa.scalar(None, pa.int64()), ms))
+    error_code = cols.get("error_code")
+    if error_code is None:
+        error_code = pa.nulls(n, pa.int16())
     derived = {
-        "capture_file": pa.array([capture_file] * n, pa.string()),
+        "capture_file": _repeat(capture_file, n),
         "api_name": _lookup_names(api_key, _API_NAMES, 0),
-        "error_name": _error_name_array(error_code, cols.get("error_code", [None] * n)),
+        "error_name": _error_name_array(error_code),
         "retriable": _lookup_names(error_code, _RETRIABLE, 1),
     }
     if "records" in cols:  # partitions: record timestamps are in ms; lag, ratio and age are derived here
+        for name in PARTITION_OFFSET_FIELDS:
+            cols[name] = pc.coalesce(cols[f"answered_{name}"], cols[f"asked_{name}"])
+        first = cols["first_record_ts"]
         for name in ("first_record_ts", "max_record_ts"):
-            cols[name] = [None if v is None else v * 1_000_000 for v in cols[name]]
-        wire = pa.array([a if a is not None else b for a, b in
-                         zip(cols["request_record_bytes"], cols["response_record_bytes"], strict=True)], pa.int64())
-        uncompressed = pa.array(cols["uncompressed_bytes"], pa.int64())
+            cols[name] = _ms_to_ts(cols[name])
+        wire = pc.coalesce(cols["request_record_bytes"], cols["response_record_bytes"])
+        uncompressed = cols["uncompressed_bytes"]
         derived["compression_ratio"] = pc.divide(uncompressed.cast(pa.float64()),
                                                  pc.if_else(pc.equal(wire, 0), None, wire).cast(pa.float64()))
-        derived["consumer_lag"] = pc.subtract(pa.array(cols["high_watermark"], pa.int64()),
-                                              pa.array(cols["fetch_offset"], pa.int64()))
-        first = pa.array(cols["first_record_ts"], pa.int64())
-        resp = pa.array(cols["response_last_ts"], pa.int64())
+        derived["consumer_lag"] = pc.subtract(cols["high_watermark"], cols["fetch_offset"])
+        first = pc.multiply_checked(first, 1_000_000)
+        resp = cols["response_last_ts"]
         age = pc.divide(pc.subtract(resp, first).cast(pa.float64()), 1e6)
         is_fetch = pc.equal(api_key, 1)
         derived["data_age_ms"] = pc.if_else(is_fetch, age, None)
@@ -252,10 +311,10 @@ def _rows_batch(rows: list[tuple], fields: tuple[str, ...], schema: pa.Schema, c
     for f in schema:
         if f.name in derived:
             arrays.append(derived[f.name])
-        elif f.type == TS:
+        elif f.type == TS and cols[f.name].type != TS:
             arrays.append(_ts(cols[f.name]))
         else:
-            arrays.append(pa.array(cols[f.name], f.type))
+            arrays.append(cols[f.name])
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
@@ -281,17 +340,17 @@ def _error_names() -> pa.Array:
 _ERROR_NAMES = _error_names()
 
 
-def _error_name_array(codes: pa.Array, values) -> pa.Array:
+def _error_name_array(codes: pa.Array) -> pa.Array:
     """Names of error codes: a table lookup, or one by one when some code lies outside the table."""
     names = _lookup_names(codes, _ERROR_NAMES, 1)
     if len(codes) and pc.any(pc.and_(pc.is_valid(codes), pc.is_null(names))).as_py():
-        names = pa.array([None if e is None else error_name(e) for e in values], pa.string())
+        names = pa.array([None if e is None else error_name(e) for e in codes.to_pylist()], pa.string())
     return names
 
 
-def _ts(values: list) -> pa.Array:
+def _ts(values: list | pa.Array) -> pa.Array:
     """Integer nanoseconds (or None) to timestamp[us, UTC], truncating."""
-    arr = pa.array(values, pa.int64())
+    arr = values if isinstance(values, pa.Array) else pa.array(values, pa.int64())
     return pc.divide(arr, 1000).cast(pa.int64()).view(TS) if len(arr) else pa.array([], TS)
 
 
@@ -304,48 +363,49 @@ def _lookup_names(keys: pa.Array, names: pa.Array, shift: int) -> pa.Array:
 
 def exchanges_batch(rows: list[tuple], capture_file: str, topic_names: dict[bytes, str]) -> pa.RecordBatch:
     """Rows from analyzer.exchanges to one record batch of EXCHANGES_SCHEMA."""
-    cols = list(zip(*rows, strict=True)) if rows else [()] * len(EXCHANGE_ROW_FIELDS)
-    c = dict(zip(EXCHANGE_ROW_FIELDS, cols, strict=True))
-    n = len(rows)
-    api_key = pa.array(c["api_key"], pa.int16())
-    error_code = pa.array(c["error_code"], pa.int16())
-    error_names = _error_name_array(error_code, c["error_code"])
-    rq_last = pa.array(c["request_last_ts"], pa.int64())
-    rs_last = pa.array(c["response_last_ts"], pa.int64())
+    c = _columns(rows, EXCHANGE_ROW_FIELDS, _ROW_TYPES[EXCHANGE_ROW_FIELDS])
+    api_key = c["api_key"]
+    error_code = c["error_code"]
+    rq_last = c["request_last_ts"]
+    rs_last = c["response_last_ts"]
     latency = pc.divide(pc.subtract(rs_last, rq_last).cast(pa.float64()), 1e6)
     arrays = [
-        pa.array([capture_file] * n, pa.string()) if n else pa.array([], pa.string()),
-        pa.array(c["connection_id"], pa.int64()),
-        pa.array(c["client_ip"], pa.string()),
-        pa.array(c["client_port"], pa.int32()),
-        pa.array(c["broker_ip"], pa.string()),
-        pa.array(c["broker_port"], pa.int32()),
+        _repeat(capture_file, len(rows)),
+        c["connection_id"],
+        c["client_ip"],
+        c["client_port"],
+        c["broker_ip"],
+        c["broker_port"],
         api_key,
-        pc.coalesce(pa.array(c["api_name"], pa.string()), _lookup_names(api_key, _API_NAMES, 0)),
-        pa.array(c["api_version"], pa.int16()),
-        pa.array(c["correlation_id"], pa.int32()),
-        pa.array(c["client_id"], pa.string()),
+        pc.coalesce(c["api_name"], _lookup_names(api_key, _API_NAMES, 0)),
+        c["api_version"],
+        c["correlation_id"],
+        c["client_id"],
         _ts(c["request_first_ts"]),
-        _ts(c["request_last_ts"]),
+        _ts(rq_last),
         _ts(c["response_first_ts"]),
-        _ts(c["response_last_ts"]),
+        _ts(rs_last),
         latency,
-        pa.array(c["request_size"], pa.int64()),
-        pa.array(c["response_size"], pa.int64()),
+        c["request_size"],
+        c["response_size"],
         error_code,
-        error_names,
-        pa.array(c["throttle_time_ms"], pa.int32()),
-        pa.array(c["status"], pa.string()),
-        pa.array(c["request_frame"], pa.int64()),
-        pa.array(c["response_frame"], pa.int64()),
-        pa.array(c["note"], pa.string()),
-        pa.array([_topic_list(t, topic_names) for t in c["topics"]], pa.list_(pa.string())),
-        pa.array(c["partition_count"], pa.int32()),
-        pa.array(c["error_count"], pa.int32()),
-        pa.array(c["record_count"], pa.int64()),
-        pa.array(c["record_bytes"], pa.int64()),
+        _error_name_array(error_code),
+        c["throttle_time_ms"],
+        c["status"],
+        c["request_frame"],
+        c["response_frame"],
+        c["note"],
+        _topic_column(c["topics"], rows, EXCHANGE_ROW_FIELDS.index("topics"), topic_names),
+        c["partition_count"],
+        c["error_count"],
+        c["record_count"],
+        c["record_bytes"],
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=EXCHANGES_SCHEMA)
+
+
+def _repeat(text: str, n: int) -> pa.Array:
+    return pa.repeat(pa.scalar(text, pa.string()), n)
 
 
 def topic_text(topic: str | bytes | None, topic_names: dict[bytes, str]) -> str | None:

@@ -56,7 +56,8 @@ OPAQUE = 3  # not Kafka framing (TLS): count and ignore
 class FrameSplitter:
     __slots__ = (
         "on_frame", "validate", "find", "keep", "max_frame", "min_frame",
-        "mode", "fresh", "body_left", "_left", "_head", "_head_missing", "_first_ts", "_first_no", "_size", "_lossy",
+        "mode", "fresh", "body_left", "head_missing", "head_parts", "_left", "_first_ts", "_first_no", "_size",
+        "_lossy",
         "_stash", "_stash_len", "_stash_ts", "_stash_no",
         "frames", "resyncs", "skipped_bytes", "truncated_frames", "tls",
     )
@@ -79,11 +80,13 @@ class FrameSplitter:
         # No frame accepted yet and the stream's start was not seen (no SYN): it may begin mid-frame.
         self.fresh = True
         # Bytes of the frame in progress still to come: in body_left once its head is complete (the packet
-        # loop may then count them off without calling data()), in _left while the head is being collected.
+        # loop may then count them off without calling data()). While the head is being collected, they are
+        # head_missing (the head bytes still to come) plus _left (the bytes after the head), and a chunk
+        # shorter than head_missing may be appended to head_parts by the packet loop itself.
         self.body_left = 0
+        self.head_missing = 0
+        self.head_parts: list[Buffer] = []  # the head of the frame in progress, in pieces (views)
         self._left = 0
-        self._head: list[bytes] = []  # the head of the frame in progress, in pieces
-        self._head_missing = 0  # head bytes still to collect from the next chunks
         self._first_ts = 0
         self._first_no = 0
         self._size = 0
@@ -104,17 +107,18 @@ class FrameSplitter:
         mode = self.mode
         if mode == BODY:
             n = len(chunk)
-            if self._head_missing:
-                left = self._left
-                take = self._head_missing if self._head_missing < n else n
-                self._head.append(chunk if take == n else chunk[:take])  # views; joined once at the end
-                self._head_missing -= take
+            missing = self.head_missing
+            if missing:
+                if n < missing:
+                    self.head_parts.append(chunk)  # views; joined once at the end
+                    self.head_missing = missing - n
+                    return
+                self.head_parts.append(chunk if missing == n else chunk[:missing])
+                self.head_missing = 0
+                left = missing + self._left
+                self._left = 0
                 if n < left:
-                    if self._head_missing:
-                        self._left = left - n
-                    else:
-                        self._left = 0
-                        self.body_left = left - n
+                    self.body_left = left - n
                     return
             else:
                 left = self.body_left
@@ -147,8 +151,8 @@ class FrameSplitter:
     def gap(self, ts: int, nbytes: int) -> None:
         mode = self.mode
         if mode == BODY:
-            left = self._left + self.body_left
-            self._head_missing = 0  # the head stays as far as it got; decoders see a short head
+            left = self.head_missing + self._left + self.body_left
+            self.head_missing = 0  # the head stays as far as it got; decoders see a short head
             if nbytes < left:
                 self._left = 0
                 self.body_left = left - nbytes
@@ -175,8 +179,8 @@ class FrameSplitter:
             self.truncated_frames += 1
             self.mode = BOUNDARY
             self._left = self.body_left = 0
-            self._head = []
-            self._head_missing = 0
+            self.head_parts = []
+            self.head_missing = 0
         self.skipped_bytes += self._stash_len
         self._stash.clear()
         self._stash_len = 0
@@ -185,9 +189,9 @@ class FrameSplitter:
 
     def _complete(self, ts: int, no: int, lossy: bool) -> None:
         """The frame in progress has all its bytes (or lost the last ones): hand it on."""
-        head = self._head
-        self._head = []
-        self._head_missing = 0
+        head = self.head_parts
+        self.head_parts = []
+        self.head_missing = 0
         self._left = 0
         self.body_left = 0
         self.mode = BOUNDARY
@@ -256,15 +260,15 @@ class FrameSplitter:
             # The frame continues in later chunks: keep its head (collecting the rest of it as it comes,
             # if it is not all here), count the remaining bytes.
             got = need if avail >= need else avail
-            self._head = [buf[pos:pos + got]]
-            self._head_missing = need - got
+            self.head_parts = [buf[pos:pos + got]]
+            self.head_missing = need - got
             self._first_ts, self._first_no = fts, fno
             self._size = size
             self._lossy = False
             if got == need:
                 self.body_left = total - avail
             else:
-                self._left = total - avail
+                self._left = total - need
             self.mode = BODY
             return
 

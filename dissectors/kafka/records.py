@@ -35,8 +35,8 @@ try:
 except ImportError:  # pragma: no cover - the table below is the fallback
     crc32c = None
 
-__all__ = ["BatchInfo", "RecordInfo", "Limits", "batches", "records", "RecordsError", "CorruptData",
-           "DecompressionRefused", "TRACE_HEADERS"]
+__all__ = ["BatchInfo", "RecordInfo", "Limits", "batches", "records", "summary", "summarize", "NO_SUMMARY",
+           "RecordsError", "CorruptData", "DecompressionRefused", "TRACE_HEADERS"]
 
 # RecordBatch v2: baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
 # baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount
@@ -221,6 +221,105 @@ def _v2_header(buf, pos: int, end: int, batch_length: int, verify_crc: bool) -> 
         bool(attributes & 0x10), bool(attributes & 0x20), last_offset_delta, first_timestamp, max_timestamp,
         producer_id, producer_epoch, base_sequence, record_count, wire if not truncated else end - pos,
         wire if codec == 0 else None, truncated, crc_ok, False, None))
+
+
+# What the partitions table keeps of one records field, in this order: batches, records, codec,
+# uncompressed_bytes, producer_id, producer_epoch, base_sequence, transactional, control, first_timestamp_ms,
+# max_timestamp_ms, truncated_batches, crc_failures.
+NO_SUMMARY = (None,) * 13
+
+
+def summarize(found: list[BatchInfo] | None, verified: bool = False) -> tuple:
+    """One records field in a few facts (complete batches only; a cut last batch is counted apart)."""
+    if found is None:
+        return NO_SUMMARY
+    batches = records = truncated = crc_failures = 0
+    codecs: list[str] = []
+    uncompressed = 0
+    first_ts = max_ts = None
+    producer = (None, None, None)
+    txn = control = False
+    for b in found:
+        if b.truncated:
+            truncated += 1
+            continue
+        batches += 1
+        records += b.record_count
+        if b.codec not in codecs:
+            codecs.append(b.codec)
+        if uncompressed is not None:
+            uncompressed = None if b.uncompressed_bytes is None else uncompressed + b.uncompressed_bytes
+        if b.first_timestamp is not None and b.first_timestamp >= 0:
+            first_ts = b.first_timestamp if first_ts is None else min(first_ts, b.first_timestamp)
+        if b.max_timestamp is not None and b.max_timestamp >= 0:
+            max_ts = b.max_timestamp if max_ts is None else max(max_ts, b.max_timestamp)
+        if producer[0] is None and b.producer_id is not None:
+            producer = (b.producer_id, b.producer_epoch, b.base_sequence)
+        txn = txn or b.transactional
+        control = control or b.control
+        if b.crc_ok is False:
+            crc_failures += 1
+    return (batches, records, "+".join(codecs) or None, uncompressed if batches else None, *producer, txn, control,
+            first_ts, max_ts, truncated, crc_failures if verified else None)
+
+
+def summary(buf, offset: int, length: int, *, verify_crc: bool = False, limits: Limits | None = None) -> tuple:
+    """``summarize(batches(...))``, or NO_SUMMARY where that raises RecordsError.
+
+    The common case, v2 batches whose headers are all in view, takes one pass that reads each header
+    straight into the totals, without a BatchInfo per batch (a Produce or Fetch frame can carry many);
+    anything else (legacy messages, a header cut short, a malformed length) takes the general path.
+    """
+    end = offset + length
+    if offset < 0 or length < 0 or end > len(buf):
+        return NO_SUMMARY
+    unpack = V2_HEADER.unpack_from
+    pos = offset
+    count = records = truncated = crc_failures = 0
+    codecs: list[int] = []
+    uncompressed = 0
+    first_ts = max_ts = None
+    producer = None
+    flags = 0
+    while pos < end:
+        if end - pos < V2_HEADER_SIZE:
+            return _summary_by_batches(buf, offset, length, verify_crc, limits)
+        (_, batch_length, _, magic, crc, attributes, _, first, last, producer_id, producer_epoch, base_sequence,
+         record_count) = unpack(buf, pos)
+        if magic != 2 or batch_length < V2_HEADER_SIZE - LOG_OVERHEAD or record_count < 0:
+            return _summary_by_batches(buf, offset, length, verify_crc, limits)
+        wire = LOG_OVERHEAD + batch_length
+        if wire > end - pos:
+            truncated = 1
+            break
+        count += 1
+        records += record_count
+        codec = attributes & 7
+        if codec not in codecs:
+            codecs.append(codec)
+        if uncompressed is not None:
+            uncompressed = uncompressed + wire if codec == 0 else None
+        if first >= 0 and (first_ts is None or first < first_ts):
+            first_ts = first
+        if last >= 0 and (max_ts is None or last > max_ts):
+            max_ts = last
+        if producer is None:
+            producer = (producer_id, producer_epoch, base_sequence)
+        flags |= attributes
+        if verify_crc and _crc32c(memoryview(buf)[pos + V2_CRC_FROM:pos + wire]) != crc:
+            crc_failures += 1
+        pos += wire
+    return (count, records, "+".join(map(codec_name, codecs)) or None, uncompressed if count else None,
+            *(producer or (None, None, None)), bool(flags & 0x10), bool(flags & 0x20), first_ts, max_ts, truncated,
+            crc_failures if verify_crc else None)
+
+
+def _summary_by_batches(buf, offset: int, length: int, verify_crc: bool, limits: Limits | None) -> tuple:
+    try:
+        found = batches(buf, offset, length, limits=limits, verify_crc=verify_crc)
+    except RecordsError:
+        return NO_SUMMARY
+    return summarize(found, verify_crc)
 
 
 class _Message(NamedTuple):

@@ -1,0 +1,237 @@
+"""The export's fast paths give exactly what the general code gives.
+
+- ``records.summary`` (one pass over v2 batch headers) against ``summarize(batches(...))`` on every records
+  field of the sample and public captures, whole, cut at every kind of place, and with bytes damaged;
+- the batch builders (rows read as Arrow structs, offsets coalesced per column) against a plain
+  column-by-column build written here, on the rows of real captures, with topic ids mixed in;
+- a frame head collected by the packet loop (``FlowTable.feed`` appends segments itself) against the
+  frames cut directly from the TCP byte stream, for frames split over many segments.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import struct
+import uuid
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from analyzer import tables
+from analyzer.analyze import Options, analyze_file
+from dissectors.kafka.extract import PartitionEntry
+from dissectors.kafka.records import NO_SUMMARY, Limits, RecordsError, batches, summarize, summary
+from tests import craft
+from tests.test_records import FETCH, PRODUCE, PUBLIC, SAMPLES, public_spans, record_spans
+
+SAMPLE_CAPTURES = sorted(p.name for p in SAMPLES.glob("*.pcap"))
+
+
+def general_summary(buf, offset: int, length: int, verify_crc: bool) -> tuple:
+    try:
+        found = batches(buf, offset, length, verify_crc=verify_crc, limits=Limits())
+    except RecordsError:
+        return NO_SUMMARY
+    return summarize(found, verify_crc)
+
+
+def sample_spans() -> list[bytes]:
+    out = []
+    for name in SAMPLE_CAPTURES:
+        port = json.loads((SAMPLES / name.replace(".pcap", ".truth.json")).read_text())["broker"]["port"]
+        for api_key, is_response in ((PRODUCE, False), (FETCH, True)):
+            out.extend(data for _topic, data in record_spans(SAMPLES / name, (port,), api_key, is_response))
+    return out
+
+
+def all_spans() -> list[bytes]:
+    spans = sample_spans()
+    if PUBLIC.is_dir():
+        spans.extend(data for _name, _topic, data in public_spans())
+    return spans
+
+
+def test_summary_equals_the_batch_walk_on_real_records():
+    spans = all_spans()
+    assert len(spans) > 50
+    fast = 0
+    for data in spans:
+        for verify in (False, True):
+            got = summary(data, 0, len(data), verify_crc=verify, limits=Limits())
+            assert got == general_summary(data, 0, len(data), verify)
+        fast += data[16] == 2 if len(data) > 16 else 0
+    assert fast > 20  # the v2 path itself was exercised, not only the fallback
+
+
+def test_summary_equals_the_batch_walk_on_cut_and_damaged_records():
+    rng = random.Random(5)
+    spans = [d for d in all_spans() if len(d) > 61]
+    checked = 0
+    for data in rng.sample(spans, min(60, len(spans))):
+        framed = b"\xee" * 7 + data + b"\xee" * 5  # an offset inside a larger buffer, as in a frame
+        cuts = {0, 1, 16, 17, 60, 61, 62, len(data) - 1, len(data)} | {rng.randrange(len(data)) for _ in range(8)}
+        for cut in sorted(c for c in cuts if 0 <= c <= len(data)):
+            for verify in (False, True):
+                assert summary(framed, 7, cut, verify_crc=verify) == general_summary(framed, 7, cut, verify)
+                checked += 1
+        for _ in range(6):  # damaged bytes: lengths, magic, counts, attributes, CRCs
+            broken = bytearray(data)
+            at = rng.choice([8, 9, 10, 11, 16, 17, 21, 22, 57, 58, 59, 60, rng.randrange(len(data))])
+            broken[at] ^= 1 << rng.randrange(8)
+            assert summary(broken, 0, len(broken), verify_crc=True) == general_summary(broken, 0, len(broken), True)
+            checked += 1
+    assert checked > 500
+
+
+def test_summary_outside_the_buffer_is_no_summary():
+    data = sample_spans()[0]
+    assert summary(data, 4, len(data)) == NO_SUMMARY == general_summary(data, 4, len(data), False)
+    assert summary(data, -1, 3) == NO_SUMMARY
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Batch builders
+
+
+def column_by_column(rows: list[tuple], fields: tuple[str, ...], schema: pa.Schema, topic_names: dict) -> dict:
+    """The expected column values, built one field at a time with plain Python (an independent build)."""
+    cols = {name: [r[i] for r in rows] for i, name in enumerate(fields)}
+
+    def text(t):
+        if t is None or isinstance(t, str):
+            return t
+        return topic_names.get(t) or str(uuid.UUID(bytes=t))
+
+    if "topic" in cols:
+        cols["topic"] = [text(t) for t in cols["topic"]]
+    if "topics" in cols:
+        cols["topics"] = [None if ts is None else [text(t) for t in ts] for ts in cols["topics"]]
+    for name in tables.PARTITION_OFFSET_FIELDS:
+        if f"asked_{name}" in cols:
+            cols[name] = [b if b is not None else a for a, b in zip(cols[f"asked_{name}"], cols[f"answered_{name}"],
+                                                                   strict=True)]
+    out = {}
+    for f in schema:
+        if f.name not in cols or f.name == "api_name":  # api_name: derived from api_key in the batch
+            continue
+        values = cols[f.name]
+        if f.type == tables.TS:
+            scale = 1000 if f.name in ("first_record_ts", "max_record_ts") else None
+            values = [None if v is None else (v * scale if scale else v // 1000) for v in values]
+            out[f.name] = pa.array(values, pa.int64()).view(tables.TS)
+        else:
+            out[f.name] = pa.array(values, f.type)
+    return out
+
+
+@pytest.fixture(scope="module")
+def captured_rows() -> dict[str, list]:
+    """The row tuples the core hands to the batch builders, for a few sample captures."""
+    seen: dict[str, list] = {"exchanges": [], "partitions": [], "errors": []}
+    originals = {name: getattr(tables, f"{name}_batch") for name in seen}
+    import analyzer.analyze as analyze
+
+    def spy(name):
+        def build(rows, *args):
+            seen[name].extend(rows)
+            return originals[name](rows, *args)
+        return build
+
+    saved = {name: getattr(analyze, f"{name}_batch") for name in seen}
+    try:
+        for name in seen:
+            setattr(analyze, f"{name}_batch", spy(name))
+        for capture in ("tansu_consumer_group.pcap", "tansu_broker_errors.pcap", "tansu_confluent_codecs.pcap"):
+            analyze_file(str(SAMPLES / capture), Options(), lambda table, batch: None)
+    finally:
+        for name, function in saved.items():
+            setattr(analyze, f"{name}_batch", function)
+    assert all(seen.values())
+    return seen
+
+
+def with_topic_ids(rows: list[tuple], index: int, as_list: bool) -> list[tuple]:
+    """Every third row names its topic(s) by a 16-byte id instead."""
+    out = []
+    for i, r in enumerate(rows):
+        topic = bytes([i % 7]) * 16
+        if i % 3 == 0:
+            r = (*r[:index], [topic, "plain"] if as_list else topic, *r[index + 1:])
+        out.append(r)
+    return out
+
+
+@pytest.mark.parametrize("with_ids", [False, True])
+def test_batches_equal_a_column_by_column_build(captured_rows, with_ids):
+    names = {bytes([1]) * 16: "named-by-metadata"}
+    cases = (("exchanges", tables.EXCHANGE_ROW_FIELDS, tables.EXCHANGES_SCHEMA, "topics"),
+             ("partitions", tables.PARTITION_ROW_FIELDS, tables.PARTITIONS_SCHEMA, "topic"),
+             ("errors", tables.ERROR_ROW_FIELDS, tables.ERRORS_SCHEMA, "topic"))
+    for name, fields, schema, topic_field in cases:
+        rows = captured_rows[name]
+        if with_ids:
+            rows = with_topic_ids(rows, fields.index(topic_field), topic_field == "topics")
+        batch = getattr(tables, f"{name}_batch")(rows, "file.pcap", names)
+        assert batch.schema.equals(schema, check_metadata=True)
+        expected = column_by_column(rows, fields, schema, names)
+        for column, values in expected.items():
+            assert batch.column(column).equals(values), (name, column)
+        assert batch.column("capture_file").to_pylist() == ["file.pcap"] * len(rows)
+    partitions = tables.partitions_batch(captured_rows["partitions"], "f", {})
+    assert pc.sum(pc.is_valid(partitions.column("committed_offset"))).as_py() > 0  # request-side values kept
+    assert pc.sum(pc.is_valid(partitions.column("base_offset"))).as_py() > 0  # response-side values kept
+
+
+def test_partition_rows_name_the_offsets_in_partition_entry_order():
+    assert PartitionEntry._fields[3:-2] == tables.PARTITION_OFFSET_FIELDS
+
+
+def test_empty_batches_have_the_schemas():
+    for name, schema in (("exchanges", tables.EXCHANGES_SCHEMA), ("partitions", tables.PARTITIONS_SCHEMA),
+                         ("errors", tables.ERRORS_SCHEMA), ("records", tables.RECORDS_SCHEMA)):
+        batch = getattr(tables, f"{name}_batch")([], "f", {})
+        assert batch.num_rows == 0 and batch.schema.equals(schema, check_metadata=True)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Frame heads collected by the packet loop
+
+
+@pytest.mark.parametrize("bodies", [True, False])
+def test_frames_split_over_many_segments_reach_the_matcher_whole(tmp_path, bodies):
+    rng = random.Random(3)
+    to_broker = b"".join(craft.produce_request_v3(c, 1, rng.choice([10, 3000, 70000])) for c in range(1, 13))
+    to_client = b"".join(craft.fetch_response_v11(c, rng.choice([0, 5000, 90000])) for c in range(1, 13))
+    conversation = craft.Conversation()
+    conversation.handshake()
+    pos = [0, 0]
+    while pos[0] < len(to_broker) or pos[1] < len(to_client):
+        side = rng.randrange(2)
+        data = (to_broker, to_client)[side]
+        if pos[side] < len(data):
+            chunk = data[pos[side]:pos[side] + rng.choice([1, 3, 100, 1448, 1448, 1448, 1448])]
+            pos[side] += len(chunk)
+            conversation.send(side == 0, chunk, ack=rng.random() < 0.5)
+    path = craft.write(tmp_path / "split.pcap", conversation.packets)
+
+    frames: dict[bool, list[bytes]] = {False: [], True: []}
+
+    def tap(conn_id, is_response, first_no, last_no, frame):
+        frames[is_response].append(bytes(frame))
+
+    options = Options(bodies=bodies)
+    analyze_file(path, options, lambda table, batch: None, tap=tap)
+    keep = options.frame_keep
+    assert frames[False] == [f[:keep] for f in size_prefixed(to_broker)]
+    assert frames[True] == [f[:keep] for f in size_prefixed(to_client)]
+    assert any(len(f) > 60000 for f in frames[True]) == bodies
+
+
+def size_prefixed(data: bytes):
+    pos = 0
+    while pos < len(data):
+        size = struct.unpack_from(">i", data, pos)[0]
+        yield data[pos:pos + 4 + size]
+        pos += 4 + size
