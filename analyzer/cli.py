@@ -22,6 +22,23 @@ from analyzer.tables import CONNECTIONS_SCHEMA, EXCHANGES_SCHEMA, PARTITIONS_SCH
 STATUSES = ("ok", "error", "no_response", "acks0", "orphan_response", "malformed")
 
 
+AUTO_JOBS_MAX = 8  # each process walks every packet of a file it shares: more would mostly add memory
+
+
+def _jobs(ctx: click.Context, param: click.Parameter, value: str | int) -> int:
+    """--jobs N, or auto: the CPUs this process may run on (inputs too small to split still use one)."""
+    if value == "auto":
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return max(1, min(cpus, AUTO_JOBS_MAX))
+    try:
+        jobs = int(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is neither a number nor 'auto'") from None
+    if not 1 <= jobs <= 256:
+        raise click.BadParameter(f"{jobs} is not in the range 1 to 256")
+    return jobs
+
+
 def _common(f: Callable) -> Callable:
     f = click.option("--separate-files", is_flag=True,
                      help="Analyse every file on its own, even the files of a rotated set (tcpdump -C/-G), "
@@ -31,8 +48,9 @@ def _common(f: Callable) -> Callable:
     f = click.option("--headers-only", is_flag=True,
                      help="Decode headers and top-level errors only: no topics, partitions or nested errors "
                           "(about twice as fast on large captures).")(f)
-    f = click.option("-j", "--jobs", type=click.IntRange(1, 256), default=1, show_default=True,
-                     help="Processes: across files, and across the connections of one large file.")(f)
+    f = click.option("-j", "--jobs", default="auto", show_default=True, callback=_jobs, metavar="N|auto",
+                     help="Processes: across files, and across the connections of one large file (auto: one "
+                          f"per CPU, at most {AUTO_JOBS_MAX}).")(f)
     f = click.option("--detect-ports", is_flag=True,
                      help="Also find Kafka on any other port, by the shape of its request headers.")(f)
     f = click.option("-p", "--port", "ports", type=click.IntRange(1, 65535), multiple=True,
