@@ -11,7 +11,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import chain, islice
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -157,7 +157,7 @@ def _carry_into(following: Sequence[str], table: FlowTable, stats: CaptureStats,
             first = next(packets, None)
             if first is None or not continues(last_ts, first[1]):
                 return
-            yield os.path.basename(path), _chain(first, packets), lambda cap=nxt: cap.stats.packets
+            yield os.path.basename(path), chain((first,), packets), lambda cap=nxt: cap.stats.packets
             last_ts = nxt.stats.last_ts_ns
 
     try:
@@ -183,11 +183,6 @@ def _continued(final: tuple, at_end: tuple) -> tuple:
     row[_PACKET_COUNTERS] = at_end[_PACKET_COUNTERS]
     row[-1] = "continued"
     return tuple(row)
-
-
-def _chain(first: tuple, rest):
-    yield first
-    yield from rest
 
 
 def _emit_exchanges(table: FlowTable, name: str, sink: BatchSink, report: FileReport) -> None:

@@ -137,11 +137,9 @@ class Stitcher:
                 Handoff(h["connection_id"], h["next_connection_id"], h["stop_frame"], h["owned_correlation_ids"],
                         h["next_file"]))
         rows = {r["capture_file"]: r for r in files.select(["capture_file", "packets", "continues_in"]).to_pylist()}
-        pending = set(rows)
         for name in _chain_order(rows):
             r = rows[name]
             self.add_file(name, r["packets"] or 0, r["continues_in"], by_file.get(name, []))
-            pending.discard(name)
 
     def file_columns(self, name: str) -> tuple[str, int]:
         """(capture_set, first_frame) for the files table: the chain's first file, the file's first packet."""

@@ -82,6 +82,17 @@ _unpack_int32_int16 = _INT32_INT16.unpack_from
 _unpack_message_head = _MESSAGE_HEAD.unpack_from
 
 _MESSAGE_HEADER_BYTES = (5, 6)  # after LENGTH, by magic: MAGIC [ATTRIBUTES] CHECKSUM
+
+
+def _message_head(buf, pos: int) -> tuple[int, int, int]:
+    """LENGTH, MAGIC and the header size after LENGTH of the message at ``pos``; raise when they are wrong."""
+    length, magic = _unpack_message_head(buf, pos)
+    if magic != 0 and magic != 1:
+        raise Legacy07Error(f"message magic {magic}")
+    header = _MESSAGE_HEADER_BYTES[magic]
+    if length < header:
+        raise Legacy07Error(f"message length {length}")
+    return length, magic, header
 _NOT_TOPIC_CHARACTER = re.compile(rb"[^\x21-\x7e]")
 
 _new_tuple = tuple.__new__
@@ -180,12 +191,7 @@ def _count_messages(buf, pos: int, stop: int, limit: int, cut_tail: bool, strict
             raise Legacy07Error("message set ends inside a message header")
         if pos + 5 > limit:
             return count, 0, False
-        length, magic = _unpack_message_head(buf, pos)
-        if magic != 0 and magic != 1:
-            raise Legacy07Error(f"message magic {magic}")
-        header = _MESSAGE_HEADER_BYTES[magic]
-        if length < header:
-            raise Legacy07Error(f"message length {length}")
+        length, magic, header = _message_head(buf, pos)
         after = pos + 4 + length
         if after > stop:
             if cut_tail:
@@ -559,12 +565,7 @@ def _message_set_tree(buf, pos: int, stop: int, limit: int, cut_tail: bool, veri
         if pos + 5 > limit:
             tree["truncated"] = True
             break
-        length, magic = _unpack_message_head(buf, pos)
-        if magic != 0 and magic != 1:
-            raise Legacy07Error(f"message magic {magic}")
-        header = _MESSAGE_HEADER_BYTES[magic]
-        if length < header:
-            raise Legacy07Error(f"message length {length}")
+        length, magic, header = _message_head(buf, pos)
         if pos + 4 + header > limit:
             tree["truncated"] = True
             break
