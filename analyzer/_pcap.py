@@ -8,7 +8,7 @@ or a stream of decompressed chunks. It walks a buffer until a record does not fi
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -89,9 +89,15 @@ def parse_header(head: Buffer) -> PcapHeader:
     return PcapHeader(order, unit, (major, minor), snaplen, network & 0xFFFF)
 
 
-def pcap_packets(source: BufferSource, buf: Buffer, pos: int, header: PcapHeader,
-                 stats: CaptureStats) -> Iterator[Packet]:
-    """Yield (frame_no, ts_ns, key, seq, ack, flags, payload, seg_len) for each TCP packet from `pos` on."""
+def pcap_packets(source: BufferSource, buf: Buffer, pos: int, header: PcapHeader, stats: CaptureStats,
+                 skip: Container[bytes] = (), skipped: list[int] | None = None) -> Iterator[Packet]:
+    """Yield (frame_no, ts_ns, key, seq, ack, flags, payload, seg_len) for each TCP packet from `pos` on.
+
+    Packets whose flow key is in ``skip`` (flows the consumer has no use for: other ports, another shard's
+    connections) are counted but not yielded, which saves most of their cost; ``skipped`` then holds the
+    frame number and time of the last one (see Capture.packets)."""
+    if skipped is None:
+        skipped = [0, 0]
     record = struct.Struct(header.byte_order + "III4x").unpack_from  # seconds, fraction, caplen
     ts_unit = header.ts_unit_ns
     limit = header.caplen_limit
@@ -129,6 +135,11 @@ def pcap_packets(source: BufferSource, buf: Buffer, pos: int, header: PcapHeader
                         link_proto, ver_ihl, ip_len, fragment, proto, key, seq, ack, offset, flags = \
                             frame_fields(buf, pos)
                         if link_proto == want and ver_ihl == 0x45 and proto == 6 and not fragment & 0x3FFF:
+                            if key in skip:
+                                pos = nxt
+                                skipped[0] = frame
+                                skipped[1] = ts
+                                continue
                             headers = headers_len[offset]
                             seg_len = ip_len - headers  # negative: bad TCP offset, or no IP length (TSO)
                             if seg_len > 0:
@@ -149,6 +160,10 @@ def pcap_packets(source: BufferSource, buf: Buffer, pos: int, header: PcapHeader
                         counts[decoded] += 1
                     else:
                         key, seq, ack, flags, start, stop, seg_len = decoded
+                        if key in skip:
+                            skipped[0] = frame
+                            skipped[1] = ts
+                            continue
                         yield frame, ts, key, seq, ack, flags, view[start:stop], seg_len
                     continue
                 if caplen > limit:

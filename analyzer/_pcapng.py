@@ -9,7 +9,7 @@ Like the pcap loop, it walks one buffer and asks the source to refill when a blo
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
 from analyzer._linklayer import (
@@ -104,10 +104,12 @@ def parse_interface(order: str, buf: Buffer, pos: int, block_end: int) -> Interf
     return Interface(linktype, decoder(linktype), multiplier, divisor, offset_ns, snaplen, *fast)
 
 
-def pcapng_packets(source: BufferSource, buf: Buffer, pos: int,
-                   stats: CaptureStats) -> Iterator[Packet]:
+def pcapng_packets(source: BufferSource, buf: Buffer, pos: int, stats: CaptureStats,
+                   skip: Container[bytes] = (), skipped: list[int] | None = None) -> Iterator[Packet]:
     """Yield (frame_no, ts_ns, key, seq, ack, flags, payload, seg_len) for each TCP packet from `pos`,
-    which must be the start of a section header block."""
+    which must be the start of a section header block. ``skip`` and ``skipped``: as in pcap_packets."""
+    if skipped is None:
+        skipped = [0, 0]
     headers_len = IPV4_TCP_HEADERS_LEN
     no_payload = NO_PAYLOAD
     view = memoryview(buf)
@@ -161,6 +163,11 @@ def pcapng_packets(source: BufferSource, buf: Buffer, pos: int,
                     link_proto, ver_ihl, ip_len, fragment, proto, key, seq, ack, offset, flags = \
                         frame_fields(buf, pos)
                     if link_proto == want and ver_ihl == 0x45 and proto == 6 and not fragment & 0x3FFF:
+                        if key in skip:
+                            pos = nxt
+                            skipped[0] = frame
+                            skipped[1] = ts
+                            continue
                         headers = headers_len[offset]
                         seg_len = ip_len - headers  # negative: bad TCP offset, or no IP length (TSO)
                         if seg_len > 0:
@@ -182,6 +189,10 @@ def pcapng_packets(source: BufferSource, buf: Buffer, pos: int,
                     counts[decoded] += 1
                 else:
                     key, seq, ack, flags, start, stop, seg_len = decoded
+                    if key in skip:
+                        skipped[0] = frame
+                        skipped[1] = ts
+                        continue
                     yield frame, ts, key, seq, ack, flags, view[start:stop], seg_len
                 continue
 
@@ -257,6 +268,10 @@ def pcapng_packets(source: BufferSource, buf: Buffer, pos: int,
                 else:
                     key, seq, ack, flags, start, stop, seg_len = decoded
                     pos = nxt
+                    if key in skip:
+                        skipped[0] = frame
+                        skipped[1] = packet_ts
+                        continue
                     yield frame, packet_ts, key, seq, ack, flags, view[start:stop], seg_len
                     continue
             pos = nxt

@@ -100,12 +100,14 @@ def analyze_file(
                           options.bodies, options.verify_crc, options.records and options.bodies,
                           Limits(options.max_batch_mb << 20, options.max_decompressed_mb << 20))
         table.out.tap = tap
-        packets = cap.packets()
+        skipped = [0, 0]
+        packets = cap.packets(table.ignored, skipped)
         rows = table.rows
         try:
             while True:
                 before = table.last_frame
                 table.feed(islice(packets, STEP_PACKETS))
+                table.skipped_to(*skipped)
                 if len(rows) >= options.batch_rows or len(table.out.partitions) >= options.batch_rows or (
                         table.out.records is not None and len(table.out.records) >= options.batch_rows):
                     _emit_exchanges(table, name, sink, report)

@@ -26,7 +26,7 @@ import os
 import queue
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -89,16 +89,20 @@ class Capture:
         self._header = header
         self._iterator: Iterator[Packet] | None = None
 
-    def packets(self) -> Iterator[Packet]:
-        """Iterate (frame_no, ts_ns, key, seq, ack, flags, payload, seg_len) for every TCP packet."""
+    def packets(self, skip: Container[bytes] = (), skipped: list[int] | None = None) -> Iterator[Packet]:
+        """Iterate (frame_no, ts_ns, key, seq, ack, flags, payload, seg_len) for every TCP packet.
+
+        ``skip``: flow keys whose packets are counted but not yielded (a live set: keys may be added while
+        iterating). ``skipped``, a two-item list, is set to the frame number and time of the last packet
+        skipped, so a consumer can keep its clock as if it had seen every packet."""
         if self._iterator is not None:
             raise RuntimeError("Capture.packets() can be called only once")
         buf, pos = self._source.start()
         if self._header is not None:
             self._iterator = _pcap.pcap_packets(
-                self._source, buf, pos + _pcap.GLOBAL_HEADER_LEN, self._header, self.stats)
+                self._source, buf, pos + _pcap.GLOBAL_HEADER_LEN, self._header, self.stats, skip, skipped)
         else:
-            self._iterator = _pcapng.pcapng_packets(self._source, buf, pos, self.stats)
+            self._iterator = _pcapng.pcapng_packets(self._source, buf, pos, self.stats, skip, skipped)
         return self._iterator
 
     def bytes_read(self) -> int:

@@ -78,6 +78,8 @@ class FlowTable:
         self.keep = keep
         self.max_frame = max_frame
         self.flows: dict[bytes, object] = {}
+        # Keys of flows marked IGNORED: a reader given this set drops their packets before they get here.
+        self.ignored: set[bytes] = set()
         self.open: list[Connection] = []
         # Rows of the exchanges, errors, partitions (and records) tables, drained by the caller.
         self.out = Outputs(bodies, verify_crc, records, limits)
@@ -215,6 +217,18 @@ class FlowTable:
         if flags & RST:
             conn.close(ts, "rst")
 
+    def _ignore(self, key: bytes, rev: bytes) -> None:
+        self.flows[key] = self.flows[rev] = IGNORED
+        self.ignored.add(key)
+        self.ignored.add(rev)
+
+    def skipped_to(self, no: int, ts: int) -> None:
+        """The reader dropped packets of ignored flows up to packet ``no`` at ``ts``: advance the clock as
+        feeding them would have."""
+        if no > self.last_frame:
+            self.last_frame = no
+            self.now = ts
+
     def _is_new_connection(self, h: HalfStream, conn: Connection, seq: int, flags: int) -> bool:
         """A SYN on a known flow opens a new connection when it is not a retransmission of the first."""
         if h.isn < 0:
@@ -231,7 +245,7 @@ class FlowTable:
         src, dst, sport, dport = split_key(key)
         rev = reverse_key(key)
         if self.shard is not None and shard_of(key, rev, self.shard[1]) != self.shard[0]:
-            self.flows[key] = self.flows[rev] = IGNORED
+            self._ignore(key, rev)
             return None
         ports = self.ports
         to_kafka, from_kafka = dport in ports, sport in ports
@@ -241,7 +255,7 @@ class FlowTable:
                 self.flows[key] = self.flows[rev] = probe
                 self._probe(probe, pkt)
             else:
-                self.flows[key] = self.flows[rev] = IGNORED
+                self._ignore(key, rev)
             return None
         if flags & SYN:
             sender_is_client = not flags & ACK
@@ -273,7 +287,7 @@ class FlowTable:
                 return
         if len(probe.packets) >= PROBE_PACKETS or probe.data_packets >= PROBE_DATA_PACKETS:
             key = pkt[2]
-            self.flows[key] = self.flows[reverse_key(key)] = IGNORED
+            self._ignore(key, reverse_key(key))
             self.probed_out += 1
 
 

@@ -421,6 +421,41 @@ def test_pcapng_sections_interfaces_resolutions_and_block_types(tmp_path):
     assert (stats.first_ts_ns, stats.last_ts_ns) == (1_700_000_000_123_456_000, 1_700_000_002_500_000_000)
 
 
+def _read_skipping(path: Path, skip: set[bytes]) -> tuple[list[tuple], list[int], capture_module.CaptureStats]:
+    skipped = [0, 0]
+    with open_capture(path) as capture:
+        packets = [(p[0], p[1], p[2], bytes(p[6])) for p in capture.packets(skip, skipped)]
+        return packets, skipped, capture.stats
+
+
+def test_skipped_flows_are_counted_not_yielded(tmp_path):
+    """Flows a consumer has no use for are dropped by the reader on every path (pcap fast path and the
+    decoder behind it; pcapng EPB, SPB and obsolete PB), counted like the rest, and the last one's frame
+    number and time reported."""
+    v4 = flow_key("10.0.0.1", "10.0.0.2", 40000, 9092)
+    v6 = flow_key("fd00::1", "fd00::2", 40001, 9093)
+    frames = [eth() / tcp4(b"a", seq=1), eth() / tcp6(b"b"), eth() / tcp4(b"c", seq=2, sport=40002),
+              eth() / Dot1Q(vlan=5) / tcp4(b"d", seq=3), eth() / tcp6(b"e", sport=40003), eth() / tcp4(b"f", seq=4)]
+    stamps = write_pcap(tmp_path / "s.pcap", frames, 1)
+    ether = bytes(eth() / tcp4(b"g", seq=1))
+    content = b"".join([shb("<"), idb("<", 1), epb("<", 0, 1_700_000_000_000_001, ether),
+                        epb("<", 0, 1_700_000_000_000_002, bytes(eth() / tcp6(b"h"))),
+                        spb("<", ether), obsolete_pb("<", 0, 1_700_000_000_000_003, ether),
+                        epb("<", 0, 1_700_000_000_000_004, bytes(eth() / tcp6(b"i", sport=40004)))])
+    (tmp_path / "s.pcapng").write_bytes(content)
+    for path in (tmp_path / "s.pcap", tmp_path / "s.pcapng"):
+        everything, nothing_skipped, whole_stats = _read_skipping(path, set())
+        assert nothing_skipped == [0, 0]
+        for skip in ({v4}, {v6}, {v4, v6}):
+            kept, last, stats = _read_skipping(path, skip)
+            assert kept == [p for p in everything if p[2] not in skip]
+            dropped = [p for p in everything if p[2] in skip]
+            assert last == [dropped[-1][0], dropped[-1][1]]
+            assert (stats.packets, stats.tcp_packets, stats.last_ts_ns) == \
+                (whole_stats.packets, whole_stats.tcp_packets, whole_stats.last_ts_ns)
+    assert [p[1] for p in _read_skipping(tmp_path / "s.pcap", set())[0]] == stamps
+
+
 def test_pcapng_timestamps_agree_with_scapy_reader(tmp_path):
     """scapy's pcapng reader parses the IDB resolutions itself; its numbers must match ours."""
     content = shb("<") + idb("<", 1, option("<", 9, b"\x09")) + idb("<", 1) + b"".join(
