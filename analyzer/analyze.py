@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, islice
 
@@ -80,14 +80,17 @@ def analyze_file(
     progress: Callable[[int], None] | None = None,
     tap: Callable | None = None,
     following: Sequence[str] = (),
+    names: Mapping[str, str] | None = None,
 ) -> FileReport:
     """Analyse ``path``; ``progress(n)`` is called now and then with the file bytes read so far.
 
     ``following``: the next files of a rotated capture set. Connections open at the end of this file are
     followed into them until their exchanges in flight are complete (see ``analyzer.carry``).
+    ``names``: the capture_file name of this file and the following ones, by path (default: the base name;
+    see ``capture_names`` for inputs from several folders).
     """
     started = time.perf_counter()
-    name = os.path.basename(os.fspath(path))
+    name = capture_name(path, names)
     report = FileReport(path=os.fspath(path), name=name, shard=shard)
     try:
         cap = open_capture(path)
@@ -122,7 +125,7 @@ def analyze_file(
             report.error = f"internal error after packet {table.last_frame}: {exc!r}"
         snapshots: dict[int, tuple] = {}
         if following and report.error is None and cap.stats.damage is None:
-            snapshots = _carry_into(following, table, cap.stats, report)
+            snapshots = _carry_into(following, table, cap.stats, report, names)
         try:
             table.finish()
         except Exception as exc:
@@ -138,8 +141,40 @@ def analyze_file(
     return report
 
 
-def _carry_into(following: Sequence[str], table: FlowTable, stats: CaptureStats,
-                report: FileReport) -> dict[int, tuple]:
+def capture_name(path: str | os.PathLike, names: Mapping[str, str] | None = None) -> str:
+    """The capture_file value of a file's rows: its name in ``names``, else its base name."""
+    path = os.fspath(path)
+    if names is not None and path in names:
+        return names[path]
+    return os.path.basename(path)
+
+
+def capture_names(paths: Sequence[str]) -> dict[str, str]:
+    """A distinct capture_file name per file: its base name, or, where several inputs share one (a folder
+    per broker, each with its own capture.pcap), as many parent folders as tell them apart ("b1/capture.pcap").
+    Every table keys its rows by capture_file, so two files must never share one."""
+    full = {p: p.rstrip("/") if "://" in p else os.path.normpath(os.path.abspath(p)) for p in paths}
+    parts = {p: full[p].replace(os.sep, "/").split("/") for p in paths}
+    depth = dict.fromkeys(paths, 1)
+    while True:
+        groups: dict[str, set[str]] = {}
+        for p in paths:
+            groups.setdefault("/".join(parts[p][-depth[p]:]), set()).add(full[p])
+        clashes = [name for name, same in groups.items() if len(same) > 1]
+        if not clashes:
+            break
+        grown = False
+        for p in paths:
+            if "/".join(parts[p][-depth[p]:]) in clashes and depth[p] < len(parts[p]):
+                depth[p] += 1
+                grown = True
+        if not grown:
+            break
+    return {p: "/".join(parts[p][-depth[p]:]) for p in paths}
+
+
+def _carry_into(following: Sequence[str], table: FlowTable, stats: CaptureStats, report: FileReport,
+                names: Mapping[str, str] | None) -> dict[int, tuple]:
     """Follow open connections into the next file(s); returns their connection rows as of this file's end
     (the next file's analysis counts its own packets of them; the stitch stage adds the two up)."""
     snapshots = {c.conn_id: c.row() for c in table.open if c.ended is None}
@@ -159,7 +194,7 @@ def _carry_into(following: Sequence[str], table: FlowTable, stats: CaptureStats,
             first = next(packets, None)
             if first is None or not continues(last_ts, first[1]):
                 return
-            yield os.path.basename(path), chain((first,), packets), lambda cap=nxt: cap.stats.packets
+            yield capture_name(path, names), chain((first,), packets), lambda cap=nxt: cap.stats.packets
             last_ts = nxt.stats.last_ts_ns
 
     try:
@@ -171,7 +206,7 @@ def _carry_into(following: Sequence[str], table: FlowTable, stats: CaptureStats,
         for cap in opened:
             cap.close()
     if report.handoffs:  # names alike and times in sequence are not enough: a connection must run on
-        report.continues_in = os.path.basename(following[0])
+        report.continues_in = capture_name(following[0], names)
     return {h.connection_id: snapshots[h.connection_id] for h in report.handoffs}
 
 

@@ -17,7 +17,7 @@ from multiprocessing import get_context
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from analyzer.analyze import BatchSink, FileReport, Options, analyze_file
+from analyzer.analyze import BatchSink, FileReport, Options, analyze_file, capture_names
 from analyzer.stitch import Stitcher, capture_sets, next_files
 from analyzer.tables import files_batch
 
@@ -56,11 +56,13 @@ class Task:
     path: str
     shard: tuple[int, int] | None
     following: tuple[str, ...] = ()  # the next files of its rotated set
+    names: tuple[tuple[str, str], ...] = ()  # (path, capture_file name) of it and the following files
 
 
 def plan(files: list[str], jobs: int, stitch: bool = True) -> list[Task]:
     """One task per file; when there are fewer files than processes, big files are split by connection.
     With ``stitch``, files of a rotated set come in rotation order and each task knows the next file."""
+    names = capture_names(files)
     if stitch:
         files = [p for members in capture_sets(files) for p in members]
         after = next_files(files)
@@ -77,10 +79,11 @@ def plan(files: list[str], jobs: int, stitch: bool = True) -> list[Task]:
             size = os.path.getsize(path)
         except OSError:
             size = 0
+        named = tuple((p, names[p]) for p in (path, *nxt))
         if jobs > 1 and len(files) < jobs and size >= SHARD_MIN_BYTES:
-            tasks.extend(Task(path, (i, jobs), nxt) for i in range(jobs))
+            tasks.extend(Task(path, (i, jobs), nxt, named) for i in range(jobs))
         else:
-            tasks.append(Task(path, None, nxt))
+            tasks.append(Task(path, None, nxt, named))
     return tasks
 
 
@@ -98,7 +101,7 @@ def _run_task(task: Task, options: Options, spool: str) -> tuple[FileReport, dic
             w = writers[table] = ipc.new_stream(path, batch.schema)
         w.write_batch(batch)
 
-    report = analyze_file(task.path, options, sink, task.shard, following=task.following)
+    report = analyze_file(task.path, options, sink, task.shard, following=task.following, names=dict(task.names))
     for w in writers.values():
         w.close()
     return report, paths
@@ -136,7 +139,8 @@ def run(
                     on_progress(read - done)
                     done = read
 
-            report = analyze_file(task.path, options, sink, task.shard, advance, following=task.following)
+            report = analyze_file(task.path, options, sink, task.shard, advance, following=task.following,
+                                  names=dict(task.names))
             _add_to_stitcher(stitcher, report)
             reports.append(report)
             advance(_size(task.path))

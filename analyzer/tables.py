@@ -28,7 +28,8 @@ def _f(name: str, typ: pa.DataType, doc: str) -> pa.Field:
 
 EXCHANGES_SCHEMA = pa.schema([
     _f("capture_file", pa.string(), "Name of the capture file the exchange was read from; for a set of rotated "
-       "files (tcpdump -C/-G), the set's first file (see the files table)."),
+       "files (tcpdump -C/-G), the set's first file (see the files table). The base name, with as many parent "
+       "folders as it takes to tell apart inputs that share one (broker1/capture.pcap, broker2/capture.pcap)."),
     _f("connection_id", pa.int64(), "Packet number (1-based, as in Wireshark) of the connection's first "
        "packet in the capture file (in a rotated set: counted across the set, as if the files were one); "
        "with capture_file it identifies the TCP connection."),

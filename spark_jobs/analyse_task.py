@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 import pyarrow as pa
 
@@ -29,8 +29,8 @@ class _Stopped(BaseException):
     the pipeline's own "keep the rows decoded so far" handlers let it through."""
 
 
-TaskPlan = list[list[tuple[str, list[str]]]]
-"""Per task, its files: (path, the next files of its rotated set)."""
+TaskPlan = list[list[tuple[str, list[str], dict[str, str]]]]
+"""Per task, its files: (path, the next files of its rotated set, capture_file names of those files)."""
 
 
 def analyse_partition(batches: Iterator[pa.RecordBatch], plan: TaskPlan, options: Options,
@@ -40,12 +40,12 @@ def analyse_partition(batches: Iterator[pa.RecordBatch], plan: TaskPlan, options
     built from a Python list, and its partitions are exactly one id each.)"""
     for batch in batches:
         for task in batch.column(0).to_pylist():
-            for path, following in plan[task]:
-                yield from _stream(task, path, following, options, fs_for)
+            for path, following, names in plan[task]:
+                yield from _stream(task, path, following, names, options, fs_for)
 
 
-def _stream(task: int, path: str, following: list[str], options: Options, fs_for: Callable | None
-            ) -> Iterator[pa.RecordBatch]:
+def _stream(task: int, path: str, following: list[str], names: dict[str, str], options: Options,
+            fs_for: Callable | None) -> Iterator[pa.RecordBatch]:
     """Envelopes of one file as the analysis thread produces them."""
     q: queue.Queue = queue.Queue(maxsize=QUEUE_ENVELOPES)
     stop = threading.Event()
@@ -69,7 +69,7 @@ def _stream(task: int, path: str, following: list[str], options: Options, fs_for
 
     def work() -> None:
         try:
-            report = analyse_file(path, following, options, sink, fs_for)
+            report = analyse_file(path, following, options, sink, fs_for, names)
             put((REPORT, task, seq, 1, pack_report(report)))
             put(None)
         except _Stopped:
@@ -104,20 +104,44 @@ def _stream(task: int, path: str, following: list[str], options: Options, fs_for
         worker.join()
 
 
-def analyse_file(path: str, following: list[str], options: Options, sink, fs_for: Callable | None = None
-                 ) -> FileReport:
+def analyse_file(path: str, following: list[str], options: Options, sink, fs_for: Callable | None = None,
+                 names: dict[str, str] | None = None) -> FileReport:
     """``analyze_file`` on a local path or a local copy, the report naming the file as the user gave it.
-    ``following``: the next files of its rotated set (copied only if the analysis reads on into them)."""
+    ``following``: the next files of its rotated set (copied only if the analysis reads on into them);
+    ``names``: capture_file names by the paths as given (see analyzer.analyze.capture_names)."""
     nexts = LazyCopies(following, fs_for)
+    names = names or {}
     try:
         with local_copies([path], fs_for) as (here,):
-            report = analyze_file(here, options, sink, following=nexts)
+            report = analyze_file(here, options, sink, following=nexts, names=_LocalNames(here, path, nexts, names))
             _relabel(report, {here: path, **nexts.shown()})
             return report
     except OSError as exc:
-        return FileReport(path=path, name=os.path.basename(path.rstrip("/")), error=str(exc))
+        return FileReport(path=path, name=names.get(path) or os.path.basename(path.rstrip("/")), error=str(exc))
     finally:
         nexts.close()
+
+
+class _LocalNames(Mapping):
+    """capture_file names by local path: the copies' names are those of the paths they were made from."""
+
+    def __init__(self, here: str, path: str, nexts: LazyCopies, names: dict[str, str]) -> None:
+        self._here, self._path, self._nexts, self._names = here, path, nexts, names
+
+    def _given(self, local: str) -> str:
+        return self._path if local == self._here else self._nexts.shown().get(local, local)
+
+    def __getitem__(self, local: str) -> str:
+        return self._names[self._given(local)]
+
+    def __contains__(self, local: object) -> bool:
+        return isinstance(local, str) and self._given(local) in self._names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
 
 
 def _relabel(report: FileReport, shown: dict[str | None, str | None]) -> None:

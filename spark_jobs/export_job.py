@@ -35,7 +35,7 @@ if __package__ in (None, ""):  # run as a file by spark-submit: make the package
 
 import pyarrow as pa
 
-from analyzer.analyze import FileReport, Options
+from analyzer.analyze import FileReport, Options, capture_names
 from analyzer.run import FOLLOW_FILES, InputError, file_row
 from analyzer.stitch import Stitcher, capture_sets, merge_connections, next_files
 from analyzer.tables import FILES_SCHEMA, files_batch
@@ -105,7 +105,9 @@ def _export(spark, inputs: list[str], out: str, options: Options, aggregate: boo
     following = _following(paths) if options.stitch else {}
     slots = spark.sparkContext.defaultParallelism * TASKS_PER_CORE
     groups = group_files(files, slots, target_mb << 20)
-    plan = [[(files[i].path, following.get(files[i].path, [])) for i in g] for g in groups]
+    names = capture_names(paths)
+    plan = [[(files[i].path, following.get(files[i].path, []),
+              {p: names[p] for p in (files[i].path, *following.get(files[i].path, []))}) for i in g] for g in groups]
     tasks = spark.range(0, len(plan), 1, len(plan))
     envelopes = tasks.mapInArrow(partial(analyse_partition, plan=plan, options=options), ENVELOPE_DDL)
     envelopes = envelopes.persist(StorageLevel.MEMORY_AND_DISK)

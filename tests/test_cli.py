@@ -7,6 +7,7 @@ import os
 import random
 from pathlib import Path
 
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
@@ -14,6 +15,7 @@ from click.testing import CliRunner
 from scapy.utils import PcapNgWriter
 
 from analyzer import run as run_module
+from analyzer.analyze import capture_names
 from analyzer.cli import main
 from tests import craft
 
@@ -121,6 +123,39 @@ def test_folder_input_and_parallel_jobs_give_the_same_rows(tmp_path, monkeypatch
     a = pq.read_table(tmp_path / "one" / "exchanges.parquet").sort_by([(k, "ascending") for k in key])
     b = pq.read_table(tmp_path / "two" / "exchanges.parquet").sort_by([(k, "ascending") for k in key])
     assert a.num_rows == 4 + 5 + 6 and a.equals(b)
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_files_of_the_same_name_in_different_folders_stay_apart(tmp_path, jobs):
+    """A folder per broker, each with its own capture.pcap: every table keys rows by capture_file, so the
+    two files get distinct names (their folders added), and each file's rows equal those of its own export."""
+    captures = {"broker1": conversation(4, cport=40000), "broker2": conversation(6, cport=40000)}
+    for broker, packets in captures.items():
+        (tmp_path / "in" / broker).mkdir(parents=True)
+        craft.write(tmp_path / "in" / broker / "capture.pcap", packets)
+    assert invoke("export", tmp_path / "in", "-o", tmp_path / "both", "--jobs", jobs).exit_code == 0
+    names = [f"{broker}/capture.pcap" for broker in captures]
+    files = pq.read_table(tmp_path / "both" / "files.parquet")
+    assert sorted(files.column("capture_file").to_pylist()) == names
+    for table in ("exchanges", "connections"):
+        both = pq.read_table(tmp_path / "both" / f"{table}.parquet")
+        assert sorted(set(both.column("capture_file").to_pylist())) == names
+        for broker in captures:
+            assert invoke("export", tmp_path / "in" / broker, "-o", tmp_path / broker).exit_code == 0
+            alone = pq.read_table(tmp_path / broker / f"{table}.parquet")
+            assert set(alone.column("capture_file").to_pylist()) == {"capture.pcap"}  # one input: the base name
+            mine = both.filter(pc.equal(both.column("capture_file"), f"{broker}/capture.pcap"))
+            assert mine.drop_columns(["capture_file"]).to_pylist() == alone.drop_columns(["capture_file"]).to_pylist()
+
+
+def test_capture_names_add_folders_only_where_base_names_clash():
+    paths = ["a/x/cap.pcap", "b/x/cap.pcap", "a/y/cap.pcap", "a/other.pcap", "/srv/other.pcapng"]
+    assert capture_names(paths) == {"a/x/cap.pcap": "a/x/cap.pcap", "b/x/cap.pcap": "b/x/cap.pcap",
+                                    "a/y/cap.pcap": "y/cap.pcap", "a/other.pcap": "other.pcap",
+                                    "/srv/other.pcapng": "other.pcapng"}
+    assert capture_names(["hdfs://nn/d1/c.pcap", "hdfs://nn/d2/c.pcap"]) == {
+        "hdfs://nn/d1/c.pcap": "d1/c.pcap", "hdfs://nn/d2/c.pcap": "d2/c.pcap"}
+    assert capture_names(["same.pcap", "./same.pcap"]) == {"same.pcap": "same.pcap", "./same.pcap": "same.pcap"}
 
 
 def test_one_large_file_is_split_by_connection_across_jobs(tmp_path, monkeypatch):
