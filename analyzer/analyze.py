@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, islice
 
@@ -80,17 +80,17 @@ def analyze_file(
     progress: Callable[[int], None] | None = None,
     tap: Callable | None = None,
     following: Sequence[str] = (),
-    names: Mapping[str, str] | None = None,
+    name_of: Callable[[str], str] = os.path.basename,
 ) -> FileReport:
     """Analyse ``path``; ``progress(n)`` is called now and then with the file bytes read so far.
 
     ``following``: the next files of a rotated capture set. Connections open at the end of this file are
     followed into them until their exchanges in flight are complete (see ``analyzer.carry``).
-    ``names``: the capture_file name of this file and the following ones, by path (default: the base name;
-    see ``capture_names`` for inputs from several folders).
+    ``name_of(path)``: the capture_file name of this file and the following ones (see ``capture_names`` for
+    inputs from several folders).
     """
     started = time.perf_counter()
-    name = capture_name(path, names)
+    name = name_of(os.fspath(path))
     report = FileReport(path=os.fspath(path), name=name, shard=shard)
     try:
         cap = open_capture(path)
@@ -125,7 +125,7 @@ def analyze_file(
             report.error = f"internal error after packet {table.last_frame}: {exc!r}"
         snapshots: dict[int, tuple] = {}
         if following and report.error is None and cap.stats.damage is None:
-            snapshots = _carry_into(following, table, cap.stats, report, names)
+            snapshots = _carry_into(following, table, cap.stats, report, name_of)
         try:
             table.finish()
         except Exception as exc:
@@ -141,14 +141,6 @@ def analyze_file(
     return report
 
 
-def capture_name(path: str | os.PathLike, names: Mapping[str, str] | None = None) -> str:
-    """The capture_file value of a file's rows: its name in ``names``, else its base name."""
-    path = os.fspath(path)
-    if names is not None and path in names:
-        return names[path]
-    return os.path.basename(path)
-
-
 def capture_names(paths: Sequence[str]) -> dict[str, str]:
     """A distinct capture_file name per file: its base name, or, where several inputs share one (a folder
     per broker, each with its own capture.pcap), as many parent folders as tell them apart ("b1/capture.pcap").
@@ -160,7 +152,7 @@ def capture_names(paths: Sequence[str]) -> dict[str, str]:
         groups: dict[str, set[str]] = {}
         for p in paths:
             groups.setdefault("/".join(parts[p][-depth[p]:]), set()).add(full[p])
-        clashes = [name for name, same in groups.items() if len(same) > 1]
+        clashes = {name for name, same in groups.items() if len(same) > 1}
         if not clashes:
             break
         grown = False
@@ -174,7 +166,7 @@ def capture_names(paths: Sequence[str]) -> dict[str, str]:
 
 
 def _carry_into(following: Sequence[str], table: FlowTable, stats: CaptureStats, report: FileReport,
-                names: Mapping[str, str] | None) -> dict[int, tuple]:
+                name_of: Callable[[str], str]) -> dict[int, tuple]:
     """Follow open connections into the next file(s); returns their connection rows as of this file's end
     (the next file's analysis counts its own packets of them; the stitch stage adds the two up)."""
     snapshots = {c.conn_id: c.row() for c in table.open if c.ended is None}
@@ -194,7 +186,7 @@ def _carry_into(following: Sequence[str], table: FlowTable, stats: CaptureStats,
             first = next(packets, None)
             if first is None or not continues(last_ts, first[1]):
                 return
-            yield capture_name(path, names), chain((first,), packets), lambda cap=nxt: cap.stats.packets
+            yield name_of(path), chain((first,), packets), lambda cap=nxt: cap.stats.packets
             last_ts = nxt.stats.last_ts_ns
 
     try:
@@ -206,7 +198,7 @@ def _carry_into(following: Sequence[str], table: FlowTable, stats: CaptureStats,
         for cap in opened:
             cap.close()
     if report.handoffs:  # names alike and times in sequence are not enough: a connection must run on
-        report.continues_in = capture_name(following[0], names)
+        report.continues_in = name_of(following[0])
     return {h.connection_id: snapshots[h.connection_id] for h in report.handoffs}
 
 

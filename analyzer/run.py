@@ -58,6 +58,10 @@ class Task:
     following: tuple[str, ...] = ()  # the next files of its rotated set
     names: tuple[tuple[str, str], ...] = ()  # (path, capture_file name) of it and the following files
 
+    def name_of(self) -> Callable[[str], str]:
+        names = dict(self.names)
+        return lambda path: names.get(path) or os.path.basename(path)
+
 
 def plan(files: list[str], jobs: int, stitch: bool = True) -> list[Task]:
     """One task per file; when there are fewer files than processes, big files are split by connection.
@@ -101,7 +105,8 @@ def _run_task(task: Task, options: Options, spool: str) -> tuple[FileReport, dic
             w = writers[table] = ipc.new_stream(path, batch.schema)
         w.write_batch(batch)
 
-    report = analyze_file(task.path, options, sink, task.shard, following=task.following, names=dict(task.names))
+    report = analyze_file(task.path, options, sink, task.shard, following=task.following,
+                          name_of=task.name_of())
     for w in writers.values():
         w.close()
     return report, paths
@@ -140,7 +145,7 @@ def run(
                     done = read
 
             report = analyze_file(task.path, options, sink, task.shard, advance, following=task.following,
-                                  names=dict(task.names))
+                                  name_of=task.name_of())
             _add_to_stitcher(stitcher, report)
             reports.append(report)
             advance(_size(task.path))

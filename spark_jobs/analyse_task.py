@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 
@@ -113,35 +113,17 @@ def analyse_file(path: str, following: list[str], options: Options, sink, fs_for
     names = names or {}
     try:
         with local_copies([path], fs_for) as (here,):
-            report = analyze_file(here, options, sink, following=nexts, names=_LocalNames(here, path, nexts, names))
+            def name_of(local: str) -> str:  # a local copy is named after the path it was made from
+                given = path if local == here else nexts.shown().get(local, local)
+                return names.get(given) or os.path.basename(given.rstrip("/"))
+
+            report = analyze_file(here, options, sink, following=nexts, name_of=name_of)
             _relabel(report, {here: path, **nexts.shown()})
             return report
     except OSError as exc:
         return FileReport(path=path, name=names.get(path) or os.path.basename(path.rstrip("/")), error=str(exc))
     finally:
         nexts.close()
-
-
-class _LocalNames(Mapping):
-    """capture_file names by local path: the copies' names are those of the paths they were made from."""
-
-    def __init__(self, here: str, path: str, nexts: LazyCopies, names: dict[str, str]) -> None:
-        self._here, self._path, self._nexts, self._names = here, path, nexts, names
-
-    def _given(self, local: str) -> str:
-        return self._path if local == self._here else self._nexts.shown().get(local, local)
-
-    def __getitem__(self, local: str) -> str:
-        return self._names[self._given(local)]
-
-    def __contains__(self, local: object) -> bool:
-        return isinstance(local, str) and self._given(local) in self._names
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(())
-
-    def __len__(self) -> int:
-        return 0
 
 
 def _relabel(report: FileReport, shown: dict[str | None, str | None]) -> None:
