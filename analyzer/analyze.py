@@ -16,7 +16,8 @@ from itertools import chain, islice
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analyzer.capture import CaptureError, CaptureStats, open_capture
+from analyzer.bulk import feed_chunk
+from analyzer.capture import Capture, CaptureError, CaptureStats, open_capture
 from analyzer.carry import Handoff, carry_over, continues
 from analyzer.flows import FlowTable
 from analyzer.tables import connections_batch, errors_batch, exchanges_batch, partitions_batch, records_batch
@@ -45,6 +46,9 @@ class Options:
     max_batch_mb: int = 64  # decompressed size a single batch may reach before it is refused
     max_decompressed_mb: int = 4096  # decompressed bytes per capture file, all batches together
     stitch: bool = True  # the files of a rotated set (tcpdump -C/-G) make one capture (analyzer.stitch)
+    # Memory-mapped pcaps read in chunks, runs of ordinary packets handled in bulk (analyzer.bulk); False:
+    # packet by packet, the reference the bulk path is tested against.
+    bulk: bool = True
 
     @property
     def frame_keep(self) -> int:
@@ -103,21 +107,18 @@ def analyze_file(
                           options.bodies, options.verify_crc, options.records and options.bodies,
                           Limits(options.max_batch_mb << 20, options.max_decompressed_mb << 20))
         table.out.tap = tap
-        skipped = [0, 0]
-        packets = cap.packets(table.ignored, skipped)
+        step = _stepper(cap, table, options.bulk)
         rows = table.rows
         try:
             while True:
-                before = table.last_frame
-                table.feed(islice(packets, STEP_PACKETS))
-                table.skipped_to(*skipped)
+                more = step()
                 if len(rows) >= options.batch_rows or len(table.out.partitions) >= options.batch_rows or (
                         table.out.records is not None and len(table.out.records) >= options.batch_rows):
                     _emit_exchanges(table, name, sink, report)
                 table.retire_closed()
                 if table.connection_rows:
                     _emit_connections(table, name, sink, report)
-                if table.last_frame == before:
+                if not more:
                     break
                 if progress is not None:
                     progress(cap.bytes_read())
@@ -139,6 +140,28 @@ def analyze_file(
         report.refused_batches = table.out.limits.refused
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _stepper(cap: Capture, table: FlowTable, bulk: bool) -> Callable[[], bool]:
+    """A function that feeds the table its next step of packets and says whether there may be more."""
+    chunks = cap.chunks(table.ignored) if bulk else None
+    if chunks is not None:
+        def next_chunk() -> bool:
+            chunk = next(chunks, None)
+            if chunk is None:
+                return False
+            feed_chunk(table, chunk)
+            return True
+        return next_chunk
+    skipped = [0, 0]
+    packets = cap.packets(table.ignored, skipped)
+
+    def next_packets() -> bool:
+        before = table.last_frame
+        table.feed(islice(packets, STEP_PACKETS))
+        table.skipped_to(*skipped)
+        return table.last_frame != before
+    return next_packets
 
 
 def capture_names(paths: Sequence[str]) -> dict[str, str]:

@@ -30,7 +30,7 @@ from collections.abc import Container, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from analyzer import _pcap, _pcapng
+from analyzer import _pcap, _pcap_chunks, _pcapng
 from analyzer._linklayer import Buffer
 
 __all__ = ["Capture", "CaptureError", "CaptureStats", "open_capture"]
@@ -103,6 +103,20 @@ class Capture:
                 self._source, buf, pos + _pcap.GLOBAL_HEADER_LEN, self._header, self.stats, skip, skipped)
         else:
             self._iterator = _pcapng.pcapng_packets(self._source, buf, pos, self.stats, skip, skipped)
+        return self._iterator
+
+    def chunks(self, skip: Container[bytes] = ()) -> Iterator[_pcap_chunks.PacketChunk] | None:
+        """The TCP packets in chunks of columns (see analyzer._pcap_chunks), or None when this capture is
+        not read that way (pcapng, compressed files, link types without a fixed layout): use packets()."""
+        if self._iterator is not None:
+            raise RuntimeError("Capture.packets() or chunks() can be called only once")
+        header = self._header
+        if header is None or not isinstance(self._source, _MappedSource) or not _pcap_chunks.chunked(
+                header.linktype):
+            return None
+        buf, pos = self._source.start()
+        self._iterator = _pcap_chunks.pcap_chunks(self._source, buf, pos + _pcap.GLOBAL_HEADER_LEN, header,
+                                                  self.stats, skip)
         return self._iterator
 
     def bytes_read(self) -> int:

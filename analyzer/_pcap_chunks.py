@@ -1,0 +1,263 @@
+"""A memory-mapped pcap read a chunk of packets at a time: the header fields of a whole chunk in one gather.
+
+The per-packet reader (analyzer._pcap) unpacks each record's headers with a precompiled struct: about a
+microsecond of interpreter time per packet, whatever the packet holds. Here the record walk is the only
+per-packet Python work (one small unpack to find the next record); the link, IPv4 and TCP fields of every
+record in the chunk are then copied out of the map in one numpy gather and decoded as columns. The columns
+feed the flow table's bulk path (analyzer.bulk), which handles runs of ordinary packets without looking at
+each one. Packets that are not IPv4 without options on the file's link type (IPv6, VLAN tags, fragments,
+short records) go through the per-packet decoder as before; a chunk holding any of them is handed on as
+per-packet tuples instead of columns.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Container, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from analyzer._linklayer import (
+    ETHERNET,
+    IPV4,
+    LINUX_SLL,
+    LINUX_SLL2,
+    LOOP,
+    NO_PAYLOAD,
+    NULL,
+    RAW,
+    RAW_12,
+    RAW_14,
+    REASONS,
+    decoder,
+    store_counts,
+)
+from analyzer._pcap import RECORD_HEADER_LEN, PcapHeader
+
+if TYPE_CHECKING:
+    from analyzer._pcap import BufferSource
+    from analyzer.capture import CaptureStats
+
+CHUNK_BYTES = 64 << 20
+
+# link type -> (IP header offset in the frame, offset and big-endian width of the protocol field, value it
+# must have for IPv4); the same packets as analyzer._linklayer's fast path accepts.
+_LAYOUTS: dict[int, tuple[int, int, str, int] | tuple[int, None, None, None]] = {
+    ETHERNET: (14, 12, ">u2", 0x0800),
+    LINUX_SLL: (16, 14, ">u2", 0x0800),
+    LINUX_SLL2: (20, 0, ">u2", 0x0800),
+    NULL: (4, 0, ">u4", 2 << 24),  # host byte order read as big-endian: little-endian hosts, as the fast path
+    LOOP: (4, 0, ">u4", 2),
+    RAW: (0, None, None, None),
+    RAW_12: (0, None, None, None),
+    RAW_14: (0, None, None, None),
+    IPV4: (0, None, None, None),
+}
+
+
+def chunked(linktype: int) -> bool:
+    """Whether captures of this link type can be read in chunks."""
+    return linktype in _LAYOUTS
+
+
+@dataclass(slots=True)
+class PacketChunk:
+    """The TCP packets of a run of records, as columns (``tuples`` is None) or as per-packet tuples.
+
+    Columns hold one entry per record, all of them TCP packets, in file order: time, flow key (12 bytes: IPv4
+    addresses and ports), seq, ack, flags, the payload's [start, stop) in ``buf``, and the TCP payload length
+    on the wire (``seg_len``; stop - start is less when the capture cut the packet short).
+    """
+
+    first_frame: int  # the packet number of the chunk's first record; a column's i-th packet is first_frame + i
+    ts: np.ndarray
+    keys: np.ndarray
+    seq: np.ndarray
+    ack: np.ndarray
+    flags: np.ndarray
+    start: np.ndarray
+    stop: np.ndarray
+    seg_len: np.ndarray
+    buf: memoryview
+    tuples: list[tuple] | None = None
+    last_frame: int = 0  # the packet number and time of the chunk's last TCP packet (0, 0: none)
+    last_ts: int = 0
+    record_ts: int = 0  # the time of the chunk's last record
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+
+def _record_dtype(order: str, linktype: int) -> tuple[np.dtype, int]:
+    """The fields of one record read at fixed offsets from its start, and the span they cover."""
+    ip_at, proto_at, proto_type, _ = _LAYOUTS[linktype]
+    ip = RECORD_HEADER_LEN + ip_at
+    names = ["sec", "frac", "ver_ihl", "ip_len", "fragment", "proto", "key", "seq", "ack", "offset", "flags"]
+    formats = [order + "u4", order + "u4", "u1", ">u2", ">u2", "u1", "V12", ">u4", ">u4", "u1", "u1"]
+    offsets = [0, 4, ip, ip + 2, ip + 6, ip + 9, ip + 12, ip + 24, ip + 28, ip + 32, ip + 33]
+    if proto_at is not None:
+        names.append("link_proto")
+        formats.append(proto_type)
+        offsets.append(RECORD_HEADER_LEN + proto_at)
+    span = ip + 34
+    return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": span}), span
+
+
+def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: CaptureStats,
+                skip: Container[bytes] = ()) -> Iterator[PacketChunk]:
+    """Chunks of the records from ``pos`` on, CHUNK_BYTES of the file at a time (``buf`` maps the whole file).
+
+    Packets of flows in ``skip`` are left in the columns (the bulk path drops whole flows at once); in a
+    chunk handed on as tuples they are left out, as the per-packet reader does."""
+    order = header.byte_order
+    walk = struct.Struct(order + "8xI4x").unpack_from  # a record header's caplen: where the next one starts
+    limit = header.caplen_limit
+    layout = _Layout(buf, order, header.linktype, header.ts_unit_ns)
+    end = len(buf)
+    counts = [0] * REASONS
+    frame = 0
+    ts = None
+    stats.first_ts_ns = _first_ts(buf, pos, order, header.ts_unit_ns)
+    try:
+        while pos < end:
+            stop = min(pos + CHUNK_BYTES, end)
+            offsets: list[int] = []
+            add = offsets.append
+            header_cut = False
+            try:
+                while pos < stop:
+                    add(pos)
+                    pos += walk(buf, pos)[0] + RECORD_HEADER_LEN
+            except struct.error:  # the file ends inside this record header
+                offsets.pop()
+                header_cut = True
+            starts = np.array(offsets, np.int64)
+            nexts = np.empty_like(starts)
+            nexts[:-1] = starts[1:]
+            nexts[-1:] = pos
+            caplens = nexts - starts - RECORD_HEADER_LEN
+            bad = (caplens > limit) | (nexts > end)
+            damage = None
+            if bad.any():
+                first = int(bad.argmax())
+                at = offsets[first]
+                caplen = int(caplens[first])
+                damage = source.damage(f"packet record claiming {caplen} captured bytes (limit {limit})"
+                                       if caplen > limit else "truncated packet record", at)
+                starts, nexts = starts[:first], nexts[:first]
+            elif header_cut:
+                damage = source.damage("truncated packet record header", pos)
+            if len(starts):
+                source.release(int(nexts[-1]))
+                chunk = layout.decode(starts, nexts, frame, counts, skip)
+                frame += len(starts)
+                ts = chunk.record_ts
+                yield chunk
+            if damage is not None:
+                stats.damage = damage
+                break
+    finally:
+        store_counts(stats, frame, counts)
+        if frame:
+            stats.last_ts_ns = ts
+        else:
+            stats.first_ts_ns = None
+
+
+def _first_ts(buf, pos: int, order: str, unit: int) -> int | None:
+    if pos + RECORD_HEADER_LEN > len(buf):
+        return None
+    sec, frac = struct.unpack_from(order + "II", buf, pos)
+    return sec * 1_000_000_000 + frac * unit
+
+
+class _Layout:
+    """How the records of one file are gathered and decoded."""
+
+    def __init__(self, buf, order: str, linktype: int, ts_unit: int) -> None:
+        ip_at, _, _, self.want = _LAYOUTS[linktype]
+        self.dtype, span = _record_dtype(order, linktype)
+        self.min_caplen = ip_at + 40
+        self.payload_at = RECORD_HEADER_LEN + ip_at  # + the IP and TCP header lengths
+        self.ts_unit = ts_unit
+        self.decode_one = decoder(linktype)
+        self.buf = buf
+        self.view = memoryview(buf)
+        # Every position a record may start at, as a `span`-byte item: a gather copies whole items. Records
+        # starting past the last one are shorter than the fields (not the fast kind) and read as zeros.
+        self.last = len(buf) - span
+        self.windows = np.ndarray(shape=(self.last + 1,), dtype=f"V{span}", buffer=buf, strides=(1,)) \
+            if self.last >= 0 else None
+
+    def decode(self, starts: np.ndarray, nexts: np.ndarray, base: int, counts: list[int],
+               skip: Container[bytes]) -> PacketChunk:
+        """One chunk's columns (or tuples), counting the records that are not TCP."""
+        if self.windows is None:
+            rec = np.zeros(len(starts), self.dtype)
+        else:
+            rec = self.windows[np.minimum(starts, self.last)].view(self.dtype)
+        ts = rec["sec"].astype(np.int64) * 1_000_000_000 + rec["frac"].astype(np.int64) * self.ts_unit
+        record_ts = int(ts[-1])
+        offset = rec["offset"]
+        ip_len = rec["ip_len"].astype(np.int64)
+        headers = 20 + (offset >> 4).astype(np.int64) * 4
+        seg_len = ip_len - headers
+        caplen = nexts - starts - RECORD_HEADER_LEN
+        fast = (caplen >= self.min_caplen) & (rec["ver_ihl"] == 0x45) & (rec["proto"] == 6) \
+            & ((rec["fragment"] & 0x3FFF) == 0) & (offset >= 0x50) & (seg_len >= 0)
+        if self.want is not None:
+            fast &= rec["link_proto"] == self.want
+        ip = starts + self.payload_at
+        start = ip + headers
+        stop = np.minimum(ip + ip_len, nexts)
+        if fast.all():
+            n = len(starts)
+            return PacketChunk(base + 1, ts, rec["key"], rec["seq"].astype(np.int64),
+                               rec["ack"].astype(np.int64), rec["flags"].astype(np.int64), start, stop, seg_len,
+                               self.view, None, base + n, record_ts, record_ts)
+        tuples, (last_frame, last_ts) = self._tuples(rec, fast, starts, caplen, ts, seg_len, start, stop, base,
+                                                     counts, skip)
+        return PacketChunk(base + 1, ts, rec["key"], rec["seq"], rec["ack"], rec["flags"], start, stop, seg_len,
+                           self.view, tuples, last_frame, last_ts, record_ts)
+
+    def _tuples(self, rec, fast, starts, caplen, ts, seg_len, start, stop, base: int, counts: list[int],
+                skip: Container[bytes]) -> tuple[list[tuple], tuple[int, int]]:
+        """The chunk's TCP packets as the per-packet reader yields them, and (frame, ts) of the last one."""
+        view = self.view
+        tuples: list = []
+        add = tuples.append
+        keys = rec["key"].tolist()
+        seqs = rec["seq"].tolist()
+        acks = rec["ack"].tolist()
+        flag_list = rec["flags"].tolist()
+        seg_list = seg_len.tolist()
+        start_list = start.tolist()
+        stop_list = stop.tolist()
+        ts_list = ts.tolist()
+        record_starts = starts.tolist()
+        caplens = caplen.tolist()
+        last = (0, 0)
+        for i, is_fast in enumerate(fast.tolist()):
+            no = base + 1 + i
+            if is_fast:
+                key = keys[i]
+                last = (no, ts_list[i])
+                if key in skip:
+                    continue
+                seg = seg_list[i]
+                add((no, ts_list[i], key, seqs[i], acks[i], flag_list[i],
+                     view[start_list[i]:stop_list[i]] if seg else NO_PAYLOAD, seg))
+                continue
+            at = record_starts[i] + RECORD_HEADER_LEN
+            decoded = self.decode_one(self.buf, at, at + caplens[i])
+            if decoded.__class__ is int:
+                counts[decoded] += 1
+                continue
+            key, seq, ack, flags, a, b, seg = decoded
+            last = (no, ts_list[i])
+            if key in skip:
+                continue
+            add((no, ts_list[i], key, seq, ack, flags, view[a:b], seg))
+        return tuples, last
