@@ -26,18 +26,15 @@ meaning). The result is otherwise exactly what the per-packet loop gives (tests 
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
 from analyzer._linklayer import NO_PAYLOAD
+from analyzer._pcap_chunks import PacketChunk
 from analyzer.connection import reverse_key
 from analyzer.flows import IGNORED, FlowTable
 from analyzer.tcp import HalfStream
-
-if TYPE_CHECKING:
-    from analyzer._pcap_chunks import PacketChunk
 
 MASK32 = 0xFFFFFFFF
 HALF32 = 0x80000000
@@ -72,9 +69,21 @@ class _Bulk:
         self.keys = keys = encoded.dictionary.to_pylist()
         key_index = {k: i for i, k in enumerate(keys)}
         inverse = encoded.indices.to_numpy().astype(np.int16 if len(keys) < 1 << 15 else np.int64)
-        self.key_of = inverse
         flows = table.flows
         count = len(keys)
+        # Packets of ignored flows (another shard's connections, other ports) leave the columns at once.
+        self.frames = None  # the kept packets' numbers, when some were left out
+        ignored = [flows.get(key) is IGNORED for key in keys]
+        if any(ignored):
+            kept = np.flatnonzero(~np.asarray(ignored)[inverse])
+            self.frames = kept + chunk.first_frame
+            inverse = inverse[kept]
+            chunk = PacketChunk(chunk.first_frame, chunk.ts[kept], chunk.keys[kept], chunk.seq[kept],
+                                chunk.ack[kept], chunk.flags[kept], chunk.start[kept], chunk.stop[kept],
+                                chunk.seg_len[kept], chunk.buf)
+            self.chunk = chunk
+            n = len(kept)
+        self.key_of = inverse
         # Each key's direction state at the chunk's start, and its peer's.
         next0 = np.full(count, -1, np.int64)
         peer_next0 = np.full(count, -1, np.int64)
@@ -127,6 +136,10 @@ class _Bulk:
         self.cum = np.concatenate(([0], np.cumsum(seg))).tolist()  # bytes before each sorted position
         self.ts = chunk.ts
         self._payloads: tuple[list[int], list[int]] | None = None
+
+    def frame(self, i: int) -> int:
+        """The packet number of the chunk's i-th (kept) packet."""
+        return self.frames.item(i) if self.frames is not None else self.chunk.first_frame + i
 
     def payloads(self) -> tuple[list[int], list[int]]:
         """Where each packet's payload starts and stops, as lists (built when heads are collected)."""
@@ -208,7 +221,7 @@ class _Bulk:
         """Chunk packet i through the per-packet loop."""
         c = self.chunk
         seg = c.seg_len.item(i)
-        self.table.feed(((c.first_frame + i, c.ts.item(i), self.keys[self.key_of[i]], c.seq.item(i), c.ack.item(i),
+        self.table.feed(((self.frame(i), c.ts.item(i), self.keys[self.key_of[i]], c.seq.item(i), c.ack.item(i),
                           c.flags.item(i), c.buf[c.start.item(i):c.stop.item(i)] if seg else NO_PAYLOAD, seg),))
 
     def _run(self, conn, first: int, stop: int, ks: list[int]) -> None:
@@ -233,7 +246,8 @@ class _Bulk:
             return
         cum = self.cum
         chunk = self.chunk
-        view, ts, start, stop_at, first_frame = chunk.buf, self.ts, chunk.start, chunk.stop, chunk.first_frame
+        view, ts, start, stop_at = chunk.buf, self.ts, chunk.start, chunk.stop
+        frame = self.frame
         if len(sides) == 1:
             s, k, end = sides[0]
             while True:
@@ -241,7 +255,7 @@ class _Bulk:
                 if e >= end:
                     return
                 i = order[e]
-                s.data(ts.item(i), first_frame + i, view[start.item(i):stop_at.item(i)])
+                s.data(ts.item(i), frame(i), view[start.item(i):stop_at.item(i)])
                 k = e + 1
         # Both directions: the framers read their packets in packet order (requests before their responses).
         (sb, kb, endb), (sc, kc, endc) = sides
@@ -251,11 +265,11 @@ class _Bulk:
         ic = order[ec] if ec < endc else -1
         while ib >= 0 or ic >= 0:
             if ic < 0 or 0 <= ib < ic:
-                sb.data(ts.item(ib), first_frame + ib, view[start.item(ib):stop_at.item(ib)])
+                sb.data(ts.item(ib), frame(ib), view[start.item(ib):stop_at.item(ib)])
                 eb = _next_event(sb, cum, eb + 1, endb, self)
                 ib = order[eb] if eb < endb else -1
             else:
-                sc.data(ts.item(ic), first_frame + ic, view[start.item(ic):stop_at.item(ic)])
+                sc.data(ts.item(ic), frame(ic), view[start.item(ic):stop_at.item(ic)])
                 ec = _next_event(sc, cum, ec + 1, endc, self)
                 ic = order[ec] if ec < endc else -1
 
