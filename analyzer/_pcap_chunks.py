@@ -182,6 +182,7 @@ class _Layout:
         self.min_caplen = ip_at + 40
         self.payload_at = RECORD_HEADER_LEN + ip_at  # + the IP and TCP header lengths
         self.ts_unit = ts_unit
+        self.times = struct.Struct(order + "II").unpack_from
         self.decode_one = decoder(linktype)
         self.buf = buf
         self.view = memoryview(buf)
@@ -199,6 +200,10 @@ class _Layout:
         else:
             rec = self.windows[np.minimum(starts, self.last)].view(self.dtype)
         ts = rec["sec"].astype(np.int64) * 1_000_000_000 + rec["frac"].astype(np.int64) * self.ts_unit
+        if self.windows is None or starts[-1] > self.last:  # records too near the end to gather: times read alone
+            for i in np.flatnonzero(starts > self.last).tolist():
+                sec, frac = self.times(self.buf, int(starts[i]))
+                ts[i] = sec * 1_000_000_000 + frac * self.ts_unit
         record_ts = int(ts[-1])
         offset = rec["offset"]
         ip_len = rec["ip_len"].astype(np.int64)

@@ -94,13 +94,33 @@ def pcap_record(data: bytes, *, sec: int = 1, frac: int = 0, caplen: int | None 
 
 
 def read_all(path: Path) -> tuple[list[tuple], capture_module.CaptureStats]:
-    """Every yielded tuple with the payload copied to bytes, and the stats once exhausted."""
+    """Every yielded tuple with the payload copied to bytes, and the stats once exhausted. A pcap the bulk
+    path reads in chunks of columns must give the same packets and stats that way."""
     with open_capture(path) as capture:
         packets = []
         for frame_no, ts, key, seq, ack, flags, payload, seg_len in capture.packets():
             assert isinstance(payload, memoryview) and isinstance(key, bytes)
             packets.append((frame_no, ts, key, seq, ack, flags, bytes(payload), seg_len))
-        return packets, capture.stats
+    with open_capture(path) as chunked:
+        chunks = chunked.chunks()
+        if chunks is not None:
+            assert read_chunks(chunks) == packets
+            assert chunked.stats == capture.stats
+    return packets, capture.stats
+
+
+def read_chunks(chunks) -> list[tuple]:
+    """The packets of Capture.chunks() as Capture.packets() yields them (payloads as bytes)."""
+    out = []
+    for chunk in chunks:
+        if chunk.tuples is not None:
+            out.extend((*t[:6], bytes(t[6]), t[7]) for t in chunk.tuples)
+            continue
+        for i in range(len(chunk)):
+            payload = chunk.buf[chunk.start.item(i):chunk.stop.item(i)] if chunk.seg_len.item(i) else b""
+            out.append((chunk.first_frame + i, chunk.ts.item(i), bytes(chunk.keys[i]), chunk.seq.item(i),
+                        chunk.ack.item(i), chunk.flags.item(i), bytes(payload), chunk.seg_len.item(i)))
+    return out
 
 
 # --- pcap, both byte orders, both resolutions ---------------------------------------------------------
