@@ -363,6 +363,7 @@ def _partition_rows(buf, pos: int, stop: int, topic: Topic | None, acc: _Accumul
 
 
 _HELPERS = {
+    "_int16": struct.Struct(">h").unpack_from, "_int32": struct.Struct(">i").unpack_from,
     "DecodeError": DecodeError, "DecodeTruncated": DecodeTruncated, "ZERO_UUID": ZERO_UUID,
     "ErrorEntry": ErrorEntry, "PartitionEntry": PartitionEntry, "_new_tuple": _new_tuple,
     "_truncated": _truncated, "_bad_count": _bad_count, "_skip_tags": skip_tags,
@@ -523,8 +524,12 @@ class _PlanWriter:
                 self.emit("pos += n", 2)
                 self.emit("else:")
                 self.emit(f"v_{name}, pos = {reader}(buf, pos, end)", 2)
-            else:
-                self.emit(f"v_{name}, pos = {reader}(buf, pos, end)")
+            else:  # likewise an int16 length N > 0, in bounds
+                self.emit("if pos + 2 <= end and (n := _int16(buf, pos)[0]) > 0 and pos + 2 + n <= end:")
+                self.emit(f"v_{name} = str(buf[pos + 2:pos + 2 + n], 'utf-8', 'replace')", 2)
+                self.emit("pos += 2 + n", 2)
+                self.emit("else:")
+                self.emit(f"v_{name}, pos = {reader}(buf, pos, end)", 2)
             self.emit(f"if v_{name}:")
             self.emit(f"topic = v_{name}", 2)
             self.emit("own = 2", 2)
@@ -553,13 +558,25 @@ class _PlanWriter:
                 self.emit(f"pos = {runner}(buf, pos, end, acc, topic, partition)")
         elif self.rows and type_name.endswith("records"):
             reader = self.constant(_records_span(length_of), "records")
-            self.emit(f"v_records_offset, v_record_bytes, pos = {reader}(buf, pos, end)")
+            if not compact:  # an int32 length N >= 0 in place
+                self.emit("if pos + 4 <= end and (n := _int32(buf, pos)[0]) >= 0:")
+                self.emit("v_records_offset, v_record_bytes, pos = pos + 4, n, pos + 4 + n", 2)
+                self.emit("else:")
+            self.emit(f"v_records_offset, v_record_bytes, pos = {reader}(buf, pos, end)", 1 if compact else 2)
             self.emit("if pos > end:")
             self.emit(f"raise _truncated({path!r})", 2)
             self.records = name
         elif self.wanted(name, type_name):
             reader = self.constant(field_reader(type_name, element), "read")
-            self.emit(f"v_{name}, pos = {reader}(buf, pos, end)")
+            if type_name.endswith("nullable_string"):  # a null (an error message, mostly) in place
+                self.emit("if pos < end and buf[pos] == 0:" if compact else
+                          "if pos + 2 <= end and buf[pos] == buf[pos + 1] == 0xFF:")
+                self.emit(f"v_{name} = None", 2)
+                self.emit(f"pos += {1 if compact else 2}", 2)
+                self.emit("else:")
+                self.emit(f"v_{name}, pos = {reader}(buf, pos, end)", 2)
+            else:
+                self.emit(f"v_{name}, pos = {reader}(buf, pos, end)")
             self.kept.add(name)
         else:
             self.skip(type_name, element, path)
@@ -573,6 +590,9 @@ class _PlanWriter:
             size = FIXED_TYPES[element][1]
         elif type_name.removeprefix("compact_").removeprefix("nullable_") in ("string", "bytes", "records"):
             size = 1
+        elif type_name.endswith("array") and isinstance(element, tuple):
+            self.skip_struct_array(skip, type_name, struct_skipper(element)[1])
+            return
         else:
             self.emit(f"pos = {skip}(buf, pos, end)")
             return
@@ -589,6 +609,21 @@ class _PlanWriter:
         self.emit(f"count, = {length}(buf, pos)")
         self.emit(f"pos += {width} + count * {size} if count > 0 else {width}")
 
+    def skip_struct_array(self, skip: str, type_name: str, size: int | None) -> None:
+        """An array of structs nothing needs: an empty or null one (compact), or one whose structs all have
+        the same size (classic), is stepped over in place; anything else, malformed too, by the skipper."""
+        if type_name.startswith("compact_"):
+            self.emit(f"if pos < end and buf[pos] {'<=' if 'nullable' in type_name else '=='} 1:")
+            self.emit("pos += 1", 2)
+        elif size:
+            self.emit(f"if pos + 4 <= end and (n := _int32(buf, pos)[0]) >= 0 and pos + 4 + n * {size} <= end:")
+            self.emit(f"pos += 4 + n * {size}", 2)
+        else:
+            self.emit("if pos + 4 <= end and _int32(buf, pos)[0] == 0:")
+            self.emit("pos += 4", 2)
+        self.emit("else:")
+        self.emit(f"pos = {skip}(buf, pos, end)", 2)
+
     def child(self, name: str, type_name: str, element: tuple) -> str | None:
         scope = self.scope._replace(path=_child_path(self.scope.path, name), top=False,
                                     element=type_name.endswith("array"), in_topic=self.in_topic)
@@ -596,7 +631,7 @@ class _PlanWriter:
         return None if runner is None else self.constant(runner, "struct")
 
     def read_count(self, length_of) -> None:
-        """An array count into ``count``: a one-byte compact count in place, anything else by a call."""
+        """An array count into ``count``: a one-byte compact count or an int32 in place, else by a call."""
         length = self.constant(length_of, "length")
         if length_of is LENGTH_READERS[True][1]:
             self.emit("if pos < end and (n := buf[pos]) < 0x80:")
@@ -604,8 +639,12 @@ class _PlanWriter:
             self.emit("pos += 1", 2)
             self.emit("else:")
             self.emit(f"count, pos = {length}(buf, pos, end)", 2)
-        else:
-            self.emit(f"count, pos = {length}(buf, pos, end)")
+        else:  # an int32 count in place
+            self.emit("if pos + 4 <= end:")
+            self.emit("count, = _int32(buf, pos)", 2)
+            self.emit("pos += 4", 2)
+            self.emit("else:")
+            self.emit(f"count, pos = {length}(buf, pos, end)", 2)
 
     def struct_array(self, runner: str, length_of, nullable: bool, path: str) -> None:
         self.read_count(length_of)
