@@ -268,8 +268,25 @@ def struct_skipper(struct_schema: tuple) -> tuple[Skipper, int | None]:
             raise DecodeTruncated("truncated struct")
         return skip_tags(buf, pos, end) if flexible else pos
 
+    if flexible and all(isinstance(s, int) for s in steps):
+        skip_struct = _sized_tagged_skipper(sum(steps))
     _STRUCT_SKIPPERS[id(struct_schema)] = result = (skip_struct, fixed)
     return result
+
+
+def _sized_tagged_skipper(size: int) -> Skipper:
+    """A skipper for a flexible struct of fixed-size fields (ApiVersions entries, Metadata brokers' ids...):
+    the general one's steps in one addition, and an empty tag buffer in place."""
+
+    def skip_sized_tagged(buf, pos: int, end: int) -> int:
+        pos += size
+        if pos >= end:
+            if pos > end:
+                raise DecodeTruncated("truncated struct")
+            return skip_tags(buf, pos, end)
+        return pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, end)
+
+    return skip_sized_tagged
 
 
 # ---------------------------------------------------------------------------------------------------------
