@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from analyzer._pcap import BufferSource
     from analyzer.capture import CaptureStats
 
-CHUNK_BYTES = 64 << 20
+CHUNK_BYTES = 32 << 20
 
 # link type -> (IP header offset in the frame, offset and big-endian width of the protocol field, value it
 # must have for IPv4); the same packets as analyzer._linklayer's fast path accepts.
@@ -129,7 +129,7 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
             try:
                 while pos < stop:
                     add(pos)
-                    pos += walk(buf, pos)[0] + RECORD_HEADER_LEN
+                    pos += walk(buf, pos)[0] + 16  # RECORD_HEADER_LEN, as a constant
             except struct.error:  # the file ends inside this record header
                 offsets.pop()
                 header_cut = True
@@ -150,7 +150,7 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
             elif header_cut:
                 damage = source.damage("truncated packet record header", pos)
             if len(starts):
-                source.release(int(nexts[-1]))
+                source.release(offsets[0])  # the pages before this chunk have been processed
                 chunk = layout.decode(starts, nexts, frame, counts, skip)
                 frame += len(starts)
                 ts = chunk.record_ts

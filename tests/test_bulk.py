@@ -171,3 +171,22 @@ def test_damaged_files_read_the_same_in_chunks(tmp_path):
             chunk_stats = cap.stats
         assert chunked == packets, name
         assert chunk_stats == stats and stats.damage, name
+
+
+def test_pages_are_released_only_behind_the_chunk_in_use(tmp_path, monkeypatch):
+    """The reader may drop the pages of records the consumer is done with, never those of the chunk it is
+    about to hand out (dropping them early would read them back and keep them resident: memory would grow
+    with the file)."""
+    path = craft.write(tmp_path / "c.pcap", interleaved(random.Random(7), 3))
+    monkeypatch.setattr(_pcap_chunks, "CHUNK_BYTES", 2000)
+    released = []
+    with open_capture(path) as cap:
+        source = cap._source
+        release = source.release
+        monkeypatch.setattr(source, "release", lambda pos: released.append(pos) or release(pos))
+        starts = []
+        for chunk in cap.chunks():
+            first_record = int(chunk.start[0]) if len(chunk) else None
+            starts.append(first_record)
+            assert released and first_record is not None and released[-1] <= first_record
+    assert len(starts) > 5 and released == sorted(released)
