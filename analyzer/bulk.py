@@ -39,6 +39,7 @@ from analyzer.tcp import HalfStream
 MASK32 = 0xFFFFFFFF
 HALF32 = 0x80000000
 ACK = 0x10
+PER_PACKET_STEP = 8  # packets fed one by one before checking again whether a connection can go back to bulk
 
 
 def feed_chunk(table: FlowTable, chunk: PacketChunk) -> None:
@@ -178,9 +179,9 @@ class _Bulk:
         bad = 0  # the next irregular packet, as an index into `irregular`
         while r < n:
             conn = self._ready(idx[r], ks)
-            if conn is None:
-                self._one(idx[r])
-                r += 1
+            if conn is None:  # a few packets one by one, then look again
+                self._some(idx[r:r + PER_PACKET_STEP])
+                r += PER_PACKET_STEP
                 continue
             while bad < len(irregular) and irregular[bad] - base < r:
                 bad += 1
@@ -188,7 +189,7 @@ class _Bulk:
             if j > r:
                 self._run(conn, idx[r], idx[j - 1] + 1, ks)
             if j < n:
-                self._one(idx[j])
+                self._some(idx[j:j + 1])
             r = j + 1
 
     def _ready(self, at: int, ks: list[int]):
@@ -217,12 +218,17 @@ class _Bulk:
         p = bisect_left(self.order, at, lo, self.lo[k + 1])
         return self.after[p - 1] if p > lo else self.next0[k]
 
-    def _one(self, i: int) -> None:
-        """Chunk packet i through the per-packet loop."""
+    def _some(self, at: list[int]) -> None:
+        """Chunk packets (indexes ``at``) through the per-packet loop."""
         c = self.chunk
-        seg = c.seg_len.item(i)
-        self.table.feed(((self.frame(i), c.ts.item(i), self.keys[self.key_of[i]], c.seq.item(i), c.ack.item(i),
-                          c.flags.item(i), c.buf[c.start.item(i):c.stop.item(i)] if seg else NO_PAYLOAD, seg),))
+        view, keys, key_of, frame = c.buf, self.keys, self.key_of, self.frame
+        seq, ack, flags, ts, start, stop, seg_len = c.seq, c.ack, c.flags, c.ts, c.start, c.stop, c.seg_len
+        packets = []
+        for i in at:
+            seg = seg_len.item(i)
+            packets.append((frame(i), ts.item(i), keys[key_of.item(i)], seq.item(i), ack.item(i), flags.item(i),
+                            view[start.item(i):stop.item(i)] if seg else NO_PAYLOAD, seg))
+        self.table.feed(packets)
 
     def _run(self, conn, first: int, stop: int, ks: list[int]) -> None:
         """The regular packets of one connection with chunk indexes in [first, stop)."""
