@@ -2,8 +2,8 @@
 
 Most packets of a Kafka capture change nothing but counters: an ACK for bytes already seen, a segment in
 the middle of a frame body or of a frame head being collected. Per packet, the flow table's loop spends a
-microsecond finding that out. Here numpy finds it for all the packets of one connection in a chunk at once,
-and the interpreter only visits the packets that matter:
+microsecond finding that out. Here numpy finds it for all the packets of a chunk at once, and the
+interpreter only visits the packets that matter:
 
 - a packet is *regular* when it has no SYN, FIN or RST, carries its whole payload, continues its direction's
   byte stream exactly, and acknowledges no byte the capture has not shown of the other direction. Whether
@@ -182,6 +182,8 @@ class _Bulk:
             if conn is None:  # a few packets one by one, then look again
                 self._some(idx[r:r + PER_PACKET_STEP])
                 r += PER_PACKET_STEP
+                if all(self.table.flows.get(self.keys[k]) is IGNORED for k in ks):
+                    return  # found to be another shard's or not Kafka: the rest would be dropped anyway
                 continue
             while bad < len(irregular) and irregular[bad] - base < r:
                 bad += 1
