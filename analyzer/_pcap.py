@@ -114,7 +114,7 @@ def pcap_packets(source: BufferSource, buf: Buffer, pos: int, header: PcapHeader
     counts = [0] * REASONS
     ts = None
     second = second_ns = -1  # the last record's whole seconds, and in nanoseconds: saves a multiplication
-    stats.first_ts_ns = _first_timestamp(record, buf, pos, ts_unit)
+    stats.first_ts_ns = first_timestamp(record, buf, pos, ts_unit)
     try:
         while True:
             try:
@@ -179,18 +179,23 @@ def pcap_packets(source: BufferSource, buf: Buffer, pos: int, header: PcapHeader
             buf, pos, end = more, 0, len(more)
             view = memoryview(buf)
             if not frame:
-                stats.first_ts_ns = _first_timestamp(record, buf, pos, ts_unit)
+                stats.first_ts_ns = first_timestamp(record, buf, pos, ts_unit)
     finally:
-        store_counts(stats, frame, counts)
-        if frame:
-            stats.last_ts_ns = ts
-        else:
-            stats.first_ts_ns = None
+        settle_stats(stats, frame, counts, ts)
 
 
-def _first_timestamp(record: Callable[[Buffer, int], tuple], buf: Buffer, pos: int, unit: int) -> int | None:
+def settle_stats(stats: CaptureStats, frames: int, counts: list[int], last_ts: int | None) -> None:
+    """A pcap record loop's counters and last time into the stats (no first time without a record)."""
+    store_counts(stats, frames, counts)
+    if frames:
+        stats.last_ts_ns = last_ts
+    else:
+        stats.first_ts_ns = None
+
+
+def first_timestamp(record: Callable[[Buffer, int], tuple], buf: Buffer, pos: int, unit: int) -> int | None:
     """Read the first record's timestamp once, so the loop need not test for it on every packet."""
     if pos + RECORD_HEADER_LEN > len(buf):
         return None
-    sec, frac, _ = record(buf, pos)
+    sec, frac = record(buf, pos)[:2]
     return sec * 1_000_000_000 + frac * unit

@@ -32,9 +32,8 @@ from analyzer._linklayer import (
     RAW_14,
     REASONS,
     decoder,
-    store_counts,
 )
-from analyzer._pcap import RECORD_HEADER_LEN, PcapHeader
+from analyzer._pcap import RECORD_HEADER_LEN, PcapHeader, first_timestamp, settle_stats
 
 if TYPE_CHECKING:
     from analyzer._pcap import BufferSource
@@ -119,7 +118,7 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
     counts = [0] * REASONS
     frame = 0
     ts = None
-    stats.first_ts_ns = _first_ts(buf, pos, order, header.ts_unit_ns)
+    stats.first_ts_ns = first_timestamp(struct.Struct(order + "II").unpack_from, buf, pos, header.ts_unit_ns)
     try:
         while pos < end:
             stop = min(pos + CHUNK_BYTES, end)
@@ -159,18 +158,7 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
                 stats.damage = damage
                 break
     finally:
-        store_counts(stats, frame, counts)
-        if frame:
-            stats.last_ts_ns = ts
-        else:
-            stats.first_ts_ns = None
-
-
-def _first_ts(buf, pos: int, order: str, unit: int) -> int | None:
-    if pos + RECORD_HEADER_LEN > len(buf):
-        return None
-    sec, frac = struct.unpack_from(order + "II", buf, pos)
-    return sec * 1_000_000_000 + frac * unit
+        settle_stats(stats, frame, counts, ts)
 
 
 class _Layout:

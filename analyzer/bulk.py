@@ -255,7 +255,8 @@ class _Bulk:
         cum = self.cum
         chunk = self.chunk
         view, ts, start, stop_at = chunk.buf, self.ts, chunk.start, chunk.stop
-        frame = self.frame
+        # Packet numbers: the chunk's first plus the index, unless ignored flows' packets were left out.
+        first_frame, frames = chunk.first_frame, self.frames
         if len(sides) == 1:
             s, k, end = sides[0]
             while True:
@@ -263,7 +264,8 @@ class _Bulk:
                 if e >= end:
                     return
                 i = order[e]
-                s.data(ts.item(i), frame(i), view[start.item(i):stop_at.item(i)])
+                s.data(ts.item(i), first_frame + i if frames is None else frames.item(i),
+                       view[start.item(i):stop_at.item(i)])
                 k = e + 1
         # Both directions: the framers read their packets in packet order (requests before their responses).
         (sb, kb, endb), (sc, kc, endc) = sides
@@ -273,11 +275,13 @@ class _Bulk:
         ic = order[ec] if ec < endc else -1
         while ib >= 0 or ic >= 0:
             if ic < 0 or 0 <= ib < ic:
-                sb.data(ts.item(ib), frame(ib), view[start.item(ib):stop_at.item(ib)])
+                sb.data(ts.item(ib), first_frame + ib if frames is None else frames.item(ib),
+                        view[start.item(ib):stop_at.item(ib)])
                 eb = _next_event(sb, cum, eb + 1, endb, self)
                 ib = order[eb] if eb < endb else -1
             else:
-                sc.data(ts.item(ic), frame(ic), view[start.item(ic):stop_at.item(ic)])
+                sc.data(ts.item(ic), first_frame + ic if frames is None else frames.item(ic),
+                        view[start.item(ic):stop_at.item(ic)])
                 ec = _next_event(sc, cum, ec + 1, endc, self)
                 ic = order[ec] if ec < endc else -1
 
