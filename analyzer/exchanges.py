@@ -29,7 +29,7 @@ from dissectors.kafka.headers import (
     response_top_level,
 )
 from dissectors.kafka.legacy07 import looks_like_07_request
-from dissectors.kafka.records import NO_SUMMARY, Limits, RecordsError
+from dissectors.kafka.records import Limits, RecordsError
 from dissectors.kafka.records import batches as record_batches
 from dissectors.kafka.records import records as record_rows
 from dissectors.kafka.records import summarize as summarize_batches
@@ -331,39 +331,24 @@ class ExchangeMatcher:
 
     def _emit_partitions(self, req: tuple, rs_last: int | None, answered: list[PartitionEntry],
                          recs: dict | None) -> None:
-        """One row per topic-partition, request and response entries merged (tables.PARTITION_ROW_FIELDS)."""
+        """One row per topic-partition, request and response entries paired: (head, asked, answered,
+        summary), the pieces tables.PARTITION_ROW_FIELDS are read from (see tables.partitions_batch)."""
         asked = req[_X].partitions
-        if len(asked) == 1 and len(answered) == 1 and asked[0][:2] == answered[0][:2]:
-            pairs = ((asked[0], answered[0]),)  # the common case: one partition, asked and answered
-        else:
-            merged: dict[tuple, list] = {}
-            for p in asked:
-                merged.setdefault(p[:2], [p, None])
-            for p in answered:
-                slot = merged.setdefault(p[:2], [None, None])
-                if slot[1] is None:
-                    slot[1] = p
-            pairs = merged.values()
         head = (self.conn_fields[0], req[_CORR], req[_KEY], req[_VER], req[_CLIENT], req[_LTS], rs_last)
         append = self.out.partitions.append
-        none = NO_RECORDS
-        unset = _NO_OFFSETS
-        for rq, rs in pairs:
-            # PartitionEntry: topic, partition, error_code, the offsets and epochs, records_offset, record_bytes.
-            # Both sides' offsets go into the row; the batch builder takes the response's, else the request's.
-            if rs is None:
-                summary = recs.get(rq[:2], none) if recs else none
-                append((*head, *rq[:2], None, *rq[3:-2], *unset, rq[-1], None, *summary))
-            elif rq is None:
-                summary = recs.get(rs[:2], none) if recs else none
-                append((*head, *rs[:3], *unset, *rs[3:-2], None, rs[-1], *summary))
-            else:
-                summary = recs.get(rq[:2], none) if recs else none
-                append((*head, *rs[:3], *rq[3:-2], *rs[3:-2], rq[-1], rs[-1], *summary))
-
-
-NO_RECORDS = NO_SUMMARY  # RECORD_SUMMARY: see dissectors.kafka.records.summarize
-_NO_OFFSETS = (None,) * (len(PartitionEntry._fields) - 5)  # a side that does not name the partition
+        if len(asked) == 1 and len(answered) == 1 and asked[0][:2] == answered[0][:2]:
+            rq = asked[0]  # the common case: one partition, asked and answered
+            append((head, rq, answered[0], recs.get(rq[:2]) if recs else None))
+            return
+        merged: dict[tuple, list] = {}
+        for p in asked:
+            merged.setdefault(p[:2], [p, None])
+        for p in answered:
+            slot = merged.setdefault(p[:2], [None, None])
+            if slot[1] is None:
+                slot[1] = p
+        for key, (rq, rs) in merged.items():
+            append((head, rq, rs, recs.get(key) if recs else None))
 
 
 def _totals(recs: dict | None, parts: list[PartitionEntry]) -> tuple[int | None, int | None]:

@@ -9,6 +9,7 @@ Timestamps are ``timestamp[us, UTC]`` because Spark cannot read nanosecond Parqu
 from __future__ import annotations
 
 import uuid
+from functools import partial
 from itertools import chain
 from operator import itemgetter
 
@@ -222,6 +223,17 @@ PARTITION_ROW_FIELDS = (
     "truncated_batches", "crc_failures",
 )
 
+# The core hands over a partition row as four pieces, (head, asked, answered, summary), so that building it
+# copies nothing per partition: head is the exchange's keys (shared by its partitions), asked and answered
+# the request's and response's PartitionEntry of the topic-partition (or None), summary the records field's
+# summary (or None). Arrow reads the pieces as nested structs; the flat columns are taken from them.
+PARTITION_HEAD_FIELDS = PARTITION_ROW_FIELDS[:7]
+PARTITION_SIDE_FIELDS = ("topic", "partition", "error_code", *PARTITION_OFFSET_FIELDS, "records_offset",
+                         "record_bytes")
+"""The fields of a PartitionEntry (dissectors.kafka.extract), in its order."""
+RECORD_SUMMARY_FIELDS = PARTITION_ROW_FIELDS[-13:]
+"""The fields of a records summary (dissectors.kafka.records.summary), in its order."""
+
 _RETRIABLE = pa.array([is_retriable(c) for c in range(-1, _MAX_ERROR)], pa.bool_())
 
 
@@ -253,17 +265,63 @@ _ROW_TYPES = {fields: _row_types(fields, schema) for fields, schema in (
     (PARTITION_ROW_FIELDS, PARTITIONS_SCHEMA), (RECORD_ROW_FIELDS, RECORDS_SCHEMA))}
 
 
-def _topic_column(values: pa.Array, rows: list[tuple], index: int, topic_names: dict[bytes, str]) -> pa.Array:
+def _topic_column(values: pa.Array, topics, topic_names: dict[bytes, str]) -> pa.Array:
     """The topic column as text: names as they are; when some row names its topic by id (bytes), every
-    topic goes through topic_text (Metadata names, else the UUID form)."""
+    topic goes through topic_text (Metadata names, else the UUID form). ``topics()`` iterates over the rows'
+    topic values (the ``values`` as Python objects)."""
     plain = pa.list_(pa.string()) if pa.types.is_list(values.type) else pa.string()
     if pa.types.is_list(values.type):
-        if bytes not in set(map(type, chain.from_iterable(filter(None, map(itemgetter(index), rows))))):
+        if bytes not in set(map(type, chain.from_iterable(filter(None, topics())))):
             return values.cast(plain)
-        return pa.array([_topic_list(r[index], topic_names) for r in rows], plain)
-    if bytes not in set(map(type, map(itemgetter(index), rows))):
+        return pa.array([_topic_list(t, topic_names) for t in topics()], plain)
+    if bytes not in set(map(type, topics())):
         return values.cast(plain)
-    return pa.array([topic_text(r[index], topic_names) for r in rows], plain)
+    return pa.array([topic_text(t, topic_names) for t in topics()], plain)
+
+
+def _partition_row_type() -> pa.StructType:
+    types = _ROW_TYPES[PARTITION_ROW_FIELDS]
+    side = pa.struct([pa.field(name, types[f"asked_{name}"] if name in PARTITION_OFFSET_FIELDS else
+                               types["request_record_bytes"] if name in ("records_offset", "record_bytes") else
+                               types[name]) for name in PARTITION_SIDE_FIELDS])
+    return pa.struct([
+        pa.field("head", pa.struct([pa.field(name, types[name]) for name in PARTITION_HEAD_FIELDS])),
+        pa.field("asked", side),
+        pa.field("answered", side),
+        pa.field("summary", pa.struct([pa.field(name, types[name]) for name in RECORD_SUMMARY_FIELDS])),
+    ])
+
+
+_PARTITION_ROW_TYPE = _partition_row_type()
+
+
+def _partition_columns(rows: list[tuple]) -> dict[str, pa.Array]:
+    """The flat PARTITION_ROW_FIELDS columns of partition rows given as (head, asked, answered, summary):
+    topic and partition from the side that has them (both name the same one), the error from the response,
+    each side's offsets and record bytes in its own columns."""
+    head, asked, answered, summary = pa.array(rows, _PARTITION_ROW_TYPE).flatten()
+    cols = dict(zip(PARTITION_HEAD_FIELDS, head.flatten(), strict=True))
+    rq = dict(zip(PARTITION_SIDE_FIELDS, asked.flatten(), strict=True))
+    rs = dict(zip(PARTITION_SIDE_FIELDS, answered.flatten(), strict=True))
+    cols["topic"] = pc.coalesce(rs["topic"], rq["topic"])
+    cols["partition"] = pc.coalesce(rs["partition"], rq["partition"])
+    cols["error_code"] = rs["error_code"]
+    for name in PARTITION_OFFSET_FIELDS:
+        cols[f"asked_{name}"] = rq[name]
+        cols[f"answered_{name}"] = rs[name]
+    cols["request_record_bytes"] = rq["record_bytes"]
+    cols["response_record_bytes"] = rs["record_bytes"]
+    cols.update(zip(RECORD_SUMMARY_FIELDS, summary.flatten(), strict=True))
+    return cols
+
+
+def _partition_topics(rows: list[tuple]):
+    """The topic values of partition rows, in order (each row's answered side, else its asked side)."""
+    return lambda: map(itemgetter(0), map(_side, rows))
+
+
+def _side(row: tuple) -> tuple:
+    return row[2] or row[1]
 
 
 def _ms_to_ts(ms: pa.Array) -> pa.Array:
@@ -276,8 +334,13 @@ def _rows_batch(rows: list[tuple], fields: tuple[str, ...], schema: pa.Schema, c
     """Rows of errors, partitions or records to a batch: the exchange keys' names and the topic texts derived
     here."""
     n = len(rows)
-    cols = _columns(rows, fields, _ROW_TYPES[fields])
-    cols["topic"] = _topic_column(cols["topic"], rows, fields.index("topic"), topic_names)
+    if fields is PARTITION_ROW_FIELDS:
+        cols = _partition_columns(rows)
+        topics = _partition_topics(rows)
+    else:
+        cols = _columns(rows, fields, _ROW_TYPES[fields])
+        topics = partial(map, itemgetter(fields.index("topic")), rows)
+    cols["topic"] = _topic_column(cols["topic"], topics, topic_names)
     api_key = cols["api_key"]
     if "timestamp" in cols and "offset" in cols and "key_size" in cols:  # records: ms, negative for none
         ms = cols["timestamp"]
@@ -396,7 +459,7 @@ def exchanges_batch(rows: list[tuple], capture_file: str, topic_names: dict[byte
         c["request_frame"],
         c["response_frame"],
         c["note"],
-        _topic_column(c["topics"], rows, EXCHANGE_ROW_FIELDS.index("topics"), topic_names),
+        _topic_column(c["topics"], partial(map, itemgetter(EXCHANGE_ROW_FIELDS.index("topics")), rows), topic_names),
         c["partition_count"],
         c["error_count"],
         c["record_count"],

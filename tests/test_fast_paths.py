@@ -163,6 +163,30 @@ def with_topic_ids(rows: list[tuple], index: int, as_list: bool) -> list[tuple]:
     return out
 
 
+def partition_rows_with_topic_ids(rows: list[tuple]) -> list[tuple]:
+    """Every third partition row names its topic by a 16-byte id instead, on both sides."""
+    out = []
+    for i, (head, asked, answered, summary_) in enumerate(rows):
+        if i % 3 == 0:
+            topic = bytes([i % 7]) * 16
+            asked = asked and asked._replace(topic=topic)
+            answered = answered and answered._replace(topic=topic)
+        out.append((head, asked, answered, summary_))
+    return out
+
+
+def flat_partition_row(row: tuple) -> tuple:
+    """A partition row's pieces (head, asked, answered, summary) as one tuple in PARTITION_ROW_FIELDS order:
+    topic and partition from either side, the error from the response, each side's offsets and record bytes
+    in its own columns, Nones for a missing side or summary."""
+    head, asked, answered, summary_ = row
+    missing = (None,) * len(PartitionEntry._fields)
+    rq, rs = asked or missing, answered or missing
+    named = answered or asked
+    return (*head, named.topic, named.partition, rs[2], *rq[3:-2], *rs[3:-2], rq[-1], rs[-1],
+            *(summary_ or NO_SUMMARY))
+
+
 @pytest.mark.parametrize("with_ids", [False, True])
 def test_batches_equal_a_column_by_column_build(captured_rows, with_ids):
     names = {bytes([1]) * 16: "named-by-metadata"}
@@ -171,11 +195,17 @@ def test_batches_equal_a_column_by_column_build(captured_rows, with_ids):
              ("errors", tables.ERROR_ROW_FIELDS, tables.ERRORS_SCHEMA, "topic"))
     for name, fields, schema, topic_field in cases:
         rows = captured_rows[name]
+        if name == "partitions":  # and rows only a response names (the captures have none)
+            answered_only = [(head, None, rs, sm) for head, _rq, rs, sm in rows if rs is not None][:5]
+            assert answered_only
+            rows = rows + answered_only
         if with_ids:
-            rows = with_topic_ids(rows, fields.index(topic_field), topic_field == "topics")
+            rows = partition_rows_with_topic_ids(rows) if name == "partitions" else \
+                with_topic_ids(rows, fields.index(topic_field), topic_field == "topics")
         batch = getattr(tables, f"{name}_batch")(rows, "file.pcap", names)
         assert batch.schema.equals(schema, check_metadata=True)
-        expected = column_by_column(rows, fields, schema, names)
+        flat = [flat_partition_row(r) for r in rows] if name == "partitions" else rows
+        expected = column_by_column(flat, fields, schema, names)
         for column, values in expected.items():
             assert batch.column(column).equals(values), (name, column)
         assert batch.column("capture_file").to_pylist() == ["file.pcap"] * len(rows)

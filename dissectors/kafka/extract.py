@@ -849,19 +849,21 @@ def extract(buf, off: int, end: int, api_key: int, api_version: int, is_response
         end = len(buf)
     if off < 0 or off > end:
         raise DecodeError(f"body offset {off} outside the buffer")
+    if runner is None:  # nothing to extract (Heartbeat requests...): fresh empty lists, as callers may keep them
+        return _new_tuple(Extracted, ([], 0, [], None, None, [], None, None, True, None))
     acc = _Accumulator()
-    complete = True
-    if runner is not None:
-        try:
-            runner(buf, off, end, acc, None, None)
-        except DecodeTruncated:
-            if not partial:
-                raise
-            complete = False
-        except DecodeError:
+    try:
+        runner(buf, off, end, acc, None, None)
+    except DecodeTruncated:
+        if not partial:
             raise
-        except (IndexError, struct.error, ValueError, OverflowError, MemoryError) as exc:  # a missed check
-            raise DecodeError(f"malformed body ({type(exc).__name__}: {exc})") from None
+        complete = False
+    except DecodeError:
+        raise
+    except (IndexError, struct.error, ValueError, OverflowError, MemoryError) as exc:  # a missed check
+        raise DecodeError(f"malformed body ({type(exc).__name__}: {exc})") from None
+    else:
+        complete = True
     return _new_tuple(Extracted, (acc.topics, acc.partition_count, acc.errors, acc.error_code,
                                   acc.throttle_time_ms, acc.partitions, acc.acks, acc.transactional_id,
                                   complete, acc.topic_ids))

@@ -267,27 +267,35 @@ def summary(buf, offset: int, length: int, *, verify_crc: bool = False, limits: 
     """``summarize(batches(...))``, or NO_SUMMARY where that raises RecordsError.
 
     The common case, v2 batches whose headers are all in view, takes one pass that reads each header
-    straight into the totals, without a BatchInfo per batch (a Produce or Fetch frame can carry many);
-    anything else (legacy messages, a header cut short, a malformed length) takes the general path.
+    straight into the totals, without a BatchInfo per batch (a Produce or Fetch frame can carry many); a
+    field that is exactly one batch (most Produce partitions) is summed up without the loop. Anything else
+    (legacy messages, a header cut short, a malformed length) takes the general path.
     """
     end = offset + length
     if offset < 0 or length < 0 or end > len(buf):
         return NO_SUMMARY
-    unpack = V2_HEADER.unpack_from
+    if length < V2_HEADER_SIZE:
+        if length:
+            return _summary_by_batches(buf, offset, length, verify_crc, limits)
+        return _EMPTY_SUMMARY_CHECKED if verify_crc else _EMPTY_SUMMARY
+    unpack = _V2_SUMMARY_FIELDS.unpack_from
+    (batch_length, magic, crc, attributes, first, last, producer_id, producer_epoch, base_sequence,
+     record_count) = unpack(buf, offset)
+    if magic != 2 or batch_length < V2_HEADER_SIZE - LOG_OVERHEAD or record_count < 0:
+        return _summary_by_batches(buf, offset, length, verify_crc, limits)
+    if batch_length + LOG_OVERHEAD == length and not verify_crc:  # one whole batch
+        codec = attributes & 7
+        return (1, record_count, _CODEC_TEXT[codec], length if codec == 0 else None, producer_id, producer_epoch,
+                base_sequence, attributes & 0x10 != 0, attributes & 0x20 != 0, first if first >= 0 else None,
+                last if last >= 0 else None, 0, None)
     pos = offset
     count = records = truncated = crc_failures = 0
     codecs: list[int] = []
     uncompressed = 0
     first_ts = max_ts = None
-    producer = None
+    producer = (producer_id, producer_epoch, base_sequence)
     flags = 0
-    while pos < end:
-        if end - pos < V2_HEADER_SIZE:
-            return _summary_by_batches(buf, offset, length, verify_crc, limits)
-        (_, batch_length, _, magic, crc, attributes, _, first, last, producer_id, producer_epoch, base_sequence,
-         record_count) = unpack(buf, pos)
-        if magic != 2 or batch_length < V2_HEADER_SIZE - LOG_OVERHEAD or record_count < 0:
-            return _summary_by_batches(buf, offset, length, verify_crc, limits)
+    while True:
         wire = LOG_OVERHEAD + batch_length
         if wire > end - pos:
             truncated = 1
@@ -303,15 +311,29 @@ def summary(buf, offset: int, length: int, *, verify_crc: bool = False, limits: 
             first_ts = first
         if last >= 0 and (max_ts is None or last > max_ts):
             max_ts = last
-        if producer is None:
-            producer = (producer_id, producer_epoch, base_sequence)
         flags |= attributes
         if verify_crc and _crc32c(memoryview(buf)[pos + V2_CRC_FROM:pos + wire]) != crc:
             crc_failures += 1
         pos += wire
+        if pos >= end:
+            break
+        if end - pos < V2_HEADER_SIZE:
+            return _summary_by_batches(buf, offset, length, verify_crc, limits)
+        (batch_length, magic, crc, attributes, first, last, _, _, _, record_count) = unpack(buf, pos)
+        if magic != 2 or batch_length < V2_HEADER_SIZE - LOG_OVERHEAD or record_count < 0:
+            return _summary_by_batches(buf, offset, length, verify_crc, limits)
+    if not count:
+        producer = (None, None, None)
     return (count, records, "+".join(map(codec_name, codecs)) or None, uncompressed if count else None,
-            *(producer or (None, None, None)), bool(flags & 0x10), bool(flags & 0x20), first_ts, max_ts, truncated,
+            *producer, bool(flags & 0x10), bool(flags & 0x20), first_ts, max_ts, truncated,
             crc_failures if verify_crc else None)
+
+
+# The v2 batch header fields a summary reads (base offset, leader epoch and last offset delta skipped).
+_V2_SUMMARY_FIELDS = struct.Struct(">8xi4xbIh4xqqqhii")
+_CODEC_TEXT = tuple(codec_name(c) for c in range(8))
+_EMPTY_SUMMARY = (0, 0, None, None, None, None, None, False, False, None, None, 0, None)
+_EMPTY_SUMMARY_CHECKED = (*_EMPTY_SUMMARY[:-1], 0)
 
 
 def _summary_by_batches(buf, offset: int, length: int, verify_crc: bool, limits: Limits | None) -> tuple:
