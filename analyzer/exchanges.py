@@ -20,6 +20,7 @@ import struct
 from collections import deque
 
 from analyzer.legacy import Legacy07Matcher
+from dissectors.kafka.apis import API_KEY_LIMIT, RESPONSE_HEADER_V1_FROM
 from dissectors.kafka.extract import PARTITION_APIS, Extracted, PartitionEntry, extract
 from dissectors.kafka.headers import (
     HeaderError,
@@ -102,8 +103,9 @@ class ExchangeMatcher:
 
     def request(self, first_ts: int, first_no: int, last_ts: int, last_no: int, size: int, head,
                 lossy: bool) -> None:
-        if self.out.tap is not None:
-            self.out.tap(self.conn_fields[0], False, first_no, last_no, head)
+        out = self.out
+        if out.tap is not None:
+            out.tap(self.conn_fields[0], False, first_no, last_no, head)
         end = len(head)
         if self.legacy is not None or (self.last_request_corr is None and looks_like_07_request(head, 4, end, size)):
             if self.legacy is None:
@@ -124,7 +126,7 @@ class ExchangeMatcher:
             return
         bad = False
         x = _NOTHING
-        if self.out.bodies:
+        if out.bodies:
             try:
                 x = extract(head, body, end, key, ver, False, partial=lossy or end < size + 4)
             except HeaderError as exc:  # DecodeError: the body does not follow its schema
@@ -182,16 +184,19 @@ class ExchangeMatcher:
             for _ in range(i):  # Kafka answers in order: everything sent before this one went unanswered
                 self._settle(pending.popleft(), None)
             pending.popleft()
-        key = req[_KEY]
-        ver = req[_VER]
+        _, key, ver, client_id, rq_first, rq_frame, rq_last, _, rq_size, _, note, rx, bad, recs = req
         end = len(head)
-        note = req[_NOTE]
-        status = MALFORMED if req[_BAD] else OK
+        status = MALFORMED if bad else OK
         error_code = throttle = None
         x = _NOTHING
+        out = self.out
         try:
-            _, body = decode_response_header(head, 4, end, key, ver)
-            if not self.out.bodies:
+            # the response header: the correlation id, in v1 (flexible versions) a tag buffer, mostly empty
+            if 0 <= key < API_KEY_LIMIT and ver >= RESPONSE_HEADER_V1_FROM[key]:
+                body = 9 if end > 8 and head[8] == 0 else decode_response_header(head, 4, end, key, ver)[1]
+            else:
+                body = 8
+            if not out.bodies:
                 error_code, throttle = response_top_level(head, body, end, key, ver)
             else:
                 x = extract(head, body, end, key, ver, True, partial=lossy or end < size + 4)
@@ -200,7 +205,7 @@ class ExchangeMatcher:
                 if not error_code:
                     error_code = x.errors[0].error_code if x.errors else 0
                 if x.topic_ids:
-                    self.out.topic_names.update(x.topic_ids)
+                    out.topic_names.update(x.topic_ids)
         except HeaderError as exc:  # DecodeError too: the body does not follow its schema
             status = MALFORMED
             note = _join(note, f"response: {exc}")
@@ -210,17 +215,22 @@ class ExchangeMatcher:
             status = ERROR
         if lossy:
             note = _join(note, "response bytes lost in capture")
-        rx = req[_X]
         topics = rx.topics
-        if x.topics:
+        if x.topics and x.topics != topics:
             topics = list(dict.fromkeys(topics + x.topics)) if topics else x.topics
         if key == 1 and x.partitions:  # Fetch: the records come back in the response
-            recs, parts = self._records(head, x, corr, key, ver, req[_CLIENT], last_ts), x.partitions
+            recs, parts = self._records(head, x, corr, key, ver, client_id, last_ts), x.partitions
         else:
-            recs, parts = req[_RECS], rx.partitions
-        self._emit(key, ver, corr, req[_CLIENT], req[_FTS], req[_LTS], first_ts, last_ts, req[_SIZE], size + 4,
-                   error_code, throttle, status, req[_FNO], last_no, note, topics,
-                   max(rx.partition_count, x.partition_count), len(x.errors), *_totals(recs, parts))
+            parts = rx.partitions
+        if recs:
+            record_count = sum([r[1] or 0 for r in recs.values()])
+            record_bytes = sum([p[-1] or 0 for p in parts])
+        else:
+            record_count = record_bytes = None
+        self.rows.append((*self.conn_fields, key, ver, corr, client_id, rq_first, rq_last, first_ts, last_ts,
+                          rq_size, size + 4, error_code, throttle, status, rq_frame, last_no, note, (*topics,),
+                          max(rx.partition_count, x.partition_count), len(x.errors), record_count, record_bytes,
+                          None))
         if x.errors:
             self._emit_errors(req, last_ts, x)
         if key in PARTITION_APIS and (rx.partitions or x.partitions):
