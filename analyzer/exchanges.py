@@ -34,7 +34,7 @@ from dissectors.kafka.records import Limits, RecordsError
 from dissectors.kafka.records import batches as record_batches
 from dissectors.kafka.records import records as record_rows
 from dissectors.kafka.records import summarize as summarize_batches
-from dissectors.kafka.records import summary as records_summary
+from dissectors.kafka.records import summary_at as records_summary
 
 _INT32 = struct.Struct(">i")
 _unpack_int32 = _INT32.unpack_from
@@ -310,14 +310,18 @@ class ExchangeMatcher:
         computed while the frame's bytes are at hand. With record rows asked for, every record too."""
         out = {}
         o = self.out
+        if o.records is None:  # batch summaries only
+            size, limits, verify_crc = len(head), o.limits, o.verify_crc
+            for p in x.partitions:
+                at = p[-2]  # records_offset, record_bytes
+                if at is not None:
+                    length = size - at
+                    out[p[:2]] = records_summary(head, at, p[-1] if p[-1] < length else length, verify_crc, limits)
+            return out
         for p in x.partitions:
             if p.records_offset is None:
                 continue
             length = min(p.record_bytes, len(head) - p.records_offset)
-            if o.records is None:
-                out[(p.topic, p.partition)] = records_summary(head, p.records_offset, length, limits=o.limits,
-                                                              verify_crc=o.verify_crc)
-                continue
             try:
                 found = record_batches(head, p.records_offset, length, limits=o.limits, verify_crc=o.verify_crc)
             except RecordsError:

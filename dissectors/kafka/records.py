@@ -264,7 +264,13 @@ def summarize(found: list[BatchInfo] | None, verified: bool = False) -> tuple:
 
 
 def summary(buf, offset: int, length: int, *, verify_crc: bool = False, limits: Limits | None = None) -> tuple:
-    """``summarize(batches(...))``, or NO_SUMMARY where that raises RecordsError.
+    """``summarize(batches(...))``, or NO_SUMMARY where that raises RecordsError (see summary_at)."""
+    return summary_at(buf, offset, length, verify_crc, limits)
+
+
+def summary_at(buf, offset: int, length: int, verify_crc: bool, limits: Limits | None) -> tuple:
+    """``summarize(batches(...))``, or NO_SUMMARY where that raises RecordsError; positional arguments, for
+    the per-partition call of the exchange matcher.
 
     The common case, v2 batches whose headers are all in view, takes one pass that reads each header
     straight into the totals, without a BatchInfo per batch (a Produce or Fetch frame can carry many); a
