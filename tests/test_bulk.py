@@ -27,10 +27,17 @@ SAMPLES = sorted((ROOT / "sample_pcaps").glob("*.pcap*"))
 PUBLIC = sorted((ROOT.parent / "shared" / "pcaps" / "public").glob("*.pcap*"))
 
 
-def tables(path, shard=None, **opts) -> tuple[dict[str, pa.Table], object]:
+def tables(path, shard=None, **opts) -> tuple[dict[str, pa.Table], object, list[tuple]]:
+    """The tables, the file report and every frame the matchers were handed (connection, direction,
+    first and last packet numbers, the head's bytes)."""
     sink = Collector()
-    report = analyze_file(str(path), Options(**opts), sink, shard)
-    return {name: pa.Table.from_batches(batches) for name, batches in sink.batches.items()}, report
+    frames: list[tuple] = []
+
+    def tap(connection_id, is_response, first_no, last_no, head) -> None:
+        frames.append((connection_id, is_response, first_no, last_no, bytes(head)))
+
+    report = analyze_file(str(path), Options(**opts), sink, shard, tap=tap)
+    return {name: pa.Table.from_batches(batches) for name, batches in sink.batches.items()}, report, frames
 
 
 def sorted_rows(table: pa.Table) -> list[tuple]:
@@ -38,9 +45,11 @@ def sorted_rows(table: pa.Table) -> list[tuple]:
 
 
 def assert_same(path, shard=None, **opts) -> dict[str, pa.Table]:
-    """Analyse ``path`` both ways; every table and the capture stats must agree. Returns the bulk tables."""
-    bulk, bulk_report = tables(path, shard, bulk=True, **opts)
-    each, each_report = tables(path, shard, bulk=False, **opts)
+    """Analyse ``path`` both ways; every table, the frames handed to the matchers (heads byte for byte) and
+    the capture stats must agree. Returns the bulk tables."""
+    bulk, bulk_report, bulk_frames = tables(path, shard, bulk=True, **opts)
+    each, each_report, each_frames = tables(path, shard, bulk=False, **opts)
+    assert sorted(bulk_frames) == sorted(each_frames)
     assert sorted(bulk) == sorted(each)
     for name in each:
         assert sorted_rows(bulk[name]) == sorted_rows(each[name]), name
