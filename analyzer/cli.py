@@ -11,11 +11,9 @@ import click
 import pyarrow as pa
 import pyarrow.compute as pc
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 from analyzer.analyze import FileReport, Options
 from analyzer.output import FORMATS, TableFolder
-from analyzer.report import Collector, print_exchanges, print_summary
 from analyzer.run import InputError, expand_paths, run
 from analyzer.tables import CONNECTIONS_SCHEMA, EXCHANGES_SCHEMA, PARTITIONS_SCHEMA
 
@@ -85,12 +83,15 @@ def _analyse(paths: tuple[str, ...], options: Options, jobs: int, sink, no_progr
             total += os.path.getsize(f)
         except OSError:
             pass
-    show = not no_progress and err.is_terminal
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-                  console=err, transient=True, disable=not show) as progress:
-        task = progress.add_task(f"analysing {len(files)} file{'s' if len(files) != 1 else ''}", total=total)
+    if not no_progress and err.is_terminal:
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-        reports = run(files, options, sink, jobs=jobs, on_progress=lambda n: progress.advance(task, n))
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(),
+                      TimeRemainingColumn(), console=err, transient=True) as progress:
+            task = progress.add_task(f"analysing {len(files)} file{'s' if len(files) != 1 else ''}", total=total)
+            reports = run(files, options, sink, jobs=jobs, on_progress=lambda n: progress.advance(task, n))
+    else:
+        reports = run(files, options, sink, jobs=jobs)
     for r in reports:
         if r.stats is None:
             err.print(f"[red]error:[/] {r.error}")
@@ -117,6 +118,8 @@ def main() -> None:
 @_common
 def summary(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progress, separate_files) -> None:
     """Summarise Kafka traffic: API usage and latency percentiles, errors, clients, connections."""
+    from analyzer.report import Collector, print_summary
+
     sink = Collector()
     reports = _analyse(paths, _options(ports, detect_ports, headers_only, verify_crc, separate_files=separate_files),
                        jobs, sink, no_progress)
@@ -140,7 +143,11 @@ def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progre
            with_summary, records, max_batch_mb, max_decompressed_mb) -> None:
     """Write the exchanges, connections and files tables to a folder."""
     folder = TableFolder(out_dir, fmt)
-    collector = Collector() if with_summary else None
+    collector = None
+    if with_summary:  # the report module (rich tables) is loaded only when a summary is printed
+        from analyzer.report import Collector, print_summary
+
+        collector = Collector()
 
     def sink(table: str, batch: pa.RecordBatch) -> None:
         folder.write(table, batch)
@@ -173,6 +180,8 @@ def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progre
 def exchanges(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progress, separate_files, apis, statuses,
               client, min_latency, limit, as_json) -> None:
     """List exchanges, one per line, with filters."""
+    from analyzer.report import Collector, print_exchanges
+
     sink = Collector()
     _analyse(paths, _options(ports, detect_ports, headers_only, verify_crc, separate_files=separate_files),
              jobs, sink, no_progress)

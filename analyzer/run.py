@@ -10,9 +10,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from multiprocessing import get_context
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -150,6 +148,9 @@ def run(
             reports.append(report)
             advance(_size(task.path))
     else:
+        from concurrent.futures import ProcessPoolExecutor  # loaded only when there are workers
+        from multiprocessing import get_context
+
         spool = tempfile.mkdtemp(prefix="kafkacap-spool-")
         try:
             with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("fork")) as pool:
