@@ -134,7 +134,7 @@ class _Bulk:
 
         self.order = order.tolist()  # sorted position -> chunk index
         self.order_array = order
-        self.after = after.tolist()
+        self.after = after  # read at a few positions per run: .item(), not a list of every packet
         self.cum = np.concatenate(([0], np.cumsum(seg))).tolist()  # bytes before each sorted position
         self.ts = chunk.ts
         self._payloads: tuple[list[int], list[int]] | None = None
@@ -220,7 +220,7 @@ class _Bulk:
         """Key k's next sequence number before chunk packet ``at`` if every packet before were regular."""
         lo = self.lo[k]
         p = bisect_left(self.order, at, lo, self.lo[k + 1])
-        return self.after[p - 1] if p > lo else self.next0[k]
+        return self.after.item(p - 1) if p > lo else self.next0[k]
 
     def _some(self, at: list[int]) -> None:
         """Chunk packets (indexes ``at``) through the per-packet loop."""
@@ -250,7 +250,7 @@ class _Bulk:
             nbytes = self.cum[b] - self.cum[a]
             if nbytes:
                 half.payload_bytes += nbytes
-                half.next_seq = self.after[b - 1]
+                half.next_seq = self.after.item(b - 1)
                 sides.append((half.sink, a, b))
         if not sides:
             return
