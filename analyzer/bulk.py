@@ -167,22 +167,22 @@ class _Bulk:
         for k, g in enumerate(group_of_key):
             members[g].append(k)
         flows = self.table.flows
-        order_list = order.tolist()
         for g, ks in enumerate(members):
             if all(flows.get(keys[k]) is IGNORED for k in ks):
                 continue
             a, b = bounds[g], bounds[g + 1]
-            self._connection(order_list[a:b], irregular[bisect_left(irregular, a):bisect_left(irregular, b)], a, ks)
+            self._connection(order[a:b], irregular[bisect_left(irregular, a):bisect_left(irregular, b)], a, ks)
 
-    def _connection(self, idx: list[int], irregular: list[int], base: int, ks: list[int]) -> None:
-        """One connection's packets (chunk indexes, in order): regular runs in bulk, the rest one by one."""
+    def _connection(self, idx: np.ndarray, irregular: list[int], base: int, ks: list[int]) -> None:
+        """One connection's packets (chunk indexes, in order): regular runs in bulk, the rest one by one.
+        ``idx`` stays an array: only the packets at run boundaries and those fed one by one are read."""
         n = len(idx)
         r = 0
         bad = 0  # the next irregular packet, as an index into `irregular`
         while r < n:
-            conn = self._ready(idx[r], ks)
+            conn = self._ready(idx.item(r), ks)
             if conn is None:  # a few packets one by one, then look again
-                self._some(idx[r:r + PER_PACKET_STEP])
+                self._some(idx[r:r + PER_PACKET_STEP].tolist())
                 r += PER_PACKET_STEP
                 if all(self.table.flows.get(self.keys[k]) is IGNORED for k in ks):
                     return  # found to be another shard's or not Kafka: the rest would be dropped anyway
@@ -191,9 +191,9 @@ class _Bulk:
                 bad += 1
             j = irregular[bad] - base if bad < len(irregular) else n
             if j > r:
-                self._run(conn, idx[r], idx[j - 1] + 1, ks)
+                self._run(conn, idx.item(r), idx.item(j - 1) + 1, ks)
             if j < n:
-                self._some(idx[j:j + 1])
+                self._some([idx.item(j)])
             r = j + 1
 
     def _ready(self, at: int, ks: list[int]):
