@@ -24,6 +24,7 @@ from dissectors.kafka.apis import API_KEY_LIMIT, RESPONSE_HEADER_V1_FROM
 from dissectors.kafka.extract import PARTITION_APIS, Extracted, PartitionEntry, extract
 from dissectors.kafka.headers import (
     HeaderError,
+    HeaderTruncated,
     decode_request_header,
     decode_response_header,
     produce_acks,
@@ -38,6 +39,7 @@ from dissectors.kafka.records import summary_at as records_summary
 
 _INT32 = struct.Struct(">i")
 _unpack_int32 = _INT32.unpack_from
+_unpack_key_version_correlation = struct.Struct(">hhi").unpack_from
 _unpack_int16 = struct.Struct(">h").unpack_from
 
 MAX_IN_FLIGHT = 10_000  # beyond any client's in-flight limit; protects memory from acks=0 floods
@@ -117,12 +119,17 @@ class ExchangeMatcher:
         note = "request bytes lost in capture" if lossy else None
         try:
             key, ver, corr, client_id, body = decode_request_header(head, 4, end)
+        except HeaderTruncated as exc:
+            if not 12 <= end < size + 4:
+                self._malformed_request(head, end, first_ts, first_no, last_ts, size, exc)
+                return
+            # The bytes at hand end inside the header (a client_id longer than the head kept, or lost bytes):
+            # api key, version and correlation id are there, so the request still pairs with its response.
+            key, ver, corr = _unpack_key_version_correlation(head, 4)
+            client_id, body = None, end
+            note = _join(note, f"request header longer than the {end} bytes kept ({exc})")
         except HeaderError as exc:
-            self.malformed += 1
-            corr = _unpack_int32(head, 8)[0] if end >= 12 else None
-            ak = _unpack_int32(head, 4)[0] >> 16 if end >= 8 else None
-            self._emit(ak, None, corr, None, first_ts, last_ts, None, None, size + 4, None, None, None,
-                       MALFORMED, first_no, None, f"request header: {exc}", [], 0, 0)
+            self._malformed_request(head, end, first_ts, first_no, last_ts, size, exc)
             return
         bad = False
         x = _NOTHING
@@ -151,6 +158,14 @@ class ExchangeMatcher:
                         note, x, bad, recs))
         if len(pending) > MAX_IN_FLIGHT:
             self._settle(pending.popleft(), "evicted: too many requests in flight")
+
+    def _malformed_request(self, head, end: int, first_ts: int, first_no: int, last_ts: int, size: int,
+                           exc: HeaderError) -> None:
+        self.malformed += 1
+        corr = _unpack_int32(head, 8)[0] if end >= 12 else None
+        ak = _unpack_int32(head, 4)[0] >> 16 if end >= 8 else None
+        self._emit(ak, None, corr, None, first_ts, last_ts, None, None, size + 4, None, None, None,
+                   MALFORMED, first_no, None, f"request header: {exc}", [], 0, 0)
 
     def _new_client_id(self, client_id: str | None, head, end: int) -> None:
         """Remember a client_id (a few per connection at most) and its raw bytes, the resync anchor."""

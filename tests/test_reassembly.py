@@ -461,3 +461,27 @@ def test_show_decodes_07_frames(tmp_path):
     path = craft.write(tmp_path / "k07.pcap", c.packets)
     out = CliRunner().invoke(main, ["show", path, "--frame", str(c.packets.index(segs[0]) + 1)]).output
     assert "FETCH" in out and "events" in out and "cannot decode" not in out
+
+
+def test_request_header_longer_than_the_head_kept_still_pairs(tmp_path):
+    """A client_id of 1500 bytes: --headers-only keeps 1 KiB of a frame, so the header does not fit. The
+    request still pairs with its response (api, version and correlation id come first); only the client_id
+    is unknown, and the note says why. With bodies the whole frame is kept and the client_id is read."""
+    long_id = "c" * 1500
+    c = craft.Conversation()
+    c.handshake()
+    c.send(True, craft.heartbeat_request(7, client_id=long_id))
+    c.send(False, craft.heartbeat_response(7, error_code=27))
+    c.send(True, craft.heartbeat_request(8))
+    c.send(False, craft.heartbeat_response(8))
+    c.fin()
+    headers, _, _ = analyze(tmp_path, c.packets, bodies=False)
+    rows = by_corr(headers)
+    assert set(rows) == {7, 8} and all(r["status"] != "orphan_response" for r in headers)
+    first = rows[7]
+    assert (first["api_name"], first["api_version"], first["status"], first["error_code"]) == (
+        "Heartbeat", 3, "error", 27)
+    assert first["client_id"] is None and "request header longer than the 1024 bytes kept" in first["note"]
+    assert (rows[8]["client_id"], rows[8]["status"], rows[8]["note"]) == ("test-client", "ok", None)
+    full, _, _ = analyze(tmp_path, c.packets)
+    assert by_corr(full)[7]["client_id"] == long_id and by_corr(full)[7]["note"] is None
