@@ -54,7 +54,7 @@ def feed_chunk(table: FlowTable, chunk: PacketChunk) -> None:
 
 class _Bulk:
     """One chunk in columns: the regularity of every packet and, per direction (flow key), its packets in
-    order with running byte counts and predicted sequence numbers, as lists the visits index cheaply.
+    order with running byte counts (a list, for bisection) and predicted sequence numbers.
 
     Packets are also kept sorted by flow key ("sorted positions"): one direction's packets are then a
     contiguous, time-ordered slice, ``lo[k]:lo[k + 1]`` for key number k.
@@ -103,8 +103,9 @@ class _Bulk:
 
         order = np.argsort(inverse, kind="stable")  # radix sort for 16-bit key numbers
         sorted_key = inverse[order].astype(np.int64)
-        self.lo = np.searchsorted(sorted_key, np.arange(count + 1)).tolist()
-        lo_of = np.asarray(self.lo, np.int64)[sorted_key]  # each sorted position's segment start
+        lo = np.searchsorted(sorted_key, np.arange(count + 1))
+        self.lo = lo.tolist()
+        lo_of = lo[sorted_key]  # each sorted position's segment start
         seq = chunk.seq[order]
         seg = chunk.seg_len[order]
         flags = chunk.flags[order]
@@ -123,7 +124,7 @@ class _Bulk:
         chunk_index = order.astype(np.int64)
         combined = (sorted_key << 32) | chunk_index
         where = np.searchsorted(combined, (np.maximum(peer_key, 0) << 32) | chunk_index)
-        has_peer = (peer_key >= 0) & (where > np.asarray(self.lo, np.int64)[np.maximum(peer_key, 0)])
+        has_peer = (peer_key >= 0) & (where > lo[np.maximum(peer_key, 0)])
         edge = np.where(has_peer, after[np.maximum(where - 1, 0)], peer_next0[sorted_key])
         ahead = (chunk.ack[order] - edge) & MASK32
         irregular = (flags & 0x07) != 0
@@ -259,20 +260,12 @@ class _Bulk:
         view, ts, start, stop_at = chunk.buf, self.ts, chunk.start, chunk.stop
         # Packet numbers: the chunk's first plus the index, unless ignored flows' packets were left out.
         first_frame, frames = chunk.first_frame, self.frames
-        if len(sides) == 1:
-            s, k, end = sides[0]
-            while True:
-                e = _next_event(s, cum, k, end, self)
-                if e >= end:
-                    return
-                i = order[e]
-                s.data(ts.item(i), first_frame + i if frames is None else frames.item(i),
-                       view[start.item(i):stop_at.item(i)])
-                k = e + 1
-        # Both directions: the framers read their packets in packet order (requests before their responses).
-        (sb, kb, endb), (sc, kc, endc) = sides
+        # The framers read their packets in packet order across both directions (requests before their
+        # responses); a direction with nothing to read in this run never has a next packet (ic = -1).
+        sb, kb, endb = sides[0]
+        sc, kc, endc = sides[1] if len(sides) == 2 else (None, 0, 0)
         eb = _next_event(sb, cum, kb, endb, self)
-        ec = _next_event(sc, cum, kc, endc, self)
+        ec = _next_event(sc, cum, kc, endc, self) if sc is not None else 0
         ib = order[eb] if eb < endb else -1
         ic = order[ec] if ec < endc else -1
         while ib >= 0 or ic >= 0:

@@ -329,17 +329,10 @@ def _ms_to_ts(ms: pa.Array) -> pa.Array:
     return pc.multiply_checked(ms, 1000).view(TS)
 
 
-def _rows_batch(rows: list[tuple], fields: tuple[str, ...], schema: pa.Schema, capture_file: str,
+def _rows_batch(cols: dict[str, pa.Array], topics, n: int, schema: pa.Schema, capture_file: str,
                 topic_names: dict[bytes, str]) -> pa.RecordBatch:
-    """Rows of errors, partitions or records to a batch: the exchange keys' names and the topic texts derived
-    here."""
-    n = len(rows)
-    if fields is PARTITION_ROW_FIELDS:
-        cols = _partition_columns(rows)
-        topics = _partition_topics(rows)
-    else:
-        cols = _columns(rows, fields, _ROW_TYPES[fields])
-        topics = partial(map, itemgetter(fields.index("topic")), rows)
+    """The columns of n rows of errors, partitions or records to a batch: the exchange keys' names and the
+    topic texts derived here (``topics()``: the rows' topic values, see _topic_column)."""
     cols["topic"] = _topic_column(cols["topic"], topics, topic_names)
     api_key = cols["api_key"]
     if "timestamp" in cols and "offset" in cols and "key_size" in cols:  # records: ms, negative for none
@@ -382,16 +375,25 @@ def _rows_batch(rows: list[tuple], fields: tuple[str, ...], schema: pa.Schema, c
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
+def _flat_rows_batch(rows: list[tuple], fields: tuple[str, ...], schema: pa.Schema, capture_file: str,
+                     topic_names: dict[bytes, str]) -> pa.RecordBatch:
+    cols = _columns(rows, fields, _ROW_TYPES[fields])
+    topics = partial(map, itemgetter(fields.index("topic")), rows)
+    return _rows_batch(cols, topics, len(rows), schema, capture_file, topic_names)
+
+
 def errors_batch(rows: list[tuple], capture_file: str, topic_names: dict[bytes, str]) -> pa.RecordBatch:
-    return _rows_batch(rows, ERROR_ROW_FIELDS, ERRORS_SCHEMA, capture_file, topic_names)
+    return _flat_rows_batch(rows, ERROR_ROW_FIELDS, ERRORS_SCHEMA, capture_file, topic_names)
 
 
 def records_batch(rows: list[tuple], capture_file: str, topic_names: dict[bytes, str]) -> pa.RecordBatch:
-    return _rows_batch(rows, RECORD_ROW_FIELDS, RECORDS_SCHEMA, capture_file, topic_names)
+    return _flat_rows_batch(rows, RECORD_ROW_FIELDS, RECORDS_SCHEMA, capture_file, topic_names)
 
 
 def partitions_batch(rows: list[tuple], capture_file: str, topic_names: dict[bytes, str]) -> pa.RecordBatch:
-    return _rows_batch(rows, PARTITION_ROW_FIELDS, PARTITIONS_SCHEMA, capture_file, topic_names)
+    """Partition rows, given as (head, asked, answered, summary): see _partition_columns."""
+    return _rows_batch(_partition_columns(rows), _partition_topics(rows), len(rows), PARTITIONS_SCHEMA,
+                       capture_file, topic_names)
 
 _API_NAMES = pa.array([a.name if a is not None else None for a in API_BY_KEY], pa.string())
 

@@ -44,6 +44,8 @@ _KEY_VERSION_CORRELATION_LENGTH = struct.Struct(">hhih")  # header v1/v2 up to t
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _unpack_key_version_correlation = _KEY_VERSION_CORRELATION.unpack_from
+unpack_request_start = _unpack_key_version_correlation
+"""(api_key, api_version, correlation_id) of a request header at an offset: the part every version shares."""
 _unpack_key_version_correlation_length = _KEY_VERSION_CORRELATION_LENGTH.unpack_from
 _unpack_int16 = _INT16.unpack_from
 _unpack_int32 = _INT32.unpack_from

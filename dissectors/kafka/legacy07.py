@@ -82,6 +82,9 @@ _unpack_int32_int16 = _INT32_INT16.unpack_from
 _unpack_message_head = _MESSAGE_HEAD.unpack_from
 
 _MESSAGE_HEADER_BYTES = (5, 6)  # after LENGTH, by magic: MAGIC [ATTRIBUTES] CHECKSUM
+_NOT_TOPIC_CHARACTER = re.compile(rb"[^\x21-\x7e]")
+
+_new_tuple = tuple.__new__
 
 
 def _message_head(buf, pos: int) -> tuple[int, int, int]:
@@ -93,9 +96,6 @@ def _message_head(buf, pos: int) -> tuple[int, int, int]:
     if length < header:
         raise Legacy07Error(f"message length {length}")
     return length, magic, header
-_NOT_TOPIC_CHARACTER = re.compile(rb"[^\x21-\x7e]")
-
-_new_tuple = tuple.__new__
 
 
 class Legacy07Error(ValueError):
