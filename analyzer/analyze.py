@@ -88,6 +88,7 @@ def analyze_file(
     tap: Callable | None = None,
     following: Sequence[str] = (),
     name_of: Callable[[str], str] = os.path.basename,
+    balance_shards: bool = False,
 ) -> FileReport:
     """Analyse ``path``; ``progress(n)`` is called now and then with the file bytes read so far.
 
@@ -95,6 +96,8 @@ def analyze_file(
     followed into them until their exchanges in flight are complete (see ``analyzer.carry``).
     ``name_of(path)``: the capture_file name of this file and the following ones (see ``capture_names`` for
     inputs from several folders).
+    ``balance_shards``: split the connections by load instead of by hash (``analyzer.shards``; only for a
+    file analysed on its own, not one of a rotated set).
     """
     started = time.perf_counter()
     name = name_of(os.fspath(path))
@@ -108,8 +111,12 @@ def analyze_file(
         report.stats = cap.stats
         table = FlowTable(options.ports, options.detect_ports, shard, options.frame_keep, options.max_frame,
                           options.bodies, options.verify_crc, options.records and options.bodies,
-                          Limits(options.max_batch_mb << 20, options.max_decompressed_mb << 20))
+                          Limits(options.max_batch_mb << 20, options.max_decompressed_mb << 20), balance_shards)
         table.out.tap = tap
+        if table.shards is not None and table.shards.balance and options.bulk:
+            sample = cap.flow_sample()
+            if sample is not None:
+                table.shards.expect(*sample)
         step = _stepper(cap, table, options.bulk)
         rows = table.rows
         try:

@@ -39,6 +39,7 @@ from analyzer.tcp import HalfStream
 MASK32 = 0xFFFFFFFF
 HALF32 = 0x80000000
 ACK = 0x10
+PSH = 0x08
 PER_PACKET_STEP = 8  # packets fed one by one before checking again whether a connection can go back to bulk
 
 
@@ -72,6 +73,12 @@ class _Bulk:
         inverse = encoded.indices.to_numpy().astype(np.int16 if len(keys) < 1 << 15 else np.int64)
         flows = table.flows
         count = len(keys)
+        self.reverse = reverse = [reverse_key(key) for key in keys]
+        plan = table.shards
+        if plan is not None and plan.balance:  # decided on every packet of the chunk, as in every process
+            pushed = (chunk.flags & PSH != 0) & (chunk.seg_len > 0)
+            plan.plan_chunk(keys, reverse, np.bincount(inverse, minlength=count).tolist(),
+                            np.bincount(inverse, pushed, count).astype(np.int64).tolist())
         # Packets of ignored flows (another shard's connections, other ports) leave the columns at once.
         self.frames = None  # the kept packets' numbers, when some were left out
         ignored = [flows.get(key) is IGNORED for key in keys]
@@ -89,10 +96,7 @@ class _Bulk:
         next0 = np.full(count, -1, np.int64)
         peer_next0 = np.full(count, -1, np.int64)
         peer = np.full(count, -1, np.int64)
-        self.reverse = []
-        for k, key in enumerate(keys):
-            rev = reverse_key(key)
-            self.reverse.append(rev)
+        for k, (key, rev) in enumerate(zip(keys, reverse, strict=True)):
             h = flows.get(key)
             if h.__class__ is HalfStream:
                 next0[k] = h.next_seq

@@ -105,6 +105,16 @@ class Capture:
             self._iterator = _pcapng.pcapng_packets(self._source, buf, pos, self.stats, skip, skipped)
         return self._iterator
 
+    def flow_sample(self) -> tuple | None:
+        """Some packets from stretches spread over the file (see ``_pcap_chunks.flow_sample``), or None when
+        the capture is not read in chunks."""
+        header = self._header
+        if header is None or not isinstance(self._source, _MappedSource) or not _pcap_chunks.chunked(
+                header.linktype):
+            return None
+        buf, pos = self._source.start()
+        return _pcap_chunks.flow_sample(buf, pos + _pcap.GLOBAL_HEADER_LEN, header)
+
     def chunks(self, skip: Container[bytes] = ()) -> Iterator[_pcap_chunks.PacketChunk] | None:
         """The TCP packets in chunks of columns (see analyzer._pcap_chunks), or None when this capture is
         not read that way (pcapng, compressed files, link types without a fixed layout): use packets()."""

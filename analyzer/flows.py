@@ -12,11 +12,11 @@ not the length of the capture.
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Iterable
 
 from analyzer.connection import Connection, reverse_key, split_key
 from analyzer.exchanges import Outputs
+from analyzer.shards import ShardPlan
 from analyzer.tcp import ACK, FIN, MASK32, RST, SYN, HalfStream
 from dissectors.kafka.framing import DEFAULT_KEEP, DEFAULT_MAX_FRAME
 from dissectors.kafka.headers import looks_like_request
@@ -71,10 +71,13 @@ class FlowTable:
         verify_crc: bool = False,
         records: bool = False,
         limits: Limits | None = None,
+        balance_shards: bool = False,
     ) -> None:
         self.ports = frozenset(ports)
         self.detect_ports = detect_ports
         self.shard = shard
+        # With a balanced plan, the bulk path calls plan_chunk at every chunk (analyzer.shards).
+        self.shards = None if shard is None else ShardPlan(*shard, balance_shards, self.ports, detect_ports)
         self.keep = keep
         self.max_frame = max_frame
         self.flows: dict[bytes, object] = {}
@@ -244,7 +247,7 @@ class FlowTable:
         no, ts, key, seq, ack, flags, payload, seg_len = pkt
         src, dst, sport, dport = split_key(key)
         rev = reverse_key(key)
-        if self.shard is not None and shard_of(key, rev, self.shard[1]) != self.shard[0]:
+        if self.shards is not None and not self.shards.owns(key, rev):
             self._ignore(key, rev)
             return None
         ports = self.ports
@@ -289,8 +292,3 @@ class FlowTable:
             key = pkt[2]
             self._ignore(key, reverse_key(key))
             self.probed_out += 1
-
-
-def shard_of(key: bytes, rev: bytes, shards: int) -> int:
-    """The same shard for both directions, and the same in every process (unlike hash())."""
-    return zlib.crc32(min(key, rev)) % shards

@@ -55,6 +55,7 @@ class Task:
     shard: tuple[int, int] | None
     following: tuple[str, ...] = ()  # the next files of its rotated set
     names: tuple[tuple[str, str], ...] = ()  # (path, capture_file name) of it and the following files
+    balanced: bool = False  # shards planned by load: a file on its own, not one of a rotated set
 
     def name_of(self) -> Callable[[str], str]:
         names = dict(self.names)
@@ -70,6 +71,7 @@ def plan(files: list[str], jobs: int, stitch: bool = True) -> list[Task]:
         after = next_files(files)
     else:
         after = {}
+    followed = set(after.values())
     tasks: list[Task] = []
     for path in files:
         nxt: tuple[str, ...] = ()
@@ -83,7 +85,8 @@ def plan(files: list[str], jobs: int, stitch: bool = True) -> list[Task]:
             size = 0
         named = tuple((p, names[p]) for p in (path, *nxt))
         if jobs > 1 and len(files) < jobs and size >= SHARD_MIN_BYTES:
-            tasks.extend(Task(path, (i, jobs), nxt, named) for i in range(jobs))
+            alone = not nxt and path not in followed
+            tasks.extend(Task(path, (i, jobs), nxt, named, alone) for i in range(jobs))
         else:
             tasks.append(Task(path, None, nxt, named))
     return tasks
@@ -104,7 +107,7 @@ def _run_task(task: Task, options: Options, spool: str) -> tuple[FileReport, dic
         w.write_batch(batch)
 
     report = analyze_file(task.path, options, sink, task.shard, following=task.following,
-                          name_of=task.name_of())
+                          name_of=task.name_of(), balance_shards=task.balanced)
     for w in writers.values():
         w.close()
     return report, paths
@@ -143,7 +146,7 @@ def run(
                     done = read
 
             report = analyze_file(task.path, options, sink, task.shard, advance, following=task.following,
-                                  name_of=task.name_of())
+                                  name_of=task.name_of(), balance_shards=task.balanced)
             _add_to_stitcher(stitcher, report)
             reports.append(report)
             advance(_size(task.path))

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from analyzer.output import dictionary_columns
 from analyzer.stitch import Stitcher
 from spark_jobs.envelope import pack_batch, unpack_batches
 from spark_jobs.inputs import filesystem
@@ -56,7 +57,9 @@ class TableWriter:
         if folder not in self._open:
             self.fs.create_dir(f"{self.root}/{folder}", recursive=True)
             path = f"{self.root}/{folder}/{self.stem}.zstd.parquet"
-            self._open[folder] = (pq.ParquetWriter(path, self.schema, filesystem=self.fs, compression="zstd"), path)
+            writer = pq.ParquetWriter(path, self.schema, filesystem=self.fs, compression="zstd",
+                                      use_dictionary=dictionary_columns(self.schema))
+            self._open[folder] = (writer, path)
         self._open[folder][0].write_table(pa.Table.from_batches(buffered, self.schema), row_group_size=1 << 30)
 
     def close(self) -> list[tuple[str, int]]:
