@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pyarrow as pa
 
 from analyzer._linklayer import (
     ETHERNET,
@@ -123,28 +124,9 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
     try:
         while pos < end:
             stop = min(pos + CHUNK_BYTES, end)
-            offsets: list[int] = []
-            add = offsets.append
-            header_cut = False
-            # The only per-packet Python work here: four records a turn (a chunk may end up to three records
-            # past ``stop``), read through a memoryview (an unpack from the mmap itself costs a fifth more).
-            try:
-                while pos < stop:
-                    add(pos)
-                    pos += walk(view, pos)[0] + 16  # RECORD_HEADER_LEN, as a constant
-                    add(pos)
-                    pos += walk(view, pos)[0] + 16
-                    add(pos)
-                    pos += walk(view, pos)[0] + 16
-                    add(pos)
-                    pos += walk(view, pos)[0] + 16
-            except struct.error:  # the walk reached the end of the file (or past it), or it ends inside a header
-                offsets.pop()
-                header_cut = pos < end
-            starts = np.array(offsets, np.int64)
-            nexts = np.empty_like(starts)
-            nexts[:-1] = starts[1:]
-            nexts[-1:] = pos
+            offsets, pos, header_cut = _walk(view, walk, pos, stop)
+            header_cut = header_cut and pos < end  # not cut: the walk reached the end of the file (or past it)
+            starts, nexts = _bounds(offsets, pos)
             caplens = nexts - starts - RECORD_HEADER_LEN
             bad = (caplens > limit) | (nexts > end)
             damage = None
@@ -170,8 +152,50 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
         settle_stats(stats, frame, counts, ts)
 
 
+def _walk(view: memoryview, walk, pos: int, stop: int) -> tuple[list[int], int, bool]:
+    """The record starts from ``pos`` on until one at or past ``stop``, the position after the last, and
+    whether the walk ran into the end of the buffer (the last start is then left out: no header there).
+
+    The only per-packet Python work of the chunked reading: four records a turn (the walk may end up to three
+    records past ``stop``), read through a memoryview (an unpack from the mmap itself costs a fifth more)."""
+    offsets: list[int] = []
+    add = offsets.append
+    try:
+        while pos < stop:
+            add(pos)
+            pos += walk(view, pos)[0] + 16  # RECORD_HEADER_LEN, as a constant
+            add(pos)
+            pos += walk(view, pos)[0] + 16
+            add(pos)
+            pos += walk(view, pos)[0] + 16
+            add(pos)
+            pos += walk(view, pos)[0] + 16
+    except struct.error:
+        offsets.pop()
+        return offsets, pos, True
+    return offsets, pos, False
+
+
+def _bounds(offsets: list[int], pos: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each record's start and the next one's (``pos`` after the last)."""
+    starts = np.array(offsets, np.int64)
+    nexts = np.empty_like(starts)
+    nexts[:-1] = starts[1:]
+    nexts[-1:] = pos
+    return starts, nexts
+
+
+def number_keys(keys: np.ndarray) -> tuple[list[bytes], np.ndarray]:
+    """Flow keys to small integers in one hashing pass (Arrow's dictionary encoding, first-seen order): the
+    distinct keys, and each packet's key number."""
+    raw = pa.py_buffer(np.ascontiguousarray(keys))
+    encoded = pa.FixedSizeBinaryArray.from_buffers(pa.binary(12), len(keys), [None, raw]).dictionary_encode()
+    distinct = encoded.dictionary.to_pylist()
+    return distinct, encoded.indices.to_numpy().astype(np.int16 if len(distinct) < 1 << 15 else np.int64)
+
+
 SAMPLE_WINDOWS = 24  # stretches of a file read ahead to see where its work lies (analyzer.shards)
-SAMPLE_BYTES = 1 << 20  # per stretch, at most a quarter of the way to the next (2 % of a 1.2 GB file)
+SAMPLE_BYTES = 1 << 20  # per stretch, at most half of the way to the next (2 % of a 1.2 GB file)
 RESYNC_SPAN = (1 << 18) + 64  # bytes searched for a record boundary: more than the longest record
 RESYNC_CHAIN = 4  # plausible record headers in a row that make a boundary
 
@@ -189,40 +213,26 @@ def flow_sample(buf, pos: int, header: PcapHeader, windows: int = SAMPLE_WINDOWS
     walk = struct.Struct(order + "8xI4x").unpack_from
     layout = _Layout(buf, order, header.linktype, header.ts_unit_ns)
     plausible = _RecordCheck(buf, pos, header)
-    if plausible.first is None:
-        return np.empty(0, "V12"), np.empty(0, np.int64), np.empty(0, np.int64), 0.0
-    step = max((end - pos) // windows, 1)
-    nbytes = min(nbytes, step // 4 + 1)
-    keys, flags, lengths = [], [], []
+    keys, flags, lengths = [np.empty(0, "V12")], [np.empty(0, np.int64)], [np.empty(0, np.int64)]
     covered = 0
-    for i in range(windows):
-        at = pos if i == 0 else plausible.boundary(pos + i * step)
+    step = max((end - pos) // windows, 1)
+    nbytes = min(nbytes, step // 2 + 1)
+    done = pos  # where the last stretch ended (the walk may go a few records past the stretch's end)
+    for i in range(windows if plausible.first is not None else 0):
+        at = done if pos + i * step <= done else plausible.boundary(pos + i * step)
         if at is None:
             continue
-        stop = min(at + nbytes, end, pos + (i + 1) * step)
-        starts = []
-        try:
-            while at < stop:
-                nxt = at + walk(buf, at)[0] + RECORD_HEADER_LEN
-                if nxt > end:
-                    break
-                starts.append(at)
-                at = nxt
-        except struct.error:
-            pass
-        if not starts:
+        offsets, at, _ = _walk(layout.view, walk, at, min(at + nbytes, pos + (i + 1) * step))
+        if at > end and offsets:  # the last record runs past the end of the file
+            at = offsets.pop()
+        if not offsets:
             continue
-        first = np.array(starts, np.int64)
-        nexts = np.empty_like(first)
-        nexts[:-1] = first[1:]
-        nexts[-1] = at
-        rec, seg_len, fast = layout.fields(first, nexts)
+        done = at
+        rec, seg_len, fast = layout.fields(*_bounds(offsets, at))
         keys.append(rec["key"][fast])
         flags.append(rec["flags"][fast].astype(np.int64))
         lengths.append(seg_len[fast])
-        covered += at - starts[0]
-    if not keys:
-        return np.empty(0, "V12"), np.empty(0, np.int64), np.empty(0, np.int64), 0.0
+        covered += at - offsets[0]
     return np.concatenate(keys), np.concatenate(flags), np.concatenate(lengths), covered / max(end - pos, 1)
 
 
@@ -300,21 +310,17 @@ class _Layout:
     def decode(self, starts: np.ndarray, nexts: np.ndarray, base: int, counts: list[int],
                skip: Container[bytes]) -> PacketChunk:
         """One chunk's columns (or tuples), counting the records that are not TCP."""
-        rec = self._gather(starts)
+        rec, seg_len, fast = self.fields(starts, nexts)
         ts = rec["sec"].astype(np.int64) * 1_000_000_000 + rec["frac"].astype(np.int64) * self.ts_unit
         if self.windows is None or starts[-1] > self.last:  # records too near the end to gather: times read alone
             for i in np.flatnonzero(starts > self.last).tolist():
                 sec, frac = self.times(self.buf, int(starts[i]))
                 ts[i] = sec * 1_000_000_000 + frac * self.ts_unit
         record_ts = int(ts[-1])
-        offset = rec["offset"]
         ip_len = rec["ip_len"].astype(np.int64)
-        headers = 20 + (offset >> 4).astype(np.int64) * 4
-        seg_len = ip_len - headers
         caplen = nexts - starts - RECORD_HEADER_LEN
-        fast = self._fast(rec, caplen, offset, seg_len)
         ip = starts + self.payload_at
-        start = ip + headers
+        start = ip + (ip_len - seg_len)  # past the IP and TCP headers
         stop = np.minimum(ip + ip_len, nexts)
         if fast.all():
             n = len(starts)
@@ -326,25 +332,20 @@ class _Layout:
         return PacketChunk(base + 1, ts, rec["key"], rec["seq"], rec["ack"], rec["flags"], start, stop, seg_len,
                            self.view, tuples, last_frame, last_ts, record_ts)
 
-    def _gather(self, starts: np.ndarray) -> np.ndarray:
-        if self.windows is None:
-            return np.zeros(len(starts), self.dtype)
-        return self.windows[np.minimum(starts, self.last)].view(self.dtype)
-
-    def _fast(self, rec: np.ndarray, caplen: np.ndarray, offset: np.ndarray, seg_len: np.ndarray) -> np.ndarray:
-        """The records that are IPv4 TCP without options on the file's link type (the columns' kind)."""
-        fast = (caplen >= self.min_caplen) & (rec["ver_ihl"] == 0x45) & (rec["proto"] == 6) \
-            & ((rec["fragment"] & 0x3FFF) == 0) & (offset >= 0x50) & (seg_len >= 0)
-        if self.want is not None:
-            fast &= rec["link_proto"] == self.want
-        return fast
-
     def fields(self, starts: np.ndarray, nexts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The records' gathered fields, TCP payload lengths, and which of them are of the columns' kind."""
-        rec = self._gather(starts)
+        """The records' gathered fields, their TCP payload lengths, and which of them are IPv4 TCP without
+        options on the file's link type (the columns' kind)."""
+        if self.windows is None:
+            rec = np.zeros(len(starts), self.dtype)
+        else:
+            rec = self.windows[np.minimum(starts, self.last)].view(self.dtype)
         offset = rec["offset"]
         seg_len = rec["ip_len"].astype(np.int64) - (20 + (offset >> 4).astype(np.int64) * 4)
-        return rec, seg_len, self._fast(rec, nexts - starts - RECORD_HEADER_LEN, offset, seg_len)
+        fast = (nexts - starts - RECORD_HEADER_LEN >= self.min_caplen) & (rec["ver_ihl"] == 0x45) \
+            & (rec["proto"] == 6) & ((rec["fragment"] & 0x3FFF) == 0) & (offset >= 0x50) & (seg_len >= 0)
+        if self.want is not None:
+            fast &= rec["link_proto"] == self.want
+        return rec, seg_len, fast
 
     def _tuples(self, rec, fast, starts, caplen, ts, seg_len, start, stop, base: int, counts: list[int],
                 skip: Container[bytes]) -> tuple[list[tuple], tuple[int, int]]:

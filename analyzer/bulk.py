@@ -28,18 +28,17 @@ from __future__ import annotations
 from bisect import bisect_left
 
 import numpy as np
-import pyarrow as pa
 
 from analyzer._linklayer import NO_PAYLOAD
-from analyzer._pcap_chunks import PacketChunk
+from analyzer._pcap_chunks import PacketChunk, number_keys
 from analyzer.connection import reverse_key
 from analyzer.flows import IGNORED, FlowTable
+from analyzer.shards import work_per_key
 from analyzer.tcp import HalfStream
 
 MASK32 = 0xFFFFFFFF
 HALF32 = 0x80000000
 ACK = 0x10
-PSH = 0x08
 PER_PACKET_STEP = 8  # packets fed one by one before checking again whether a connection can go back to bulk
 
 
@@ -65,20 +64,15 @@ class _Bulk:
         self.table = table
         self.chunk = chunk
         n = len(chunk)
-        # Flow keys to small integers in one hashing pass (Arrow's dictionary encoding, first-seen order).
-        raw = pa.py_buffer(np.ascontiguousarray(chunk.keys))
-        encoded = pa.FixedSizeBinaryArray.from_buffers(pa.binary(12), n, [None, raw]).dictionary_encode()
-        self.keys = keys = encoded.dictionary.to_pylist()
+        keys, inverse = number_keys(chunk.keys)  # flow keys to small integers
+        self.keys = keys
         key_index = {k: i for i, k in enumerate(keys)}
-        inverse = encoded.indices.to_numpy().astype(np.int16 if len(keys) < 1 << 15 else np.int64)
         flows = table.flows
         count = len(keys)
         self.reverse = reverse = [reverse_key(key) for key in keys]
         plan = table.shards
         if plan is not None and plan.balance:  # decided on every packet of the chunk, as in every process
-            pushed = (chunk.flags & PSH != 0) & (chunk.seg_len > 0)
-            plan.plan_chunk(keys, reverse, np.bincount(inverse, minlength=count).tolist(),
-                            np.bincount(inverse, pushed, count).astype(np.int64).tolist())
+            plan.plan_chunk(keys, reverse, work_per_key(inverse, count, chunk.flags, chunk.seg_len))
         # Packets of ignored flows (another shard's connections, other ports) leave the columns at once.
         self.frames = None  # the kept packets' numbers, when some were left out
         ignored = [flows.get(key) is IGNORED for key in keys]

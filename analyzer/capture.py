@@ -108,26 +108,28 @@ class Capture:
     def flow_sample(self) -> tuple | None:
         """Some packets from stretches spread over the file (see ``_pcap_chunks.flow_sample``), or None when
         the capture is not read in chunks."""
-        header = self._header
-        if header is None or not isinstance(self._source, _MappedSource) or not _pcap_chunks.chunked(
-                header.linktype):
-            return None
-        buf, pos = self._source.start()
-        return _pcap_chunks.flow_sample(buf, pos + _pcap.GLOBAL_HEADER_LEN, header)
+        mapped = self._chunkable()
+        return None if mapped is None else _pcap_chunks.flow_sample(*mapped, self._header)
 
     def chunks(self, skip: Container[bytes] = ()) -> Iterator[_pcap_chunks.PacketChunk] | None:
         """The TCP packets in chunks of columns (see analyzer._pcap_chunks), or None when this capture is
         not read that way (pcapng, compressed files, link types without a fixed layout): use packets()."""
         if self._iterator is not None:
             raise RuntimeError("Capture.packets() or chunks() can be called only once")
+        mapped = self._chunkable()
+        if mapped is None:
+            return None
+        self._iterator = _pcap_chunks.pcap_chunks(self._source, *mapped, self._header, self.stats, skip)
+        return self._iterator
+
+    def _chunkable(self) -> tuple[Buffer, int] | None:
+        """The whole file and where its first record starts, when it can be read in chunks."""
         header = self._header
         if header is None or not isinstance(self._source, _MappedSource) or not _pcap_chunks.chunked(
                 header.linktype):
             return None
         buf, pos = self._source.start()
-        self._iterator = _pcap_chunks.pcap_chunks(self._source, buf, pos + _pcap.GLOBAL_HEADER_LEN, header,
-                                                  self.stats, skip)
-        return self._iterator
+        return buf, pos + _pcap.GLOBAL_HEADER_LEN
 
     def bytes_read(self) -> int:
         """Roughly how far into the file (in file bytes) reading has got, for progress bars."""

@@ -25,8 +25,8 @@ from __future__ import annotations
 import zlib
 
 import numpy as np
-import pyarrow as pa
 
+from analyzer._pcap_chunks import number_keys
 from analyzer.connection import reverse_key, split_key
 
 # Work per frame against work per packet. Fitted to callgrind counts of one to four shards of the benchmark
@@ -60,7 +60,7 @@ class ShardPlan:
         conn = min(key, rev)
         shard = self.decided.get(conn)
         if shard is None:
-            shard = zlib.crc32(conn) % self.count
+            shard = shard_of(key, rev, self.count)
             if self.balance and len(self.decided) < MAX_PLANNED:
                 self.decided[conn] = shard  # a later plan must not hand it to another shard
         return shard == self.index
@@ -69,25 +69,23 @@ class ShardPlan:
         """A sample of the file's packets (flow keys, TCP flags, payload lengths) covering ``share`` of it."""
         if not self.balance or not len(keys) or share <= 0:
             return
-        costs = self._costs(keys, flags, seg_len)
+        distinct, numbers = number_keys(keys)
         expected = self.expected
-        for key, cost in costs.items():
+        for key, work in zip(distinct, work_per_key(numbers, len(distinct), flags, seg_len), strict=True):
             conn = min(key, reverse_key(key))
-            expected[conn] = expected.get(conn, 0.0) + cost / share
+            expected[conn] = expected.get(conn, 0.0) + work / share
 
-    def plan_chunk(self, keys: list[bytes], reverse: list[bytes], packets: list[int], frames: list[int]) -> None:
-        """A chunk of packets in columns: flow ``keys[i]`` (reverse ``reverse[i]``) has ``packets[i]`` packets
-        and ends ``frames[i]`` writes (PSH) in it. Decides the connections it shows for the first time."""
+    def plan_chunk(self, keys: list[bytes], reverse: list[bytes], work: list[float]) -> None:
+        """A chunk of packets in columns: flow ``keys[i]`` (reverse ``reverse[i]``) does ``work[i]`` in it
+        (``work_per_key``). Decides the connections it shows for the first time."""
         if not self.balance:
             return
         decided, expected = self.decided, self.expected
         new: dict[bytes, float] = {}
-        for key, rev, count, pushed in zip(keys, reverse, packets, frames, strict=True):
+        for key, rev, seen in zip(keys, reverse, work, strict=True):
             conn = min(key, rev)
             if conn not in decided and (self.any_port or self._kafka_port(key)):
-                new[conn] = new.get(conn, 0.0) + count + FRAME_COST * pushed
-        if not new:
-            return
+                new[conn] = new.get(conn, 0.0) + seen
         load = self.load
         room = MAX_PLANNED - len(decided)
         ranked = sorted(((expected.get(conn, seen), conn) for conn, seen in new.items()), key=lambda c: (-c[0], c[1]))
@@ -96,17 +94,13 @@ class ShardPlan:
             decided[conn] = shard
             load[shard] += cost
 
-    @staticmethod
-    def _costs(keys: np.ndarray, flags: np.ndarray, seg_len: np.ndarray) -> dict[bytes, float]:
-        """Work per flow key of some packets, in the units of plan_chunk."""
-        raw = pa.py_buffer(np.ascontiguousarray(keys))
-        encoded = pa.FixedSizeBinaryArray.from_buffers(pa.binary(12), len(keys), [None, raw]).dictionary_encode()
-        index = encoded.indices.to_numpy()
-        pushed = ((flags & PSH) != 0) & (seg_len > 0)
-        n = len(encoded.dictionary)
-        cost = np.bincount(index, minlength=n) + FRAME_COST * np.bincount(index, pushed, n)
-        return dict(zip(encoded.dictionary.to_pylist(), cost.tolist(), strict=True))
-
     def _kafka_port(self, key: bytes) -> bool:
         _, _, sport, dport = split_key(key)
         return sport in self.ports or dport in self.ports
+
+
+def work_per_key(numbers: np.ndarray, count: int, flags: np.ndarray, seg_len: np.ndarray) -> list[float]:
+    """The work of each of ``count`` flow keys over some packets (``numbers``: each packet's key number): a
+    packet counts 1, a data packet with PSH (the end of a write, a frame) FRAME_COST more."""
+    pushed = ((flags & PSH) != 0) & (seg_len > 0)
+    return (np.bincount(numbers, minlength=count) + FRAME_COST * np.bincount(numbers, pushed, count)).tolist()

@@ -109,11 +109,17 @@ def interleaved(rng: random.Random, connections: int) -> list:
     return packets
 
 
+def impaired_capture(tmp_path, monkeypatch, rng: random.Random, connections: int):
+    """A capture of interleaved impaired connections, read in chunks small enough for them to cross."""
+    path = craft.write(tmp_path / "c.pcap", interleaved(rng, connections))
+    monkeypatch.setattr(_pcap_chunks, "CHUNK_BYTES", rng.choice([700, 3000, 20000]))
+    return path
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_impaired_connections_crossing_chunk_boundaries(tmp_path, monkeypatch, seed):
     rng = random.Random(seed)
-    path = craft.write(tmp_path / "c.pcap", interleaved(rng, rng.randrange(1, 6)))
-    monkeypatch.setattr(_pcap_chunks, "CHUNK_BYTES", rng.choice([700, 3000, 20000]))
+    path = impaired_capture(tmp_path, monkeypatch, rng, rng.randrange(1, 6))
     out = assert_same(path)
     assert out["exchanges"].num_rows > 0
     assert_same(path, bodies=False)

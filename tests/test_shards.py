@@ -22,7 +22,7 @@ from analyzer.analyze import Options, analyze_file
 from analyzer.capture import open_capture
 from analyzer.report import Collector
 from tests import craft
-from tests.test_bulk import interleaved, sorted_rows
+from tests.test_bulk import impaired_capture, interleaved, sorted_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLIC = sorted((ROOT.parent / "shared" / "pcaps" / "public").glob("*.pcap"))
@@ -48,8 +48,7 @@ def assert_shards_add_up(path, count: int) -> list[dict[str, pa.Table]]:
 def test_balanced_shards_handle_every_connection_once(tmp_path, monkeypatch, seed):
     """Crafted connections with loss, reordering, repeats and port reuse, cut into many small chunks."""
     rng = random.Random(seed)
-    path = craft.write(tmp_path / "c.pcap", interleaved(rng, rng.randrange(3, 9)))
-    monkeypatch.setattr(_pcap_chunks, "CHUNK_BYTES", rng.choice([700, 3000, 20000]))
+    path = impaired_capture(tmp_path, monkeypatch, rng, rng.randrange(3, 9))
     shards = assert_shards_add_up(path, rng.choice([2, 3]))
     assert sum(1 for s in shards if "exchanges" in s and s["exchanges"].num_rows) >= 2
 
