@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from analyzer.bulk import feed_chunk
 from analyzer.capture import Capture, CaptureError, CaptureStats, open_capture
 from analyzer.carry import Handoff, carry_over, continues
+from analyzer.collector import collector_tuned
 from analyzer.flows import FlowTable
 from analyzer.tables import connections_batch, errors_batch, exchanges_batch, partitions_batch, records_batch
 from dissectors.kafka.framing import DEFAULT_KEEP, DEFAULT_MAX_FRAME
@@ -99,6 +100,12 @@ def analyze_file(
     ``balance_shards``: split the connections by load instead of by hash (``analyzer.shards``; only for a
     file analysed on its own, not one of a rotated set).
     """
+    with collector_tuned():
+        return _analyze_file(path, options, sink, shard, progress, tap, following, name_of, balance_shards)
+
+
+def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap, following: Sequence[str],
+                  name_of: Callable[[str], str], balance_shards: bool) -> FileReport:
     started = time.perf_counter()
     name = name_of(os.fspath(path))
     report = FileReport(path=os.fspath(path), name=name, shard=shard)
