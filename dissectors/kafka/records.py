@@ -30,11 +30,6 @@ from dissectors.kafka.codecs import (
     decompress,
 )
 
-try:
-    from crc32c import crc32c
-except ImportError:  # pragma: no cover - the table below is the fallback
-    crc32c = None
-
 __all__ = ["BatchInfo", "RecordInfo", "Limits", "batches", "records", "summary", "summarize", "NO_SUMMARY",
            "RecordsError", "CorruptData", "DecompressionRefused", "TRACE_HEADERS"]
 
@@ -151,7 +146,16 @@ def crc32c_slow(data) -> int:
     return c ^ 0xFFFFFFFF
 
 
-_crc32c = crc32c if crc32c is not None else crc32c_slow
+def _crc32c(data) -> int:
+    """CRC-32C through the crc32c package (a dependency: C speed, hardware-assisted where the CPU has it),
+    imported on first use since only ``--verify-crc`` needs it; the slow table above if it is missing."""
+    global _crc32c
+    try:
+        from crc32c import crc32c as fast
+    except ImportError:  # pragma: no cover - a broken install; correct but slow
+        fast = crc32c_slow
+    _crc32c = fast
+    return fast(data)
 
 
 def _check_span(buf, offset: int, length: int) -> int:
