@@ -338,3 +338,25 @@ def test_a_decompression_bomb_is_refused_and_reported(tmp_path):
     ex = pq.read_table(tmp_path / "out" / "exchanges.parquet").to_pylist()
     # (the crafted response names another topic; both are listed)
     assert [(r["api_name"], r["status"], r["topics"][0]) for r in ex] == [("Produce", "ok", "bombs")]
+
+
+def test_console_script_spares_the_pandas_import(tmp_path):
+    """The installed ``kafkacap`` (analyzer.console) runs an export without importing pandas, which
+    pyarrow would otherwise import on its first list conversion; pandas still imports afterwards."""
+    pytest.importorskip("pandas")  # without pandas installed there is nothing to spare
+    import subprocess
+    import sys
+
+    sample = Path(__file__).resolve().parents[1] / "sample_pcaps" / "kafka09_legacy.pcap"
+    code = (
+        "import sys\n"
+        f"sys.argv = ['kafkacap', 'export', {str(sample)!r}, '-o', {str(tmp_path / 'out')!r}, '--no-progress']\n"
+        "from analyzer.console import main\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        "print('pandas' in sys.modules)\n"
+        "import pandas\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
+    assert pq.read_table(tmp_path / "out" / "exchanges.parquet").num_rows > 0
