@@ -106,11 +106,13 @@ def _record_dtype(order: str, linktype: int) -> tuple[np.dtype, int]:
 
 
 def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: CaptureStats,
-                skip: Container[bytes] = ()) -> Iterator[PacketChunk]:
+                skip: Container[bytes] = (), walked: np.ndarray | None = None) -> Iterator[PacketChunk]:
     """Chunks of the records from ``pos`` on, CHUNK_BYTES of the file at a time (``buf`` maps the whole file).
 
     Packets of flows in ``skip`` are left in the columns (the bulk path drops whole flows at once); in a
-    chunk handed on as tuples they are left out, as the per-packet reader does."""
+    chunk handed on as tuples they are left out, as the per-packet reader does. ``walked``: the file's
+    record starts from ``pos`` on, found before (``walk_part``); the chunks are then exactly those the walk
+    here would give."""
     order = header.byte_order
     walk = struct.Struct(order + "8xI4x").unpack_from  # a record header's caplen: where the next one starts
     limit = header.caplen_limit
@@ -122,17 +124,25 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
     ts = None
     stats.first_ts_ns = first_timestamp(struct.Struct(order + "II").unpack_from, buf, pos, header.ts_unit_ns)
     try:
+        if walked is not None and (not len(walked) or walked[0] != pos):
+            walked = None  # not this file's walk: walk here
+        i = 0  # with ``walked``: the index of ``pos`` in it
         while pos < end:
             stop = min(pos + CHUNK_BYTES, end)
-            offsets, pos, header_cut = _walk(view, walk, pos, stop)
+            if walked is None:
+                offsets, pos, header_cut = _walk(view, walk, pos, stop)
+                starts, nexts = _bounds(offsets, pos)
+            else:
+                e, header_cut = _walked_to(walked, i, stop)
+                starts, nexts = walked[i:e], walked[i + 1:e + 1]
+                i, pos = e, int(walked[e])
             header_cut = header_cut and pos < end  # not cut: the walk reached the end of the file (or past it)
-            starts, nexts = _bounds(offsets, pos)
             caplens = nexts - starts - RECORD_HEADER_LEN
             bad = (caplens > limit) | (nexts > end)
             damage = None
             if bad.any():
                 first = int(bad.argmax())
-                at = offsets[first]
+                at = int(starts[first])
                 caplen = int(caplens[first])
                 damage = source.damage(f"packet record claiming {caplen} captured bytes (limit {limit})"
                                        if caplen > limit else "truncated packet record", at)
@@ -140,7 +150,7 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
             elif header_cut:
                 damage = source.damage("truncated packet record header", pos)
             if len(starts):
-                source.release(offsets[0])  # the pages before this chunk have been processed
+                source.release(int(starts[0]))  # the pages before this chunk have been processed
                 chunk = layout.decode(starts, nexts, frame, counts, skip)
                 frame += len(starts)
                 ts = chunk.record_ts
@@ -174,6 +184,67 @@ def _walk(view: memoryview, walk, pos: int, stop: int) -> tuple[list[int], int, 
         offsets.pop()
         return offsets, pos, True
     return offsets, pos, False
+
+
+def _walked_to(walked: np.ndarray, i: int, stop: int) -> tuple[int, bool]:
+    """Where ``_walk`` from ``walked[i]`` would end given ``stop``, and whether it ran into a cut header:
+    it checks the stop every four records, and fails on the last position of ``walked``, which has no
+    readable header (see ``walk_part``)."""
+    last = len(walked) - 1
+    k = int(np.searchsorted(walked, stop))  # the first start at or past the stop
+    turns = max(1, -(-(k - i) // 4))
+    e = i + 4 * turns
+    return (e, False) if e <= last else (last, True)
+
+
+def walk_part(buf, pos: int, header: PcapHeader, part: int, parts: int) -> np.ndarray | None:
+    """Part ``part`` of ``parts`` of the record walk from ``pos``, for processes that share a file to split
+    the walk instead of each doing all of it: the record starts from the part's first record to the next
+    part's first (included); for the last part to the end, the final position (past the end of the file, or
+    where a record header is cut) included. The parts start at record boundaries found near equal fractions
+    of the file (``_RecordCheck``); concatenated without their last elements but for the last part's, they
+    are the whole walk. None when a boundary is not found, or the walk does not land on it (damage)."""
+    cuts = part_starts(buf, pos, header, parts)
+    if cuts is None:
+        return None
+    end = len(buf)
+    at = cuts[part]
+    stop = cuts[part + 1] if part + 1 < parts else end
+    walk = struct.Struct(header.byte_order + "8xI4x").unpack_from
+    view = memoryview(buf)
+    pieces = []
+    while True:
+        offsets, at, cut = _walk(view, walk, at, min(at + CHUNK_BYTES, stop))
+        pieces.append(np.array(offsets, np.int64))
+        if cut or at >= stop:
+            break
+    walked = np.concatenate([*pieces, np.array([at], np.int64)])
+    if part + 1 == parts:
+        return walked
+    k = int(np.searchsorted(walked, stop))  # the walk may run a few records past the stop: trim
+    return walked[:k + 1] if k < len(walked) and walked[k] == stop else None
+
+
+def part_starts(buf, pos: int, header: PcapHeader, parts: int) -> list[int] | None:
+    """The first record of each of ``parts`` parts of the file: ``pos``, then record boundaries found from
+    equal fractions of it on; None when one is not found or they do not increase."""
+    check = _RecordCheck(buf, pos, header)
+    cuts = [pos]
+    size = len(buf) - pos
+    for p in range(1, parts):
+        at = check.boundary(pos + size * p // parts)
+        if at is None or at <= cuts[-1]:
+            return None
+        cuts.append(at)
+    return cuts
+
+
+def joined_walk(parts: list[np.ndarray]) -> np.ndarray | None:
+    """The whole walk from its parts (``walk_part``), or None when they do not join up."""
+    for a, b in zip(parts, parts[1:], strict=False):
+        if not len(a) or not len(b) or a[-1] != b[0]:
+            return None
+    return np.concatenate([p[:-1] for p in parts[:-1]] + parts[-1:])
 
 
 def _bounds(offsets: list[int], pos: int) -> tuple[np.ndarray, np.ndarray]:

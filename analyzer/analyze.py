@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, islice
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,6 +25,9 @@ from analyzer.flows import FlowTable
 from analyzer.tables import connections_batch, errors_batch, exchanges_batch, partitions_batch, records_batch
 from dissectors.kafka.framing import DEFAULT_KEEP, DEFAULT_MAX_FRAME
 from dissectors.kafka.records import Limits
+
+if TYPE_CHECKING:
+    import numpy as np
 
 STEP_PACKETS = 1 << 16
 
@@ -90,6 +94,7 @@ def analyze_file(
     following: Sequence[str] = (),
     name_of: Callable[[str], str] = os.path.basename,
     balance_shards: bool = False,
+    walked: np.ndarray | None = None,
 ) -> FileReport:
     """Analyse ``path``; ``progress(n)`` is called now and then with the file bytes read so far.
 
@@ -99,13 +104,15 @@ def analyze_file(
     inputs from several folders).
     ``balance_shards``: split the connections by load instead of by hash (``analyzer.shards``; only for a
     file analysed on its own, not one of a rotated set).
+    ``walked``: the file's record starts, walked by several processes together (``Capture.walk_part``).
     """
     with collector_tuned():
-        return _analyze_file(path, options, sink, shard, progress, tap, following, name_of, balance_shards)
+        return _analyze_file(path, options, sink, shard, progress, tap, following, name_of, balance_shards,
+                             walked)
 
 
 def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap, following: Sequence[str],
-                  name_of: Callable[[str], str], balance_shards: bool) -> FileReport:
+                  name_of: Callable[[str], str], balance_shards: bool, walked) -> FileReport:
     started = time.perf_counter()
     name = name_of(os.fspath(path))
     report = FileReport(path=os.fspath(path), name=name, shard=shard)
@@ -124,7 +131,7 @@ def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap,
             sample = cap.flow_sample()
             if sample is not None:
                 table.shards.expect(*sample)
-        step = _stepper(cap, table, options.bulk)
+        step = _stepper(cap, table, options.bulk, walked)
         rows = table.rows
         try:
             while True:
@@ -159,9 +166,9 @@ def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap,
     return report
 
 
-def _stepper(cap: Capture, table: FlowTable, bulk: bool) -> Callable[[], bool]:
+def _stepper(cap: Capture, table: FlowTable, bulk: bool, walked=None) -> Callable[[], bool]:
     """A function that feeds the table its next step of packets and says whether there may be more."""
-    chunks = cap.chunks(table.ignored) if bulk else None
+    chunks = cap.chunks(table.ignored, walked) if bulk else None
     if chunks is not None:
         def next_chunk() -> bool:
             chunk = next(chunks, None)

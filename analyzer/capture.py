@@ -28,10 +28,13 @@ import threading
 import zlib
 from collections.abc import Container, Iterator
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from analyzer import _pcap, _pcap_chunks, _pcapng
 from analyzer._linklayer import Buffer
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["Capture", "CaptureError", "CaptureStats", "open_capture"]
 
@@ -111,16 +114,24 @@ class Capture:
         mapped = self._chunkable()
         return None if mapped is None else _pcap_chunks.flow_sample(*mapped, self._header)
 
-    def chunks(self, skip: Container[bytes] = ()) -> Iterator[_pcap_chunks.PacketChunk] | None:
+    def chunks(self, skip: Container[bytes] = (),
+               walked: np.ndarray | None = None) -> Iterator[_pcap_chunks.PacketChunk] | None:
         """The TCP packets in chunks of columns (see analyzer._pcap_chunks), or None when this capture is
-        not read that way (pcapng, compressed files, link types without a fixed layout): use packets()."""
+        not read that way (pcapng, compressed files, link types without a fixed layout): use packets().
+        ``walked``: the record starts, when another process walked the file (``walk_part``)."""
         if self._iterator is not None:
             raise RuntimeError("Capture.packets() or chunks() can be called only once")
         mapped = self._chunkable()
         if mapped is None:
             return None
-        self._iterator = _pcap_chunks.pcap_chunks(self._source, *mapped, self._header, self.stats, skip)
+        self._iterator = _pcap_chunks.pcap_chunks(self._source, *mapped, self._header, self.stats, skip, walked)
         return self._iterator
+
+    def walk_part(self, part: int, parts: int) -> np.ndarray | None:
+        """One part of the record walk (see ``_pcap_chunks.walk_part``), or None when the capture is not read
+        in chunks or the part cannot be walked on its own."""
+        mapped = self._chunkable()
+        return None if mapped is None else _pcap_chunks.walk_part(*mapped, self._header, part, parts)
 
     def _chunkable(self) -> tuple[Buffer, int] | None:
         """The whole file and where its first record starts, when it can be read in chunks."""

@@ -1,6 +1,7 @@
 """Running the pipeline over many files: input discovery, a process pool across files and across the
-connections of one large file (every worker walks the whole file, each keeps only its shard of the
-connections), and the merge of the workers' batches into one sink in a deterministic order.
+connections of one large file (the workers walk the file's records a part each, then every worker reads
+the whole file and keeps only its shard of the connections), and the merge of the workers' batches into
+one sink in a deterministic order.
 """
 
 from __future__ import annotations
@@ -12,10 +13,14 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from analyzer._pcap import MAGICS
+from analyzer._pcap_chunks import joined_walk
 from analyzer.analyze import BatchSink, FileReport, Options, analyze_file, capture_names
+from analyzer.capture import CaptureError, open_capture
 from analyzer.stitch import Stitcher, capture_sets, next_files
 from analyzer.tables import files_batch
 
@@ -92,7 +97,55 @@ def plan(files: list[str], jobs: int, stitch: bool = True) -> list[Task]:
     return tasks
 
 
-def _run_task(task: Task, options: Options, spool: str) -> tuple[FileReport, dict[str, str]]:
+def _walk_part(path: str, part: int, parts: int, spool: str) -> str | None:
+    """Worker side: one part of the record walk of a file split over processes, saved in the spool (None:
+    each process walks the whole file itself)."""
+    try:
+        cap = open_capture(path)
+    except CaptureError:
+        return None
+    with cap:
+        walked = cap.walk_part(part, parts)
+    if walked is None:
+        return None
+    fd, out = tempfile.mkstemp(prefix=f"walk-{part}-", suffix=".npy", dir=spool)
+    with os.fdopen(fd, "wb") as f:
+        np.save(f, walked)
+    return out
+
+
+def _shared_walks(pool, tasks: list[Task], spool: str) -> dict[str, str]:
+    """The record walks of the files split over processes, walked a part per process at once: each process
+    then reads the record starts instead of walking the whole file (a fifth of its work). A file whose
+    parts do not join up (damage, a boundary not found) is walked by each process as before."""
+    parts_of = {t.path: t.shard[1] for t in tasks if t.shard is not None and _classic_pcap(t.path)}
+    futures = {path: [pool.submit(_walk_part, path, p, n, spool) for p in range(n)] for path, n in parts_of.items()}
+    walks = {}
+    for path, parts in futures.items():
+        files = [f.result() for f in parts]
+        if None not in files:
+            walked = joined_walk([np.load(f) for f in files])
+            if walked is not None:
+                fd, walks[path] = tempfile.mkstemp(prefix="walk-", suffix=".npy", dir=spool)
+                with os.fdopen(fd, "wb") as f:
+                    np.save(f, walked)
+        for f in files:
+            if f is not None:
+                os.unlink(f)
+    return walks
+
+
+def _classic_pcap(path: str) -> bool:
+    """Whether the file starts as a plain (uncompressed) pcap: the only kind read by walking its records."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) in MAGICS
+    except OSError:
+        return False
+
+
+def _run_task(task: Task, options: Options, spool: str,
+              walk: str | None = None) -> tuple[FileReport, dict[str, str]]:
     """Worker side: analyse, spooling each table's batches to an Arrow IPC file for the parent."""
     writers: dict[str, ipc.RecordBatchStreamWriter] = {}
     paths: dict[str, str] = {}
@@ -106,8 +159,9 @@ def _run_task(task: Task, options: Options, spool: str) -> tuple[FileReport, dic
             w = writers[table] = ipc.new_stream(path, batch.schema)
         w.write_batch(batch)
 
+    walked = np.load(walk, mmap_mode="r") if walk is not None else None
     report = analyze_file(task.path, options, sink, task.shard, following=task.following,
-                          name_of=task.name_of(), balance_shards=task.balanced)
+                          name_of=task.name_of(), balance_shards=task.balanced, walked=walked)
     for w in writers.values():
         w.close()
     return report, paths
@@ -157,7 +211,9 @@ def run(
         spool = tempfile.mkdtemp(prefix="kafkacap-spool-")
         try:
             with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("fork")) as pool:
-                futures = [pool.submit(_run_task, t, options, spool) for t in tasks]
+                walks = _shared_walks(pool, tasks, spool)
+                futures = [pool.submit(_run_task, t, options, spool, walks.get(t.path) if t.shard else None)
+                           for t in tasks]
                 for task, fut in zip(tasks, futures, strict=True):
                     report, paths = fut.result()
                     for table, path in paths.items():
