@@ -144,9 +144,14 @@ def _classic_pcap(path: str) -> bool:
         return False
 
 
-def _run_task(task: Task, options: Options, spool: str,
-              walk: str | None = None) -> tuple[FileReport, dict[str, str]]:
-    """Worker side: analyse, spooling each table's batches to an Arrow IPC file for the parent."""
+_read_so_far = None  # per task, the file bytes its worker has read (a shared array the workers inherit)
+PROGRESS_POLL = 0.2  # seconds between the parent's looks at the workers' progress
+
+
+def _run_task(task: Task, options: Options, spool: str, walk: str | None = None,
+              slot: int | None = None) -> tuple[FileReport, dict[str, str]]:
+    """Worker side: analyse, spooling each table's batches to an Arrow IPC file for the parent, and
+    telling how far it has read in its ``slot`` of the shared progress array."""
     writers: dict[str, ipc.RecordBatchStreamWriter] = {}
     paths: dict[str, str] = {}
 
@@ -160,7 +165,15 @@ def _run_task(task: Task, options: Options, spool: str,
         w.write_batch(batch)
 
     walked = np.load(walk, mmap_mode="r") if walk is not None else None
-    report = analyze_file(task.path, options, sink, task.shard, following=task.following,
+    progress = None
+    if slot is not None and _read_so_far is not None:
+        shares = task.shard[1] if task.shard else 1  # every shard reads the whole file: each counts its share
+        read_so_far = _read_so_far
+
+        def progress(read: int) -> None:
+            read_so_far[slot] = read // shares
+
+    report = analyze_file(task.path, options, sink, task.shard, progress, following=task.following,
                           name_of=task.name_of(), balance_shards=task.balanced, walked=walked)
     for w in writers.values():
         w.close()
@@ -205,16 +218,32 @@ def run(
             reports.append(report)
             advance(_size(task.path))
     else:
-        from concurrent.futures import ProcessPoolExecutor  # loaded only when there are workers
+        from concurrent.futures import ProcessPoolExecutor, wait  # loaded only when there are workers
         from multiprocessing import get_context
 
+        global _read_so_far
         spool = tempfile.mkdtemp(prefix="kafkacap-spool-")
+        context = get_context("fork")
+        shares = [_size(t.path) // (t.shard[1] if t.shard else 1) for t in tasks]
+        read = _read_so_far = context.RawArray("q", len(tasks)) if on_progress else None  # before the fork
+        shown = 0
+
+        def show_progress() -> None:
+            nonlocal shown
+            now = sum(map(min, read, shares))
+            if now > shown:
+                on_progress(now - shown)
+                shown = now
+
         try:
-            with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("fork")) as pool:
+            with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
                 walks = _shared_walks(pool, tasks, spool)
-                futures = [pool.submit(_run_task, t, options, spool, walks.get(t.path) if t.shard else None)
-                           for t in tasks]
-                for task, fut in zip(tasks, futures, strict=True):
+                futures = [pool.submit(_run_task, t, options, spool, walks.get(t.path) if t.shard else None, i)
+                           for i, t in enumerate(tasks)]
+                for i, fut in enumerate(futures):
+                    while read is not None and not fut.done():  # the bar moves while the workers read
+                        wait([fut], timeout=PROGRESS_POLL)
+                        show_progress()
                     report, paths = fut.result()
                     for table, path in paths.items():
                         for batch in _read_spool(path):
@@ -222,9 +251,11 @@ def run(
                         os.unlink(path)
                     _add_to_stitcher(stitcher, report)
                     reports.append(report)
-                    if on_progress:
-                        on_progress(_size(task.path) // (task.shard[1] if task.shard else 1))
+                    if read is not None:
+                        read[i] = shares[i]
+                        show_progress()
         finally:
+            _read_so_far = None
             shutil.rmtree(spool, ignore_errors=True)
     merged = merge_shards(reports)
     for r in merged:

@@ -141,3 +141,20 @@ def test_jobs_share_the_walk_and_give_the_rows_of_one_process(tmp_path, monkeypa
                 for name, batches in sink.batches.items()}
 
     assert rows(2) == rows(1)
+
+
+def test_the_progress_of_split_files_moves_while_workers_read(tmp_path, monkeypatch):
+    """--jobs on one file: the workers tell how far they have read, so the bar moves before any of them
+    ends; the ticks add up to the file's size, counted once however many shards read it."""
+    from analyzer.analyze import Options
+    from analyzer.report import Collector
+
+    path = craft.write(tmp_path / "c.pcap", interleaved(random.Random(7), 24))
+    size = Path(path).stat().st_size
+    monkeypatch.setattr(run, "SHARD_MIN_BYTES", 0)
+    monkeypatch.setattr(run, "PROGRESS_POLL", 0.001)
+    monkeypatch.setattr(_pcap_chunks, "CHUNK_BYTES", 4096)  # many chunks: the workers report many times
+    ticks: list[int] = []
+    run.run([str(path)], Options(), Collector(), jobs=2, on_progress=ticks.append)
+    assert sum(ticks) == size - size % 2 and all(t > 0 for t in ticks)
+    assert len(ticks) >= 10  # not just one per shard as each ends: ticks came while the workers read
