@@ -114,7 +114,7 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
     record starts from ``pos`` on, found before (``walk_part``); the chunks are then exactly those the walk
     here would give."""
     order = header.byte_order
-    walk = struct.Struct(order + "8xI4x").unpack_from  # a record header's caplen: where the next one starts
+    walk = _caplen_reader(order)
     limit = header.caplen_limit
     layout = _Layout(buf, order, header.linktype, header.ts_unit_ns)
     end = len(buf)
@@ -160,6 +160,11 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
                 break
     finally:
         settle_stats(stats, frame, counts, ts)
+
+
+def _caplen_reader(order: str):
+    """``unpack_from`` of a record header's caplen, as a 1-tuple: where the next record starts, for ``_walk``."""
+    return struct.Struct(order + "8xI4x").unpack_from
 
 
 def _walk(view: memoryview, walk, pos: int, stop: int) -> tuple[list[int], int, bool]:
@@ -210,7 +215,7 @@ def walk_part(buf, pos: int, header: PcapHeader, part: int, parts: int) -> np.nd
     end = len(buf)
     at = cuts[part]
     stop = cuts[part + 1] if part + 1 < parts else end
-    walk = struct.Struct(header.byte_order + "8xI4x").unpack_from
+    walk = _caplen_reader(header.byte_order)
     view = memoryview(buf)
     pieces = []
     while True:
@@ -281,7 +286,7 @@ def flow_sample(buf, pos: int, header: PcapHeader, windows: int = SAMPLE_WINDOWS
     headers; one where none is found is left out. A wrong guess makes the plan worse, never the rows."""
     end = len(buf)
     order = header.byte_order
-    walk = struct.Struct(order + "8xI4x").unpack_from
+    walk = _caplen_reader(order)
     layout = _Layout(buf, order, header.linktype, header.ts_unit_ns)
     plausible = _RecordCheck(buf, pos, header)
     keys, flags, lengths = [np.empty(0, "V12")], [np.empty(0, np.int64)], [np.empty(0, np.int64)]

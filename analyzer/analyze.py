@@ -112,7 +112,7 @@ def analyze_file(
 
 
 def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap, following: Sequence[str],
-                  name_of: Callable[[str], str], balance_shards: bool, walked) -> FileReport:
+                  name_of: Callable[[str], str], balance_shards: bool, walked: np.ndarray | None) -> FileReport:
     started = time.perf_counter()
     name = name_of(os.fspath(path))
     report = FileReport(path=os.fspath(path), name=name, shard=shard)
@@ -166,7 +166,7 @@ def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap,
     return report
 
 
-def _stepper(cap: Capture, table: FlowTable, bulk: bool, walked=None) -> Callable[[], bool]:
+def _stepper(cap: Capture, table: FlowTable, bulk: bool, walked: np.ndarray | None = None) -> Callable[[], bool]:
     """A function that feeds the table its next step of packets and says whether there may be more."""
     chunks = cap.chunks(table.ignored, walked) if bulk else None
     if chunks is not None:

@@ -97,41 +97,32 @@ def plan(files: list[str], jobs: int, stitch: bool = True) -> list[Task]:
     return tasks
 
 
-def _walk_part(path: str, part: int, parts: int, spool: str) -> str | None:
-    """Worker side: one part of the record walk of a file split over processes, saved in the spool (None:
-    each process walks the whole file itself)."""
+def _walk_part(path: str, part: int, parts: int) -> np.ndarray | None:
+    """Worker side: one part of the record walk of a file split over processes (None: each process walks
+    the whole file itself)."""
     try:
         cap = open_capture(path)
     except CaptureError:
         return None
     with cap:
-        walked = cap.walk_part(part, parts)
-    if walked is None:
-        return None
-    fd, out = tempfile.mkstemp(prefix=f"walk-{part}-", suffix=".npy", dir=spool)
-    with os.fdopen(fd, "wb") as f:
-        np.save(f, walked)
-    return out
+        return cap.walk_part(part, parts)
 
 
 def _shared_walks(pool, tasks: list[Task], spool: str) -> dict[str, str]:
-    """The record walks of the files split over processes, walked a part per process at once: each process
-    then reads the record starts instead of walking the whole file (a fifth of its work). A file whose
-    parts do not join up (damage, a boundary not found) is walked by each process as before."""
+    """The record walks of the files split over processes, walked a part per process at once and saved in
+    the spool: each process then reads the record starts instead of walking the whole file (a fifth of its
+    work). A file whose parts do not join up (damage, a boundary not found) is walked by each process as
+    before."""
     parts_of = {t.path: t.shard[1] for t in tasks if t.shard is not None and _classic_pcap(t.path)}
-    futures = {path: [pool.submit(_walk_part, path, p, n, spool) for p in range(n)] for path, n in parts_of.items()}
+    futures = {path: [pool.submit(_walk_part, path, p, n) for p in range(n)] for path, n in parts_of.items()}
     walks = {}
     for path, parts in futures.items():
-        files = [f.result() for f in parts]
-        if None not in files:
-            walked = joined_walk([np.load(f) for f in files])
-            if walked is not None:
-                fd, walks[path] = tempfile.mkstemp(prefix="walk-", suffix=".npy", dir=spool)
-                with os.fdopen(fd, "wb") as f:
-                    np.save(f, walked)
-        for f in files:
-            if f is not None:
-                os.unlink(f)
+        pieces = [f.result() for f in parts]
+        walked = None if any(p is None for p in pieces) else joined_walk(pieces)
+        if walked is not None:
+            fd, walks[path] = tempfile.mkstemp(prefix="walk-", suffix=".npy", dir=spool)
+            with os.fdopen(fd, "wb") as f:
+                np.save(f, walked)
     return walks
 
 

@@ -1,7 +1,8 @@
 """Which process handles which connection when one file is split over several (``--jobs``).
 
-Every process walks the whole file and keeps only its shard of the connections, so the decision must come
-out the same in every process without them talking to each other. A hash of the connection's addresses
+Every process reads every record of the file (walked together beforehand, see analyzer.run) and keeps
+only its shard of the connections, so the decision must come out the same in every process without them
+talking to each other. A hash of the connection's addresses
 does that, but a few heavy producers landing on one side leave the other process idle at the end (in the
 benchmark capture, 54 % of the work on one side of two).
 
