@@ -47,7 +47,7 @@ class Options:
     detect_ports: bool = False
     keep: int | None = None  # frame bytes kept for decoding: whole frames up to DEFAULT_KEEP, or heads only
     max_frame: int = DEFAULT_MAX_FRAME
-    batch_rows: int = 1 << 16
+    batch_rows: int = 1 << 14  # rows (as Python tuples) held before they become Arrow batches
     bodies: bool = True  # decode request/response bodies (topics, partitions, nested errors)
     verify_crc: bool = False  # check the CRC of every record batch
     records: bool = False  # one row per record (the records table)

@@ -25,6 +25,7 @@ from analyzer.tables import OPTIONAL_SCHEMAS, SCHEMAS
 
 FORMATS = ("parquet", "csv", "jsonl")
 WRITE_QUEUE_BATCHES = 2  # batches waiting for the writer thread: bounds the memory they hold
+ROW_GROUP_ROWS = 1 << 16  # Parquet batches are gathered up to this many rows per row group
 
 
 class _JsonLinesWriter:
@@ -84,6 +85,9 @@ class TableFolder:
         os.makedirs(folder, exist_ok=True)
         self._tmp = tempfile.mkdtemp(prefix=".kafkacap-", dir=folder)
         self._writers: dict[str, object] = {}
+        # Parquet batches not written yet, per table: the analysis hands over small batches (its rows as
+        # Python objects cost far more memory than as Arrow columns); row groups are made of several.
+        self._gathered: dict[str, list[pa.RecordBatch]] = {}
         # One writer thread per table: the tables' last batches, which arrive together at the end of a
         # run, are encoded side by side.
         self._lanes: dict[str, tuple[queue.Queue[pa.RecordBatch | None], threading.Thread]] = {}
@@ -133,7 +137,19 @@ class TableFolder:
         writer = self._writers.get(table)
         if writer is None:
             writer = self._open(table, batch.schema)
-        writer.write_batch(batch)
+        if self.fmt != "parquet":
+            writer.write_batch(batch)
+            return
+        gathered = self._gathered.setdefault(table, [])
+        gathered.append(batch)
+        if sum(b.num_rows for b in gathered) >= ROW_GROUP_ROWS:
+            self._write_row_group(table)
+
+    def _write_row_group(self, table: str) -> None:
+        gathered = self._gathered.pop(table, None)
+        if gathered:
+            writer = self._writers[table]
+            writer.write_table(pa.Table.from_batches(gathered), row_group_size=1 << 30)
 
     def _open(self, table: str, schema: pa.Schema):
         schema = SCHEMAS.get(table) or OPTIONAL_SCHEMAS.get(table) or schema
@@ -150,6 +166,8 @@ class TableFolder:
     def commit(self) -> list[str]:
         """Close every table (empty ones get their schema) and move them into place."""
         self._join()
+        for table in list(self._gathered):
+            self._write_row_group(table)
         for table, schema in SCHEMAS.items():
             if table not in self._writers:
                 self._open(table, schema)
@@ -174,4 +192,5 @@ class TableFolder:
             except Exception:  # noqa: BLE001 - already failing; the temp folder goes anyway
                 pass
         self._writers.clear()
+        self._gathered.clear()
         shutil.rmtree(self._tmp, ignore_errors=True)

@@ -19,6 +19,7 @@ from analyzer.analyze import capture_names
 from analyzer.cli import main
 from tests import craft
 
+ROOT = Path(__file__).resolve().parents[1]
 REQUIRED_EXCHANGE_COLUMNS = (
     "capture_file connection_id client_ip client_port broker_ip broker_port api_key api_name api_version "
     "correlation_id client_id request_first_ts request_last_ts response_first_ts response_last_ts latency_ms "
@@ -360,3 +361,26 @@ def test_console_script_spares_the_pandas_import(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
     assert pq.read_table(tmp_path / "out" / "exchanges.parquet").num_rows > 0
+
+
+def test_small_analysis_batches_are_gathered_into_row_groups(tmp_path, monkeypatch):
+    """The analysis hands over batches of a few rows (here about 7; 16 k by default, to bound the memory its
+    Python rows take); the Parquet writer gathers them into row groups of at least ROW_GROUP_ROWS (here
+    20), and the rows come out as they do from one batch."""
+    from analyzer import _pcap_chunks, output
+    from analyzer.analyze import Options
+
+    cap = str(ROOT / "sample_pcaps" / "tansu_pipelined_producer.pcap")
+    monkeypatch.setattr(_pcap_chunks, "CHUNK_BYTES", 2000)  # rows are handed over between chunks
+    read = {}
+    for name, rows in (("whole", 1 << 16), ("small", 7)):
+        folder = output.TableFolder(str(tmp_path / name))
+        monkeypatch.setattr(output, "ROW_GROUP_ROWS", 20 if name == "small" else 1 << 16)
+        run_module.run([cap], Options(batch_rows=rows), folder.write)
+        folder.commit()
+        read[name] = {t: pq.ParquetFile(tmp_path / name / f"{t}.parquet") for t in ("exchanges", "partitions")}
+    for table, small in read["small"].items():
+        whole = read["whole"][table].read()
+        groups = [small.metadata.row_group(i).num_rows for i in range(small.metadata.num_row_groups)]
+        assert len(groups) > 2 and all(20 <= n < 27 for n in groups[:-1]) and sum(groups) == whole.num_rows
+        assert sorted(map(repr, small.read().to_pylist())) == sorted(map(repr, whole.to_pylist()))
