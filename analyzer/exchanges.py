@@ -57,6 +57,39 @@ _CORR, _KEY, _VER, _CLIENT, _FTS, _FNO, _LTS, _LNO, _SIZE, _ACKS0, _NOTE, _X, _B
 _NOTHING = Extracted([], 0, [], None, None, [], None, None, False)
 
 
+class RecordRows:
+    """Record rows, kept as each partition's shared fields once (``heads``: the first eight of
+    tables.RECORD_ROW_FIELDS) and its records (dissectors.kafka.records.RecordInfo: the other six) one after
+    another, ``counts[i]`` of them under ``heads[i]``: no row tuple is built per record, and Arrow converts
+    the shared fields once per partition instead of once per record."""
+
+    __slots__ = ("heads", "counts", "records")
+
+    def __init__(self) -> None:
+        self.heads: list[tuple] = []
+        self.counts: list[int] = []
+        self.records: list[tuple] = []
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def add(self, head: tuple, found) -> None:
+        """The records ``found`` yields under ``head``; those yielded before it raises are kept."""
+        records = self.records
+        before = len(records)
+        try:
+            records.extend(found)
+        finally:
+            if len(records) > before:
+                self.heads.append(head)
+                self.counts.append(len(records) - before)
+
+    def clear(self) -> None:
+        self.heads.clear()
+        self.counts.clear()
+        self.records.clear()
+
+
 class Outputs:
     """Where the matchers of one flow table put their rows, and what they learn across connections."""
 
@@ -68,7 +101,7 @@ class Outputs:
         # The capture's decompression budget (legacy wrappers are expanded to count their messages).
         self.limits = limits if limits is not None else Limits()
         self.verify_crc = verify_crc  # check every batch's CRC-32C / CRC-32 (counted per partition)
-        self.records: list[tuple] | None = [] if records else None  # record-level rows, when asked for
+        self.records: RecordRows | None = RecordRows() if records else None  # record rows, when asked for
         self.bodies = bodies  # decode bodies (topics, partitions, nested errors) or headers only
         # tap(connection_id, is_response, first_no, last_no, frame): sees every frame (kafkacap show).
         self.tap = None
@@ -342,8 +375,8 @@ class ExchangeMatcher:
             if o.records is not None and found:
                 head_of_row = (self.conn_fields[0], corr, key, ver, client_id, ts, p.topic, p.partition)
                 try:
-                    for r in record_rows(head, p.records_offset, length, limits=o.limits, skip_refused=True):
-                        o.records.append((*head_of_row, *r))
+                    o.records.add(head_of_row, record_rows(head, p.records_offset, length, limits=o.limits,
+                                                           skip_refused=True))
                 except RecordsError:
                     pass  # a corrupt batch: its batch row says so; the records before it are kept
         return out

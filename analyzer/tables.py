@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import uuid
 from functools import partial
-from itertools import chain
+from itertools import chain, repeat
 from operator import itemgetter
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -386,8 +387,22 @@ def errors_batch(rows: list[tuple], capture_file: str, topic_names: dict[bytes, 
     return _flat_rows_batch(rows, ERROR_ROW_FIELDS, ERRORS_SCHEMA, capture_file, topic_names)
 
 
-def records_batch(rows: list[tuple], capture_file: str, topic_names: dict[bytes, str]) -> pa.RecordBatch:
-    return _flat_rows_batch(rows, RECORD_ROW_FIELDS, RECORDS_SCHEMA, capture_file, topic_names)
+def records_batch(rows, capture_file: str, topic_names: dict[bytes, str]) -> pa.RecordBatch:
+    """Record rows: an analyzer.exchanges.RecordRows (shared fields per partition, then its records), or a
+    list of whole RECORD_ROW_FIELDS tuples."""
+    if isinstance(rows, list):
+        return _flat_rows_batch(rows, RECORD_ROW_FIELDS, RECORDS_SCHEMA, capture_file, topic_names)
+    types = _ROW_TYPES[RECORD_ROW_FIELDS]
+    shared, own = RECORD_ROW_FIELDS[:8], RECORD_ROW_FIELDS[8:]
+    cols = _columns(rows.records, own, types)
+    heads = _columns(rows.heads, shared, types)
+    which = pa.array(np.repeat(np.arange(len(rows.counts)), rows.counts))  # each record's head
+    cols.update({name: heads[name].take(which) for name in shared})
+
+    def topics():
+        return chain.from_iterable(map(repeat, map(itemgetter(6), rows.heads), rows.counts))
+
+    return _rows_batch(cols, topics, len(rows.records), RECORDS_SCHEMA, capture_file, topic_names)
 
 
 def partitions_batch(rows: list[tuple], capture_file: str, topic_names: dict[bytes, str]) -> pa.RecordBatch:

@@ -21,6 +21,7 @@ import pytest
 
 from analyzer import tables
 from analyzer.analyze import Options, analyze_file
+from analyzer.exchanges import RecordRows
 from dissectors.kafka.extract import PartitionEntry
 from dissectors.kafka.records import NO_SUMMARY, Limits, RecordsError, batches, summarize, summary
 from tests import craft
@@ -212,6 +213,39 @@ def test_batches_equal_a_column_by_column_build(captured_rows, with_ids):
     partitions = tables.partitions_batch(captured_rows["partitions"], "f", {})
     assert pc.sum(pc.is_valid(partitions.column("committed_offset"))).as_py() > 0  # request-side values kept
     assert pc.sum(pc.is_valid(partitions.column("base_offset"))).as_py() > 0  # response-side values kept
+
+
+def test_record_rows_shared_per_partition_equal_whole_rows():
+    """Record rows come as each partition's shared fields once and its records after; the batch is the one
+    whole RECORD_ROW_FIELDS tuples give, and that one equals a column-by-column build."""
+    handed = []
+    import analyzer.analyze as analyze
+
+    original = analyze.records_batch
+
+    def spy(rows, *args):
+        handed.append(([*rows.heads], [*rows.counts], [*rows.records]))
+        return original(rows, *args)
+
+    analyze.records_batch = spy
+    try:
+        analyze_file(str(SAMPLES / "tansu_confluent_codecs.pcap"), Options(records=True), lambda t, b: None)
+    finally:
+        analyze.records_batch = original
+    assert handed
+    for heads, counts, records in handed:
+        rows = RecordRows()
+        rows.heads[:], rows.counts[:], rows.records[:] = heads, counts, records
+        mine = iter(records)
+        whole = [(*head, *next(mine)) for head, n in zip(heads, counts, strict=True) for _ in range(n)]
+        assert len(heads) > 1 and len(whole) == len(records) > len(heads)
+        names = {}
+        batch = tables.records_batch(rows, "f", names)
+        assert batch.equals(tables.records_batch(whole, "f", names))
+        expected = column_by_column(whole, tables.RECORD_ROW_FIELDS, tables.RECORDS_SCHEMA, names)
+        del expected["timestamp"]  # record timestamps are ms, which that build reads as ns
+        for column, values in expected.items():
+            assert batch.column(column).equals(values), column
 
 
 def test_partition_rows_name_the_offsets_in_partition_entry_order():
