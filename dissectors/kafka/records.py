@@ -516,6 +516,9 @@ def _varint(buf, pos: int) -> tuple[int, int]:
             raise RecordsError("varint longer than 10 bytes")
 
 
+_NO_HEADER_KEYS: list[str] = []  # shared by every record without headers (never appended to)
+
+
 def _v2_records(buf, pos: int, wire: int, limits: Limits) -> Iterator[RecordInfo]:
     (base_offset, _, _, _, _, attributes, _, first_timestamp, max_timestamp, _, _, _,
      count) = V2_HEADER.unpack_from(buf, pos)
@@ -592,22 +595,25 @@ def _v2_records(buf, pos: int, wire: int, limits: Limits) -> Iterator[RecordInfo
             header_count, at = varint(data, at)
         if key_size < -1 or value_size < -1 or header_count < 0 or at > stop:
             raise RecordsError("record fields run past the record")
-        keys: list[str] = []
         trace = None
-        for _ in range(header_count):
-            key_length, at = varint(data, at)
-            if key_length < 0 or at + key_length > stop:
-                raise RecordsError("header key runs past the record")
-            key = bytes(data[at:at + key_length]).decode("utf-8", "replace")
-            at += key_length
-            value_length, at = varint(data, at)
-            if value_length < -1 or at + max(value_length, 0) > stop:
-                raise RecordsError("header value runs past the record")
-            if trace is None and value_length >= 0 and key.lower() in _TRACE_KEYS:
-                shown = bytes(data[at:at + min(value_length, _TRACE_VALUE_MAX)]).decode("utf-8", "replace")
-                trace = f"{key}={shown}"
-            at += max(value_length, 0)
-            keys.append(key)
+        if not header_count:
+            keys = _NO_HEADER_KEYS
+        else:
+            keys = []
+            for _ in range(header_count):
+                key_length, at = varint(data, at)
+                if key_length < 0 or at + key_length > stop:
+                    raise RecordsError("header key runs past the record")
+                key = bytes(data[at:at + key_length]).decode("utf-8", "replace")
+                at += key_length
+                value_length, at = varint(data, at)
+                if value_length < -1 or at + max(value_length, 0) > stop:
+                    raise RecordsError("header value runs past the record")
+                if trace is None and value_length >= 0 and key.lower() in _TRACE_KEYS:
+                    shown = bytes(data[at:at + min(value_length, _TRACE_VALUE_MAX)]).decode("utf-8", "replace")
+                    trace = f"{key}={shown}"
+                at += max(value_length, 0)
+                keys.append(key)
         if at != stop:
             raise RecordsError("record length disagrees with its fields")
         timestamp = fixed_timestamp if fixed_timestamp is not None else first_timestamp + timestamp_delta
