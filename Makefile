@@ -15,14 +15,18 @@ STAMP = $(VENV)/.installed
 RUN_STAMP = $(VENV)/.installed-run
 
 # `make run` needs only the tool; `make test` also the test tools and the real broker and clients.
+# A working .venv is reused (whichever Python made it); a missing or broken one is made afresh: running
+# `python -m venv` over a venv another Python made can fail half-way and leave it broken.
+VENV_READY = $(BIN)/python -c '' 2>/dev/null || $(PYTHON) -m venv --clear $(VENV)
+
 $(RUN_STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+	$(VENV_READY)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e .
 	touch $(RUN_STAMP)
 
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+	$(VENV_READY)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test,record,notebook,spark]'
 	touch $(STAMP) $(RUN_STAMP)
