@@ -13,7 +13,7 @@ per-packet tuples instead of columns.
 from __future__ import annotations
 
 import struct
-from collections.abc import Container, Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -202,13 +202,15 @@ def _walked_to(walked: np.ndarray, i: int, stop: int) -> tuple[int, bool]:
     return (e, False) if e <= last else (last, True)
 
 
-def walk_part(buf, pos: int, header: PcapHeader, part: int, parts: int) -> np.ndarray | None:
+def walk_part(buf, pos: int, header: PcapHeader, part: int, parts: int,
+              release: Callable[[int], object] | None = None) -> np.ndarray | None:
     """Part ``part`` of ``parts`` of the record walk from ``pos``, for processes that share a file to split
     the walk instead of each doing all of it: the record starts from the part's first record to the next
     part's first (included); for the last part to the end, the final position (past the end of the file, or
     where a record header is cut) included. The parts start at record boundaries found near equal fractions
     of the file (``_RecordCheck``); concatenated without their last elements but for the last part's, they
-    are the whole walk. None when a boundary is not found, or the walk does not land on it (damage)."""
+    are the whole walk. None when a boundary is not found, or the walk does not land on it (damage).
+    ``release(pos)``: told now and then how far the walk has got (the pages behind may go)."""
     cuts = part_starts(buf, pos, header, parts)
     if cuts is None:
         return None
@@ -223,6 +225,8 @@ def walk_part(buf, pos: int, header: PcapHeader, part: int, parts: int) -> np.nd
         pieces.append(np.array(offsets, np.int64))
         if cut or at >= stop:
             break
+        if release is not None:
+            release(at)  # the pages walked: half a file each would otherwise stay resident
     walked = np.concatenate([*pieces, np.array([at], np.int64)])
     if part + 1 == parts:
         return walked

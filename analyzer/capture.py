@@ -131,7 +131,9 @@ class Capture:
         """One part of the record walk (see ``_pcap_chunks.walk_part``), or None when the capture is not read
         in chunks or the part cannot be walked on its own."""
         mapped = self._chunkable()
-        return None if mapped is None else _pcap_chunks.walk_part(*mapped, self._header, part, parts)
+        if mapped is None:
+            return None
+        return _pcap_chunks.walk_part(*mapped, self._header, part, parts, self._source.release)
 
     def _chunkable(self) -> tuple[Buffer, int] | None:
         """The whole file and where its first record starts, when it can be read in chunks."""
