@@ -120,6 +120,12 @@ class TableFolder:
                     self._write(table, batch)
                 except BaseException as exc:  # noqa: BLE001 - handed to the caller's next write or commit
                     self._failure = exc
+        # The end: the table's last row group, written here so the tables' last ones are encoded side by side.
+        if self._failure is None and not self._discard:
+            try:
+                self._write_row_group(table)
+            except BaseException as exc:  # noqa: BLE001 - handed to commit
+                self._failure = exc
 
     def _join(self) -> None:
         """Wait until every queued batch is written; re-raise what stopped a writer thread, if anything."""

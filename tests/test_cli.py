@@ -384,3 +384,27 @@ def test_small_analysis_batches_are_gathered_into_row_groups(tmp_path, monkeypat
         groups = [small.metadata.row_group(i).num_rows for i in range(small.metadata.num_row_groups)]
         assert len(groups) > 2 and all(20 <= n < 27 for n in groups[:-1]) and sum(groups) == whole.num_rows
         assert sorted(map(repr, small.read().to_pylist())) == sorted(map(repr, whole.to_pylist()))
+
+
+def test_the_last_row_groups_are_written_by_the_writer_threads(tmp_path, monkeypatch):
+    """Each table's last gathered row group is encoded by its own writer thread when the input ends, so the
+    tables' last row groups, which come together at the end of a run, are encoded side by side."""
+    import threading
+
+    from analyzer import output
+    from analyzer.analyze import Options
+
+    writers: list[tuple[str, str]] = []
+    original = output.TableFolder._write_row_group
+
+    def spy(self, table):
+        if self._gathered.get(table):
+            writers.append((table, threading.current_thread().name))
+        return original(self, table)
+
+    monkeypatch.setattr(output.TableFolder, "_write_row_group", spy)
+    folder = output.TableFolder(str(tmp_path / "out"))
+    run_module.run([str(ROOT / "sample_pcaps" / "tansu_pipelined_producer.pcap")], Options(), folder.write)
+    folder.commit()
+    assert {t for t, _ in writers} >= {"exchanges", "partitions", "connections"}
+    assert all(name == f"kafkacap {t} writer" for t, name in writers), writers
