@@ -171,9 +171,7 @@ class TableFolder:
 
     def commit(self) -> list[str]:
         """Close every table (empty ones get their schema) and move them into place."""
-        self._join()
-        for table in list(self._gathered):
-            self._write_row_group(table)
+        self._join()  # the writer threads write each table's last row group as they end
         for table, schema in SCHEMAS.items():
             if table not in self._writers:
                 self._open(table, schema)
