@@ -80,6 +80,7 @@ class FileReport:
     shard: tuple[int, int] | None = None
     status_counts: dict[str, int] = field(default_factory=dict)
     refused_batches: int = 0  # compressed batches not expanded: over the decompression limits
+    connections_evicted: int = 0  # connections dropped over the flow table's limit (analyzer.flows)
     continues_in: str | None = None  # name of the next file of its rotated set, when connections run on into it
     handoffs: list[Handoff] = field(default_factory=list)  # the connections that do
 
@@ -162,6 +163,7 @@ def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap,
         _emit_connections(table, name, sink, report)
         report.flows_not_kafka = table.probed_out
         report.refused_batches = table.out.limits.refused
+        report.connections_evicted = table.evicted + table.probes_evicted
     report.seconds = time.perf_counter() - started
     return report
 

@@ -7,6 +7,12 @@ is a small marker object handled off the fast path. Connections are created when
 a Kafka port (or, with port detection, once a request-shaped frame is seen on it), replaced when a new SYN
 reuses the same ports, and retired some time after they close so memory follows the open connections,
 not the length of the capture.
+
+Hostile or broken traffic can open connections without end (a SYN flood, a scan, a capture that misses every
+FIN): the table holds at most ``max_connections`` connections and ``max_probes`` flows under port detection.
+Past the limit the least valuable state goes first (connections that never carried a byte, then the longest
+idle), closed as ``evicted`` with their requests in flight reported, and counted in ``evicted``; packets that
+come later for an evicted flow start a new connection mid-stream, as at the start of a capture.
 """
 
 from __future__ import annotations
@@ -27,6 +33,13 @@ _INT32 = struct.Struct(">i")
 RETIRE_AFTER_NS = 30 * 1_000_000_000  # closed connections leave the table this long after closing
 PROBE_PACKETS = 24  # packets of an unknown flow looked at before deciding it is not Kafka
 PROBE_DATA_PACKETS = 8
+# About 3.5 KB of state per idle connection: 50 k of them stay under 200 MB. A broker rarely serves more from
+# one capture point; a flood of handshakes makes many more, and those are the first to go.
+MAX_CONNECTIONS = 50_000
+MAX_PROBES = 20_000  # flows on unknown ports held (a few packets each) while port detection looks at them
+MAX_IGNORED = 400_000  # flow keys remembered as not ours; past it they are forgotten and judged again
+EVICT_SHARE = 8  # an eviction frees an eighth of the limit, so its sort is paid once per many new flows
+EVICTED_NOTE = "connection state dropped: more connections open at once than the flow table holds"
 
 
 class _Ignored:
@@ -72,6 +85,8 @@ class FlowTable:
         records: bool = False,
         limits: Limits | None = None,
         balance_shards: bool = False,
+        max_connections: int = MAX_CONNECTIONS,
+        max_probes: int = MAX_PROBES,
     ) -> None:
         self.ports = frozenset(ports)
         self.detect_ports = detect_ports
@@ -91,6 +106,11 @@ class FlowTable:
         self.now = 0
         self.last_frame = 0  # packet number of the last packet fed
         self.probed_out = 0  # flows looked at and found not to be Kafka
+        self.max_connections = max_connections
+        self.max_probes = max_probes
+        self.probes = 0  # flows held under port detection now
+        self.evicted = 0  # connections dropped over max_connections
+        self.probes_evicted = 0  # flows given up over max_probes before port detection could decide
 
     # -- the packet loop -----------------------------------------------------------------------------
 
@@ -144,6 +164,7 @@ class FlowTable:
     def finish(self) -> None:
         """End of capture: close every connection and emit all connection rows."""
         self.probed_out += len({id(v) for v in self.flows.values() if v.__class__ is _Probe})
+        self.probes = 0
         for conn in self.open:
             conn.close(self.now, "capture_end")
             self.connection_rows.append(conn.row())
@@ -221,9 +242,20 @@ class FlowTable:
             conn.close(ts, "rst")
 
     def _ignore(self, key: bytes, rev: bytes) -> None:
+        if len(self.ignored) >= MAX_IGNORED:
+            self._forget_ignored()
         self.flows[key] = self.flows[rev] = IGNORED
         self.ignored.add(key)
         self.ignored.add(rev)
+
+    def _forget_ignored(self) -> None:
+        """Forget every flow marked as not ours: judging one again costs a port check (or a shard lookup,
+        which answers the same), while remembering them all grows with every flow the capture ever saw."""
+        flows = self.flows
+        for key in self.ignored:
+            if flows.get(key) is IGNORED:
+                del flows[key]
+        self.ignored.clear()  # in place: the readers hold this set
 
     def skipped_to(self, no: int, ts: int) -> None:
         """The reader dropped packets of ignored flows up to packet ``no`` at ``ts``: advance the clock as
@@ -254,8 +286,11 @@ class FlowTable:
         to_kafka, from_kafka = dport in ports, sport in ports
         if not (to_kafka or from_kafka):
             if self.detect_ports:
+                if self.probes >= self.max_probes:
+                    self._evict_probes()
                 probe = _Probe()
                 self.flows[key] = self.flows[rev] = probe
+                self.probes += 1
                 self._probe(probe, pkt)
             else:
                 self._ignore(key, rev)
@@ -267,6 +302,8 @@ class FlowTable:
         return self._open(no, ts, key if sender_is_client else rev, sender_is_client)
 
     def _open(self, conn_id: int, ts: int, client_key: bytes, sender_is_client: bool) -> HalfStream:
+        if len(self.open) >= self.max_connections:
+            self._evict_connections()
         conn = Connection(conn_id, client_key, ts, self.out, self.keep, self.max_frame)
         self.flows[client_key] = conn.to_broker
         self.flows[reverse_key(client_key)] = conn.to_client
@@ -284,6 +321,7 @@ class FlowTable:
                 key = pkt[2]
                 self.flows.pop(key, None)
                 self.flows.pop(reverse_key(key), None)
+                self.probes -= 1
                 first = probe.packets[0]
                 self._open(first[0], first[1], key, True)
                 self.feed(probe.packets)  # replay what the probe held, now as a Kafka connection
@@ -291,4 +329,45 @@ class FlowTable:
         if len(probe.packets) >= PROBE_PACKETS or probe.data_packets >= PROBE_DATA_PACKETS:
             key = pkt[2]
             self._ignore(key, reverse_key(key))
+            self.probes -= 1
             self.probed_out += 1
+
+    # -- limits --------------------------------------------------------------------------------------
+
+    def _evict_connections(self) -> None:
+        """Close and emit an eighth of the open connections: those closed already, then those that never
+        carried a byte (handshakes of a flood, scans), then the longest idle."""
+        def value(conn: Connection) -> tuple[bool, bool, int]:
+            b, c = conn.to_broker, conn.to_client
+            carried = b.payload_bytes or c.payload_bytes or b.gap_bytes or c.gap_bytes
+            return conn.ended is None, bool(carried), max(b.last_ts, c.last_ts, conn.first_ts)
+
+        ranked = sorted(self.open, key=value)
+        cut = max(1, self.max_connections // EVICT_SHARE)
+        flows = self.flows
+        for conn in ranked[:cut]:
+            if conn.ended is None:
+                conn.close(self.now, "evicted", EVICTED_NOTE)
+                self.evicted += 1
+            self.connection_rows.append(conn.row())
+            for key in (conn.client_key, conn.broker_key):
+                if flows.get(key) is not None and flows[key] is not IGNORED:
+                    del flows[key]
+        self.open = ranked[cut:]
+
+    def _evict_probes(self) -> None:
+        """Give up on the oldest eighth of the flows held for port detection (counted as not Kafka)."""
+        cut = max(1, self.max_probes // EVICT_SHARE)
+        gone: list[bytes] = []
+        seen: set[int] = set()
+        for key, value in self.flows.items():  # insertion order: oldest first
+            if value.__class__ is _Probe and id(value) not in seen:
+                seen.add(id(value))
+                gone.append(key)
+                if len(gone) == cut:
+                    break
+        for key in gone:
+            self._ignore(key, reverse_key(key))
+        self.probes -= len(gone)
+        self.probes_evicted += len(gone)
+        self.probed_out += len(gone)

@@ -315,6 +315,15 @@ def bare_syns(out: PcapWriter, scale: int) -> None:
 
 
 @case
+def foreign_flows(out: PcapWriter, scale: int) -> None:
+    """200k x scale short flows between other ports (a busy host's capture with a little Kafka in it)."""
+    for i in range(200_000 * scale):
+        src = struct.pack(">I", 0x0C000000 + i)
+        out.write(tcp_packet(src, bytes([10, 0, 0, 3]), 1024 + i % 60000, 443, i, 0, SYN))
+        out.write(tcp_packet(src, bytes([10, 0, 0, 3]), 1024 + i % 60000, 443, i + 1, 1, ACK, b"GET /"))
+
+
+@case
 def unanswered_flood(out: PcapWriter, scale: int) -> None:
     """100k x scale pipelined heartbeats that are never answered, on one connection."""
     c = Conn(out, 41018).handshake()
