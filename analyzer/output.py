@@ -17,7 +17,9 @@ import shutil
 import tempfile
 import threading
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
@@ -33,7 +35,7 @@ class _JsonLinesWriter:
         self._f = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
 
     def write_batch(self, batch: pa.RecordBatch) -> None:
-        for row in batch.to_pylist():
+        for row in far_times_as_text(batch, "T", "+00:00").to_pylist():
             self._f.write(json.dumps(row, default=_json_default, ensure_ascii=False))
             self._f.write("\n")
 
@@ -45,6 +47,32 @@ def _json_default(value: object) -> str:
     if isinstance(value, dt.datetime):
         return value.isoformat()
     return str(value)
+
+
+# Microseconds from 1970 of years 1 to 9999: Python's datetime holds no others, and Arrow's CSV writer prints
+# some years beyond 9999 wrongly (34001 as -31535). Timestamp columns reaching past them are written as text.
+_DATETIME_US = range(-62_135_596_800_000_000, 253_402_300_800_000_000)
+
+
+def far_times_as_text(batch: pa.RecordBatch, separator: str, utc: str) -> pa.RecordBatch:
+    """The batch with each timestamp column that holds a time outside years 1..9999 turned into ISO 8601
+    text (numpy's, which spans timestamp[us]'s whole range: date, ``separator``, time to the microsecond,
+    ``utc``); other columns, and batches without such times, as they are (one min/max per column)."""
+    columns = list(batch.columns)
+    changed = False
+    for i, (f, col) in enumerate(zip(batch.schema, columns, strict=True)):
+        if not pa.types.is_timestamp(f.type) or col.null_count == len(col):
+            continue
+        low, high = (v.value for v in pc.min_max(col).values())
+        if low in _DATETIME_US and high in _DATETIME_US:
+            continue
+        stamps = col.view(pa.int64()).fill_null(0).to_numpy().view("datetime64[us]")
+        text = np.char.add(np.char.replace(np.datetime_as_string(stamps, unit="us"), "T", separator), utc)
+        columns[i] = pa.array(text, pa.string(), mask=col.is_null().to_numpy(zero_copy_only=False))
+        changed = True
+    if not changed:
+        return batch
+    return pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
 
 
 def flatten_lists(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -139,7 +167,7 @@ class TableFolder:
 
     def _write(self, table: str, batch: pa.RecordBatch) -> None:
         if self.fmt == "csv":
-            batch = flatten_lists(batch)
+            batch = far_times_as_text(flatten_lists(batch), " ", "Z")
         writer = self._writers.get(table)
         if writer is None:
             writer = self._open(table, batch.schema)

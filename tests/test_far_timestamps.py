@@ -236,3 +236,24 @@ def test_pcapng_times_offset_by_minus_2_to_the_62_seconds_are_null_and_say_why(t
     assert files["first_ts"] is files["last_ts"] is None
     assert files["packets"] == len(packets)
     assert "capture time" in files["message"]
+
+
+# 34001-01-01: 80 Gregorian cycles of 400 years (146,097 days each) after 2001-01-01.
+YEAR_34001_MS = (int(dt.datetime(2001, 1, 1, tzinfo=UTC).timestamp()) + 80 * 146_097 * 86_400) * 1000
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_text_exports_write_years_past_9999_as_they_are(tmp_path, fmt):
+    """Python's datetime ends at year 9999 and Arrow's CSV writer wraps some way past it: a record stamped
+    34001-01-01 must read so in CSV and JSON lines, the capture's own times as usual."""
+    cap = craft.write(tmp_path / "far.pcap", conversation_with_records(YEAR_34001_MS))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["export", str(cap), "-o", str(out), "--records", "--format", fmt,
+                                       "--no-progress"])
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert result.exit_code == 0, result.output
+    text = (out / f"records.{fmt}").read_text()
+    stamp = "34001-01-01T00:00:00.000000+00:00" if fmt == "jsonl" else "34001-01-01 00:00:00.000000Z"
+    assert text.count(stamp) == 4
+    exchanges = (out / f"exchanges.{fmt}").read_text()
+    assert exchanges.count("2023-11-14") >= 8  # the capture's own times, in the usual form
