@@ -65,7 +65,8 @@ EXCHANGES_SCHEMA = pa.schema([
        "(its request is not in the capture) | malformed (a header failed to decode; see note)."),
     _f("request_frame", pa.int64(), "Packet number holding the request's first byte."),
     _f("response_frame", pa.int64(), "Packet number that completed the response."),
-    _f("note", pa.string(), "Why a row is unusual (decode problems, bytes lost in the capture)."),
+    _f("note", pa.string(), "Why a row is unusual (decode problems, bytes lost in the capture, capture times "
+       "beyond what timestamp[us] holds)."),
     _f("topics", pa.list_(pa.string()), "Topics the request or response names, in order of first mention; "
        "topic ids (Fetch v13+ and other id-only versions) are shown by name when a Metadata response in "
        "the same capture named them, else as the id in UUID form."),
@@ -152,7 +153,8 @@ RECORDS_SCHEMA = pa.schema([
     _f("topic", pa.string(), "Topic (name, or id in UUID form)."),
     _f("partition", pa.int32(), "Partition."),
     _f("offset", pa.int64(), "Record offset (as the producer or broker set it)."),
-    _f("timestamp", TS, "Record timestamp (create or log-append time, as the batch says)."),
+    _f("timestamp", TS, "Record timestamp (create or log-append time, as the batch says); null when the "
+       "record has none (negative) or one beyond the years timestamp[us] holds."),
     _f("key_size", pa.int32(), "Key bytes (-1: null key)."),
     _f("value_size", pa.int32(), "Value bytes (-1: null value)."),
     _f("header_keys", pa.list_(pa.string()), "Record header keys, in order."),
@@ -199,8 +201,9 @@ PARTITIONS_SCHEMA = pa.schema([
     _f("base_sequence", pa.int32(), "Base sequence of the first batch (idempotent producers)."),
     _f("transactional", pa.bool_(), "Some batch is transactional."),
     _f("control", pa.bool_(), "Some batch is a control batch (transaction markers)."),
-    _f("first_record_ts", TS, "Earliest record timestamp in the batches (from their headers)."),
-    _f("max_record_ts", TS, "Latest record timestamp in the batches."),
+    _f("first_record_ts", TS, "Earliest record timestamp in the batches (from their headers); null beyond "
+       "the years timestamp[us] holds."),
+    _f("max_record_ts", TS, "Latest record timestamp in the batches (null likewise)."),
     _f("truncated_batches", pa.int32(), "Batches cut at the end of the field (Fetch size limit; not an error)."),
     _f("crc_failures", pa.int32(), "Batches whose CRC-32C (v2) or CRC-32 (legacy) did not match; null unless "
        "--verify-crc."),
