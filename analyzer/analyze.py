@@ -151,6 +151,7 @@ def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap,
             report.error = f"internal error after packet {table.last_frame}: {exc!r}"
         snapshots: dict[int, tuple] = {}
         if following and report.error is None and cap.stats.damage is None:
+            table.settle_half_open()  # held SYNs become connections, to be followed into the next file too
             snapshots = _carry_into(following, table, cap.stats, report, name_of)
         try:
             table.finish()

@@ -60,21 +60,47 @@ def exchanges(table: FlowTable) -> list[tuple]:
     return [(r[at["correlation_id"]], r[at["status"]], r[at["note"]]) for r in table.rows]
 
 
-def test_a_syn_flood_evicts_the_empty_handshakes_and_spares_a_connection_in_flight() -> None:
-    table = FlowTable(max_connections=200)
+def test_a_syn_flood_is_held_in_bounded_markers_and_spares_a_connection_in_flight() -> None:
+    table = FlowTable(max_connections=200, max_half_open=300)
     feed = Feeder(table)
     real = Client(feed, bytes([10, 0, 0, 1]), 40000)
     real.request(heartbeat_request(7))
-    peak = 0
+    peak_open = peak_held = 0
     for i in range(5000):
         feed.send(struct.pack(">I", 0x0B000000 + i), 2000, BROKER, 9092, i, 0, SYN)
-        peak = max(peak, len(table.open))
+        feed.send(struct.pack(">I", 0x0B000000 + i), 2000, BROKER, 9092, i, 0, SYN)  # retransmitted
+        peak_open = max(peak_open, len(table.open))
+        peak_held = max(peak_held, len(table.half_open))
     real.answer(heartbeat_response(7))
-    assert peak <= 200
-    assert table.evicted >= 5000 - 200
+    assert peak_open <= 200 and peak_held <= 300
+    assert table.evicted >= 5000 - 300
     assert exchanges(table) == [(7, "ok", None)]
-    ended = [row[-1] for row in table.connection_rows]
-    assert ended.count("evicted") == table.evicted
+    # Every SYN still makes its connection row, with both its packets, evicted or ended with the capture.
+    rows = table.connection_rows
+    assert len(rows) == 5001
+    assert sorted(row[-1] for row in rows).count("evicted") == table.evicted
+    assert all(row[7] == 2 for row in rows if row[0] != 1)  # packets_to_broker
+
+
+def test_a_held_syn_becomes_the_same_connection_as_without_holding() -> None:
+    """SYN, its retransmission, then the broker's SYN-ACK: the handshake time and packets are as if the
+    connection had been built at the first SYN."""
+    table = FlowTable()
+    feed = Feeder(table)
+    ip = bytes([10, 0, 0, 1])
+    feed.send(ip, 40000, BROKER, 9092, 1000, 0, SYN)
+    feed.send(ip, 40000, BROKER, 9092, 1000, 0, SYN)
+    assert len(table.half_open) == 1 and not table.open
+    feed.send(BROKER, 9092, ip, 40000, 9000, 1001, SYN | ACK)
+    feed.send(ip, 40000, BROKER, 9092, 1001, 9001, ACK)
+    feed.send(ip, 40000, BROKER, 9092, 1001, 9001, PSH | ACK, heartbeat_request(1))
+    feed.send(BROKER, 9092, ip, 40000, 9001, 1001 + len(heartbeat_request(1)), PSH | ACK, heartbeat_response(1))
+    assert exchanges(table) == [(1, "ok", None)]
+    (row,) = table.connection_rows
+    assert row[0] == 1  # connection id: the first SYN's packet number
+    assert row[7] == 4 and row[8] == 2  # packets each way
+    assert row[15] == pytest.approx(0.003)  # rtt_ms: first SYN to the handshake's ACK, 1 us apart per packet
+    assert row[16] is True  # syn_seen
 
 
 def test_an_evicted_connection_reports_its_request_in_flight() -> None:
@@ -118,3 +144,21 @@ def test_port_detection_holds_a_bounded_number_of_undecided_flows() -> None:
     real.request(heartbeat_request(5))
     real.answer(heartbeat_response(5))
     assert exchanges(table) == [(5, "ok", None)]
+
+
+@pytest.mark.parametrize("repeats", [1, 3, 20])
+def test_the_row_of_a_held_syn_is_the_row_its_connection_would_give(repeats: int) -> None:
+    """Rows of SYNs nothing followed are built from the marker; built as connections (settle_half_open),
+    the same packets must give the same row."""
+    rows = []
+    for settle in (False, True):
+        table = FlowTable()
+        feed = Feeder(table)
+        for _ in range(repeats):
+            feed.send(bytes([10, 0, 0, 1]), 40000, BROKER, 9092, 1000, 0, SYN)
+        if settle:
+            table.settle_half_open()
+            assert len(table.open) == 1
+        table.finish()
+        rows.append(table.connection_rows)
+    assert rows[0] == rows[1]
