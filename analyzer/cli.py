@@ -17,7 +17,7 @@ from analyzer.output import FORMATS, OutputFolderError, TableFolder
 from analyzer.run import InputError, expand_paths, run
 from analyzer.tables import CONNECTIONS_SCHEMA, EXCHANGES_SCHEMA, PARTITIONS_SCHEMA
 
-STATUSES = ("ok", "error", "no_response", "acks0", "orphan_response", "malformed")
+STATUSES = ("ok", "error", "unchecked", "no_response", "acks0", "orphan_response", "malformed")
 
 
 AUTO_JOBS_MAX = 8  # each process walks every packet of a file it shares: more would mostly add memory

@@ -17,11 +17,21 @@ latency, topic names for topic ids, the capture file) are computed per batch, in
 from __future__ import annotations
 
 import struct
+import uuid
 from collections import deque
 
 from analyzer.legacy import Legacy07Matcher
-from dissectors.kafka.apis import API_KEY_LIMIT, RESPONSE_HEADER_V1_FROM
-from dissectors.kafka.extract import PARTITION_APIS, Extracted, PartitionEntry, extract
+from dissectors.kafka.apis import API_KEY_LIMIT, RESPONSE_HEADER_V1_FROM, undefined_note
+from dissectors.kafka.extract import (
+    ERRORS_AT_TOP,
+    ERRORS_NONE,
+    PARTITION_APIS,
+    ErrorEntry,
+    Extracted,
+    PartitionEntry,
+    error_placement,
+    extract,
+)
 from dissectors.kafka.headers import (
     HeaderError,
     HeaderTruncated,
@@ -43,6 +53,7 @@ _unpack_int32 = _INT32.unpack_from
 _unpack_int16 = struct.Struct(">h").unpack_from
 
 MAX_IN_FLIGHT = 10_000  # beyond any client's in-flight limit; protects memory from acks=0 floods
+CRC_NOTE_PARTITIONS = 5  # partitions a CRC mismatch note names before it counts the rest
 
 OK = "ok"
 ERROR = "error"
@@ -50,11 +61,18 @@ NO_RESPONSE = "no_response"
 ACKS0 = "acks0"
 ORPHAN = "orphan_response"
 MALFORMED = "malformed"
+UNCHECKED = "unchecked"
+
+API_VERSIONS = 18
+UNSUPPORTED_VERSION = 35
 
 # Fields of an in-flight request (a tuple, cheap to build and to keep).
 _CORR, _KEY, _VER, _CLIENT, _FTS, _FNO, _LTS, _LNO, _SIZE, _ACKS0, _NOTE, _X, _BAD, _RECS = range(14)
 
 _NOTHING = Extracted([], 0, [], None, None, [], None, None, False)
+# The in-flight entry's extraction result for a request of an API or version no known release defines: its
+# identity says the exchange's body cannot be decoded, whether or not bodies are.
+_UNDEFINED = Extracted([], 0, [], None, None, [], None, None, False)
 
 
 class RecordRows:
@@ -138,6 +156,9 @@ class ExchangeMatcher:
 
     def request(self, first_ts: int, first_no: int, last_ts: int, last_no: int, size: int, head,
                 lossy: bool) -> None:
+        """A request frame (``head``: its first bytes, size prefix included). It waits in flight for the
+        response with its correlation id; one whose header cannot be read past the fixed 8 bytes (api key,
+        version, correlation id) waits too, marked malformed, so that its response is not an orphan."""
         out = self.out
         if out.tap is not None:
             out.tap(self.conn_fields[0], False, first_no, last_no, head)
@@ -151,21 +172,24 @@ class ExchangeMatcher:
             return
         note = "request bytes lost in capture" if lossy else None
         try:
-            key, ver, corr, client_id, body = decode_request_header(head, 4, end)
+            key, ver, corr, client_id, body, defined = decode_request_header(head, 4, end)
         except HeaderTruncated as exc:
             if not 12 <= end < size + 4:
-                self._malformed_request(head, end, first_ts, first_no, last_ts, size, exc)
+                self._malformed_request(head, end, first_ts, first_no, last_no, last_ts, size, note, exc)
                 return
             # The bytes at hand end inside the header (a client_id longer than the head kept, or lost bytes):
             # api key, version and correlation id are there, so the request still pairs with its response.
             key, ver, corr = unpack_request_start(head, 4)
-            client_id, body = None, end
+            client_id, body, defined = None, end, True  # only a defined version's header can be cut short
             note = _join(note, f"request header longer than the {end} bytes kept ({exc})")
         except HeaderError as exc:
-            self._malformed_request(head, end, first_ts, first_no, last_ts, size, exc)
+            self._malformed_request(head, end, first_ts, first_no, last_no, last_ts, size, note, exc)
             return
         bad = False
         x = _NOTHING
+        if not defined:
+            self._undefined_request(first_ts, first_no, last_ts, last_no, size, key, ver, corr, client_id, note)
+            return
         if out.bodies:
             try:
                 x = extract(head, body, end, key, ver, False, partial=lossy or end < size + 4)
@@ -192,19 +216,45 @@ class ExchangeMatcher:
         if len(pending) > MAX_IN_FLIGHT:
             self._settle(pending.popleft(), "evicted: too many requests in flight")
 
-    def _malformed_request(self, head, end: int, first_ts: int, first_no: int, last_ts: int, size: int,
-                           exc: HeaderError) -> None:
+    def _malformed_request(self, head, end: int, first_ts: int, first_no: int, last_no: int, last_ts: int,
+                           size: int, note: str | None, exc: HeaderError) -> None:
+        """A request whose header fails past its fixed fields waits for its response, marked malformed; one
+        too short for them (a frame of under 8 bytes) is a row of its own with what it has."""
+        note = _join(note, f"request header: {exc}")
+        if end >= 12:
+            key, ver, corr = unpack_request_start(head, 4)
+            self._pend((corr, key, ver, None, first_ts, first_no, last_ts, last_no, size + 4, False, note,
+                        _NOTHING, True, None))
+            return
         self.malformed += 1
-        corr = _unpack_int32(head, 8)[0] if end >= 12 else None
-        ak = _unpack_int32(head, 4)[0] >> 16 if end >= 8 else None
-        self._emit(ak, None, corr, None, first_ts, last_ts, None, None, size + 4, None, None, None,
-                   MALFORMED, first_no, None, f"request header: {exc}", [], 0, 0)
+        key = _unpack_int16(head, 4)[0] if end >= 6 else None
+        ver = _unpack_int16(head, 6)[0] if end >= 8 else None
+        self._emit(key, ver, None, None, first_ts, last_ts, None, None, size + 4, None, None, None,
+                   MALFORMED, first_no, None, note, None, None, None)
+
+    def _undefined_request(self, first_ts: int, first_no: int, last_ts: int, last_no: int, size: int, key: int,
+                           ver: int, corr: int, client_id: str | None, note: str | None) -> None:
+        """A request of an API or version no known release defines (a client newer than these definitions,
+        or one probing a broker): well framed, so not malformed; its fixed header fields pair it with its
+        response like any other, and its note says why nothing else is read."""
+        if client_id not in self.client_ids:
+            self._new_client_id(client_id, None, 0)
+        self.last_request_corr = corr
+        self._pend((corr, key, ver, client_id, first_ts, first_no, last_ts, last_no, size + 4, False,
+                    _join(note, undefined_note(key, ver)), _UNDEFINED, False, None))
+
+    def _pend(self, entry: tuple) -> None:
+        pending = self.pending
+        pending.append(entry)
+        if len(pending) > MAX_IN_FLIGHT:
+            self._settle(pending.popleft(), "evicted: too many requests in flight")
 
     def _new_client_id(self, client_id: str | None, head, end: int) -> None:
-        """Remember a client_id (a few per connection at most) and its raw bytes, the resync anchor."""
+        """Remember a client_id (a few per connection at most) and its raw bytes, the resync anchor (not
+        taken from a header whose layout is a guess: ``head`` None)."""
         if len(self.client_ids) < 16:
             self.client_ids.add(client_id)
-        if client_id is not None and end >= 14:
+        if client_id is not None and head is not None and end >= 14:
             n = _unpack_int16(head, 12)[0]
             if n >= 0 and 14 + n <= end:
                 self.client_id_bytes = bytes(head[14:14 + n])
@@ -227,13 +277,16 @@ class ExchangeMatcher:
             else:
                 self.orphans += 1
                 self._emit(None, None, corr, None, None, None, first_ts, last_ts, None, size + 4, None, None,
-                           ORPHAN, None, last_no, "request not in capture", [], 0, 0)
+                           ORPHAN, None, last_no, "request not in capture", None, None, None)
                 return
             for _ in range(i):  # Kafka answers in order: everything sent before this one went unanswered
                 self._settle(pending.popleft(), None)
             pending.popleft()
         _, key, ver, client_id, rq_first, rq_frame, rq_last, _, rq_size, _, note, rx, bad, recs = req
         end = len(head)
+        if rx is _UNDEFINED or (key == API_VERSIONS and end >= 10 and _unpack_int16(head, 8)[0] == UNSUPPORTED_VERSION):
+            self._unread_response(req, first_ts, last_ts, last_no, size, head, lossy)
+            return
         status = MALFORMED if bad else OK
         error_code = throttle = None
         x = _NOTHING
@@ -246,6 +299,16 @@ class ExchangeMatcher:
                 body = 8
             if not out.bodies:
                 error_code, throttle = response_top_level(head, body, end, key, ver)
+                placement = error_placement(key, ver)
+                if placement == ERRORS_AT_TOP and error_code is not None:
+                    error_count = 1 if error_code else 0
+                elif placement == ERRORS_NONE:
+                    error_code = error_count = 0
+                else:  # errors nested in the body (or a top-level one out of reach) were not read
+                    error_count = None
+                    if not error_code:
+                        error_code = None
+                        status = UNCHECKED if status == OK else status
             else:
                 x = extract(head, body, end, key, ver, True, partial=lossy or end < size + 4)
                 throttle = x.throttle_time_ms
@@ -263,23 +326,75 @@ class ExchangeMatcher:
             status = ERROR
         if lossy:
             note = _join(note, "response bytes lost in capture")
-        topics = rx.topics
-        if x.topics and x.topics != topics:
-            topics = list(dict.fromkeys(topics + x.topics)) if topics else x.topics
         if key == 1 and x.partitions:  # Fetch: the records come back in the response
             recs, parts = self._records(head, x, corr, key, ver, client_id, last_ts), x.partitions
         else:
             parts = rx.partitions
-        record_count, record_bytes = _totals(recs, parts) if recs else _NO_TOTALS
+        if recs:
+            record_count, record_bytes = _totals(recs, parts)
+            if out.verify_crc:
+                note = _join(note, self._crc_note(recs))
+        else:
+            record_count = record_bytes = None
+        if out.bodies:
+            topics = rx.topics
+            if x.topics and x.topics != topics:
+                topics = list(dict.fromkeys(topics + x.topics)) if topics else x.topics
+            topics, partition_count, error_count = (*topics,), max(rx.partition_count, x.partition_count), len(x.errors)
+        else:  # headers only: what the bodies hold is unknown, not empty
+            topics = partition_count = None
         # _emit's row, built in place: a call with its 22 arguments costs a tenth of a headers-only frame.
         self.rows.append((*self.conn_fields, key, ver, corr, client_id, rq_first, rq_last, first_ts, last_ts,
-                          rq_size, size + 4, error_code, throttle, status, rq_frame, last_no, note, (*topics,),
-                          max(rx.partition_count, x.partition_count), len(x.errors), record_count, record_bytes,
-                          None))
+                          rq_size, size + 4, error_code, throttle, status, rq_frame, last_no, note, topics,
+                          partition_count, error_count, record_count, record_bytes, None))
         if x.errors:
             self._emit_errors(req, last_ts, x)
         if key in PARTITION_APIS and (rx.partitions or x.partitions):
             self._emit_partitions(req, last_ts, x.partitions, recs)
+
+    def _unread_response(self, req: tuple, first_ts: int, last_ts: int, last_no: int, size: int, head,
+                         lossy: bool) -> None:
+        """The response to a request of an undefined API or version, or an ApiVersions UNSUPPORTED_VERSION.
+
+        A broker answers an ApiVersions version it does not support in the v0 layout with UNSUPPORTED_VERSION
+        and its supported ranges, so that any client can read it (the protocol guide); every ApiVersions
+        version starts with its error_code. So an ApiVersions response is read for its error code, and in
+        the v0 layout when that says UNSUPPORTED_VERSION. Any other undefined version has no known layout:
+        answered, its errors unknown (status unchecked).
+        """
+        _, key, ver, client_id, rq_first, rq_frame, rq_last, _, rq_size, _, note, rx, bad, _ = req
+        out = self.out
+        end = len(head)
+        x = _NOTHING
+        error_code = error_count = topics = partition_count = None
+        status = UNCHECKED
+        if key == API_VERSIONS and end >= 10:
+            error_code = _unpack_int16(head, 8)[0]
+            error_count = 1 if error_code else 0
+            status = ERROR if error_code else OK
+            if error_code == UNSUPPORTED_VERSION:
+                try:
+                    x = extract(head, 8, end, API_VERSIONS, 0, True, partial=lossy or end < size + 4)
+                except HeaderError as exc:
+                    note = _join(note, f"response is not in the v0 layout UNSUPPORTED_VERSION calls for: {exc}")
+                else:
+                    note = _join(note, "response read in the v0 layout, as UNSUPPORTED_VERSION calls for")
+                    topics, partition_count, error_count = (), 0, len(x.errors)
+            else:
+                note = _join(note, "response read for its error_code only (every version starts with it)")
+            if out.bodies and error_code and not x.errors:
+                x = x._replace(errors=[ErrorEntry("error_code", None, None, error_code, None)])
+            if not out.bodies:
+                topics = partition_count = None
+        if bad:
+            status = MALFORMED
+            self.malformed += 1
+        if lossy:
+            note = _join(note, "response bytes lost in capture")
+        self._emit(key, ver, req[_CORR], client_id, rq_first, rq_last, first_ts, last_ts, rq_size, size + 4,
+                   error_code, None, status, rq_frame, last_no, note, topics, partition_count, error_count)
+        if x.errors:
+            self._emit_errors(req, last_ts, x)
 
     def close(self, reason: str | None = None) -> None:
         """The connection or the capture ended: whatever is still in flight was never answered."""
@@ -333,9 +448,17 @@ class ExchangeMatcher:
         elif status == NO_RESPONSE:
             self.unanswered += 1
         rx = req[_X]
+        note = _join(req[_NOTE], note)
+        recs = req[_RECS]
+        if recs and self.out.verify_crc:
+            note = _join(note, self._crc_note(recs))
+        if self.out.bodies and rx is not _UNDEFINED:
+            topics, partition_count = rx.topics, rx.partition_count
+        else:  # the request's body was not read
+            topics = partition_count = None
         self._emit(req[_KEY], req[_VER], req[_CORR], req[_CLIENT], req[_FTS], req[_LTS], None, None, req[_SIZE],
-                   None, None, None, status, req[_FNO], None, _join(req[_NOTE], note), rx.topics,
-                   rx.partition_count, 0, *_totals(req[_RECS], rx.partitions))
+                   None, None, None, status, req[_FNO], None, note, topics, partition_count, 0,
+                   *_totals(recs, rx.partitions))
         if rx.partitions and req[_KEY] in PARTITION_APIS:
             self._emit_partitions(req, None, [], req[_RECS])
 
@@ -346,8 +469,22 @@ class ExchangeMatcher:
         # collector's view, which otherwise walks every row waiting for the next batch again and again.
         self.rows.append((*self.conn_fields, api_key, api_version, corr, client_id, rq_first, rq_last,
                           rs_first, rs_last, rq_size, rs_size, error_code, throttle, status, rq_frame,
-                          rs_frame, note, (*topics,), partition_count, error_count, record_count, record_bytes,
-                          api_name))
+                          rs_frame, note, topics if topics is None else (*topics,), partition_count, error_count,
+                          record_count, record_bytes, api_name))
+
+    def _crc_note(self, recs: dict[tuple, tuple]) -> str | None:
+        """What --verify-crc found wrong in an exchange's records fields: how many batches, in which
+        partitions (the first few), or None when every checked batch is sound."""
+        failing = [(topic, partition, summary[-1]) for (topic, partition), summary in recs.items() if summary[-1]]
+        if not failing:
+            return None
+        batches = sum(n for _, _, n in failing)
+        names = self.out.topic_names
+        where = ", ".join(f"{_topic_text(topic, names)}/{partition}"
+                          for topic, partition, _ in failing[:CRC_NOTE_PARTITIONS])
+        if len(failing) > CRC_NOTE_PARTITIONS:
+            where += f" and {len(failing) - CRC_NOTE_PARTITIONS} more partitions"
+        return f"CRC mismatch in {batches} record batch{'es' if batches > 1 else ''} ({where})"
 
     def _records(self, head, x: Extracted, corr: int, key: int, ver: int, client_id: str | None,
                  ts: int) -> dict[tuple, tuple]:
@@ -418,6 +555,13 @@ def _totals(recs: dict | None, parts: list[PartitionEntry]) -> tuple[int | None,
     if not recs:
         return _NO_TOTALS
     return sum(r[1] or 0 for r in recs.values()), sum(p.record_bytes or 0 for p in parts)
+
+
+def _topic_text(topic: str | bytes | None, names: dict[bytes, str]) -> str:
+    """A topic for a note: its name, or the name a Metadata response gave its id, or the id in UUID form."""
+    if topic is None or topic.__class__ is str:
+        return str(topic)
+    return names.get(topic) or str(uuid.UUID(bytes=bytes(topic)))
 
 
 def _join(a: str | None, b: str | None) -> str | None:

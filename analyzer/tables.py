@@ -56,22 +56,34 @@ EXCHANGES_SCHEMA = pa.schema([
     _f("request_size", pa.int64(), "Request frame size in bytes, including the 4-byte size prefix."),
     _f("response_size", pa.int64(), "Response frame size in bytes, including the 4-byte size prefix."),
     _f("error_code", pa.int16(), "The response's top-level error code when non-zero, else its first non-zero "
-       "nested one (per topic or partition), else 0; null without a decodable response."),
+       "nested one (per topic or partition), else 0; null when not known: no decodable response, an API "
+       "version beyond the definitions, or --headers-only where the response may hold nested errors and "
+       "its top-level one (if any) is 0."),
     _f("error_name", pa.string(), "Name of error_code (NONE for 0; UNDEFINED_ERROR_<n> for codes the "
        "protocol does not define)."),
     _f("throttle_time_ms", pa.int32(), "Throttle time the broker reported in the response."),
-    _f("status", pa.string(), "ok | error (non-zero error_code) | no_response (never answered before the "
-       "connection or capture ended) | acks0 (Produce with acks=0, which owes no answer) | orphan_response "
-       "(its request is not in the capture) | malformed (a header failed to decode; see note)."),
+    _f("status", pa.string(), "ok (answered, and every error code the response holds is 0) | error (non-zero "
+       "error_code) | unchecked (answered, but its error codes were not all read: --headers-only reads only "
+       "the top-level one, so responses that may hold nested ones (Produce, Fetch, Metadata, OffsetCommit, "
+       "CreateTopics...) are unchecked unless that one is an error; and an API or version no known Kafka "
+       "release defines has no layout to read, see note) | no_response (never answered before the connection "
+       "or capture ended) | acks0 (Produce with acks=0, which owes no answer) | orphan_response (its request "
+       "is not in the capture) | malformed (a header or body failed to decode; see note). A request of an API "
+       "version beyond the definitions is never malformed for that alone: its fixed header fields pair it, and "
+       "an ApiVersions response is read for its error code (in the v0 layout for UNSUPPORTED_VERSION)."),
     _f("request_frame", pa.int64(), "Packet number holding the request's first byte."),
     _f("response_frame", pa.int64(), "Packet number that completed the response."),
-    _f("note", pa.string(), "Why a row is unusual (decode problems, bytes lost in the capture, capture times "
-       "beyond what timestamp[us] holds)."),
+    _f("note", pa.string(), "Why a row is unusual: decode problems, bytes lost in the capture, an API version "
+       "beyond the definitions, record batches whose CRC --verify-crc found wrong (\"CRC mismatch in N record "
+       "batch(es) (topic/partition, ...)\"; the status stays what the error codes say), capture times beyond "
+       "what timestamp[us] holds."),
     _f("topics", pa.list_(pa.string()), "Topics the request or response names, in order of first mention; "
        "topic ids (Fetch v13+ and other id-only versions) are shown by name when a Metadata response in "
-       "the same capture named them, else as the id in UUID form."),
+       "the same capture named them, else as the id in UUID form. Null, like partition_count, where the "
+       "bodies were not read (--headers-only, versions beyond the definitions, orphan responses)."),
     _f("partition_count", pa.int32(), "Topic-partition entries in the request or response (the larger)."),
-    _f("error_count", pa.int32(), "Non-zero error code fields anywhere in the response (see the errors table)."),
+    _f("error_count", pa.int32(), "Non-zero error code fields anywhere in the response (see the errors table); "
+       "null when not all were read (see status unchecked)."),
     _f("record_count", pa.int64(), "Records carried: in the Produce request, or in the Fetch response (complete "
        "batches; a legacy compressed wrapper counts its inner messages). Null for other APIs."),
     _f("record_bytes", pa.int64(), "Bytes of the records fields (on the wire, compressed) of those partitions."),

@@ -84,7 +84,8 @@ def test_outputs_hold_no_machine_paths(notebook):
 
 def _troubled_capture(path: Path) -> str:
     """What the sample captures lack: responses to requests from before the capture, errors of clients without
-    a client_id, an unanswered request, a lost and a repeated segment, an unknown API key, frames cut short."""
+    a client_id, an unanswered request, a lost and a repeated segment, an unknown API key, a malformed header,
+    frames cut short."""
     heartbeat = craft.kstring("group-1") + struct.pack(">i", 7) + craft.kstring("member-1") + craft.kstring(None)
     late = craft.Conversation(cport=41000)
     late.send(False, craft.heartbeat_response(1))
@@ -106,6 +107,7 @@ def _troubled_capture(path: Path) -> str:
     lossy.packets.append(lossy.packets[-2])
     lossy.send(False, craft.heartbeat_response(3))
     lossy.send(True, craft.request(99, 0, 4, "lossy", b"\x00" * 3))
+    lossy.send(True, struct.pack(">ihhih", 10 + 3, 12, 3, 40, -7) + b"\x00" * 3)  # a client_id length of -7
     lossy.send(True, craft.heartbeat_request(5, "lossy")[:20], ack=False)
     return craft.write(path, sorted(late.packets + lossy.packets, key=lambda p: p.time))
 

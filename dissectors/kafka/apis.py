@@ -59,6 +59,12 @@ REQUEST_HEADER_V0_VERSIONS: tuple[tuple[int, ...], ...] = tuple(
 """Per api key, the versions whose request header is v0 (no client_id); empty for nearly all."""
 
 
+DEFINED_VERSIONS: tuple[range, ...] = tuple(
+    range(0) if info is None else range(info.min_version, info.max_version + 1) for info in API_BY_KEY
+)
+"""Per api key, the versions the definitions describe (an empty range where no API has that key)."""
+
+
 def api_name(key: int) -> str | None:
     """The API's name, or None for a key no known release defines."""
     if 0 <= key < API_KEY_LIMIT:
@@ -70,10 +76,17 @@ def api_name(key: int) -> str | None:
 
 def is_known(api_key: int, api_version: int) -> bool:
     """True when some known release defines this version of this API."""
-    if 0 <= api_key < API_KEY_LIMIT:
-        info = API_BY_KEY[api_key]
-        return info is not None and info.min_version <= api_version <= info.max_version
-    return False
+    return 0 <= api_key < API_KEY_LIMIT and api_version in DEFINED_VERSIONS[api_key]
+
+
+def undefined_note(api_key: int, api_version: int) -> str:
+    """Why a request of an undefined API or version is not decoded, for a row's note."""
+    name = api_name(api_key)
+    if name is None:
+        return f"API key {api_key} is not defined by any known Kafka release: body not decoded"
+    versions = DEFINED_VERSIONS[api_key]
+    return (f"{name} v{api_version} is beyond the definitions (v{versions.start}-v{versions.stop - 1}): "
+            "body not decoded")
 
 
 def request_header_version(api_key: int, api_version: int) -> int:

@@ -37,6 +37,7 @@ from itertools import count as _counter
 from typing import Any, NamedTuple
 
 from dissectors.kafka._generated import schemas as _schemas
+from dissectors.kafka._generated.response_prefix import RESPONSE_PREFIX
 from dissectors.kafka.decoder import (
     FIXED_TYPES,
     LENGTH_READERS,
@@ -867,3 +868,58 @@ def extract(buf, off: int, end: int, api_key: int, api_version: int, is_response
     return _new_tuple(Extracted, (acc.topics, acc.partition_count, acc.errors, acc.error_code,
                                   acc.throttle_time_ms, acc.partitions, acc.acks, acc.transactional_id,
                                   complete, acc.topic_ids))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Where a response's error codes sit (what reading only its top-level prefix can know)
+
+ERRORS_NONE, ERRORS_AT_TOP, ERRORS_NESTED, ERRORS_UNDEFINED = range(4)
+"""How a response version holds its error codes: none at all; only the top-level error_code, at a fixed offset
+(``headers.response_top_level`` reads it); others too (per topic, partition, member...) or a top-level one
+after a variable-length field; or an API/version no known release defines."""
+
+_ERROR_PLACEMENT: dict[tuple[int, int], int] = {}
+
+
+def _error_field_depths(struct_schema: tuple, depth: int):
+    """The depth of every error code field (as extraction counts them) in a struct and the structs it holds."""
+    fields, tagged = struct_schema
+    for entry in (*fields, *(t[1:] for t in tagged or ())):
+        name, type_name = entry[0], entry[1]
+        if type_name == "int16" and (name == "error_code" or name.endswith("_error_code")):
+            yield name, depth
+        element = entry[2] if len(entry) > 2 else None
+        if isinstance(element, tuple):
+            yield from _error_field_depths(element, depth + 1)
+
+
+def error_placement(api_key: int, api_version: int) -> int:
+    """ERRORS_NONE, ERRORS_AT_TOP, ERRORS_NESTED or ERRORS_UNDEFINED for a response of this API and version,
+    read from the schemas once per kind: headers-only analysis uses it to say whether the top-level error code
+    it reads is all there is to know."""
+    placement = _ERROR_PLACEMENT.get((api_key, api_version))
+    if placement is not None:
+        return placement
+    top = schema(api_key, api_version, True)
+    if top is None:
+        placement = ERRORS_UNDEFINED
+    else:
+        found = list(_error_field_depths(top, 0))
+        if not found:
+            placement = ERRORS_NONE
+        elif found == [("error_code", 0)] and _prefix_error_offset(api_key, api_version) is not None:
+            placement = ERRORS_AT_TOP
+        else:
+            placement = ERRORS_NESTED
+    if len(_ERROR_PLACEMENT) < 1 << 16:  # api_key and api_version are int16s: bounded anyway
+        _ERROR_PLACEMENT[api_key, api_version] = placement
+    return placement
+
+
+def _prefix_error_offset(api_key: int, api_version: int) -> int | None:
+    entry = RESPONSE_PREFIX.get(api_key)
+    if entry is None:
+        return None
+    min_version, offsets = entry
+    index = api_version - min_version
+    return offsets[index][0] if 0 <= index < len(offsets) else None

@@ -21,6 +21,7 @@ from dissectors.kafka._generated.response_prefix import RESPONSE_PREFIX
 from dissectors.kafka.apis import (
     API_BY_KEY,
     API_KEY_LIMIT,
+    DEFINED_VERSIONS,
     NEVER,
     REQUEST_HEADER_V0_VERSIONS,
     REQUEST_HEADER_V2_FROM,
@@ -69,6 +70,7 @@ class RequestHeader(NamedTuple):
     correlation_id: int
     client_id: str | None
     body_offset: int
+    defined: bool = True  # False: an API key or version no known release defines (the body is not decodable)
 
 
 _PLAUSIBLE_MIN_VERSION = tuple(NEVER if info is None else info.min_version for info in API_BY_KEY)
@@ -147,7 +149,10 @@ def skip_tagged_fields(buf, pos: int, end: int) -> int:
 def decode_request_header(buf, off: int, end: int) -> RequestHeader:
     """Decode a request header (v0, v1 or v2 as the API table says) and find where the body starts.
 
-    Unknown APIs are read as header v1. client_id is decoded as UTF-8 with replacement characters.
+    client_id is decoded as UTF-8 with replacement characters. For an API key or version that no known
+    release defines (``defined`` False), the header version cannot be known: only the 8 fixed bytes are
+    certain, and the v1 layout's client_id is taken only where it reads cleanly (see
+    :func:`_undefined_request_header`); such a header raises nothing but :class:`HeaderTruncated` below 8 bytes.
     """
     try:
         if off >= 0 and end - off >= 10:
@@ -157,12 +162,11 @@ def decode_request_header(buf, off: int, end: int) -> RequestHeader:
             length = None
         else:
             raise HeaderTruncated("request header shorter than 8 bytes")
-        if 0 <= api_key < API_KEY_LIMIT:
-            flexible = api_version >= REQUEST_HEADER_V2_FROM[api_key]
-            if not flexible and api_version in REQUEST_HEADER_V0_VERSIONS[api_key]:
-                return _new_tuple(RequestHeader, (api_key, api_version, correlation_id, None, off + 8))
-        else:
-            flexible = False
+        if not (0 <= api_key < API_KEY_LIMIT and api_version in DEFINED_VERSIONS[api_key]):
+            return _undefined_request_header(buf, off, end, api_key, api_version, correlation_id, length)
+        flexible = api_version >= REQUEST_HEADER_V2_FROM[api_key]
+        if not flexible and api_version in REQUEST_HEADER_V0_VERSIONS[api_key]:
+            return _new_tuple(RequestHeader, (api_key, api_version, correlation_id, None, off + 8, True))
         if length is None:
             raise HeaderTruncated("request header ends before client_id")
         pos = off + 10
@@ -183,7 +187,23 @@ def decode_request_header(buf, off: int, end: int) -> RequestHeader:
                 pos = skip_tagged_fields(buf, pos, end)
     except (IndexError, struct.error):  # only when ``end`` lies beyond the buffer
         raise HeaderTruncated("request header runs past the buffer") from None
-    return _new_tuple(RequestHeader, (api_key, api_version, correlation_id, client_id, pos))
+    return _new_tuple(RequestHeader, (api_key, api_version, correlation_id, client_id, pos, True))
+
+
+def _undefined_request_header(buf, off: int, end: int, api_key: int, api_version: int, correlation_id: int,
+                              length: int | None) -> RequestHeader:
+    """The header of a request no known release defines. Its header version is unknowable (v0 has no
+    client_id, v2 adds a tag buffer), so the v1 layout's client_id (a nullable string) is believed only when
+    it reads cleanly: null, or printable UTF-8 wholly inside the bytes at hand. Otherwise client_id is null
+    and the body is taken to start after the 8 fixed bytes."""
+    if length == -1:
+        return _new_tuple(RequestHeader, (api_key, api_version, correlation_id, None, off + 10, False))
+    if length is not None and length >= 0:
+        stop = off + 10 + length
+        if stop <= end and stop <= len(buf) and _printable_ish(buf, off + 10, stop):
+            client_id = str(buf[off + 10:stop], "utf-8")
+            return _new_tuple(RequestHeader, (api_key, api_version, correlation_id, client_id, stop, False))
+    return _new_tuple(RequestHeader, (api_key, api_version, correlation_id, None, off + 8, False))
 
 
 def decode_response_header(buf, off: int, end: int, api_key: int, api_version: int) -> tuple[int, int]:
