@@ -53,6 +53,7 @@ from spark_jobs.write_task import (
     MANIFEST_DDL,
     TableWriter,
     mark_done,
+    sweep_attempts,
     write_empty,
     write_partition,
 )
@@ -230,8 +231,10 @@ def described(spark, text: str) -> Iterator[None]:
 
 def _write_driver_side(staging: Staging, table: str, tables: list[pa.Table], manifest: list) -> None:
     """Rows written by the driver (merged spanning connections, the files table); then the schema-only
-    file if the table has no rows at all, and the ``_SUCCESS`` marker."""
+    file if the table has no rows at all, and the ``_SUCCESS`` marker. The table's tasks have all ended:
+    what attempts killed mid-write left is deleted."""
     root = staging.uri(table)
+    sweep_attempts(root)
     written = sum(r.rows for r in manifest if r.kind == FILE)
     rows = [t for t in tables if t.num_rows]
     if rows:

@@ -338,3 +338,4 @@ def test_job_survives_a_killed_worker_with_the_cli_rows(cluster: Cluster, tmp_pa
     files = {r["capture_file"]: r for r in _dataset(out / "files").to_pylist()}
     assert files["cap.pcap"]["continues_in"] == "cap.pcap1" and files["garbage.pcap"]["status"] == "unreadable"
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no staging folder left
+    assert [p for p in out.rglob(".*")] == []  # nor the killed attempt's partial files
