@@ -22,10 +22,10 @@ import json
 import os
 import shutil
 import signal
+import site
 import socket
 import subprocess
 import sys
-import sysconfig
 import time
 import urllib.error
 import urllib.request
@@ -221,19 +221,22 @@ def _packages_zip(path: Path) -> Path:
 
 
 def _executor_python(base: Path) -> Path:
-    """A Python for the executors: this interpreter without site processing, its site-packages on the path
-    minus kafkacap's packages and their editable-install hooks (which would find them without the zip)."""
-    site = base / "site-packages"
-    site.mkdir()
-    for folder in dict.fromkeys((sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])):
+    """A Python for the executors: this interpreter without site processing, its site-packages folders on
+    the path minus kafkacap's packages and their editable-install hooks (which would find them without the
+    zip)."""
+    packages = base / "site-packages"
+    packages.mkdir()
+    site_folders = {*site.getsitepackages(), site.getusersitepackages()}
+    for folder in dict.fromkeys(p for p in sys.path if p in site_folders and os.path.isdir(p)):
         for entry in Path(folder).iterdir():
             name = entry.name
             if name in PACKAGES or name.startswith("__editable__") or name.endswith(".pth"):
                 continue
-            if not (site / name).exists():
-                (site / name).symlink_to(entry)
+            if not (packages / name).exists():
+                (packages / name).symlink_to(entry)
     wrapper = base / "executor-python"
-    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="${{PYTHONPATH:+$PYTHONPATH:}}{site}" exec "{sys.executable}" -S "$@"\n')
+    path = f'PYTHONPATH="${{PYTHONPATH:+$PYTHONPATH:}}{packages}"'
+    wrapper.write_text(f'#!/bin/sh\n{path} exec "{sys.executable}" -S "$@"\n')
     wrapper.chmod(0o755)
     probe = subprocess.run([str(wrapper), "-c", "import pyarrow, cramjam\nimport analyzer"], capture_output=True,
                            text=True, cwd=base, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
