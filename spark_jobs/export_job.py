@@ -25,8 +25,9 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -52,6 +53,7 @@ from spark_jobs.write_task import (
     MANIFEST_DDL,
     TableWriter,
     mark_done,
+    sweep_attempts,
     write_empty,
     write_partition,
 )
@@ -112,7 +114,8 @@ def _export(spark, inputs: list[str], out: str, options: Options, aggregate: boo
     envelopes = tasks.mapInArrow(partial(analyse_partition, plan=plan, options=options), ENVELOPE_DDL)
     envelopes = envelopes.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        reports = _collect_reports(envelopes, paths, options.stitch)
+        with described(spark, f"kafkacap: analyse {len(files)} capture file{'s' if len(files) != 1 else ''}"):
+            reports = _collect_reports(envelopes, paths, options.stitch)
         clock.lap("analyse")
         stitcher = Stitcher()
         for r in reports:
@@ -207,14 +210,31 @@ def _write_rows(envelopes, table: str, stitcher: Stitcher, staging: Staging) -> 
 
     spark = envelopes.sparkSession
     rows = envelopes.where(F.col("table") == table).coalesce(spark.sparkContext.defaultParallelism)
-    return rows.mapInArrow(partial(write_partition, table=table, stitcher=stitcher, root=staging.uri(table)),
-                           MANIFEST_DDL).collect()
+    with described(spark, f"kafkacap: write {table}"):
+        return rows.mapInArrow(partial(write_partition, table=table, stitcher=stitcher, root=staging.uri(table)),
+                               MANIFEST_DDL).collect()
+
+
+@contextmanager
+def described(spark, text: str) -> Iterator[None]:
+    """Spark jobs started inside carry ``text`` as their description: Spark's UI, its status API and event
+    log then name the stages by what they do rather than by the line that collects them. (A thread's own
+    setting: the write threads each describe their table.)"""
+    context = spark.sparkContext
+    before = context.getLocalProperty("spark.job.description")
+    context.setJobDescription(text)
+    try:
+        yield
+    finally:
+        context.setJobDescription(before)
 
 
 def _write_driver_side(staging: Staging, table: str, tables: list[pa.Table], manifest: list) -> None:
     """Rows written by the driver (merged spanning connections, the files table); then the schema-only
-    file if the table has no rows at all, and the ``_SUCCESS`` marker."""
+    file if the table has no rows at all, and the ``_SUCCESS`` marker. The table's tasks have all ended:
+    what attempts killed mid-write left is deleted."""
     root = staging.uri(table)
+    sweep_attempts(root)
     written = sum(r.rows for r in manifest if r.kind == FILE)
     rows = [t for t in tables if t.num_rows]
     if rows:

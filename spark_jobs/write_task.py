@@ -4,12 +4,18 @@ them and writes them as Parquet files, one per capture date, returning a manifes
 Why the worker writes the files with pyarrow rather than handing rows to Spark's writer: the rows already
 are Arrow batches, and Spark's writer would turn each into JVM rows and encode them again. On the
 benchmark's 700 k exchanges pyarrow writes a table in about a tenth of the time (benchmarks/README.md).
-Files are named by the task's partition number, so a retried task overwrites its own earlier attempt
-instead of adding a second copy (keep ``spark.speculation`` off, its default).
+
+Files are named by the task's partition number, so a retried task replaces its earlier attempt's file
+instead of adding a second copy (keep ``spark.speculation`` off, its default). Each attempt writes a hidden
+file of its own (``ATTEMPT_SUFFIX``, which readers skip) and renames it to that name once complete: Spark can
+give up on an attempt that still runs (its executor missed heartbeats, its stage was resubmitted), and a
+stale attempt opening the final name would truncate the retry's finished file, then die half-way. The
+driver deletes what dead attempts left (``sweep_attempts``) before the output is published.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -27,6 +33,7 @@ FILE = "file"  # name: a file written, rows: its rows
 HELD = "held"  # data: connection rows that span files of a rotated set, merged on the driver
 DROPPED = "dropped"  # name: a capture file, rows: its exchange rows the previous file of its set owns
 ROW_GROUP_ROWS = 1 << 17  # rows buffered per date before a row group is written (few, large row groups)
+ATTEMPT_SUFFIX = ".attempt"  # an attempt's file until it is complete: ".{stem}.{token}.attempt", hidden
 
 
 class TableWriter:
@@ -37,7 +44,8 @@ class TableWriter:
         self.table = table
         self.stem = stem
         self.schema = base_schema(table)
-        self._open: dict[str, tuple[pq.ParquetWriter, str]] = {}
+        self._token = uuid.uuid4().hex[:16]
+        self._open: dict[str, tuple[pq.ParquetWriter, str, str]] = {}
         self._buffered: dict[str, list[pa.RecordBatch]] = {}
         self._rows: dict[str, int] = {}
 
@@ -57,27 +65,31 @@ class TableWriter:
         if folder not in self._open:
             self.fs.create_dir(f"{self.root}/{folder}", recursive=True)
             path = f"{self.root}/{folder}/{self.stem}.zstd.parquet"
-            writer = pq.ParquetWriter(path, self.schema, filesystem=self.fs, compression="zstd",
+            partial_path = f"{self.root}/{folder}/.{self.stem}.{self._token}{ATTEMPT_SUFFIX}"
+            writer = pq.ParquetWriter(partial_path, self.schema, filesystem=self.fs, compression="zstd",
                                       use_dictionary=dictionary_columns(self.schema))
-            self._open[folder] = (writer, path)
+            self._open[folder] = (writer, partial_path, path)
         self._open[folder][0].write_table(pa.Table.from_batches(buffered, self.schema), row_group_size=1 << 30)
 
     def close(self) -> list[tuple[str, int]]:
-        """Flush and close; (path, rows) per file written."""
+        """Flush, close and give each file its final name (replacing an earlier attempt's); (path, rows)
+        per file written."""
         for folder in list(self._buffered):
             self._flush(folder)
         written = []
-        for folder, (writer, path) in self._open.items():
+        for folder, (writer, partial_path, path) in self._open.items():
             writer.close()
+            self.fs.move(partial_path, path)
             written.append((path, self._rows[folder]))
         self._open.clear()
         return written
 
     def abort(self) -> None:
-        for writer, _ in self._open.values():
+        for writer, partial_path, _ in self._open.values():
             try:
                 writer.close()
-            except Exception:  # noqa: BLE001 - already failing; the retry overwrites, the driver cleans up
+                self.fs.delete_file(partial_path)
+            except Exception:  # noqa: BLE001 - already failing; the driver sweeps what is left
                 pass
         self._open.clear()
 
@@ -87,6 +99,19 @@ def write_empty(root: str, schema: pa.Schema) -> None:
     fs, path = filesystem(root)
     fs.create_dir(path, recursive=True)
     pq.write_table(schema.empty_table(), f"{path}/part-00000-empty.zstd.parquet", filesystem=fs, compression="zstd")
+
+
+def sweep_attempts(root: str) -> int:
+    """Delete the files of attempts that died before completing them (killed with their executor); the
+    number deleted. Called once every task writing under ``root`` has ended."""
+    fs, path = filesystem(root)
+    if fs.get_file_info(path).type == pafs.FileType.NotFound:
+        return 0
+    left = [i.path for i in fs.get_file_info(pafs.FileSelector(path, recursive=True))
+            if i.type == pafs.FileType.File and i.base_name.startswith(".") and i.base_name.endswith(ATTEMPT_SUFFIX)]
+    for file in left:
+        fs.delete_file(file)
+    return len(left)
 
 
 def mark_done(root: str) -> None:

@@ -389,3 +389,39 @@ def test_publish_on_a_non_local_filesystem(tmp_path, monkeypatch) -> None:
     (tmp_path / "bucket" / "out" / "thesis.pdf").write_bytes(b"")
     with pytest.raises(publish.OutputError, match="thesis.pdf"):
         publish.Staging("mock://bucket/out").check_replaceable()
+
+
+def _exchanges(capture: Path) -> pa.Table:
+    got: list[pa.RecordBatch] = []
+    analyze_file(str(capture), Options(detect_ports=True), lambda t, b: got.append(b) if t == "exchanges" else None)
+    return pa.Table.from_batches(got)
+
+
+def test_an_attempt_that_dies_mid_write_spoils_nothing(tmp_path, monkeypatch) -> None:
+    """Spark can give up on a task attempt that still runs (its executor missed heartbeats, its stage was
+    resubmitted) and retry it elsewhere; the stale attempt may then write the same partition before or after
+    the retry, and die mid-write. Readers see the retry's rows, whole and once, and the driver's sweep removes
+    what the dead attempts left before the output is published."""
+    from spark_jobs import write_task
+
+    monkeypatch.setattr(write_task, "ROW_GROUP_ROWS", 1)  # every batch reaches the file when written
+    rows = _exchanges(SAMPLES / "tansu_consumer_group.pcap")
+    root = str(tmp_path / "exchanges")
+
+    def attempt() -> write_task.TableWriter:
+        return write_task.TableWriter(root, "exchanges", "part-00003")
+
+    half = rows.slice(0, rows.num_rows // 2).to_batches()[0]
+    dead = [attempt(), attempt()]  # kept referenced: a killed process closes nothing
+    dead[0].write(half)  # dies before its retry starts
+    retry = attempt()
+    for batch in rows.to_batches():
+        retry.write(batch)
+    retry.close()
+    dead[1].write(half)  # a stale attempt that dies after the retry is done
+    assert _rows(_dataset(tmp_path / "exchanges").drop_columns(["capture_date"])) == _rows(rows)
+    write_task.sweep_attempts(root)
+    assert [p.relative_to(tmp_path / "exchanges").as_posix() for p in (tmp_path / "exchanges").rglob("*")
+            if p.is_file()] == [f"capture_date={d}/part-00003.zstd.parquet" for d in
+                                sorted({ts.date().isoformat() for ts in rows.column("request_first_ts").to_pylist()})]
+    assert _rows(_dataset(tmp_path / "exchanges").drop_columns(["capture_date"])) == _rows(rows)
