@@ -41,6 +41,7 @@ class ExitCode(enum.IntEnum):
     INTERNAL_ERROR = 4  # a bug: the traceback is saved to a file
     INTERRUPTED = 130  # Ctrl-C (SIGINT)
     PIPE_CLOSED = 141  # whoever read the output stopped reading (`| head`)
+    TERMINATED = 143  # SIGTERM
 
 
 class OutputError(click.ClickException):
@@ -115,7 +116,10 @@ def report_files(err: Console, reports: list[FileReport]) -> None:
     """One line per file that could not be read in full, with the reader's own words for what went wrong."""
     for r in reports:
         if r.stats is None:
-            _say(err, "error", r.error or f"{r.name}: cannot be read")  # the reader's message names the file
+            message = r.error or "cannot be read"
+            if message.startswith(f"{r.path}: "):  # the reader names the file by its path: by its name, as below
+                message = message[len(r.path) + 2:]
+            _say(err, "error", f"{r.name}: {message}")
         elif r.error:
             _say(err, "error", f"{r.name}: {r.error} (rows decoded before it are kept)")
         elif r.stats.damage:
@@ -173,12 +177,23 @@ class _Commands(click.Group):
         sys.exit(_guarded(lambda: super(_Commands, self).main(args, prog_name, complete_var, standalone_mode=False,
                                                               **extra)))
 
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:  # click would swallow it and exit 1, which means "nothing could be read" here
+            raise _PipeClosed from None
+
+
+class _PipeClosed(Exception):
+    """Standard output's reader has gone."""
+
 
 def _guarded(command: Callable[[], object]) -> int:
     """Run ``command`` (click without its own handlers) and turn each way it can end into an exit code."""
-    restore = _on_interrupt_exit_quietly()
+    restore = _stop_quietly_on_signals()
     try:
         result = command()
+        sys.stdout.flush()  # a closed pipe shows here, not as a message at interpreter exit
         return result if isinstance(result, int) else ExitCode.OK
     except click.UsageError as exc:
         exc.show()  # click's usage text: it echoes the command line, the user's own words
@@ -186,10 +201,13 @@ def _guarded(command: Callable[[], object]) -> int:
     except click.ClickException as exc:
         _say(_err(), "error", exc.format_message())
         return exc.exit_code
-    except (click.Abort, KeyboardInterrupt):
+    except (click.Abort, KeyboardInterrupt) as exc:  # click turns KeyboardInterrupt into Abort (from it)
+        if isinstance(exc, _Terminated) or isinstance(exc.__cause__, _Terminated):
+            _say(_err(), "error", "terminated")
+            return ExitCode.TERMINATED
         _say(_err(), "error", "interrupted")
         return ExitCode.INTERRUPTED
-    except BrokenPipeError:
+    except (BrokenPipeError, _PipeClosed):
         _stdout_to_devnull()
         return ExitCode.PIPE_CLOSED
     except Exception as exc:  # noqa: BLE001 - a bug: one line and a saved traceback instead of a screenful
@@ -198,23 +216,40 @@ def _guarded(command: Callable[[], object]) -> int:
         restore()
 
 
-def _on_interrupt_exit_quietly() -> Callable[[], None]:
-    """Ctrl-C reaches every process of the terminal's process group: this one raises KeyboardInterrupt (handled
-    once, in ``_guarded``); worker processes forked from it end at once, without a traceback of their own.
-    Returns what restores the previous handler."""
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (kill, timeout, a service manager): ended as Ctrl-C is, partial output removed the same way."""
+
+
+def _stop_quietly_on_signals() -> Callable[[], None]:
+    """Ctrl-C (SIGINT) and SIGTERM raise KeyboardInterrupt here (handled once, in ``_guarded``), after passing
+    the signal on to the worker processes, which end at once without a traceback of their own (a terminal's
+    Ctrl-C reaches them too; ``kill`` does not). Returns what restores the previous handlers."""
+    main_pid = os.getpid()
+
+    def stop(signum: int, frame) -> None:
+        if os.getpid() != main_pid:  # a worker forked from this process
+            os._exit(128 + signum)
+        multiprocessing = sys.modules.get("multiprocessing")
+        for child in multiprocessing.active_children() if multiprocessing else ():
+            try:
+                os.kill(child.pid, signum)
+            except OSError:
+                pass
+        raise _Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+
+    previous = {}
     try:
-        previous = signal.getsignal(signal.SIGINT)
-        main_pid = os.getpid()
-
-        def interrupted(signum, frame):
-            if os.getpid() != main_pid:
-                os._exit(ExitCode.INTERRUPTED)
-            raise KeyboardInterrupt
-
-        signal.signal(signal.SIGINT, interrupted)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.getsignal(signum)
+            signal.signal(signum, stop)
     except ValueError:  # not the main thread (an embedding program): its own handling stays
-        return lambda: None
-    return lambda: signal.signal(signal.SIGINT, previous)
+        pass
+
+    def restore() -> None:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+    return restore
 
 
 def _stdout_to_devnull() -> None:
