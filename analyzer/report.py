@@ -245,7 +245,7 @@ def _crc_failures(t: Table, parts: pa.Table | None, verify_crc: bool, top: int =
         f"[{'?' if r['partition'] is None else r['partition']}]: {r['crc_failures_sum']:,}" for r in per[:top]))
     if len(per) > top:
         where.append(f", and {len(per) - top:,} more partitions (see the partitions table)")
-    t.add_row("  in (API topic[partition]: batches)", where)
+    t.add_row(Text("  in (API topic[partition]: batches)"), where)
 
 
 def print_exchanges(console: Console, ex: pa.Table, limit: int | None) -> None:
