@@ -61,9 +61,9 @@ def print_summary(console: Console, exchanges: pa.Table, connections: pa.Table,
 
 HEADERS_ONLY_NOTE = (
     "Headers only (--headers-only): request and response bodies were not decoded, so there are no topics or "
-    "partitions, and errors are only those a response carries at its top level. Errors reported per topic or "
-    "per partition (Produce, Fetch, ListOffsets, OffsetCommit, CreateTopics, ...) are not counted here: such "
-    "an exchange can read ok. Run without --headers-only for them."
+    "partitions, and the errors counted are only those a response carries at its top level. Errors reported "
+    "per topic or per partition (Produce, Fetch, ListOffsets, OffsetCommit, CreateTopics, ...) were not seen. "
+    "Run without --headers-only for them."
 )
 
 
