@@ -27,6 +27,10 @@ from dissectors.kafka.headers import HeaderError, decode_request_header, decode_
 from dissectors.kafka.legacy07 import REQUEST_TYPES, Legacy07Error, decode_07_request, decode_07_tree
 
 MAX_LIST_ITEMS = 50  # longer arrays are shown in part, with a count of the rest
+# Fields that carry credentials, shown by their size only: SASL tokens (PLAIN sends the password as is, SCRAM
+# and OAUTHBEARER their proofs and bearer tokens), delegation token HMACs (the token's secret) and SCRAM
+# salted passwords (AlterUserScramCredentials).
+SECRET_FIELDS = frozenset(("auth_bytes", "hmac", "salted_password"))
 
 
 @dataclass
@@ -145,6 +149,8 @@ def _value_tree(node: Tree, value, frame: bytes) -> None:
             name = inert(str(k))
             if isinstance(v, dict | list) and v:
                 _value_tree(node.add(Text(name)), v, frame)
+            elif k in SECRET_FIELDS and isinstance(v, bytes | bytearray | memoryview):
+                node.add(Text(f"{name}: (redacted: {len(v)} bytes)"))
             elif str(k).endswith("error_code") and isinstance(v, int) and v:
                 node.add(Text.assemble(f"{name}: ", (f"{v} {inert(str(error_name(v)))}", "red")))
             else:
