@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 import os
 import signal
 import sys
@@ -70,6 +71,29 @@ def _jobs(ctx: click.Context, param: click.Parameter, value: str | int) -> int:
     if not 1 <= jobs <= 256:
         raise click.BadParameter(f"{jobs} is not in the range 1 to 256")
     return jobs
+
+
+def _api_filter(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    """--api: a name kafkacap knows (any case) or a key number that fits the protocol's int16; anything else
+    could never match, so it is a usage error rather than an empty listing."""
+    from dissectors.kafka.apis import API_BY_KEY
+    from dissectors.kafka.legacy07 import REQUEST_TYPES
+
+    names = {info.name.lower() for info in API_BY_KEY if info is not None}
+    names.update(name.lower() for name in REQUEST_TYPES.values())
+    for value in values:
+        if value.lstrip("-").isdigit():
+            if not -(1 << 15) <= int(value) < 1 << 15:
+                raise click.BadParameter(f"{value} is not an API key (keys are 16-bit numbers)")
+        elif value.lower() not in names:
+            raise click.BadParameter(f"{value!r} is not an API name (`kafkacap apis` lists them)")
+    return values
+
+
+def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a finite number")
+    return value
 
 
 def _common(f: Callable) -> Callable:
@@ -358,11 +382,13 @@ def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progre
 
 @main.command()
 @_common
-@click.option("--api", "apis", multiple=True, help="Only these APIs (name like Produce, or key number).")
+@click.option("--api", "apis", multiple=True, callback=_api_filter,
+              help="Only these APIs (name like Produce, or key number).")
 @click.option("--status", "statuses", multiple=True, type=click.Choice(STATUSES), help="Only these statuses.")
 @click.option("--client", help="Only client_id or client address containing this text.")
-@click.option("--min-latency", type=float, help="Only exchanges at least this slow (ms).")
-@click.option("--limit", type=int, default=200, show_default=True, help="Rows to print (0: all).")
+@click.option("--min-latency", type=click.FloatRange(0), callback=_finite,
+              help="Only exchanges at least this slow (ms).")
+@click.option("--limit", type=click.IntRange(0), default=200, show_default=True, help="Rows to print (0: all).")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines instead of a table (all matching rows).")
 def exchanges(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progress, separate_files, apis, statuses,
               client, min_latency, limit, as_json) -> None:
@@ -387,7 +413,7 @@ def exchanges(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_pro
 @click.option("--connection", type=int, help="Every exchange of this connection (its connection_id).")
 @click.option("-p", "--port", "ports", type=click.IntRange(1, 65535), multiple=True, help="Kafka port(s).")
 @click.option("--detect-ports", is_flag=True, help="Also find Kafka on any other port.")
-@click.option("--limit", type=int, default=20, show_default=True, help="Exchanges to show (0: all).")
+@click.option("--limit", type=click.IntRange(0), default=20, show_default=True, help="Exchanges to show (0: all).")
 def show(path, packet, connection, ports, detect_ports, limit) -> None:
     """Decode chosen exchanges in full and print them as trees."""
     if packet is None and connection is None:

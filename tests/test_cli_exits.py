@@ -186,3 +186,23 @@ def test_an_internal_error_is_one_line_and_the_traceback_is_saved(tmp_path, monk
         "please attach it to a bug report"]
     text = saved.read_text()
     assert "Traceback (most recent call last)" in text and "broken_run" in text and "summary" in text
+
+
+@pytest.mark.parametrize("option", [
+    ["--api", "99999999"],  # beyond int16: Arrow raised converting it
+    ["--api", "Prodcue"],  # a name no API has: the listing was silently empty
+    ["--limit", "-5"],
+    ["--min-latency", "nan"],
+])
+def test_exchanges_filters_that_cannot_match_are_usage_errors(option):
+    code, err = finish(kafkacap("exchanges", SAMPLES / "tansu_admin.pcap", *option, "--no-progress"))
+    assert code == 2 and "Invalid value" in err, err
+
+
+def test_exchanges_api_filter_takes_names_in_any_case_and_keys():
+    process = kafkacap("exchanges", SAMPLES / "tansu_admin.pcap", "--api", "createtopics", "--api", "3", "--json",
+                       "--no-progress")
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err
+    names = {line.split(b'"api_name": "')[1].split(b'"')[0] for line in out.splitlines()}
+    assert names == {b"CreateTopics", b"Metadata"}
