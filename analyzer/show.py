@@ -1,7 +1,8 @@
 """`kafkacap show`: chosen exchanges decoded in full, as trees (what `tshark -V` is to Wireshark).
 
-The analysis runs as usual; a tap on the matcher keeps the raw frames of the chosen connection (or of the
-exchange holding a chosen packet), which are then decoded with the schema decoder and printed with rich.
+The analysis runs as usual, twice: the first pass chooses the exchanges (of a connection, or the one holding a
+packet), the second keeps their raw frames through a tap on the matcher; they are then decoded with the
+schema decoder and printed with rich.
 Every label is a rich ``Text`` and every string from the capture passes through ``inert``: a client id or
 topic name is shown, never read as markup or sent to the terminal as control codes.
 """
@@ -35,49 +36,59 @@ SECRET_FIELDS = frozenset(("auth_bytes", "hmac", "salted_password"))
 
 @dataclass
 class Frames:
-    """Frames kept by the tap: (first packet, last packet, is_response, bytes) per connection."""
+    """The tap for the second pass: keeps the bytes of the chosen exchanges' frames, and of no other."""
 
-    connection: int | None = None
-    packet: int | None = None
-    kept: dict[int, list[tuple[int, int, bool, bytes]]] = field(default_factory=dict)
+    requests: set[tuple[int, int]]  # (connection id, first packet) of each request frame wanted
+    responses: set[tuple[int, int]]  # (connection id, last packet) of each response frame wanted
+    # (first packet, last packet, is_response, bytes), by (connection, packet, is_response)
+    kept: dict[tuple[int, int, bool], tuple[int, int, bool, bytes]] = field(default_factory=dict)
 
     def __call__(self, conn_id: int, is_response: bool, first_no: int, last_no: int, frame) -> None:
-        if self.connection is not None and conn_id != self.connection:
-            return
-        self.kept.setdefault(conn_id, []).append((first_no, last_no, is_response, bytes(frame)))
+        key = (conn_id, last_no) if is_response else (conn_id, first_no)
+        if key in (self.responses if is_response else self.requests):
+            self.kept[(*key, is_response)] = (first_no, last_no, is_response, bytes(frame))
 
 
 def show(console: Console, path: str, options: Options, connection: int | None, packet: int | None,
          limit: int) -> tuple[int, FileReport]:
-    """Print the exchanges asked for; returns how many were shown, and what became of the file."""
-    frames = Frames(connection=connection, packet=packet)
+    """Print the exchanges asked for; returns how many were shown, and what became of the file.
+
+    Two passes over the capture, so that memory holds only the frames shown: the first finds the rows and
+    which frames hold ``packet`` (their packet numbers, not their bytes); the second keeps the chosen
+    exchanges' frames. One pass keeping every frame needed memory in proportion to the capture.
+    """
+    holding: list[tuple[int, bool, int, int]] = []  # frames that hold the packet: connection, side, packets
+
+    def note(conn_id: int, is_response: bool, first_no: int, last_no: int, frame) -> None:
+        if packet is not None and first_no <= packet <= last_no:
+            holding.append((conn_id, is_response, first_no, last_no))
+
     sink = Collector()
-    report = analyze_file(path, options, sink, tap=frames)
-    rows = sink.table("exchanges", EXCHANGES_SCHEMA).to_pylist()
-    shown = 0
-    for row in rows:
+    report = analyze_file(path, options, sink, tap=note)
+    chosen = []
+    for row in sink.table("exchanges", EXCHANGES_SCHEMA).to_pylist():
         conn = row["connection_id"]
         if connection is not None and conn != connection:
             continue
-        request, response = _frames_of(frames.kept.get(conn, []), row)
-        if packet is not None and not any(f and f[0] <= packet <= f[1] for f in (request, response)):
+        if packet is not None and not any(
+                c == conn and (last == row["response_frame"] if is_response else first == row["request_frame"])
+                for c, is_response, first, last in holding):
             continue
-        console.print(exchange_tree(row, request, response))
-        shown += 1
-        if limit and shown >= limit:
+        chosen.append(row)
+        if limit and len(chosen) >= limit:
             break
-    return shown, report
-
-
-def _frames_of(kept: list[tuple], row: dict) -> tuple[tuple | None, tuple | None]:
-    """The request and response frames of one exchange row, found by packet numbers."""
-    request = response = None
-    for f in kept:
-        if not f[2] and row["request_frame"] is not None and f[0] == row["request_frame"]:
-            request = f
-        elif f[2] and row["response_frame"] is not None and f[1] == row["response_frame"]:
-            response = f
-    return request, response
+    if not chosen:
+        return 0, report
+    frames = Frames(requests={(r["connection_id"], r["request_frame"]) for r in chosen
+                              if r["request_frame"] is not None},
+                    responses={(r["connection_id"], r["response_frame"]) for r in chosen
+                               if r["response_frame"] is not None})
+    analyze_file(path, options, lambda table, batch: None, tap=frames)
+    for row in chosen:
+        conn = row["connection_id"]
+        console.print(exchange_tree(row, frames.kept.get((conn, row["request_frame"], False)),
+                                    frames.kept.get((conn, row["response_frame"], True))))
+    return len(chosen), report
 
 
 def exchange_tree(row: dict, request: tuple | None, response: tuple | None) -> Tree:
