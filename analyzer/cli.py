@@ -8,6 +8,7 @@ printed through ``analyzer.terminal.inert``.
 from __future__ import annotations
 
 import enum
+import io
 import json
 import math
 import os
@@ -215,6 +216,7 @@ class _PipeClosed(Exception):
 def _guarded(command: Callable[[], object]) -> int:
     """Run ``command`` (click without its own handlers) and turn each way it can end into an exit code."""
     restore = _stop_quietly_on_signals()
+    _escape_what_the_terminal_cannot_encode()
     try:
         result = command()
         sys.stdout.flush()  # a closed pipe shows here, not as a message at interpreter exit
@@ -274,6 +276,17 @@ def _stop_quietly_on_signals() -> Callable[[], None]:
             signal.signal(signum, handler)
 
     return restore
+
+
+def _escape_what_the_terminal_cannot_encode() -> None:
+    """On a terminal that is not UTF-8 (PYTHONIOENCODING=ascii, a latin-1 locale), a character it cannot
+    encode (a client id in Cyrillic, the arrow in show's titles) is written as a ``\\u`` escape, as ``inert``
+    writes the unprintable ones, instead of ending the command with UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, io.UnsupportedOperation):
+            pass
 
 
 def _stdout_to_devnull() -> None:

@@ -27,6 +27,7 @@ HOSTILE = {  # the string a client sent -> how the terminal must show it
     "[bold]x": "[bold]x",  # rich markup, to be shown as typed
     "[/]": "[/]",  # a closing tag with nothing to close: rich raised MarkupError
     ":thumbs_up:": ":thumbs_up:",  # a rich emoji code
+    "производитель-😀": "производитель-😀",  # ordinary Unicode, shown as it is
 }
 FILE_NAME = "cap\x1b[31m\u202e.pcap"
 FILE_NAME_SHOWN = "cap\\x1b[31m\\u202e.pcap"
@@ -166,6 +167,15 @@ def test_error_messages_show_file_names_escaped(hostile_capture, tmp_path):
     done = kafkacap("summary", bad, "--no-progress")
     assert done.returncode == 1
     assert_inert(done, ["bad\\x1b[2J\\x9b.pcap"])
+
+
+@pytest.mark.parametrize("command", [["summary"], ["show", "--connection", "1", "--limit", "0"]])
+def test_a_terminal_that_is_not_utf8_gets_escapes_not_a_crash(hostile_capture, command):
+    done = kafkacap(*command, hostile_capture, "--no-progress" if command[0] == "summary" else "--limit=0",
+                    env={"PYTHONIOENCODING": "ascii"})
+    assert done.returncode == 0, done.stderr
+    (done.stdout + done.stderr).decode("ascii")
+    assert_inert(done, ["\\u043f\\u0440\\u043e", "\\U0001f600"])
 
 
 @pytest.mark.parametrize("text,shown", [
