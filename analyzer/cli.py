@@ -53,8 +53,11 @@ class OutputError(click.ClickException):
 
 
 def _output_error(out_dir: str, exc: Exception) -> OutputError:
-    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-    return OutputError(f"cannot write the tables to {out_dir}: {reason}")
+    """One line: the folder asked for, the path the system refused when it is another one, and why."""
+    if not isinstance(exc, OSError) or not exc.strerror:
+        return OutputError(f"cannot write the tables to {out_dir}: {exc}")
+    where = f"{os.fsdecode(exc.filename)}: " if exc.filename and os.fsdecode(exc.filename) != str(out_dir) else ""
+    return OutputError(f"cannot write the tables to {out_dir}: {where}{exc.strerror}")
 
 
 AUTO_JOBS_MAX = 8  # each process walks every packet of a file it shares: more would mostly add memory

@@ -43,7 +43,9 @@ def test_an_output_folder_that_cannot_be_created_is_one_line_and_exit_3(tmp_path
     blocker.write_text("not a folder")
     code, err = finish(kafkacap("export", SAMPLES / "kafka09_legacy.pcap", "-o", blocker / "out", "--no-progress"))
     assert code == 3
-    assert error_lines(err) == [f"error: cannot write the tables to {blocker / 'out'}: Not a directory"]
+    (line,) = error_lines(err)
+    assert line.startswith(f"error: cannot write the tables to {blocker / 'out'}: ")
+    assert "Not a directory" in line or f"{blocker}: File exists" in line  # the system's reason
 
 
 @pytest.mark.parametrize("sample,size,reader_says", [
