@@ -54,7 +54,9 @@ def print_summary(console: Console, exchanges: pa.Table, connections: pa.Table,
         _clients(console, exchanges)
         if partitions is not None and partitions.num_rows:
             _topics(console, partitions)
-    _connections(console, connections, exchanges, partitions, verify_crc)
+    crc = "not checked (--headers-only decodes no record batch)" if headers_only else (
+        None if verify_crc else "not checked (--verify-crc)")
+    _connections(console, connections, exchanges, partitions, crc)
     if headers_only:
         console.print(HEADERS_ONLY_NOTE, style="yellow", markup=False)
 
@@ -187,7 +189,8 @@ def _clients(console: Console, ex: pa.Table, top: int = 10) -> None:
     console.print(t)
 
 
-def _connections(console: Console, conns: pa.Table, ex: pa.Table, parts: pa.Table | None, verify_crc: bool) -> None:
+def _connections(console: Console, conns: pa.Table, ex: pa.Table, parts: pa.Table | None,
+                 crc_unchecked: str | None) -> None:
     if conns.num_rows == 0:
         return
 
@@ -221,14 +224,15 @@ def _connections(console: Console, conns: pa.Table, ex: pa.Table, parts: pa.Tabl
     ):
         style = "yellow" if value else "dim"
         t.add_row(label, f"[{style}]{value:,}[/]")
-    _crc_failures(t, parts, verify_crc)
+    _crc_failures(t, parts, crc_unchecked)
     console.print(t)
 
 
-def _crc_failures(t: Table, parts: pa.Table | None, verify_crc: bool, top: int = 10) -> None:
-    """Record batches whose CRC did not match, and where (the partitions table counts them per partition)."""
-    if not verify_crc:
-        t.add_row("record batches failing their CRC", Text("not checked (--verify-crc)", style="dim"))
+def _crc_failures(t: Table, parts: pa.Table | None, unchecked: str | None, top: int = 10) -> None:
+    """Record batches whose CRC did not match, and where (the partitions table counts them per partition);
+    ``unchecked`` says why CRCs were not checked, when they were not."""
+    if unchecked is not None:
+        t.add_row("record batches failing their CRC", Text(unchecked, style="dim"))
         return
     failed = None
     if parts is not None and parts.num_rows:

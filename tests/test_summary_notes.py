@@ -66,3 +66,9 @@ def test_crc_failures_are_in_the_summary_anomalies(tmp_path):
     unchecked = kafkacap("summary", CAPTURE, "--detect-ports")
     row = next(line for line in unchecked.splitlines() if "record batches failing their CRC" in line)
     assert "not checked (--verify-crc)" in row
+
+
+def test_a_headers_only_summary_does_not_claim_crcs_were_checked():
+    out = kafkacap("summary", CAPTURE, "--detect-ports", "--headers-only", "--verify-crc")
+    row = next(line for line in out.splitlines() if "record batches failing their CRC" in line)
+    assert "not checked (--headers-only" in row, row
