@@ -1,23 +1,63 @@
-"""The ``kafkacap`` command line: click commands and rich output around analyzer.run; no protocol logic."""
+"""The ``kafkacap`` command line: click commands and rich output around analyzer.run; no protocol logic.
+
+Every expected failure ends in one line on stderr and an exit code of ``ExitCode``; an unexpected one (a bug)
+in one line too, with the traceback saved to a file for the report. Text from captures and file names is
+printed through ``analyzer.terminal.inert``.
+"""
 
 from __future__ import annotations
 
+import enum
+import io
 import json
+import math
 import os
+import signal
 import sys
+import tempfile
+import traceback
 from collections.abc import Callable
 
 import click
 import pyarrow as pa
 import pyarrow.compute as pc
 from rich.console import Console
+from rich.text import Text
 
 from analyzer.analyze import FileReport, Options
 from analyzer.output import FORMATS, OutputFolderError, TableFolder
 from analyzer.run import InputError, expand_paths, run
 from analyzer.tables import CONNECTIONS_SCHEMA, EXCHANGES_SCHEMA, PARTITIONS_SCHEMA
+from analyzer.terminal import inert
 
 STATUSES = ("ok", "error", "unchecked", "no_response", "acks0", "orphan_response", "malformed")
+
+
+class ExitCode(enum.IntEnum):
+    """The exit codes, as the README's table documents them."""
+
+    OK = 0  # done; files that were damaged or unreadable are reported on stderr and in the files table
+    NOTHING_READ = 1  # no input could be read (or `show` found no such exchange)
+    USAGE = 2  # the command line is wrong
+    OUTPUT_FAILED = 3  # the tables could not be written
+    INTERNAL_ERROR = 4  # a bug: the traceback is saved to a file
+    INTERRUPTED = 130  # Ctrl-C (SIGINT)
+    PIPE_CLOSED = 141  # whoever read the output stopped reading (`| head`)
+    TERMINATED = 143  # SIGTERM
+
+
+class OutputError(click.ClickException):
+    """The output folder could not be created or written."""
+
+    exit_code = ExitCode.OUTPUT_FAILED
+
+
+def _output_error(out_dir: str, exc: Exception) -> OutputError:
+    """One line: the folder asked for, the path the system refused when it is another one, and why."""
+    if not isinstance(exc, OSError) or not exc.strerror:
+        return OutputError(f"cannot write the tables to {out_dir}: {exc}")
+    where = f"{os.fsdecode(exc.filename)}: " if exc.filename and os.fsdecode(exc.filename) != str(out_dir) else ""
+    return OutputError(f"cannot write the tables to {out_dir}: {where}{exc.strerror}")
 
 
 AUTO_JOBS_MAX = 8  # each process walks every packet of a file it shares: more would mostly add memory
@@ -35,6 +75,29 @@ def _jobs(ctx: click.Context, param: click.Parameter, value: str | int) -> int:
     if not 1 <= jobs <= 256:
         raise click.BadParameter(f"{jobs} is not in the range 1 to 256")
     return jobs
+
+
+def _api_filter(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    """--api: a name kafkacap knows (any case) or a key number that fits the protocol's int16; anything else
+    could never match, so it is a usage error rather than an empty listing."""
+    from dissectors.kafka.apis import API_BY_KEY
+    from dissectors.kafka.legacy07 import REQUEST_TYPES
+
+    names = {info.name.lower() for info in API_BY_KEY if info is not None}
+    names.update(name.lower() for name in REQUEST_TYPES.values())
+    for value in values:
+        if value.lstrip("-").isdigit():
+            if not -(1 << 15) <= int(value) < 1 << 15:
+                raise click.BadParameter(f"{value} is not an API key (keys are 16-bit numbers)")
+        elif value.lower() not in names:
+            raise click.BadParameter(f"{value!r} is not an API name (`kafkacap apis` lists them)")
+    return values
+
+
+def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a finite number")
+    return value
 
 
 def _common(f: Callable) -> Callable:
@@ -62,6 +125,41 @@ def _out() -> Console:
     return Console() if sys.stdout.isatty() else Console(width=200)
 
 
+def _err() -> Console:
+    """Standard error, where each message stays one line (a log collecting it can grep it)."""
+    return Console(stderr=True, soft_wrap=True)
+
+
+def _say(err: Console, level: str, message: str) -> None:
+    """One line on stderr: ``error: ...`` or ``warning: ...``; ``message`` is printed inert, never as markup."""
+    err.print(Text.assemble((f"{level}:", "red" if level == "error" else "yellow"), " ", inert(message)))
+
+
+def _read_nothing(r: FileReport) -> bool:
+    """No packet could be read from this file: it could not be opened, or it broke before its first packet."""
+    return r.stats is None or (r.stats.packets == 0 and bool(r.stats.damage))
+
+
+def report_files(err: Console, reports: list[FileReport]) -> None:
+    """One line per file that could not be read in full, with the reader's own words for what went wrong."""
+    for r in reports:
+        if r.stats is None:
+            message = r.error or "cannot be read"
+            if message.startswith(f"{r.path}: "):  # the reader names the file by its path: by its name, as below
+                message = message[len(r.path) + 2:]
+            _say(err, "error", f"{r.name}: {message}")
+        elif r.error:
+            _say(err, "error", f"{r.name}: {r.error} (rows decoded before it are kept)")
+        elif r.stats.damage:
+            if _read_nothing(r):
+                _say(err, "error", f"{r.name}: {r.stats.damage} (no packet before it)")
+            else:
+                _say(err, "warning", f"{r.name}: {r.stats.damage} (rows decoded before it are kept)")
+        if r.refused_batches:
+            _say(err, "warning", f"{r.name}: {r.refused_batches} compressed batches over the decompression "
+                                 "limits were not expanded (--max-batch-mb, --max-decompressed-mb)")
+
+
 def _options(ports: tuple[int, ...], detect_ports: bool, headers_only: bool = False, verify_crc: bool = False,
              records: bool = False, max_batch_mb: int = 64, max_decompressed_mb: int = 4096,
              separate_files: bool = False) -> Options:
@@ -72,7 +170,7 @@ def _options(ports: tuple[int, ...], detect_ports: bool, headers_only: bool = Fa
 
 def _analyse(paths: tuple[str, ...], options: Options, jobs: int, sink, no_progress: bool) -> list[FileReport]:
     """Run the analysis with a progress bar; exit 1 with a clear message when nothing could be read."""
-    err = Console(stderr=True)
+    err = _err()
     try:
         files = expand_paths(list(paths))
     except InputError as exc:
@@ -92,22 +190,139 @@ def _analyse(paths: tuple[str, ...], options: Options, jobs: int, sink, no_progr
             reports = run(files, options, sink, jobs=jobs, on_progress=lambda n: progress.advance(task, n))
     else:
         reports = run(files, options, sink, jobs=jobs)
-    for r in reports:
-        if r.stats is None:
-            err.print(f"[red]error:[/] {r.error}")
-        elif r.error:
-            err.print(f"[red]error:[/] {r.name}: {r.error} (rows decoded before it are kept)")
-        elif r.stats.damage:
-            err.print(f"[yellow]warning:[/] {r.name}: {r.stats.damage} (rows decoded before it are kept)")
-        if r.refused_batches:
-            err.print(f"[yellow]warning:[/] {r.name}: {r.refused_batches} compressed batches over the decompression "
-                      "limits were not expanded (--max-batch-mb, --max-decompressed-mb)")
-    if all(r.stats is None for r in reports):
+    report_files(err, reports)
+    if all(_read_nothing(r) for r in reports):
         raise click.ClickException("no capture file could be read")
     return reports
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """The command group, run so that every way out is an ``ExitCode`` and at most one line on stderr."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        sys.exit(_guarded(lambda: super(_Commands, self).main(args, prog_name, complete_var, standalone_mode=False,
+                                                              **extra)))
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:  # click would swallow it and exit 1, which means "nothing could be read" here
+            raise _PipeClosed from None
+
+
+class _PipeClosed(Exception):
+    """Standard output's reader has gone."""
+
+
+def _guarded(command: Callable[[], object]) -> int:
+    """Run ``command`` (click without its own handlers) and turn each way it can end into an exit code."""
+    restore = _stop_quietly_on_signals()
+    _escape_what_the_terminal_cannot_encode()
+    try:
+        result = command()
+        sys.stdout.flush()  # a closed pipe shows here, not as a message at interpreter exit
+        return result if isinstance(result, int) else ExitCode.OK
+    except click.UsageError as exc:
+        exc.show()  # click's usage text: it echoes the command line, the user's own words
+        return ExitCode.USAGE
+    except click.ClickException as exc:
+        _say(_err(), "error", exc.format_message())
+        return exc.exit_code
+    except (click.Abort, KeyboardInterrupt) as exc:  # click turns KeyboardInterrupt into Abort (from it)
+        if isinstance(exc, _Terminated) or isinstance(exc.__cause__, _Terminated):
+            _say(_err(), "error", "terminated")
+            return ExitCode.TERMINATED
+        _say(_err(), "error", "interrupted")
+        return ExitCode.INTERRUPTED
+    except (BrokenPipeError, _PipeClosed):
+        _stdout_to_devnull()
+        return ExitCode.PIPE_CLOSED
+    except Exception as exc:  # noqa: BLE001 - a bug: one line and a saved traceback instead of a screenful
+        return _internal_error(exc)
+    finally:
+        restore()
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (kill, timeout, a service manager): ended as Ctrl-C is, partial output removed the same way."""
+
+
+def _stop_quietly_on_signals() -> Callable[[], None]:
+    """Ctrl-C (SIGINT) and SIGTERM raise KeyboardInterrupt here (handled once, in ``_guarded``), after passing
+    the signal on to the worker processes, which end at once without a traceback of their own (a terminal's
+    Ctrl-C reaches them too; ``kill`` does not). Returns what restores the previous handlers."""
+    main_pid = os.getpid()
+
+    def stop(signum: int, frame) -> None:
+        if os.getpid() != main_pid:  # a worker forked from this process
+            os._exit(128 + signum)
+        multiprocessing = sys.modules.get("multiprocessing")
+        for child in multiprocessing.active_children() if multiprocessing else ():
+            try:
+                os.kill(child.pid, signum)
+            except OSError:
+                pass
+        raise _Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+
+    previous = {}
+    try:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.getsignal(signum)
+            signal.signal(signum, stop)
+    except ValueError:  # not the main thread (an embedding program): its own handling stays
+        pass
+
+    def restore() -> None:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+    return restore
+
+
+def _escape_what_the_terminal_cannot_encode() -> None:
+    """On a terminal that is not UTF-8 (PYTHONIOENCODING=ascii, a latin-1 locale), a character it cannot
+    encode (a client id in Cyrillic, the arrow in show's titles) is written as a ``\\u`` escape, as ``inert``
+    writes the unprintable ones, instead of ending the command with UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, io.UnsupportedOperation):
+            pass
+
+
+def _stdout_to_devnull() -> None:
+    """The reader of stdout has gone: what is still buffered must not fail again when Python exits."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _internal_error(exc: Exception) -> int:
+    """A bug: one line naming it, and the traceback in a file to attach to a report."""
+    details = traceback.format_exc()
+    try:
+        from importlib.metadata import version
+
+        header = f"kafkacap {version('kafkacap')}, python {sys.version.split()[0]}, argv {sys.argv!r}\n"
+    except Exception:  # noqa: BLE001 - the header is a courtesy
+        header = f"argv {sys.argv!r}\n"
+    try:
+        fd, path = tempfile.mkstemp(prefix="kafkacap-traceback-", suffix=".txt")
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as f:
+            f.write(header + details)
+        where = f"the traceback is in {path}; please attach it to a bug report"
+    except OSError:
+        sys.stderr.write(details)
+        where = "the traceback is above; please attach it to a bug report"
+    _say(_err(), "error", f"internal error (a bug in kafkacap): {type(exc).__name__}: {exc}; {where}")
+    return ExitCode.INTERNAL_ERROR
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="kafkacap")
 def main() -> None:
     """Analyse Apache Kafka traffic in pcap/pcapng captures: every request matched to its response,
@@ -124,7 +339,8 @@ def summary(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progr
     reports = _analyse(paths, _options(ports, detect_ports, headers_only, verify_crc, separate_files=separate_files),
                        jobs, sink, no_progress)
     print_summary(_out(), sink.table("exchanges", EXCHANGES_SCHEMA), sink.table("connections", CONNECTIONS_SCHEMA),
-                  reports, sink.table("partitions", PARTITIONS_SCHEMA))
+                  reports, sink.table("partitions", PARTITIONS_SCHEMA), headers_only=headers_only,
+                  verify_crc=verify_crc)
 
 
 @main.command()
@@ -145,7 +361,9 @@ def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progre
     try:
         folder = TableFolder(out_dir, fmt)
     except OutputFolderError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise OutputError(str(exc)) from None
+    except OSError as exc:
+        raise _output_error(out_dir, exc) from None
     collector = None
     if with_summary:  # the report module (rich tables) is loaded only when a summary is printed
         from analyzer.report import Collector, print_summary
@@ -153,7 +371,10 @@ def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progre
         collector = Collector()
 
     def sink(table: str, batch: pa.RecordBatch) -> None:
-        folder.write(table, batch)
+        try:
+            folder.write(table, batch)
+        except OSError as exc:
+            raise _output_error(out_dir, exc) from None
         if collector is not None:
             collector(table, batch)
 
@@ -163,22 +384,29 @@ def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progre
     except BaseException:
         folder.abort()
         raise
-    written = folder.commit()
+    try:
+        written = folder.commit()
+    except OSError as exc:
+        folder.abort()
+        raise _output_error(out_dir, exc) from None
     if collector is not None:
         print_summary(_out(), collector.table("exchanges", EXCHANGES_SCHEMA),
                       collector.table("connections", CONNECTIONS_SCHEMA), reports,
-                      collector.table("partitions", PARTITIONS_SCHEMA))
+                      collector.table("partitions", PARTITIONS_SCHEMA), headers_only=headers_only,
+                      verify_crc=verify_crc)
     rows = sum(r.exchanges for r in reports)
-    Console(stderr=True).print(f"wrote {rows:,} exchanges to " + ", ".join(written))
+    _err().print(Text(f"wrote {rows:,} exchanges to " + inert(", ".join(written))))
 
 
 @main.command()
 @_common
-@click.option("--api", "apis", multiple=True, help="Only these APIs (name like Produce, or key number).")
+@click.option("--api", "apis", multiple=True, callback=_api_filter,
+              help="Only these APIs (name like Produce, or key number).")
 @click.option("--status", "statuses", multiple=True, type=click.Choice(STATUSES), help="Only these statuses.")
 @click.option("--client", help="Only client_id or client address containing this text.")
-@click.option("--min-latency", type=float, help="Only exchanges at least this slow (ms).")
-@click.option("--limit", type=int, default=200, show_default=True, help="Rows to print (0: all).")
+@click.option("--min-latency", type=click.FloatRange(0), callback=_finite,
+              help="Only exchanges at least this slow (ms).")
+@click.option("--limit", type=click.IntRange(0), default=200, show_default=True, help="Rows to print (0: all).")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines instead of a table (all matching rows).")
 def exchanges(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progress, separate_files, apis, statuses,
               client, min_latency, limit, as_json) -> None:
@@ -190,9 +418,9 @@ def exchanges(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_pro
              jobs, sink, no_progress)
     ex = filter_exchanges(sink.table("exchanges", EXCHANGES_SCHEMA), apis, statuses, client, min_latency)
     ex = ex.sort_by([("request_last_ts", "ascending"), ("response_last_ts", "ascending")])
-    if as_json:
+    if as_json:  # ASCII JSON: control characters from the capture are \u escapes, inert on a terminal
         for row in ex.to_pylist():
-            sys.stdout.write(json.dumps(row, default=str) + "\n")
+            sys.stdout.write(json.dumps(row, default=str, ensure_ascii=True) + "\n")
     else:
         print_exchanges(_out(), ex, limit or None)
 
@@ -203,14 +431,17 @@ def exchanges(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_pro
 @click.option("--connection", type=int, help="Every exchange of this connection (its connection_id).")
 @click.option("-p", "--port", "ports", type=click.IntRange(1, 65535), multiple=True, help="Kafka port(s).")
 @click.option("--detect-ports", is_flag=True, help="Also find Kafka on any other port.")
-@click.option("--limit", type=int, default=20, show_default=True, help="Exchanges to show (0: all).")
+@click.option("--limit", type=click.IntRange(0), default=20, show_default=True, help="Exchanges to show (0: all).")
 def show(path, packet, connection, ports, detect_ports, limit) -> None:
     """Decode chosen exchanges in full and print them as trees."""
     if packet is None and connection is None:
         raise click.UsageError("give --frame N or --connection ID")
     from analyzer.show import show as show_exchanges
 
-    shown = show_exchanges(_out(), path, _options(ports, detect_ports), connection, packet, limit)
+    shown, report = show_exchanges(_out(), path, _options(ports, detect_ports), connection, packet, limit)
+    report_files(_err(), [report])
+    if _read_nothing(report):
+        raise click.ClickException("the capture file could not be read")
     if not shown:
         raise click.ClickException("no exchange there (check the packet number or connection id, and --port)")
 
@@ -257,10 +488,9 @@ def filter_exchanges(ex: pa.Table, apis, statuses, client, min_latency) -> pa.Ta
     return ex if mask is None else ex.filter(mask)
 
 
-if __name__ == "__main__":
-    main()
-
-
 from analyzer.cli_spark import register  # noqa: E402 - the spark command lives in its own module
 
 register(main)
+
+if __name__ == "__main__":
+    main()

@@ -10,6 +10,9 @@ import time
 
 import click
 from rich.console import Console
+from rich.text import Text
+
+from analyzer.terminal import inert
 
 
 @click.command("spark")
@@ -50,7 +53,11 @@ def spark_command(paths, out, master, aggregate, aggregate_only, ports, detect_p
     from spark_jobs.export_job import JobError, _parse_conf, export, options_from
     from spark_jobs.session import build_session
 
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)
+
+    def say(message: str) -> None:  # the job's messages name files and folders: printed inert
+        err.print(Text(inert(message)))
+
     try:
         conf = _parse_conf(list(confs))
         options = options_from(ports, detect_ports, headers_only, verify_crc, records, max_batch_mb,
@@ -58,16 +65,15 @@ def spark_command(paths, out, master, aggregate, aggregate_only, ports, detect_p
         started = time.perf_counter()
         with err.status("starting Spark"):
             spark = build_session(master, "kafkacap", conf)
-        err.print(f"Spark {spark.version} on {master}: started in {time.perf_counter() - started:.1f} s")
+        say(f"Spark {spark.version} on {master}: started in {time.perf_counter() - started:.1f} s")
         if aggregate_only:
             aggregate_output(spark, out)
-            err.print(f"wrote api_usage and latency into {out}")
+            say(f"wrote api_usage and latency into {out}")
             return
-        result = export(spark, list(paths), out, options, aggregate=aggregate, target_mb=target_mb,
-                        log=err.print)
+        result = export(spark, list(paths), out, options, aggregate=aggregate, target_mb=target_mb, log=say)
     except JobError as exc:
         raise click.ClickException(str(exc)) from None
-    err.print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items()))
+    say("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items()))
     if result.unreadable == result.files:
         raise click.ClickException("no capture file could be read (see the files table)")
 

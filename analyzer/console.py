@@ -9,6 +9,8 @@ runs: pandas is blocked for one conversion, which pyarrow remembers as "no panda
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 
 
@@ -34,7 +36,15 @@ def _answer_pandas_probe() -> None:
         sys.meta_path.remove(_NoPandas)
 
 
+def _stopped_while_starting(signum, frame) -> None:
+    """Ctrl-C or SIGTERM before the commands have taken over: nothing is written yet, so leave at once."""
+    sys.stderr.write("error: interrupted\n" if signum == signal.SIGINT else "error: terminated\n")
+    os._exit(128 + signum)
+
+
 def main() -> None:
+    for signum in (signal.SIGINT, signal.SIGTERM):  # the imports below take a while
+        signal.signal(signum, _stopped_while_starting)
     if sys.argv[1:2] != ["spark"]:
         _answer_pandas_probe()
     from analyzer.cli import main as commands

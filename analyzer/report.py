@@ -1,7 +1,8 @@
 """Terminal output (rich): the summary of an analysis and the one-line-per-exchange listing.
 
 Only presentation lives here; every figure is computed from the tables with Arrow, the same data the
-Parquet export holds, so what the terminal shows and what a notebook finds agree.
+Parquet export holds, so what the terminal shows and what a notebook finds agree. Every string that came
+from a capture (or a file name) goes into a table as ``inert_text``: shown, never obeyed.
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from analyzer.analyze import FileReport
 from analyzer.run import file_status
+from analyzer.terminal import inert, inert_text
 from dissectors.kafka.errors import is_retriable
 
 PERCENTILES = (0.5, 0.95, 0.99)
@@ -38,7 +41,10 @@ def _fmt_ms(v: float | None) -> str:
 
 
 def print_summary(console: Console, exchanges: pa.Table, connections: pa.Table,
-                  reports: list[FileReport], partitions: pa.Table | None = None) -> None:
+                  reports: list[FileReport], partitions: pa.Table | None = None, *, headers_only: bool = False,
+                  verify_crc: bool = False) -> None:
+    """The summary; ``headers_only`` and ``verify_crc`` are the run's options, which decide what the
+    figures can and cannot include (the summary says so)."""
     _files(console, reports)
     if exchanges.num_rows == 0:
         console.print("[yellow]No Kafka exchanges found.[/] Kafka on another port? Try --port or --detect-ports.")
@@ -48,7 +54,19 @@ def print_summary(console: Console, exchanges: pa.Table, connections: pa.Table,
         _clients(console, exchanges)
         if partitions is not None and partitions.num_rows:
             _topics(console, partitions)
-    _connections(console, connections, exchanges)
+    crc = "not checked (--headers-only decodes no record batch)" if headers_only else (
+        None if verify_crc else "not checked (--verify-crc)")
+    _connections(console, connections, exchanges, partitions, crc)
+    if headers_only:
+        console.print(HEADERS_ONLY_NOTE, style="yellow", markup=False)
+
+
+HEADERS_ONLY_NOTE = (
+    "Headers only (--headers-only): request and response bodies were not decoded, so there are no topics or "
+    "partitions, and the errors counted are only those a response carries at its top level. Errors reported "
+    "per topic or per partition (Produce, Fetch, ListOffsets, OffsetCommit, CreateTopics, ...) were not seen. "
+    "Run without --headers-only for them."
+)
 
 
 def _topics(console: Console, parts: pa.Table, top: int = 15) -> None:
@@ -82,8 +100,9 @@ def _topics(console: Console, parts: pa.Table, top: int = 15) -> None:
 
     for topic, r in sorted(rows.items(), key=lambda kv: (-(kv[1].get("produced") or 0), -(kv[1].get("fetched")
                                                                                               or 0)))[:top]:
-        t.add_row(topic or "-", num(r.get("produced")), num(r.get("produced_bytes")), num(r.get("producers")),
-                  r.get("codecs") or "-", num(r.get("fetched")), num(r.get("fetched_bytes")), num(r.get("lag")))
+        t.add_row(inert_text(topic), num(r.get("produced")), num(r.get("produced_bytes")), num(r.get("producers")),
+                  inert_text(r.get("codecs") or None), num(r.get("fetched")), num(r.get("fetched_bytes")),
+                  num(r.get("lag")))
     console.print(t)
 
 
@@ -97,8 +116,11 @@ def _files(console: Console, reports: list[FileReport]) -> None:
         style = {"ok": "green", "damaged": "yellow"}.get(status, "red")
         s = r.stats
         fmt = f"{s.format}{'+' + s.compression if s.compression else ''}" if s else "-"
-        t.add_row(r.name, fmt, f"{s.packets:,}" if s else "-", f"{r.connections:,}", f"{r.exchanges:,}",
-                  f"{r.seconds:.2f}", f"[{style}]{status}[/]" + (f": {message}" if message else ""))
+        shown = Text(status, style=style)
+        if message:
+            shown.append(": " + inert(message))
+        t.add_row(inert_text(r.name), fmt, f"{s.packets:,}" if s else "-", f"{r.connections:,}",
+                  f"{r.exchanges:,}", f"{r.seconds:.2f}", shown)
     console.print(t)
 
 
@@ -127,9 +149,8 @@ def _api_usage(console: Console, ex: pa.Table) -> None:
         st = per[key]
         name, ver = key
         q, mx = lat.get(key, ([None] * len(PERCENTILES), None))
-        label = name if name is not None else "[dim](response without request)[/]"
-        t.add_row(label, "-" if ver is None else str(ver), f"{sum(st.values()):,}",
-                  str(st.get("error", 0) or ""), str(st.get("no_response", 0) or ""),
+        t.add_row(inert_text(name, missing="(response without request)"), "-" if ver is None else str(ver),
+                  f"{sum(st.values()):,}", str(st.get("error", 0) or ""), str(st.get("no_response", 0) or ""),
                   *(_fmt_ms(v) for v in q), _fmt_ms(mx))
     console.print(t)
 
@@ -144,8 +165,9 @@ def _errors(console: Console, ex: pa.Table) -> None:
         t.add_column(col, justify="right" if col in ("code", "count") else "left")
     for row in sorted(g.to_pylist(), key=lambda r: -r["error_code_count"]):
         retriable = is_retriable(row["error_code"])
-        t.add_row(row["error_name"], str(row["error_code"]), {True: "yes", False: "no"}.get(retriable, "?"),
-                  row["api_name"] or "-", f"{row['error_code_count']:,}")
+        t.add_row(inert_text(row["error_name"]), str(row["error_code"]),
+                  {True: "yes", False: "no"}.get(retriable, "?"), inert_text(row["api_name"]),
+                  f"{row['error_code_count']:,}")
     console.print(t)
 
 
@@ -162,12 +184,13 @@ def _clients(console: Console, ex: pa.Table, top: int = 10) -> None:
     for col in ("client_id", "address", "requests", "request bytes", "errors"):
         t.add_column(col, justify="left" if col in ("client_id", "address") else "right")
     for row in sorted(g.to_pylist(), key=lambda r: -r["api_key_count"])[:top]:
-        t.add_row(row["client_id"] if row["client_id"] is not None else "[dim](null)[/]", row["client_ip"],
+        t.add_row(inert_text(row["client_id"], missing="(null)"), inert_text(row["client_ip"]),
                   f"{row['api_key_count']:,}", f"{row['request_size_sum'] or 0:,}", str(row["is_error_sum"] or ""))
     console.print(t)
 
 
-def _connections(console: Console, conns: pa.Table, ex: pa.Table) -> None:
+def _connections(console: Console, conns: pa.Table, ex: pa.Table, parts: pa.Table | None,
+                 crc_unchecked: str | None) -> None:
     if conns.num_rows == 0:
         return
 
@@ -201,12 +224,38 @@ def _connections(console: Console, conns: pa.Table, ex: pa.Table) -> None:
     ):
         style = "yellow" if value else "dim"
         t.add_row(label, f"[{style}]{value:,}[/]")
+    _crc_failures(t, parts, crc_unchecked)
     console.print(t)
+
+
+def _crc_failures(t: Table, parts: pa.Table | None, unchecked: str | None, top: int = 10) -> None:
+    """Record batches whose CRC did not match, and where (the partitions table counts them per partition);
+    ``unchecked`` says why CRCs were not checked, when they were not."""
+    if unchecked is not None:
+        t.add_row("record batches failing their CRC", Text(unchecked, style="dim"))
+        return
+    failed = None
+    if parts is not None and parts.num_rows:
+        failed = parts.filter(pc.fill_null(pc.greater(parts["crc_failures"], 0), False))
+    if failed is None or not failed.num_rows:
+        t.add_row("record batches failing their CRC", Text("0", style="dim"))
+        return
+    per = failed.group_by(["api_name", "topic", "partition"]).aggregate([("crc_failures", "sum")]).to_pylist()
+    per.sort(key=lambda r: (-r["crc_failures_sum"], r["api_name"] or "", r["topic"] or "", r["partition"] or 0))
+    t.add_row("record batches failing their CRC",
+              Text(f"{sum(r['crc_failures_sum'] for r in per):,}", style="yellow"))
+    where = Text(", ".join(
+        f"{inert(r['api_name'] or '?')} {inert(r['topic']) if r['topic'] is not None else '(unknown topic)'}"
+        f"[{'?' if r['partition'] is None else r['partition']}]: {r['crc_failures_sum']:,}" for r in per[:top]))
+    if len(per) > top:
+        where.append(f", and {len(per) - top:,} more partitions (see the partitions table)")
+    t.add_row(Text("  in (API topic[partition]: batches)"), where)
 
 
 def print_exchanges(console: Console, ex: pa.Table, limit: int | None) -> None:
     t = Table(title=f"Exchanges ({ex.num_rows:,})", title_justify="left")
-    for col in ("request time (UTC)", "client", "broker", "api", "corr", "latency ms", "status", "error"):
+    for col in ("request time (UTC)", "client", "client_id", "broker", "api", "corr", "latency ms", "status",
+                "error"):
         t.add_column(col, justify="right" if col in ("corr", "latency ms") else "left")
     rows = ex.slice(0, limit).to_pylist() if limit else ex.to_pylist()
     for r in rows:
@@ -217,8 +266,9 @@ def print_exchanges(console: Console, ex: pa.Table, limit: int | None) -> None:
         style = {"ok": "green", "error": "red", "malformed": "red"}.get(status, "yellow")
         err = r["error_name"] if r["error_code"] else ""
         t.add_row(ts.strftime("%Y-%m-%d %H:%M:%S.%f") if ts else "-",
-                  f"{r['client_ip']}:{r['client_port']}", f"{r['broker_ip']}:{r['broker_port']}", api,
-                  str(r["correlation_id"]), _fmt_ms(r["latency_ms"]), f"[{style}]{status}[/]", err or "")
+                  inert_text(f"{r['client_ip']}:{r['client_port']}"), inert_text(r["client_id"], missing="(null)"),
+                  inert_text(f"{r['broker_ip']}:{r['broker_port']}"), inert_text(api),
+                  str(r["correlation_id"]), _fmt_ms(r["latency_ms"]), Text(status, style=style), inert_text(err or ""))
     console.print(t)
     if limit and ex.num_rows > limit:
         console.print(f"[dim]{ex.num_rows - limit:,} more rows; use --limit 0 for all, or --json[/]")
