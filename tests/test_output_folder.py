@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -114,7 +116,11 @@ def test_an_export_failing_midway_leaves_the_earlier_one_intact(tmp_path, captur
         raise OSError("the analysis failed")
 
     monkeypatch.setattr("analyzer.analyze.connections_batch", broken)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # where the internal error's traceback goes
+    (tmp_path / "tmp").mkdir()
     result = export(capture, "-o", out, failing=True)
-    assert result.exit_code != 0
+    assert result.exit_code == 4  # an internal error (README exit codes)
+    assert len(list((tmp_path / "tmp").glob("kafkacap-traceback-*"))) == 1
+    shutil.rmtree(tmp_path / "tmp")
     assert {name: (out / name).read_bytes() for name in listing(out)} == before
     assert listing(tmp_path) == ["out"]
