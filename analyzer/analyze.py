@@ -80,6 +80,7 @@ class FileReport:
     shard: tuple[int, int] | None = None
     status_counts: dict[str, int] = field(default_factory=dict)
     refused_batches: int = 0  # compressed batches not expanded: over the decompression limits
+    connections_evicted: int = 0  # connections dropped over the flow table's limit (analyzer.flows)
     continues_in: str | None = None  # name of the next file of its rotated set, when connections run on into it
     handoffs: list[Handoff] = field(default_factory=list)  # the connections that do
 
@@ -150,6 +151,7 @@ def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap,
             report.error = f"internal error after packet {table.last_frame}: {exc!r}"
         snapshots: dict[int, tuple] = {}
         if following and report.error is None and cap.stats.damage is None:
+            table.settle_half_open()  # held SYNs become connections, to be followed into the next file too
             snapshots = _carry_into(following, table, cap.stats, report, name_of)
         try:
             table.finish()
@@ -162,6 +164,7 @@ def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap,
         _emit_connections(table, name, sink, report)
         report.flows_not_kafka = table.probed_out
         report.refused_batches = table.out.limits.refused
+        report.connections_evicted = table.evicted + table.probes_evicted
     report.seconds = time.perf_counter() - started
     return report
 

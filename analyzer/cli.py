@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 from rich.console import Console
 
 from analyzer.analyze import FileReport, Options
-from analyzer.output import FORMATS, TableFolder
+from analyzer.output import FORMATS, OutputFolderError, TableFolder
 from analyzer.run import InputError, expand_paths, run
 from analyzer.tables import CONNECTIONS_SCHEMA, EXCHANGES_SCHEMA, PARTITIONS_SCHEMA
 
@@ -142,7 +142,10 @@ def summary(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progr
 def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progress, separate_files, out_dir, fmt,
            with_summary, records, max_batch_mb, max_decompressed_mb) -> None:
     """Write the exchanges, connections and files tables to a folder."""
-    folder = TableFolder(out_dir, fmt)
+    try:
+        folder = TableFolder(out_dir, fmt)
+    except OutputFolderError as exc:
+        raise click.ClickException(str(exc)) from None
     collector = None
     if with_summary:  # the report module (rich tables) is loaded only when a summary is printed
         from analyzer.report import Collector, print_summary

@@ -148,8 +148,9 @@ class Connection:
         if self.matcher.legacy is not None:
             self.matcher.legacy.pending.clear()
 
-    def close(self, ts: int, how: str) -> None:
-        """Deliver what is buffered and settle requests in flight (again, if late packets brought more)."""
+    def close(self, ts: int, how: str, note: str | None = None) -> None:
+        """Deliver what is buffered and settle requests in flight (again, if late packets brought more);
+        ``note`` says why on the rows of requests that were never answered."""
         if self.ended is None:
             self.ended = how
             self.closing_ts = ts
@@ -157,7 +158,7 @@ class Connection:
         self.to_client.flush(ts)
         self.requests.finish(ts)
         self.responses.finish(ts)
-        self.matcher.close("capture ended" if how == "capture_end" else None)
+        self.matcher.close("capture ended" if how == "capture_end" else note)
 
     def row(self) -> tuple:
         """The connections-table row (CONNECTION_ROW_FIELDS order)."""

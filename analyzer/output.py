@@ -1,7 +1,11 @@
 """Writing tables to a folder as Parquet, CSV or JSON lines, streaming batch by batch.
 
-Files are written under a temporary folder inside the destination and moved into place only when every
-table is complete, so an interrupted export never leaves a half-written table behind an older good one.
+The output folder is replaced as a whole, as the Spark job's is (spark_jobs.publish): tables are written into
+a staging folder beside it (same parent, so renames stay on one filesystem) and, once every table is complete,
+the old folder is renamed aside, the staging folder renamed in and the old one deleted. A failure before the
+swap leaves the earlier export as it was, and no table of an earlier export outlives a new one. A folder that
+holds anything but kafkacap's tables is refused, never replaced: a mistyped ``-o`` must not delete data.
+Every export folder holds ``MARKER`` (what was written, in which format).
 
 Parquet and CSV batches are encoded by writer threads, one per table: Arrow's writers release the GIL, so on
 a second core the encoding and compression overlap the analysis instead of adding to it.
@@ -14,10 +18,12 @@ import json
 import os
 import queue
 import shutil
-import tempfile
 import threading
+import uuid
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
@@ -26,6 +32,32 @@ from analyzer.tables import OPTIONAL_SCHEMAS, SCHEMAS
 FORMATS = ("parquet", "csv", "jsonl")
 WRITE_QUEUE_BATCHES = 2  # batches waiting for the writer thread: bounds the memory they hold
 ROW_GROUP_ROWS = 1 << 16  # Parquet batches are gathered up to this many rows per row group
+MARKER = "_kafkacap.json"
+# What an output folder may hold to be replaced: tables of any format (or as the Spark job's folders, with its
+# aggregates and _SUCCESS), the marker, and what an interrupted export of an older version left behind.
+_OUR_TABLES = frozenset(("exchanges", "errors", "partitions", "records", "connections", "files", "api_usage",
+                         "latency"))
+_OUR_OTHER_FILES = frozenset((MARKER, "_SUCCESS"))
+_OUR_PREFIX = ".kafkacap-"
+
+
+class OutputFolderError(Exception):
+    """The output folder cannot be replaced: it holds something kafkacap did not write, or is not a folder."""
+
+
+def check_replaceable(folder: str) -> None:
+    """Raise OutputFolderError unless ``folder`` is missing, empty, or holds only kafkacap's own files."""
+    if not os.path.lexists(folder):
+        return
+    if not os.path.isdir(folder):
+        raise OutputFolderError(f"{folder} exists and is not a folder")
+    for name in sorted(os.listdir(folder)):
+        stem = name.split(".", 1)[0]
+        if name in _OUR_OTHER_FILES or name.startswith(_OUR_PREFIX) or (
+                stem in _OUR_TABLES and name[len(stem):] in ("", *(f".{f}" for f in FORMATS))):
+            continue
+        raise OutputFolderError(f"{folder} holds {name!r}, which kafkacap did not write; choose an empty or new "
+                                "folder (the output folder is replaced as a whole)")
 
 
 class _JsonLinesWriter:
@@ -33,7 +65,7 @@ class _JsonLinesWriter:
         self._f = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
 
     def write_batch(self, batch: pa.RecordBatch) -> None:
-        for row in batch.to_pylist():
+        for row in far_times_as_text(batch, "T", "+00:00").to_pylist():
             self._f.write(json.dumps(row, default=_json_default, ensure_ascii=False))
             self._f.write("\n")
 
@@ -45,6 +77,32 @@ def _json_default(value: object) -> str:
     if isinstance(value, dt.datetime):
         return value.isoformat()
     return str(value)
+
+
+# Microseconds from 1970 of years 1 to 9999: Python's datetime holds no others, and Arrow's CSV writer prints
+# some years beyond 9999 wrongly (34001 as -31535). Timestamp columns reaching past them are written as text.
+_DATETIME_US = range(-62_135_596_800_000_000, 253_402_300_800_000_000)
+
+
+def far_times_as_text(batch: pa.RecordBatch, separator: str, utc: str) -> pa.RecordBatch:
+    """The batch with each timestamp column that holds a time outside years 1..9999 turned into ISO 8601
+    text (numpy's, which spans timestamp[us]'s whole range: date, ``separator``, time to the microsecond,
+    ``utc``); other columns, and batches without such times, as they are (one min/max per column)."""
+    columns = list(batch.columns)
+    changed = False
+    for i, (f, col) in enumerate(zip(batch.schema, columns, strict=True)):
+        if not pa.types.is_timestamp(f.type) or col.null_count == len(col):
+            continue
+        low, high = (v.value for v in pc.min_max(col).values())
+        if low in _DATETIME_US and high in _DATETIME_US:
+            continue
+        stamps = col.view(pa.int64()).fill_null(0).to_numpy().view("datetime64[us]")
+        text = np.char.add(np.char.replace(np.datetime_as_string(stamps, unit="us"), "T", separator), utc)
+        columns[i] = pa.array(text, pa.string(), mask=col.is_null().to_numpy(zero_copy_only=False))
+        changed = True
+    if not changed:
+        return batch
+    return pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
 
 
 def flatten_lists(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -75,15 +133,21 @@ def dictionary_columns(schema: pa.Schema) -> list[str]:
 
 
 class TableFolder:
-    """Destination folder with one file per table; ``write`` streams batches, ``commit`` publishes."""
+    """Destination folder with one file per table; ``write`` streams batches, ``commit`` publishes.
+    Raises OutputFolderError for a folder it may not replace (see check_replaceable)."""
 
     def __init__(self, folder: str, fmt: str = "parquet") -> None:
         if fmt not in FORMATS:
             raise ValueError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
         self.folder = folder
         self.fmt = fmt
-        os.makedirs(folder, exist_ok=True)
-        self._tmp = tempfile.mkdtemp(prefix=".kafkacap-", dir=folder)
+        check_replaceable(folder)
+        parent, name = os.path.split(os.path.abspath(folder))
+        os.makedirs(parent, exist_ok=True)
+        token = uuid.uuid4().hex[:12]
+        self._tmp = os.path.join(parent, f".{name}.kafkacap-staging-{token}")
+        self._old = os.path.join(parent, f".{name}.kafkacap-old-{token}")
+        os.mkdir(self._tmp)
         self._writers: dict[str, object] = {}
         # Parquet batches not written yet, per table: the analysis hands over small batches (its rows as
         # Python objects cost far more memory than as Arrow columns); row groups are made of several.
@@ -139,7 +203,7 @@ class TableFolder:
 
     def _write(self, table: str, batch: pa.RecordBatch) -> None:
         if self.fmt == "csv":
-            batch = flatten_lists(batch)
+            batch = far_times_as_text(flatten_lists(batch), " ", "Z")
         writer = self._writers.get(table)
         if writer is None:
             writer = self._open(table, batch.schema)
@@ -170,19 +234,40 @@ class TableFolder:
         return writer
 
     def commit(self) -> list[str]:
-        """Close every table (empty ones get their schema) and move them into place."""
-        self._join()  # the writer threads write each table's last row group as they end
-        for table, schema in SCHEMAS.items():
-            if table not in self._writers:
-                self._open(table, schema)
-        written = []
-        for table, writer in self._writers.items():
-            writer.close()
-            os.replace(os.path.join(self._tmp, f"{table}.{self.fmt}"), self.path(table))
-            written.append(self.path(table))
-        self._writers.clear()
-        shutil.rmtree(self._tmp, ignore_errors=True)
-        return written
+        """Close every table (empty ones get their schema) and swap the staging folder in as the output
+        folder. On any failure the staging folder goes and the earlier output stays as it was."""
+        try:
+            self._join()  # the writer threads write each table's last row group as they end
+            for table, schema in SCHEMAS.items():
+                if table not in self._writers:
+                    self._open(table, schema)
+            tables = list(self._writers)
+            while self._writers:
+                self._writers.pop(next(iter(self._writers))).close()
+            with open(os.path.join(self._tmp, MARKER), "w", encoding="utf-8") as f:
+                json.dump({"format": self.fmt, "tables": sorted(tables)}, f)
+                f.write("\n")
+            check_replaceable(self.folder)  # again: something may have been put there since
+            self._swap()
+        except BaseException:
+            self.abort()
+            raise
+        return [self.path(table) for table in tables]
+
+    def _swap(self) -> None:
+        """Rename the old folder aside, the staging folder in, then delete the old one; if the second rename
+        fails, the old folder is put back."""
+        had_old = os.path.lexists(self.folder)
+        if had_old:
+            os.rename(self.folder, self._old)
+        try:
+            os.rename(self._tmp, self.folder)
+        except BaseException:
+            if had_old:
+                os.rename(self._old, self.folder)
+            raise
+        if had_old:
+            shutil.rmtree(self._old, ignore_errors=True)
 
     def abort(self) -> None:
         self._discard = True

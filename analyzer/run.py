@@ -292,6 +292,7 @@ def merge_shards(reports: list[FileReport]) -> list[FileReport]:
         m.connections += r.connections
         m.flows_not_kafka += r.flows_not_kafka
         m.refused_batches += r.refused_batches
+        m.connections_evicted += r.connections_evicted
         m.seconds = max(m.seconds, r.seconds)
         m.error = m.error or r.error
         m.continues_in = m.continues_in or r.continues_in

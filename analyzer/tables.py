@@ -75,7 +75,8 @@ EXCHANGES_SCHEMA = pa.schema([
     _f("response_frame", pa.int64(), "Packet number that completed the response."),
     _f("note", pa.string(), "Why a row is unusual: decode problems, bytes lost in the capture, an API version "
        "beyond the definitions, record batches whose CRC --verify-crc found wrong (\"CRC mismatch in N record "
-       "batch(es) (topic/partition, ...)\"; the status stays what the error codes say)."),
+       "batch(es) (topic/partition, ...)\"; the status stays what the error codes say), capture times beyond "
+       "what timestamp[us] holds."),
     _f("topics", pa.list_(pa.string()), "Topics the request or response names, in order of first mention; "
        "topic ids (Fetch v13+ and other id-only versions) are shown by name when a Metadata response in "
        "the same capture named them, else as the id in UUID form. Null, like partition_count, where the "
@@ -164,7 +165,8 @@ RECORDS_SCHEMA = pa.schema([
     _f("topic", pa.string(), "Topic (name, or id in UUID form)."),
     _f("partition", pa.int32(), "Partition."),
     _f("offset", pa.int64(), "Record offset (as the producer or broker set it)."),
-    _f("timestamp", TS, "Record timestamp (create or log-append time, as the batch says)."),
+    _f("timestamp", TS, "Record timestamp (create or log-append time, as the batch says); null when the "
+       "record has none (negative) or one beyond the years timestamp[us] holds."),
     _f("key_size", pa.int32(), "Key bytes (-1: null key)."),
     _f("value_size", pa.int32(), "Value bytes (-1: null value)."),
     _f("header_keys", pa.list_(pa.string()), "Record header keys, in order."),
@@ -211,8 +213,9 @@ PARTITIONS_SCHEMA = pa.schema([
     _f("base_sequence", pa.int32(), "Base sequence of the first batch (idempotent producers)."),
     _f("transactional", pa.bool_(), "Some batch is transactional."),
     _f("control", pa.bool_(), "Some batch is a control batch (transaction markers)."),
-    _f("first_record_ts", TS, "Earliest record timestamp in the batches (from their headers)."),
-    _f("max_record_ts", TS, "Latest record timestamp in the batches."),
+    _f("first_record_ts", TS, "Earliest record timestamp in the batches (from their headers); null beyond "
+       "the years timestamp[us] holds."),
+    _f("max_record_ts", TS, "Latest record timestamp in the batches (null likewise)."),
     _f("truncated_batches", pa.int32(), "Batches cut at the end of the field (Fetch size limit; not an error)."),
     _f("crc_failures", pa.int32(), "Batches whose CRC-32C (v2) or CRC-32 (legacy) did not match; null unless "
        "--verify-crc."),
@@ -256,7 +259,65 @@ def _columns(rows: list[tuple], fields: tuple[str, ...], types: dict[str, pa.Dat
     ``types`` maps each field to its Arrow type as the core builds it (timestamps as integer nanoseconds,
     topics as binary, since a topic is a name or a 16-byte id)."""
     row_type = pa.struct([pa.field(name, types[name]) for name in fields])
-    return dict(zip(fields, pa.array(rows, row_type).flatten(), strict=True))
+    try:
+        return dict(zip(fields, pa.array(rows, row_type).flatten(), strict=True))
+    except OverflowError:  # a capture time past 2262 or before 1677: not int64 nanoseconds
+        return _far_columns(rows, fields, types)
+
+
+# Capture times: integer nanoseconds in the core's rows, unbounded Python ints (a pcapng clock may say 2300
+# or carry an offset of -2^62 s). int64 nanoseconds end in 1677 and 2262, timestamp[us] some 290,000 years
+# either side of 1970; what lies beyond that is null, with a note where the table has one.
+_CAPTURE_TIME_FIELDS = frozenset(("request_first_ts", "request_last_ts", "response_first_ts", "response_last_ts",
+                                  "frame_ts", "first_ts", "last_ts"))
+_INT64 = range(-(1 << 63), 1 << 63)
+_MS_IN_US = range(-(1 << 63) // 1000, ((1 << 63) - 1) // 1000 + 1)  # milliseconds timestamp[us] holds
+FAR_TIME_NOTE = "capture time beyond the years timestamp[us] holds (about 290,000 either side of 1970): left null"
+
+
+def _far_columns(rows: list[tuple], fields: tuple[str, ...], types: dict[str, pa.DataType]) -> dict[str, pa.Array]:
+    """_columns for rows holding a capture time outside int64 nanoseconds (rare: a bit flip or a clock
+    gone wrong), gone over in Python: the capture time columns come back as timestamp[us, UTC], each
+    time truncated to the microsecond exactly as _ts does, null where even microseconds overflow."""
+    stamped = [i for i, name in enumerate(fields) if name in _CAPTURE_TIME_FIELDS]
+    near = [row if all(row[i] is None or row[i] in _INT64 for i in stamped)
+            else tuple(None if i in stamped else v for i, v in enumerate(row)) for row in rows]
+    cols = dict(zip(fields, pa.array(near, pa.struct([pa.field(n, types[n]) for n in fields])).flatten(),
+                    strict=True))
+    for i in stamped:
+        cols[fields[i]] = _exact_ts([row[i] for row in rows])
+    return cols
+
+
+def _ns_to_us(ns: int | None) -> int | None:
+    """Nanoseconds to microseconds, truncated toward zero (as Arrow's integer division does in _ts); None
+    when timestamp[us] cannot hold it."""
+    if ns is None:
+        return None
+    us = ns // 1000 if ns >= 0 else -(-ns // 1000)
+    return us if us in _INT64 else None
+
+
+def _exact_ts(values: list) -> pa.Array:
+    return pa.array([_ns_to_us(v) for v in values], pa.int64()).view(TS)
+
+
+def _far_time_lost(*values: int | None) -> bool:
+    """Some of these capture times is beyond timestamp[us] (its column is null)."""
+    return any(v is not None and _ns_to_us(v) is None for v in values)
+
+
+def _latency_ms(request_last: pa.Array, response_last: pa.Array) -> pa.Array:
+    """Integer nanoseconds difference to float milliseconds. Unsafe casts: past 2^53 ns (104 days) a double
+    rounds to a few nanoseconds, which is no reason to lose the value; an int64 overflow of the difference
+    (times centuries apart) raises and the caller takes the exact Python path."""
+    return pc.divide(pc.subtract_checked(response_last, request_last).cast(pa.float64(), safe=False), 1e6)
+
+
+def _exact_latency_ms(rows: list[tuple], request_last: int, response_last: int) -> pa.Array:
+    """Latency of each row from its exact integers (Python's int / int rounds once, correctly)."""
+    return pa.array([None if row[request_last] is None or row[response_last] is None
+                     else (row[response_last] - row[request_last]) / 1_000_000 for row in rows], pa.float64())
 
 
 def _row_types(fields: tuple[str, ...], schema: pa.Schema) -> dict[str, pa.DataType]:
@@ -312,8 +373,13 @@ def _partition_columns(rows: list[tuple]) -> dict[str, pa.Array]:
     """The flat PARTITION_ROW_FIELDS columns of partition rows given as (head, asked, answered, summary):
     topic and partition from the side that has them (both name the same one), the error from the response,
     each side's offsets and record bytes in its own columns."""
-    head, asked, answered, summary = pa.array(rows, _PARTITION_ROW_TYPE).flatten()
-    cols = dict(zip(PARTITION_HEAD_FIELDS, head.flatten(), strict=True))
+    try:
+        head, asked, answered, summary = pa.array(rows, _PARTITION_ROW_TYPE).flatten()
+        cols = dict(zip(PARTITION_HEAD_FIELDS, head.flatten(), strict=True))
+    except OverflowError:  # a capture time beyond int64 ns in some head (see _far_columns)
+        heads = [row[0] for row in rows]
+        _, asked, answered, summary = pa.array([(None, *row[1:]) for row in rows], _PARTITION_ROW_TYPE).flatten()
+        cols = _far_columns(heads, PARTITION_HEAD_FIELDS, _ROW_TYPES[PARTITION_ROW_FIELDS])
     rq = dict(zip(PARTITION_SIDE_FIELDS, asked.flatten(), strict=True))
     rs = dict(zip(PARTITION_SIDE_FIELDS, answered.flatten(), strict=True))
     cols["topic"] = pc.coalesce(rs["topic"], rq["topic"])
@@ -338,8 +404,27 @@ def _side(row: tuple) -> tuple:
 
 
 def _ms_to_ts(ms: pa.Array) -> pa.Array:
-    """Integer milliseconds (record timestamps) to timestamp[us, UTC]; an overflow raises, as it would in ns."""
-    return pc.multiply_checked(ms, 1000).view(TS)
+    """Integer milliseconds (record timestamps, as producers and brokers set them) to timestamp[us, UTC];
+    null where microseconds overflow int64 (beyond some 290,000 years from 1970: garbage or a flipped bit)."""
+    if len(ms) and ms.null_count < len(ms):
+        low, high = pc.min_max(ms).values()
+        if low.as_py() not in _MS_IN_US or high.as_py() not in _MS_IN_US:
+            ms = pc.if_else(pc.and_(pc.greater_equal(ms, _MS_IN_US.start), pc.less(ms, _MS_IN_US.stop)), ms, None)
+    return pc.multiply(ms, 1000).view(TS)
+
+
+def _data_age_ms(response_last: pa.Array, first_ms: pa.Array) -> pa.Array:
+    """Response time (integer ns, or timestamp[us] on the far path) minus record time (ms), in float ms.
+    Split into whole milliseconds and the rest, so no intermediate overflows int64 whatever the record
+    time says (null where it is not a time, see _ms_to_ts)."""
+    if response_last.type == TS:
+        response_last = pc.multiply(response_last.view(pa.int64()), 1000)
+    whole_ms = pc.divide(response_last, 1_000_000)  # truncated toward zero
+    rest_ns = pc.subtract(response_last, pc.multiply(whole_ms, 1_000_000))
+    first_ms = pc.if_else(pc.and_(pc.greater_equal(first_ms, _MS_IN_US.start), pc.less(first_ms, _MS_IN_US.stop)),
+                          first_ms, None)
+    whole = pc.subtract(whole_ms, first_ms).cast(pa.float64(), safe=False)
+    return pc.add(whole, pc.divide(rest_ns.cast(pa.float64()), 1e6))
 
 
 def _rows_batch(cols: dict[str, pa.Array], topics, n: int, schema: pa.Schema, capture_file: str,
@@ -371,9 +456,7 @@ def _rows_batch(cols: dict[str, pa.Array], topics, n: int, schema: pa.Schema, ca
         derived["compression_ratio"] = pc.divide(uncompressed.cast(pa.float64()),
                                                  pc.if_else(pc.equal(wire, 0), None, wire).cast(pa.float64()))
         derived["consumer_lag"] = pc.subtract(cols["high_watermark"], cols["fetch_offset"])
-        first = pc.multiply_checked(first, 1_000_000)
-        resp = cols["response_last_ts"]
-        age = pc.divide(pc.subtract(resp, first).cast(pa.float64()), 1e6)
+        age = _data_age_ms(cols["response_last_ts"], first)
         is_fetch = pc.equal(api_key, 1)
         derived["data_age_ms"] = pc.if_else(is_fetch, age, None)
         derived["consumer_lag"] = pc.if_else(is_fetch, derived["consumer_lag"], None)
@@ -441,9 +524,18 @@ def _error_name_array(codes: pa.Array) -> pa.Array:
     return names
 
 
-def _ts(values: list | pa.Array) -> pa.Array:
-    """Integer nanoseconds (or None) to timestamp[us, UTC], truncating."""
-    arr = values if isinstance(values, pa.Array) else pa.array(values, pa.int64())
+def _ts(values: list | tuple | pa.Array) -> pa.Array:
+    """Integer nanoseconds (or None) to timestamp[us, UTC], truncating; a column _far_columns already
+    converted is returned as it is."""
+    if isinstance(values, pa.Array):
+        arr = values
+        if arr.type == TS:
+            return arr
+    else:
+        try:
+            arr = pa.array(values, pa.int64())
+        except OverflowError:  # past 2262 or before 1677
+            return _exact_ts(list(values))
     return pc.divide(arr, 1000).cast(pa.int64()).view(TS) if len(arr) else pa.array([], TS)
 
 
@@ -461,7 +553,15 @@ def exchanges_batch(rows: list[tuple], capture_file: str, topic_names: dict[byte
     error_code = c["error_code"]
     rq_last = c["request_last_ts"]
     rs_last = c["response_last_ts"]
-    latency = pc.divide(pc.subtract(rs_last, rq_last).cast(pa.float64()), 1e6)
+    note = c["note"]
+    if rq_last.type == TS:  # some capture time beyond int64 ns (see _far_columns): exact, in Python
+        latency = _exact_latency_ms(rows, *_EXCHANGE_LAST_TS)
+        note = _far_time_notes(rows, note)
+    else:
+        try:
+            latency = _latency_ms(rq_last, rs_last)
+        except pa.ArrowInvalid:  # the two times are centuries apart: the difference overflows int64 ns
+            latency = _exact_latency_ms(rows, *_EXCHANGE_LAST_TS)
     arrays = [
         _repeat(capture_file, len(rows)),
         c["connection_id"],
@@ -487,7 +587,7 @@ def exchanges_batch(rows: list[tuple], capture_file: str, topic_names: dict[byte
         c["status"],
         c["request_frame"],
         c["response_frame"],
-        c["note"],
+        note,
         _topic_column(c["topics"], partial(map, itemgetter(EXCHANGE_ROW_FIELDS.index("topics")), rows), topic_names),
         c["partition_count"],
         c["error_count"],
@@ -495,6 +595,19 @@ def exchanges_batch(rows: list[tuple], capture_file: str, topic_names: dict[byte
         c["record_bytes"],
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=EXCHANGES_SCHEMA)
+
+
+_EXCHANGE_LAST_TS = (EXCHANGE_ROW_FIELDS.index("request_last_ts"), EXCHANGE_ROW_FIELDS.index("response_last_ts"))
+_EXCHANGE_TS = tuple(i for i, name in enumerate(EXCHANGE_ROW_FIELDS) if name in _CAPTURE_TIME_FIELDS)
+
+
+def _far_time_notes(rows: list[tuple], notes: pa.Array) -> pa.Array:
+    """Each row's note, with FAR_TIME_NOTE added to the rows whose capture times are left null."""
+    out = notes.to_pylist()
+    for i, row in enumerate(rows):
+        if _far_time_lost(*(row[j] for j in _EXCHANGE_TS)):
+            out[i] = FAR_TIME_NOTE if out[i] is None else f"{out[i]}; {FAR_TIME_NOTE}"
+    return pa.array(out, pa.string())
 
 
 def _repeat(text: str, n: int) -> pa.Array:
@@ -545,7 +658,8 @@ FILES_SCHEMA = pa.schema([
     _f("exchanges", pa.int64(), "Rows this file contributed to exchanges."),
     _f("connections", pa.int64(), "Rows this file contributed to connections."),
     _f("status", pa.string(), "ok | damaged (read up to the damage, rows kept) | unreadable | error."),
-    _f("message", pa.string(), "What was wrong, for any status but ok."),
+    _f("message", pa.string(), "What was wrong, for any status but ok; also when capture times are beyond "
+       "what timestamp[us] holds (first_ts and last_ts then null)."),
     _f("continues_in", pa.string(), "The next file of its rotated set (tcpdump -C/-G), when the file's open "
        "connections run on into it; null otherwise."),
     _f("capture_set", pa.string(), "The first file of the chain of rotated files this one belongs to: the "
@@ -561,6 +675,21 @@ OPTIONAL_SCHEMAS = {"records": RECORDS_SCHEMA}  # written only when asked for (k
 
 def files_batch(rows: list[tuple]) -> pa.RecordBatch:
     """Rows in FILES_SCHEMA order (timestamps as integer ns) to one batch."""
+    rows = [_far_time_message(row) for row in rows]
     cols = list(zip(*rows, strict=True)) if rows else [()] * len(FILES_SCHEMA)
     arrays = [_ts(v) if f.type == TS else pa.array(v, f.type) for f, v in zip(FILES_SCHEMA, cols, strict=True)]
     return pa.RecordBatch.from_arrays(arrays, schema=FILES_SCHEMA)
+
+
+_FILES_TS = (FILES_SCHEMA.names.index("first_ts"), FILES_SCHEMA.names.index("last_ts"))
+_FILES_MESSAGE = FILES_SCHEMA.names.index("message")
+
+
+def _far_time_message(row: tuple) -> tuple:
+    """A files row whose first or last capture time is left null says so in its message."""
+    if not _far_time_lost(*(row[i] for i in _FILES_TS)):
+        return row
+    message = row[_FILES_MESSAGE]
+    row = list(row)
+    row[_FILES_MESSAGE] = FAR_TIME_NOTE if message is None else f"{message}; {FAR_TIME_NOTE}"
+    return tuple(row)

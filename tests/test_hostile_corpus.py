@@ -1,0 +1,55 @@
+"""Every case of the hostile corpus (tests/hostile.py), exported as a user would: no traceback, exit 0, and
+the canary exchanges before and after the hostile part both in the tables. Time and memory per case, at
+several scales, are benchmarks/bench_hostile.py's (figures in benchmarks/README.md)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.hostile import CANARY_CLIENT, CASES, write_case, write_gz_cases
+
+ROOT = Path(__file__).resolve().parent.parent
+RECORDS_CASES = {"bomb_gzip", "bomb_snappy", "bomb_lz4", "bomb_zstd", "bomb_legacy_nested", "record_flood",
+                 "far_timestamps", "hostile_strings"}
+
+
+def export(capture: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", "from analyzer.console import main; main()", "export", str(capture), "-o", str(out),
+         "--jobs", "1", "--no-progress", *extra], capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+
+def canaries(out: Path) -> list[str]:
+    rows = pq.read_table(out / "exchanges.parquet", columns=["client_id", "status"]).to_pylist()
+    return [r["status"] for r in rows if r["client_id"] == CANARY_CLIENT]
+
+
+@pytest.mark.parametrize("mode", ["default", "records"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_hostile_case_keeps_what_surrounds_it(name: str, mode: str, tmp_path: Path) -> None:
+    if mode == "records" and name not in RECORDS_CASES:
+        pytest.skip("about record contents only where the case is")
+    capture = write_case(name, tmp_path / f"{name}.pcap")
+    done = export(capture, tmp_path / "out", *(["--records"] if mode == "records" else []))
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 0, done.stderr
+    assert canaries(tmp_path / "out") == ["ok", "ok"]
+    files = pq.read_table(tmp_path / "out" / "files.parquet").to_pylist()
+    assert len(files) == 1 and files[0]["packets"] > 0
+
+
+def test_cut_and_fake_gzip_files(tmp_path: Path) -> None:
+    truncated, fake = write_gz_cases(tmp_path)
+    done = export(truncated, tmp_path / "cut")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert canaries(tmp_path / "cut")[:1] == ["ok"]  # the first canary lies before the cut
+    files = pq.read_table(tmp_path / "cut" / "files.parquet").to_pylist()
+    assert files[0]["status"] == "damaged"
+    done = export(fake, tmp_path / "fake")  # a plain pcap named .gz is read by its content
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert canaries(tmp_path / "fake") == ["ok", "ok"]
