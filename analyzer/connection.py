@@ -128,7 +128,7 @@ class Connection:
         if self.syn_ts >= 0 and self.handshake_ts < 0:  # the handshake's last ACK is still to come
             return False
         m = self.matcher
-        if any(req[5] <= boundary for req in m.pending):  # 5: the request's first packet number
+        if any(req[5] <= boundary for req in m.in_flight()):  # 5: the request's first packet number
             return False
         if m.legacy is not None and any(req[2] <= boundary for req in m.legacy.pending):
             return False
@@ -144,9 +144,7 @@ class Connection:
 
     def hand_over(self) -> None:
         """Forget the requests still in flight: the next file's analysis has them and reports their fate."""
-        self.matcher.pending.clear()
-        if self.matcher.legacy is not None:
-            self.matcher.legacy.pending.clear()
+        self.matcher.forget_in_flight()
 
     def close(self, ts: int, how: str, note: str | None = None) -> None:
         """Deliver what is buffered and settle requests in flight (again, if late packets brought more);

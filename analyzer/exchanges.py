@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections import deque
 
 from analyzer.legacy import Legacy07Matcher
 from dissectors.kafka.apis import API_KEY_LIMIT, RESPONSE_HEADER_V1_FROM, undefined_note
@@ -52,7 +51,16 @@ _INT32 = struct.Struct(">i")
 _unpack_int32 = _INT32.unpack_from
 _unpack_int16 = struct.Struct(">h").unpack_from
 
-MAX_IN_FLIGHT = 10_000  # beyond any client's in-flight limit; protects memory from acks=0 floods
+# Requests held in flight per connection. The Java client sends at most 5 unanswered requests per connection
+# (max.in.flight.requests.per.connection) and librdkafka is bounded by its queues: 10,000 is far beyond what a
+# client waits on, yet caps a flood of never-answered requests at a few MB per connection. Past it the oldest
+# is settled as unanswered, with a note saying the limit dropped it.
+MAX_IN_FLIGHT = 10_000
+# Up to this many requests in flight a response's correlation id is looked for by a scan; past it through an
+# index (id -> count), so that orphans and the response framer's resynchronisation never walk a long queue.
+SCAN_IN_FLIGHT = 16
+ORPHAN_NOTE = "request not in capture"
+ORPHAN_AFTER_DROPS_NOTE = "request not in capture, or dropped over the in-flight limit"
 CRC_NOTE_PARTITIONS = 5  # partitions a CRC mismatch note names before it counts the rest
 
 OK = "ok"
@@ -112,10 +120,10 @@ class Outputs:
     """Where the matchers of one flow table put their rows, and what they learn across connections."""
 
     __slots__ = ("exchanges", "errors", "partitions", "topic_names", "bodies", "tap", "limits", "verify_crc",
-                 "records")
+                 "records", "max_in_flight", "in_flight_note")
 
     def __init__(self, bodies: bool = True, verify_crc: bool = False, records: bool = False,
-                 limits: Limits | None = None) -> None:
+                 limits: Limits | None = None, max_in_flight: int = MAX_IN_FLIGHT) -> None:
         # The capture's decompression budget (legacy wrappers are expanded to count their messages).
         self.limits = limits if limits is not None else Limits()
         self.verify_crc = verify_crc  # check every batch's CRC-32C / CRC-32 (counted per partition)
@@ -127,12 +135,16 @@ class Outputs:
         self.errors: list[tuple] = []
         self.partitions: list[tuple] = []
         self.topic_names: dict[bytes, str] = {}  # topic id -> name, from Metadata responses
+        self.max_in_flight = max_in_flight  # requests held in flight per connection
+        self.in_flight_note = (f"dropped unanswered from the in-flight queue: more than {max_in_flight:,} "
+                               "requests in flight on the connection (the limit); its response, if any came "
+                               "later, is an orphan")
 
 
 class ExchangeMatcher:
     """Pairs the requests and responses of one connection and appends finished rows to ``out``."""
 
-    __slots__ = ("out", "rows", "conn_fields", "pending", "orphans", "malformed",
+    __slots__ = ("out", "rows", "conn_fields", "pending", "front", "by_corr", "dropped", "orphans", "malformed",
                  "unanswered", "client_ids", "last_request_corr", "client_id_bytes", "legacy", "on_legacy")
 
     def __init__(self, out: Outputs, conn_fields: tuple) -> None:
@@ -140,11 +152,16 @@ class ExchangeMatcher:
         self.rows = out.exchanges
         # (connection_id, client_ip, client_port, broker_ip, broker_port): shared by every row.
         self.conn_fields = conn_fields
-        self.pending: deque[tuple] = deque()
+        # Requests in flight, oldest first, from ``pending[front]`` on (a list emptied when the last one goes,
+        # which frees its storage: an idle connection keeps no queue).
+        self.pending: list[tuple | None] = []
+        self.front = 0
+        self.by_corr: dict[int, int] | None = None  # id -> requests in flight with it, past SCAN_IN_FLIGHT
+        self.dropped = 0  # requests dropped over MAX_IN_FLIGHT
         self.orphans = 0
         self.malformed = 0
         self.unanswered = 0
-        self.client_ids: set[str | None] = set()
+        self.client_ids: tuple[str | None, ...] = ()  # distinct client ids (the first 16)
         # What the request framer's resynchronisation leans on: the last correlation id and the raw
         # client_id of the last well-formed request (None: not seen yet, or a null client_id).
         self.last_request_corr: int | None = None
@@ -213,8 +230,8 @@ class ExchangeMatcher:
         pending = self.pending
         pending.append((corr, key, ver, client_id, first_ts, first_no, last_ts, last_no, size + 4, acks0,
                         note, x, bad, recs))
-        if len(pending) > MAX_IN_FLIGHT:
-            self._settle(pending.popleft(), "evicted: too many requests in flight")
+        if self.by_corr is not None or len(pending) > SCAN_IN_FLIGHT:
+            self._indexed(corr)
 
     def _malformed_request(self, head, end: int, first_ts: int, first_no: int, last_no: int, last_ts: int,
                            size: int, note: str | None, exc: HeaderError) -> None:
@@ -244,16 +261,71 @@ class ExchangeMatcher:
                     _join(note, undefined_note(key, ver)), _UNDEFINED, False, None))
 
     def _pend(self, entry: tuple) -> None:
+        self.pending.append(entry)
+        self._indexed(entry[_CORR])
+
+    def _indexed(self, corr: int) -> None:
+        """The request just appended with id ``corr`` goes into the index (built once the queue outgrows a
+        scan), and the oldest request leaves unanswered if the queue is over its limit."""
         pending = self.pending
-        pending.append(entry)
-        if len(pending) > MAX_IN_FLIGHT:
-            self._settle(pending.popleft(), "evicted: too many requests in flight")
+        index = self.by_corr
+        if index is not None:
+            index[corr] = index.get(corr, 0) + 1
+        elif len(pending) - self.front > SCAN_IN_FLIGHT:
+            index = self.by_corr = {}
+            for req in self.in_flight():
+                index[req[_CORR]] = index.get(req[_CORR], 0) + 1
+        if len(pending) - self.front > self.out.max_in_flight:
+            req = self._pop_oldest()
+            self.dropped += 1
+            self._settle(req, None if req[_ACKS0] else self.out.in_flight_note)  # acks=0 owed nothing
+
+    def in_flight(self) -> list[tuple]:
+        """The requests in flight, oldest first."""
+        return self.pending[self.front:]
+
+    def _pop_oldest(self) -> tuple:
+        """Take the oldest request in flight off the queue: O(1), the list compacted now and then."""
+        pending = self.pending
+        front = self.front
+        req = pending[front]
+        front += 1
+        if front == len(pending):
+            pending.clear()
+            self.front = 0
+            self.by_corr = None
+            return req
+        pending[front - 1] = None
+        if front >= 64 and front * 2 >= len(pending):  # each compaction follows as many pops as it moves
+            del pending[:front]
+            front = 0
+        self.front = front
+        index = self.by_corr
+        if index is not None:
+            corr = req[_CORR]
+            n = index[corr]
+            if n == 1:
+                del index[corr]
+            else:
+                index[corr] = n - 1
+        return req
+
+    def _waiting(self, corr: int) -> bool:
+        """Whether a request with this correlation id is in flight: O(1)."""
+        index = self.by_corr
+        if index is not None:
+            return corr in index
+        pending = self.pending
+        for i in range(self.front, len(pending)):
+            if pending[i][_CORR] == corr:
+                return True
+        return False
 
     def _new_client_id(self, client_id: str | None, head, end: int) -> None:
         """Remember a client_id (a few per connection at most) and its raw bytes, the resync anchor (not
         taken from a header whose layout is a guess: ``head`` None)."""
         if len(self.client_ids) < 16:
-            self.client_ids.add(client_id)
+            self.client_ids += (client_id,)
         if client_id is not None and head is not None and end >= 14:
             n = _unpack_int16(head, 12)[0]
             if n >= 0 and 14 + n <= end:
@@ -268,20 +340,21 @@ class ExchangeMatcher:
             return
         corr = _unpack_int32(head, 4)[0]
         pending = self.pending
-        if pending and pending[0][_CORR] == corr:
-            req = pending.popleft()
+        if len(pending) == 1 and pending[0][_CORR] == corr:  # the common case: one request in flight
+            req = pending.pop()
+            self.by_corr = None
+        elif pending and pending[self.front][_CORR] == corr:
+            req = self._pop_oldest()
+        elif self._waiting(corr):
+            # Kafka answers in order: everything sent before this one went unanswered
+            while (req := self._pop_oldest())[_CORR] != corr:
+                self._settle(req, None)
         else:
-            for i, req in enumerate(pending):  # noqa: B007 - i is used after the loop
-                if req[_CORR] == corr:
-                    break
-            else:
-                self.orphans += 1
-                self._emit(None, None, corr, None, None, None, first_ts, last_ts, None, size + 4, None, None,
-                           ORPHAN, None, last_no, "request not in capture", None, None, None)
-                return
-            for _ in range(i):  # Kafka answers in order: everything sent before this one went unanswered
-                self._settle(pending.popleft(), None)
-            pending.popleft()
+            self.orphans += 1
+            self._emit(None, None, corr, None, None, None, first_ts, last_ts, None, size + 4, None, None,
+                       ORPHAN, None, last_no, ORPHAN_AFTER_DROPS_NOTE if self.dropped else ORPHAN_NOTE,
+                       None, None, None)
+            return
         _, key, ver, client_id, rq_first, rq_frame, rq_last, _, rq_size, _, note, rx, bad, recs = req
         end = len(head)
         if rx is _UNDEFINED or (key == API_VERSIONS and end >= 10 and _unpack_int16(head, 8)[0] == UNSUPPORTED_VERSION):
@@ -400,9 +473,17 @@ class ExchangeMatcher:
         """The connection or the capture ended: whatever is still in flight was never answered."""
         if self.legacy is not None:
             self.legacy.close(reason)
-        pending = self.pending
-        while pending:
-            self._settle(pending.popleft(), reason)
+        while self.pending:
+            self._settle(self._pop_oldest(), reason)
+
+    def forget_in_flight(self) -> None:
+        """Drop the requests in flight without rows (another reader reports them)."""
+        self.pending.clear()
+        self.front = 0
+        self.by_corr = None
+        if self.legacy is not None:
+            self.legacy.pending.clear()
+            self.legacy.answers_dropped = 0
 
     # -- resynchronisation support for the response framer -----------------------------------------
 
@@ -417,10 +498,7 @@ class ExchangeMatcher:
         if end - off < 4:
             return False
         corr = _unpack_int32(buf, off)[0]
-        for req in self.pending:
-            if req[_CORR] == corr:
-                return True
-        return fresh and corr >= 0 and end - off == size
+        return self._waiting(corr) or (fresh and corr >= 0 and end - off == size)
 
     def find_response(self, buf, start: int, end: int) -> int:
         """Next offset whose following 4 bytes are a correlation id in flight (C-speed search)."""
@@ -428,14 +506,11 @@ class ExchangeMatcher:
             return -1
         data = buf if isinstance(buf, bytes) else bytes(buf)
         best = -1
-        seen = 0
-        for req in self.pending:
+        front = self.front
+        for req in self.pending[front:front + 8]:
             at = data.find(_INT32.pack(req[_CORR]), start + 4, end)
             if at >= 0 and (best < 0 or at - 4 < best):
                 best = at - 4
-            seen += 1
-            if seen == 8:
-                break
         return best
 
     # -- rows ----------------------------------------------------------------------------------------

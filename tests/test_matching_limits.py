@@ -1,0 +1,91 @@
+"""Matching under floods: the requests held in flight per connection are capped (the dropped ones reported
+with a note), a response finds its request without walking the queue, and the 0.7 queue keeps its order."""
+
+from __future__ import annotations
+
+import time
+
+from analyzer.exchanges import MAX_IN_FLIGHT, ExchangeMatcher, Outputs
+from analyzer.tables import EXCHANGE_ROW_FIELDS
+from tests.craft import heartbeat_request, heartbeat_response
+from tests.test_legacy07 import fetch
+from tests.test_legacy07 import response as response_07
+
+AT = {name: i for i, name in enumerate(EXCHANGE_ROW_FIELDS)}
+CONN = (1, "10.0.0.1", 40000, "10.0.0.2", 9092)
+
+
+class Wire:
+    """Frames handed to one connection's matcher in order, numbered and timed as packets would be."""
+
+    def __init__(self) -> None:
+        self.out = Outputs()
+        self.matcher = ExchangeMatcher(self.out, CONN)
+        self.no = 0
+
+    def request(self, frame: bytes) -> None:
+        self.no += 1
+        self.matcher.request(self.no * 1000, self.no, self.no * 1000, self.no, len(frame) - 4, frame, False)
+
+    def response(self, frame: bytes) -> None:
+        self.no += 1
+        self.matcher.response(self.no * 1000, self.no, self.no * 1000, self.no, len(frame) - 4, frame, False)
+
+    def rows(self, *fields: str) -> list[tuple]:
+        return [tuple(r[AT[f]] for f in fields) for r in self.out.exchanges]
+
+
+def test_requests_past_the_in_flight_limit_are_reported_unanswered_with_a_note() -> None:
+    wire = Wire()
+    for corr in range(MAX_IN_FLIGHT + 25):
+        wire.request(heartbeat_request(corr))
+    dropped = wire.rows("correlation_id", "status", "note")
+    assert [r[0] for r in dropped] == list(range(25))
+    assert {r[1] for r in dropped} == {"no_response"}
+    assert all("more than 10,000 requests in flight" in r[2] for r in dropped)
+    assert len(wire.matcher.in_flight()) == MAX_IN_FLIGHT
+    # A late answer to a dropped request is an orphan that may be one; the kept ones still pair.
+    wire.out.exchanges.clear()
+    wire.response(heartbeat_response(3))
+    wire.response(heartbeat_response(25))
+    assert wire.rows("correlation_id", "status", "note") == [
+        (3, "orphan_response", "request not in capture, or dropped over the in-flight limit"), (25, "ok", None)]
+
+
+def _orphans_seconds(in_flight: int, orphans: int) -> float:
+    wire = Wire()
+    for corr in range(in_flight):
+        wire.request(heartbeat_request(corr))
+    frames = [heartbeat_response(10**7 + i) for i in range(orphans)]
+    matcher = wire.matcher
+    start = time.perf_counter()
+    for frame in frames:
+        matcher.response_plausible(frame, 4, len(frame), len(frame) - 4, False)  # what resync asks first
+        wire.response(frame)
+    return time.perf_counter() - start
+
+
+def test_an_orphan_costs_the_same_whatever_the_queue_holds() -> None:
+    """Orphans after 10,000 unanswered requests cost what they cost after 10: no walk of the queue (it made
+    300 k orphans after 10 k requests take minutes)."""
+    short = min(_orphans_seconds(10, 5000) for _ in range(3))
+    long = min(_orphans_seconds(MAX_IN_FLIGHT, 5000) for _ in range(3))
+    assert long < 4 * short + 0.05, (short, long)
+
+
+def test_kafka_07_requests_past_the_limit_are_dropped_and_their_answers_stay_in_order() -> None:
+    wire = Wire()
+    for offset in range(MAX_IN_FLIGHT + 3):
+        wire.request(fetch(b"t", 0, offset, 1024))
+    legacy = wire.matcher.legacy
+    assert legacy is not None and len(legacy.pending) == MAX_IN_FLIGHT
+    dropped = wire.rows("status", "note")
+    assert len(dropped) == 3 and {s for s, _ in dropped} == {"no_response"}
+    assert all("more than 10,000 requests in flight" in note for _, note in dropped)
+    wire.out.exchanges.clear()
+    for _ in range(5):  # the first three answer the dropped requests; the next two the oldest kept
+        wire.response(response_07(0))
+    rows = wire.rows("status", "request_frame", "note")
+    assert [s for s, _, _ in rows] == ["orphan_response"] * 3 + ["ok"] * 2
+    assert all("the answer to a request dropped over the in-flight limit" in n for _, _, n in rows[:3])
+    assert [f for _, f, _ in rows[3:]] == [4, 5]  # requests 4 and 5 (packets numbered from 1)
