@@ -17,7 +17,9 @@ latency, topic names for topic ids, the capture file) are computed per batch, in
 from __future__ import annotations
 
 import struct
+import sys
 import uuid
+from collections.abc import Callable
 
 from analyzer.legacy import Legacy07Matcher
 from dissectors.kafka.apis import API_KEY_LIMIT, RESPONSE_HEADER_V1_FROM, undefined_note
@@ -117,10 +119,15 @@ class RecordRows:
 
 
 class Outputs:
-    """Where the matchers of one flow table put their rows, and what they learn across connections."""
+    """Where the matchers of one flow table put their rows, and what they learn across connections.
+
+    The owner takes the rows away between steps of packets; but one step (a 32 MB chunk of tiny frames) can
+    make millions of rows, so with ``drain_at(rows, drain)`` the matchers call ``drain()`` between frames as
+    soon as a table holds ``rows`` rows: the rows held stay bounded whatever a step holds.
+    """
 
     __slots__ = ("exchanges", "errors", "partitions", "topic_names", "bodies", "tap", "limits", "verify_crc",
-                 "records", "max_in_flight", "in_flight_note")
+                 "records", "max_in_flight", "in_flight_note", "held_rows", "drain")
 
     def __init__(self, bodies: bool = True, verify_crc: bool = False, records: bool = False,
                  limits: Limits | None = None, max_in_flight: int = MAX_IN_FLIGHT) -> None:
@@ -136,9 +143,24 @@ class Outputs:
         self.partitions: list[tuple] = []
         self.topic_names: dict[bytes, str] = {}  # topic id -> name, from Metadata responses
         self.max_in_flight = max_in_flight  # requests held in flight per connection
+        self.held_rows = sys.maxsize  # rows a table may hold before drain() is called
+        self.drain: Callable[[], None] | None = None
         self.in_flight_note = (f"dropped unanswered from the in-flight queue: more than {max_in_flight:,} "
                                "requests in flight on the connection (the limit); its response, if any came "
                                "later, is an orphan")
+
+    def drain_at(self, rows: int | None, drain: Callable[[], None] | None) -> None:
+        """Have ``drain()`` called (it must empty the tables) once a table holds ``rows`` rows; None: never."""
+        self.held_rows = sys.maxsize if rows is None or drain is None else rows
+        self.drain = drain
+
+    def make_room(self) -> None:
+        """Drain the tables if any of them is full (called between frames, when every row is complete)."""
+        n = self.held_rows
+        if self.drain is not None and (len(self.exchanges) >= n or len(self.errors) >= n
+                                       or len(self.partitions) >= n
+                                       or (self.records is not None and len(self.records) >= n)):
+            self.drain()
 
 
 class ExchangeMatcher:
@@ -177,6 +199,8 @@ class ExchangeMatcher:
         response with its correlation id; one whose header cannot be read past the fixed 8 bytes (api key,
         version, correlation id) waits too, marked malformed, so that its response is not an orphan."""
         out = self.out
+        if len(self.rows) >= out.held_rows:
+            out.make_room()
         if out.tap is not None:
             out.tap(self.conn_fields[0], False, first_no, last_no, head)
         end = len(head)
@@ -333,8 +357,11 @@ class ExchangeMatcher:
 
     def response(self, first_ts: int, first_no: int, last_ts: int, last_no: int, size: int, head,
                  lossy: bool) -> None:
-        if self.out.tap is not None:
-            self.out.tap(self.conn_fields[0], True, first_no, last_no, head)
+        out = self.out
+        if len(self.rows) >= out.held_rows:
+            out.make_room()
+        if out.tap is not None:
+            out.tap(self.conn_fields[0], True, first_no, last_no, head)
         if self.legacy is not None:
             self.legacy.response(first_ts, first_no, last_ts, last_no, size, head)
             return
@@ -363,7 +390,6 @@ class ExchangeMatcher:
         status = MALFORMED if bad else OK
         error_code = throttle = None
         x = _NOTHING
-        out = self.out
         try:
             # the response header: the correlation id, in v1 (flexible versions) a tag buffer, mostly empty
             if 0 <= key < API_KEY_LIMIT and ver >= RESPONSE_HEADER_V1_FROM[key]:
@@ -591,14 +617,19 @@ class ExchangeMatcher:
                                                            skip_refused=True))
                 except RecordsError:
                     pass  # a corrupt batch: its batch row says so; the records before it are kept
+        if o.records is not None and len(o.records) >= o.held_rows:
+            o.make_room()
         return out
 
     def _emit_errors(self, req: tuple, rs_last: int, x: Extracted) -> None:
         """One row per non-zero error field (tables.ERROR_ROW_FIELDS order)."""
         head = (self.conn_fields[0], req[_CORR], req[_KEY], req[_VER], req[_CLIENT], rs_last)
-        append = self.out.errors.append
+        out = self.out
+        append = out.errors.append
         for e in x.errors:
             append((*head, e.field_path, e.topic, e.partition, e.error_code, e.error_message))
+        if len(out.errors) >= out.held_rows:
+            out.make_room()
 
     def _emit_partitions(self, req: tuple, rs_last: int | None, answered: list[PartitionEntry],
                          recs: dict | None) -> None:
@@ -606,7 +637,8 @@ class ExchangeMatcher:
         summary), the pieces tables.PARTITION_ROW_FIELDS are read from (see tables.partitions_batch)."""
         asked = req[_X].partitions
         head = (self.conn_fields[0], req[_CORR], req[_KEY], req[_VER], req[_CLIENT], req[_LTS], rs_last)
-        append = self.out.partitions.append
+        out = self.out
+        append = out.partitions.append
         if len(asked) == 1 and len(answered) == 1 and asked[0][:2] == answered[0][:2]:
             rq = asked[0]  # the common case: one partition, asked and answered
             append((head, rq, answered[0], recs.get(rq[:2]) if recs else None))
@@ -620,6 +652,8 @@ class ExchangeMatcher:
                 slot[1] = p
         for key, (rq, rs) in merged.items():
             append((head, rq, rs, recs.get(key) if recs else None))
+        if len(out.partitions) >= out.held_rows:
+            out.make_room()
 
 
 _NO_TOTALS = (None, None)

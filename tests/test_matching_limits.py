@@ -89,3 +89,40 @@ def test_kafka_07_requests_past_the_limit_are_dropped_and_their_answers_stay_in_
     assert [s for s, _, _ in rows] == ["orphan_response"] * 3 + ["ok"] * 2
     assert all("the answer to a request dropped over the in-flight limit" in n for _, _, n in rows[:3])
     assert [f for _, f, _ in rows[3:]] == [4, 5]  # requests 4 and 5 (packets numbered from 1)
+
+
+def _pipelined_capture(path, requests: int) -> None:
+    """One connection: ``requests`` heartbeats pipelined 64 to a packet, each 64 answered but the last."""
+    from tests.hostile import Conn, PcapWriter
+    out = PcapWriter(path)
+    c = Conn(out, 41018).handshake()
+    for start in range(0, requests, 64):
+        c.send(True, b"".join(heartbeat_request(corr) for corr in range(start, start + 64)))
+        if start + 64 < requests:
+            c.send(False, b"".join(heartbeat_response(corr) for corr in range(start, start + 64)))
+    c.fin()
+    out.close()
+
+
+def test_rows_are_drained_by_count_within_a_step(tmp_path) -> None:
+    """20 k exchanges in one step of the reader: handed out in batches of the size asked for, not held until
+    the step ends, and the same rows as when they are all held."""
+    import pyarrow as pa
+
+    from analyzer.analyze import Options, analyze_file
+
+    path = tmp_path / "pipelined.pcap"
+    _pipelined_capture(path, 20_032)
+
+    def export(batch_rows: int) -> tuple[list[int], pa.Table]:
+        batches: list[pa.RecordBatch] = []
+        analyze_file(str(path), Options(batch_rows=batch_rows), lambda name, b: batches.append(b)
+                     if name == "exchanges" else None)
+        return [b.num_rows for b in batches], pa.Table.from_batches(batches)
+
+    sizes, drained = export(1000)
+    assert sum(sizes) == 20_032 and max(sizes) <= 1000 + 64, sizes
+    whole_sizes, whole = export(1 << 20)
+    assert whole_sizes == [20_032]
+    assert drained.equals(whole)
+    assert drained.column("status").to_pylist().count("ok") == 20_032 - 64
