@@ -26,6 +26,9 @@ from dissectors.kafka.apis import API_KEY_LIMIT, RESPONSE_HEADER_V1_FROM, undefi
 from dissectors.kafka.extract import (
     ERRORS_AT_TOP,
     ERRORS_NONE,
+    MAX_ERROR_ROWS,
+    MAX_PARTITION_ROWS,
+    MAX_TOPICS,
     PARTITION_APIS,
     ErrorEntry,
     Extracted,
@@ -167,7 +170,7 @@ class ExchangeMatcher:
     """Pairs the requests and responses of one connection and appends finished rows to ``out``."""
 
     __slots__ = ("out", "rows", "conn_fields", "pending", "front", "by_corr", "dropped", "orphans", "malformed",
-                 "unanswered", "client_ids", "last_request_corr", "client_id_bytes", "legacy", "on_legacy")
+                 "unanswered", "client_ids", "last_request_corr", "client_id_bytes", "legacy", "connection")
 
     def __init__(self, out: Outputs, conn_fields: tuple) -> None:
         self.out = out
@@ -189,7 +192,7 @@ class ExchangeMatcher:
         self.last_request_corr: int | None = None
         self.client_id_bytes: bytes | None = None
         self.legacy: Legacy07Matcher | None = None  # set when the connection turns out to speak Kafka 0.7
-        self.on_legacy = None  # called once when it does (the connection relaxes its response framer)
+        self.connection = None  # told (speaks_07()) when the connection turns out to speak Kafka 0.7
 
     # -- frames ------------------------------------------------------------------------------------
 
@@ -207,8 +210,8 @@ class ExchangeMatcher:
         if self.legacy is not None or (self.last_request_corr is None and looks_like_07_request(head, 4, end, size)):
             if self.legacy is None:
                 self.legacy = Legacy07Matcher(self)
-                if self.on_legacy is not None:
-                    self.on_legacy()
+                if self.connection is not None:
+                    self.connection.speaks_07()
             self.legacy.request(first_ts, first_no, last_ts, last_no, size, head)
             return
         note = "request bytes lost in capture" if lossy else None
@@ -439,7 +442,20 @@ class ExchangeMatcher:
             topics = rx.topics
             if x.topics and x.topics != topics:
                 topics = list(dict.fromkeys(topics + x.topics)) if topics else x.topics
+                if len(topics) > MAX_TOPICS:
+                    note = _join(note, f"topics: the first {MAX_TOPICS:,} names of request and response kept, "
+                                       f"{len(topics) - MAX_TOPICS:,} more left out")
+                    topics = topics[:MAX_TOPICS]
             topics, partition_count, error_count = (*topics,), max(rx.partition_count, x.partition_count), len(x.errors)
+            if x.left_out is not None or rx.left_out is not None:  # a limit kept rows out: say which
+                note = _join(note, _left_out_note("request", rx.left_out))
+                note = _join(note, _left_out_note("response", x.left_out))
+                if x.left_out is not None:
+                    error_count += x.left_out[1]
+                if record_count is not None and ((rx.left_out is not None and rx.left_out[0])
+                                                 or (x.left_out is not None and x.left_out[0])):
+                    record_count = record_bytes = None
+                    note = _join(note, "record_count and record_bytes unknown: partitions left out")
         else:  # headers only: what the bodies hold is unknown, not empty
             topics = partition_count = None
         # _emit's row, built in place: a call with its 22 arguments costs a tenth of a headers-only frame.
@@ -557,9 +573,14 @@ class ExchangeMatcher:
             topics, partition_count = rx.topics, rx.partition_count
         else:  # the request's body was not read
             topics = partition_count = None
+        totals = _totals(recs, rx.partitions)
+        if rx.left_out is not None:
+            note = _join(note, _left_out_note("request", rx.left_out))
+            if rx.left_out[0] and recs:
+                totals = _NO_TOTALS
+                note = _join(note, "record_count and record_bytes unknown: partitions left out")
         self._emit(req[_KEY], req[_VER], req[_CORR], req[_CLIENT], req[_FTS], req[_LTS], None, None, req[_SIZE],
-                   None, None, None, status, req[_FNO], None, note, topics, partition_count, 0,
-                   *_totals(recs, rx.partitions))
+                   None, None, None, status, req[_FNO], None, note, topics, partition_count, 0, *totals)
         if rx.partitions and req[_KEY] in PARTITION_APIS:
             self._emit_partitions(req, None, [], req[_RECS])
 
@@ -664,6 +685,24 @@ def _totals(recs: dict | None, parts: list[PartitionEntry]) -> tuple[int | None,
     if not recs:
         return _NO_TOTALS
     return sum(r[1] or 0 for r in recs.values()), sum(p.record_bytes or 0 for p in parts)
+
+
+def _left_out_note(side: str, left_out: list[int] | None) -> str | None:
+    """What the extraction limits kept out of the tables for one body (``Extracted.left_out``)."""
+    if left_out is None:
+        return None
+    partitions, errors, topics = left_out
+    parts = []
+    if partitions:
+        parts.append(f"partitions table: {partitions:,} partition rows of the {side} left out (the first "
+                     f"{MAX_PARTITION_ROWS:,} kept; partition_count counts all)")
+    if errors:
+        parts.append(f"errors table: {errors:,} error rows of the {side} left out (the first {MAX_ERROR_ROWS:,} "
+                     "kept; error_count counts all)")
+    if topics:
+        parts.append(f"topics: the first {MAX_TOPICS:,} topic names of the {side} kept, {topics:,} more mentions "
+                     "left out")
+    return "; ".join(parts)
 
 
 def _topic_text(topic: str | bytes | None, names: dict[bytes, str]) -> str:
