@@ -145,10 +145,11 @@ class Outputs:
         self.errors: list[tuple] = []
         self.partitions: list[tuple] = []
         self.topic_names: dict[bytes, str] = {}  # topic id -> name, from Metadata responses
-        self.max_in_flight = max_in_flight  # requests held in flight per connection
+        # Requests held in flight per connection (checked once the queue outgrows a scan: never below that).
+        self.max_in_flight = max(max_in_flight, SCAN_IN_FLIGHT)
         self.held_rows = sys.maxsize  # rows a table may hold before drain() is called
         self.drain: Callable[[], None] | None = None
-        self.in_flight_note = (f"dropped unanswered from the in-flight queue: more than {max_in_flight:,} "
+        self.in_flight_note = (f"dropped unanswered from the in-flight queue: more than {self.max_in_flight:,} "
                                "requests in flight on the connection (the limit); its response, if any came "
                                "later, is an orphan")
 
@@ -517,6 +518,8 @@ class ExchangeMatcher:
             self.legacy.close(reason)
         while self.pending:
             self._settle(self._pop_oldest(), reason)
+        if len(self.rows) >= self.out.held_rows:
+            self.out.make_room()
 
     def forget_in_flight(self) -> None:
         """Drop the requests in flight without rows (another reader reports them)."""
