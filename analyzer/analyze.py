@@ -134,6 +134,8 @@ def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap,
                 table.shards.expect(*sample)
         step = _stepper(cap, table, options.bulk, walked)
         rows = table.rows
+        # Rows are drained after each step, and also as soon as a table fills up within one.
+        table.out.drain_at(options.batch_rows, lambda: _emit_exchanges(table, name, sink, report))
         try:
             while True:
                 more = step()
@@ -152,7 +154,9 @@ def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap,
         snapshots: dict[int, tuple] = {}
         if following and report.error is None and cap.stats.damage is None:
             table.settle_half_open()  # held SYNs become connections, to be followed into the next file too
+            table.out.drain_at(None, None)  # following the connections reads the rows they add
             snapshots = _carry_into(following, table, cap.stats, report, name_of)
+            table.out.drain_at(options.batch_rows, lambda: _emit_exchanges(table, name, sink, report))
         try:
             table.finish()
         except Exception as exc:

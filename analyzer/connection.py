@@ -7,6 +7,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import struct
+from functools import lru_cache
 
 from analyzer.exchanges import ExchangeMatcher, Outputs
 from analyzer.tcp import HalfStream
@@ -73,6 +74,10 @@ def endpoint_text(raw: bytes) -> str:
     return str(ipaddress.ip_address(raw))
 
 
+# The connections to one broker share its address text (a string fewer per connection).
+_broker_text = lru_cache(maxsize=1 << 8)(endpoint_text)
+
+
 def split_key(key: bytes) -> tuple[bytes, bytes, int, int]:
     """A capture key (src addr + dst addr + ports, network order) into its parts."""
     a = (len(key) - 4) // 2
@@ -99,7 +104,7 @@ class Connection:
         self.broker_key = reverse_key(client_key)
         self.client_ip = endpoint_text(src)
         self.client_port = sport
-        self.broker_ip = endpoint_text(dst)
+        self.broker_ip = _broker_text(dst)
         self.broker_port = dport
         self.first_ts = ts
         self.matcher = m = ExchangeMatcher(
@@ -107,7 +112,7 @@ class Connection:
         resync = RequestResync(m)
         self.requests = FrameSplitter(m.request, resync.validate, resync.find, keep, max_frame)
         self.responses = FrameSplitter(m.response, m.response_plausible, m.find_response, keep, max_frame)
-        m.on_legacy = self._speaks_07
+        m.connection = self
         self.to_broker = b = HalfStream(self.requests)
         self.to_client = c = HalfStream(self.responses)
         b.peer, c.peer = c, b
@@ -117,7 +122,7 @@ class Connection:
         self.handshake_ts = -1
         self.closing_ts = -1
 
-    def _speaks_07(self) -> None:
+    def speaks_07(self) -> None:
         """Kafka 0.7: a response may be a bare 2-byte error code."""
         self.responses.min_frame = 2
 
@@ -128,7 +133,7 @@ class Connection:
         if self.syn_ts >= 0 and self.handshake_ts < 0:  # the handshake's last ACK is still to come
             return False
         m = self.matcher
-        if any(req[5] <= boundary for req in m.pending):  # 5: the request's first packet number
+        if any(req[5] <= boundary for req in m.in_flight()):  # 5: the request's first packet number
             return False
         if m.legacy is not None and any(req[2] <= boundary for req in m.legacy.pending):
             return False
@@ -144,9 +149,7 @@ class Connection:
 
     def hand_over(self) -> None:
         """Forget the requests still in flight: the next file's analysis has them and reports their fate."""
-        self.matcher.pending.clear()
-        if self.matcher.legacy is not None:
-            self.matcher.legacy.pending.clear()
+        self.matcher.forget_in_flight()
 
     def close(self, ts: int, how: str, note: str | None = None) -> None:
         """Deliver what is buffered and settle requests in flight (again, if late packets brought more);

@@ -17,14 +17,18 @@ latency, topic names for topic ids, the capture file) are computed per batch, in
 from __future__ import annotations
 
 import struct
+import sys
 import uuid
-from collections import deque
+from collections.abc import Callable
 
 from analyzer.legacy import Legacy07Matcher
 from dissectors.kafka.apis import API_KEY_LIMIT, RESPONSE_HEADER_V1_FROM, undefined_note
 from dissectors.kafka.extract import (
     ERRORS_AT_TOP,
     ERRORS_NONE,
+    MAX_ERROR_ROWS,
+    MAX_PARTITION_ROWS,
+    MAX_TOPICS,
     PARTITION_APIS,
     ErrorEntry,
     Extracted,
@@ -52,7 +56,16 @@ _INT32 = struct.Struct(">i")
 _unpack_int32 = _INT32.unpack_from
 _unpack_int16 = struct.Struct(">h").unpack_from
 
-MAX_IN_FLIGHT = 10_000  # beyond any client's in-flight limit; protects memory from acks=0 floods
+# Requests held in flight per connection. The Java client sends at most 5 unanswered requests per connection
+# (max.in.flight.requests.per.connection) and librdkafka is bounded by its queues: 10,000 is far beyond what a
+# client waits on, yet caps a flood of never-answered requests at a few MB per connection. Past it the oldest
+# is settled as unanswered, with a note saying the limit dropped it.
+MAX_IN_FLIGHT = 10_000
+# Up to this many requests in flight a response's correlation id is looked for by a scan; past it through an
+# index (id -> count), so that orphans and the response framer's resynchronisation never walk a long queue.
+SCAN_IN_FLIGHT = 16
+ORPHAN_NOTE = "request not in capture"
+ORPHAN_AFTER_DROPS_NOTE = "request not in capture, or dropped over the in-flight limit"
 CRC_NOTE_PARTITIONS = 5  # partitions a CRC mismatch note names before it counts the rest
 
 OK = "ok"
@@ -109,13 +122,18 @@ class RecordRows:
 
 
 class Outputs:
-    """Where the matchers of one flow table put their rows, and what they learn across connections."""
+    """Where the matchers of one flow table put their rows, and what they learn across connections.
+
+    The owner takes the rows away between steps of packets; but one step (a 32 MB chunk of tiny frames) can
+    make millions of rows, so with ``drain_at(rows, drain)`` the matchers call ``drain()`` between frames as
+    soon as a table holds ``rows`` rows: the rows held stay bounded whatever a step holds.
+    """
 
     __slots__ = ("exchanges", "errors", "partitions", "topic_names", "bodies", "tap", "limits", "verify_crc",
-                 "records")
+                 "records", "max_in_flight", "in_flight_note", "held_rows", "drain")
 
     def __init__(self, bodies: bool = True, verify_crc: bool = False, records: bool = False,
-                 limits: Limits | None = None) -> None:
+                 limits: Limits | None = None, max_in_flight: int = MAX_IN_FLIGHT) -> None:
         # The capture's decompression budget (legacy wrappers are expanded to count their messages).
         self.limits = limits if limits is not None else Limits()
         self.verify_crc = verify_crc  # check every batch's CRC-32C / CRC-32 (counted per partition)
@@ -127,30 +145,55 @@ class Outputs:
         self.errors: list[tuple] = []
         self.partitions: list[tuple] = []
         self.topic_names: dict[bytes, str] = {}  # topic id -> name, from Metadata responses
+        # Requests held in flight per connection (checked once the queue outgrows a scan: never below that).
+        self.max_in_flight = max(max_in_flight, SCAN_IN_FLIGHT)
+        self.held_rows = sys.maxsize  # rows a table may hold before drain() is called
+        self.drain: Callable[[], None] | None = None
+        self.in_flight_note = (f"dropped unanswered from the in-flight queue: more than {self.max_in_flight:,} "
+                               "requests in flight on the connection (the limit); its response, if any came "
+                               "later, is an orphan")
+
+    def drain_at(self, rows: int | None, drain: Callable[[], None] | None) -> None:
+        """Have ``drain()`` called (it must empty the tables) once a table holds ``rows`` rows; None: never."""
+        self.held_rows = sys.maxsize if rows is None or drain is None else rows
+        self.drain = drain
+
+    def make_room(self) -> None:
+        """Drain the tables if any of them is full (called between frames, when every row is complete)."""
+        n = self.held_rows
+        if self.drain is not None and (len(self.exchanges) >= n or len(self.errors) >= n
+                                       or len(self.partitions) >= n
+                                       or (self.records is not None and len(self.records) >= n)):
+            self.drain()
 
 
 class ExchangeMatcher:
     """Pairs the requests and responses of one connection and appends finished rows to ``out``."""
 
-    __slots__ = ("out", "rows", "conn_fields", "pending", "orphans", "malformed",
-                 "unanswered", "client_ids", "last_request_corr", "client_id_bytes", "legacy", "on_legacy")
+    __slots__ = ("out", "rows", "conn_fields", "pending", "front", "by_corr", "dropped", "orphans", "malformed",
+                 "unanswered", "client_ids", "last_request_corr", "client_id_bytes", "legacy", "connection")
 
     def __init__(self, out: Outputs, conn_fields: tuple) -> None:
         self.out = out
         self.rows = out.exchanges
         # (connection_id, client_ip, client_port, broker_ip, broker_port): shared by every row.
         self.conn_fields = conn_fields
-        self.pending: deque[tuple] = deque()
+        # Requests in flight, oldest first, from ``pending[front]`` on (a list emptied when the last one goes,
+        # which frees its storage: an idle connection keeps no queue).
+        self.pending: list[tuple | None] = []
+        self.front = 0
+        self.by_corr: dict[int, int] | None = None  # id -> requests in flight with it, past SCAN_IN_FLIGHT
+        self.dropped = 0  # requests dropped over MAX_IN_FLIGHT
         self.orphans = 0
         self.malformed = 0
         self.unanswered = 0
-        self.client_ids: set[str | None] = set()
+        self.client_ids: tuple[str | None, ...] = ()  # distinct client ids (the first 16)
         # What the request framer's resynchronisation leans on: the last correlation id and the raw
         # client_id of the last well-formed request (None: not seen yet, or a null client_id).
         self.last_request_corr: int | None = None
         self.client_id_bytes: bytes | None = None
         self.legacy: Legacy07Matcher | None = None  # set when the connection turns out to speak Kafka 0.7
-        self.on_legacy = None  # called once when it does (the connection relaxes its response framer)
+        self.connection = None  # told (speaks_07()) when the connection turns out to speak Kafka 0.7
 
     # -- frames ------------------------------------------------------------------------------------
 
@@ -160,14 +203,16 @@ class ExchangeMatcher:
         response with its correlation id; one whose header cannot be read past the fixed 8 bytes (api key,
         version, correlation id) waits too, marked malformed, so that its response is not an orphan."""
         out = self.out
+        if len(self.rows) >= out.held_rows:
+            out.make_room()
         if out.tap is not None:
             out.tap(self.conn_fields[0], False, first_no, last_no, head)
         end = len(head)
         if self.legacy is not None or (self.last_request_corr is None and looks_like_07_request(head, 4, end, size)):
             if self.legacy is None:
                 self.legacy = Legacy07Matcher(self)
-                if self.on_legacy is not None:
-                    self.on_legacy()
+                if self.connection is not None:
+                    self.connection.speaks_07()
             self.legacy.request(first_ts, first_no, last_ts, last_no, size, head)
             return
         note = "request bytes lost in capture" if lossy else None
@@ -213,8 +258,8 @@ class ExchangeMatcher:
         pending = self.pending
         pending.append((corr, key, ver, client_id, first_ts, first_no, last_ts, last_no, size + 4, acks0,
                         note, x, bad, recs))
-        if len(pending) > MAX_IN_FLIGHT:
-            self._settle(pending.popleft(), "evicted: too many requests in flight")
+        if self.by_corr is not None or len(pending) > SCAN_IN_FLIGHT:
+            self._indexed(corr)
 
     def _malformed_request(self, head, end: int, first_ts: int, first_no: int, last_no: int, last_ts: int,
                            size: int, note: str | None, exc: HeaderError) -> None:
@@ -244,16 +289,71 @@ class ExchangeMatcher:
                     _join(note, undefined_note(key, ver)), _UNDEFINED, False, None))
 
     def _pend(self, entry: tuple) -> None:
+        self.pending.append(entry)
+        self._indexed(entry[_CORR])
+
+    def _indexed(self, corr: int) -> None:
+        """The request just appended with id ``corr`` goes into the index (built once the queue outgrows a
+        scan), and the oldest request leaves unanswered if the queue is over its limit."""
         pending = self.pending
-        pending.append(entry)
-        if len(pending) > MAX_IN_FLIGHT:
-            self._settle(pending.popleft(), "evicted: too many requests in flight")
+        index = self.by_corr
+        if index is not None:
+            index[corr] = index.get(corr, 0) + 1
+        elif len(pending) - self.front > SCAN_IN_FLIGHT:
+            index = self.by_corr = {}
+            for req in self.in_flight():
+                index[req[_CORR]] = index.get(req[_CORR], 0) + 1
+        if len(pending) - self.front > self.out.max_in_flight:
+            req = self._pop_oldest()
+            self.dropped += 1
+            self._settle(req, None if req[_ACKS0] else self.out.in_flight_note)  # acks=0 owed nothing
+
+    def in_flight(self) -> list[tuple]:
+        """The requests in flight, oldest first."""
+        return self.pending[self.front:]
+
+    def _pop_oldest(self) -> tuple:
+        """Take the oldest request in flight off the queue: O(1), the list compacted now and then."""
+        pending = self.pending
+        front = self.front
+        req = pending[front]
+        front += 1
+        if front == len(pending):
+            pending.clear()
+            self.front = 0
+            self.by_corr = None
+            return req
+        pending[front - 1] = None
+        if front >= 64 and front * 2 >= len(pending):  # each compaction follows as many pops as it moves
+            del pending[:front]
+            front = 0
+        self.front = front
+        index = self.by_corr
+        if index is not None:
+            corr = req[_CORR]
+            n = index[corr]
+            if n == 1:
+                del index[corr]
+            else:
+                index[corr] = n - 1
+        return req
+
+    def _waiting(self, corr: int) -> bool:
+        """Whether a request with this correlation id is in flight: O(1)."""
+        index = self.by_corr
+        if index is not None:
+            return corr in index
+        pending = self.pending
+        for i in range(self.front, len(pending)):
+            if pending[i][_CORR] == corr:
+                return True
+        return False
 
     def _new_client_id(self, client_id: str | None, head, end: int) -> None:
         """Remember a client_id (a few per connection at most) and its raw bytes, the resync anchor (not
         taken from a header whose layout is a guess: ``head`` None)."""
         if len(self.client_ids) < 16:
-            self.client_ids.add(client_id)
+            self.client_ids += (client_id,)
         if client_id is not None and head is not None and end >= 14:
             n = _unpack_int16(head, 12)[0]
             if n >= 0 and 14 + n <= end:
@@ -261,27 +361,31 @@ class ExchangeMatcher:
 
     def response(self, first_ts: int, first_no: int, last_ts: int, last_no: int, size: int, head,
                  lossy: bool) -> None:
-        if self.out.tap is not None:
-            self.out.tap(self.conn_fields[0], True, first_no, last_no, head)
+        out = self.out
+        if len(self.rows) >= out.held_rows:
+            out.make_room()
+        if out.tap is not None:
+            out.tap(self.conn_fields[0], True, first_no, last_no, head)
         if self.legacy is not None:
             self.legacy.response(first_ts, first_no, last_ts, last_no, size, head)
             return
         corr = _unpack_int32(head, 4)[0]
         pending = self.pending
-        if pending and pending[0][_CORR] == corr:
-            req = pending.popleft()
+        if len(pending) == 1 and pending[0][_CORR] == corr:  # the common case: one request in flight
+            req = pending.pop()
+            self.by_corr = None
+        elif pending and pending[self.front][_CORR] == corr:
+            req = self._pop_oldest()
+        elif self._waiting(corr):
+            # Kafka answers in order: everything sent before this one went unanswered
+            while (req := self._pop_oldest())[_CORR] != corr:
+                self._settle(req, None)
         else:
-            for i, req in enumerate(pending):  # noqa: B007 - i is used after the loop
-                if req[_CORR] == corr:
-                    break
-            else:
-                self.orphans += 1
-                self._emit(None, None, corr, None, None, None, first_ts, last_ts, None, size + 4, None, None,
-                           ORPHAN, None, last_no, "request not in capture", None, None, None)
-                return
-            for _ in range(i):  # Kafka answers in order: everything sent before this one went unanswered
-                self._settle(pending.popleft(), None)
-            pending.popleft()
+            self.orphans += 1
+            self._emit(None, None, corr, None, None, None, first_ts, last_ts, None, size + 4, None, None,
+                       ORPHAN, None, last_no, ORPHAN_AFTER_DROPS_NOTE if self.dropped else ORPHAN_NOTE,
+                       None, None, None)
+            return
         _, key, ver, client_id, rq_first, rq_frame, rq_last, _, rq_size, _, note, rx, bad, recs = req
         end = len(head)
         if rx is _UNDEFINED or (key == API_VERSIONS and end >= 10 and _unpack_int16(head, 8)[0] == UNSUPPORTED_VERSION):
@@ -290,7 +394,6 @@ class ExchangeMatcher:
         status = MALFORMED if bad else OK
         error_code = throttle = None
         x = _NOTHING
-        out = self.out
         try:
             # the response header: the correlation id, in v1 (flexible versions) a tag buffer, mostly empty
             if 0 <= key < API_KEY_LIMIT and ver >= RESPONSE_HEADER_V1_FROM[key]:
@@ -340,7 +443,20 @@ class ExchangeMatcher:
             topics = rx.topics
             if x.topics and x.topics != topics:
                 topics = list(dict.fromkeys(topics + x.topics)) if topics else x.topics
+                if len(topics) > MAX_TOPICS:
+                    note = _join(note, f"topics: the first {MAX_TOPICS:,} names of request and response kept, "
+                                       f"{len(topics) - MAX_TOPICS:,} more left out")
+                    topics = topics[:MAX_TOPICS]
             topics, partition_count, error_count = (*topics,), max(rx.partition_count, x.partition_count), len(x.errors)
+            if x.left_out is not None or rx.left_out is not None:  # a limit kept rows out: say which
+                note = _join(note, _left_out_note("request", rx.left_out))
+                note = _join(note, _left_out_note("response", x.left_out))
+                if x.left_out is not None:
+                    error_count += x.left_out[1]
+                if record_count is not None and ((rx.left_out is not None and rx.left_out[0])
+                                                 or (x.left_out is not None and x.left_out[0])):
+                    record_count = record_bytes = None
+                    note = _join(note, "record_count and record_bytes unknown: partitions left out")
         else:  # headers only: what the bodies hold is unknown, not empty
             topics = partition_count = None
         # _emit's row, built in place: a call with its 22 arguments costs a tenth of a headers-only frame.
@@ -400,9 +516,19 @@ class ExchangeMatcher:
         """The connection or the capture ended: whatever is still in flight was never answered."""
         if self.legacy is not None:
             self.legacy.close(reason)
-        pending = self.pending
-        while pending:
-            self._settle(pending.popleft(), reason)
+        while self.pending:
+            self._settle(self._pop_oldest(), reason)
+        if len(self.rows) >= self.out.held_rows:
+            self.out.make_room()
+
+    def forget_in_flight(self) -> None:
+        """Drop the requests in flight without rows (another reader reports them)."""
+        self.pending.clear()
+        self.front = 0
+        self.by_corr = None
+        if self.legacy is not None:
+            self.legacy.pending.clear()
+            self.legacy.answers_dropped = 0
 
     # -- resynchronisation support for the response framer -----------------------------------------
 
@@ -417,10 +543,7 @@ class ExchangeMatcher:
         if end - off < 4:
             return False
         corr = _unpack_int32(buf, off)[0]
-        for req in self.pending:
-            if req[_CORR] == corr:
-                return True
-        return fresh and corr >= 0 and end - off == size
+        return self._waiting(corr) or (fresh and corr >= 0 and end - off == size)
 
     def find_response(self, buf, start: int, end: int) -> int:
         """Next offset whose following 4 bytes are a correlation id in flight (C-speed search)."""
@@ -428,14 +551,11 @@ class ExchangeMatcher:
             return -1
         data = buf if isinstance(buf, bytes) else bytes(buf)
         best = -1
-        seen = 0
-        for req in self.pending:
+        front = self.front
+        for req in self.pending[front:front + 8]:
             at = data.find(_INT32.pack(req[_CORR]), start + 4, end)
             if at >= 0 and (best < 0 or at - 4 < best):
                 best = at - 4
-            seen += 1
-            if seen == 8:
-                break
         return best
 
     # -- rows ----------------------------------------------------------------------------------------
@@ -456,9 +576,14 @@ class ExchangeMatcher:
             topics, partition_count = rx.topics, rx.partition_count
         else:  # the request's body was not read
             topics = partition_count = None
+        totals = _totals(recs, rx.partitions)
+        if rx.left_out is not None:
+            note = _join(note, _left_out_note("request", rx.left_out))
+            if rx.left_out[0] and recs:
+                totals = _NO_TOTALS
+                note = _join(note, "record_count and record_bytes unknown: partitions left out")
         self._emit(req[_KEY], req[_VER], req[_CORR], req[_CLIENT], req[_FTS], req[_LTS], None, None, req[_SIZE],
-                   None, None, None, status, req[_FNO], None, note, topics, partition_count, 0,
-                   *_totals(recs, rx.partitions))
+                   None, None, None, status, req[_FNO], None, note, topics, partition_count, 0, *totals)
         if rx.partitions and req[_KEY] in PARTITION_APIS:
             self._emit_partitions(req, None, [], req[_RECS])
 
@@ -516,14 +641,19 @@ class ExchangeMatcher:
                                                            skip_refused=True))
                 except RecordsError:
                     pass  # a corrupt batch: its batch row says so; the records before it are kept
+        if o.records is not None and len(o.records) >= o.held_rows:
+            o.make_room()
         return out
 
     def _emit_errors(self, req: tuple, rs_last: int, x: Extracted) -> None:
         """One row per non-zero error field (tables.ERROR_ROW_FIELDS order)."""
         head = (self.conn_fields[0], req[_CORR], req[_KEY], req[_VER], req[_CLIENT], rs_last)
-        append = self.out.errors.append
+        out = self.out
+        append = out.errors.append
         for e in x.errors:
             append((*head, e.field_path, e.topic, e.partition, e.error_code, e.error_message))
+        if len(out.errors) >= out.held_rows:
+            out.make_room()
 
     def _emit_partitions(self, req: tuple, rs_last: int | None, answered: list[PartitionEntry],
                          recs: dict | None) -> None:
@@ -531,7 +661,8 @@ class ExchangeMatcher:
         summary), the pieces tables.PARTITION_ROW_FIELDS are read from (see tables.partitions_batch)."""
         asked = req[_X].partitions
         head = (self.conn_fields[0], req[_CORR], req[_KEY], req[_VER], req[_CLIENT], req[_LTS], rs_last)
-        append = self.out.partitions.append
+        out = self.out
+        append = out.partitions.append
         if len(asked) == 1 and len(answered) == 1 and asked[0][:2] == answered[0][:2]:
             rq = asked[0]  # the common case: one partition, asked and answered
             append((head, rq, answered[0], recs.get(rq[:2]) if recs else None))
@@ -545,6 +676,8 @@ class ExchangeMatcher:
                 slot[1] = p
         for key, (rq, rs) in merged.items():
             append((head, rq, rs, recs.get(key) if recs else None))
+        if len(out.partitions) >= out.held_rows:
+            out.make_room()
 
 
 _NO_TOTALS = (None, None)
@@ -555,6 +688,24 @@ def _totals(recs: dict | None, parts: list[PartitionEntry]) -> tuple[int | None,
     if not recs:
         return _NO_TOTALS
     return sum(r[1] or 0 for r in recs.values()), sum(p.record_bytes or 0 for p in parts)
+
+
+def _left_out_note(side: str, left_out: list[int] | None) -> str | None:
+    """What the extraction limits kept out of the tables for one body (``Extracted.left_out``)."""
+    if left_out is None:
+        return None
+    partitions, errors, topics = left_out
+    parts = []
+    if partitions:
+        parts.append(f"partitions table: {partitions:,} partition rows of the {side} left out (the first "
+                     f"{MAX_PARTITION_ROWS:,} kept; partition_count counts all)")
+    if errors:
+        parts.append(f"errors table: {errors:,} error rows of the {side} left out (the first {MAX_ERROR_ROWS:,} "
+                     "kept; error_count counts all)")
+    if topics:
+        parts.append(f"topics: the first {MAX_TOPICS:,} topic names of the {side} kept, {topics:,} more mentions "
+                     "left out")
+    return "; ".join(parts)
 
 
 def _topic_text(topic: str | bytes | None, names: dict[bytes, str]) -> str:

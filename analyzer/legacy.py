@@ -5,6 +5,11 @@ that no modern frame passes it, while some short-topic 0.7 requests pass the mod
 PRODUCE and MULTIPRODUCE get no response at all in 0.7; they are reported as ``acks0`` (owed nothing).
 Rows name the API by its 0.7 request type (PRODUCE, FETCH, MULTIFETCH, MULTIPRODUCE, OFFSETS), with api_key,
 api_version and correlation_id null and a note saying how they were matched.
+
+The queue holds at most ``Outputs.max_in_flight`` requests (``exchanges.MAX_IN_FLIGHT``). Past it the oldest is
+reported unanswered with a note, and, since responses come in order, the next response for each one dropped
+is its answer: reported as an orphan that says so, so that the responses after it still meet their own
+requests.
 """
 
 from __future__ import annotations
@@ -14,16 +19,18 @@ from collections import deque
 from dissectors.kafka.legacy07 import Legacy07Error, Request07, decode_07_request, decode_07_response
 
 NOTE = "Kafka 0.7 (no correlation id): matched by order"
+DROPPED_ANSWER_NOTE = f"{NOTE}; the answer to a request dropped over the in-flight limit"
 
 
 class Legacy07Matcher:
     """The 0.7 counterpart of ExchangeMatcher, writing the same rows through its ``emit``."""
 
-    __slots__ = ("owner", "pending")
+    __slots__ = ("owner", "pending", "answers_dropped")
 
     def __init__(self, owner) -> None:
         self.owner = owner  # the ExchangeMatcher: its counters and row writer
         self.pending: deque[tuple[Request07, int, int, int, int, int]] = deque()
+        self.answers_dropped = 0  # responses still to come for requests dropped over MAX_IN_FLIGHT
 
     def request(self, first_ts: int, first_no: int, last_ts: int, last_no: int, size: int, head) -> None:
         end = len(head)
@@ -39,12 +46,20 @@ class Legacy07Matcher:
                       f"{NOTE}; {r.name} has no response in 0.7", r.topics, len(r.partitions))
             return
         self.pending.append((r, first_ts, first_no, last_ts, last_no, size + 4))
+        if len(self.pending) > self.owner.out.max_in_flight:
+            self.owner.dropped += 1
+            self.answers_dropped += 1
+            self._unanswered(self.pending.popleft(), f"{NOTE}; {self.owner.out.in_flight_note}")
 
     def response(self, first_ts: int, first_no: int, last_ts: int, last_no: int, size: int, head) -> None:
-        if not self.pending:
+        if not self.pending or self.answers_dropped:
+            note = f"{NOTE}; no request waiting"
+            if self.answers_dropped:
+                self.answers_dropped -= 1
+                note = DROPPED_ANSWER_NOTE
             self.owner.orphans += 1
             self._row(None, None, None, first_ts, last_ts, None, size + 4, "orphan_response", None, last_no,
-                      f"{NOTE}; no request waiting", [], 0)
+                      note, [], 0)
             return
         r, rq_first, rq_no, rq_last, _, rq_size = self.pending.popleft()
         status, note, error = "ok", NOTE, None
@@ -60,12 +75,15 @@ class Legacy07Matcher:
                   r.topics, len(r.partitions), error)
 
     def close(self, reason: str | None) -> None:
+        note = NOTE if reason is None else f"{NOTE}; {reason}"
         while self.pending:
-            r, rq_first, rq_no, rq_last, _, rq_size = self.pending.popleft()
-            self.owner.unanswered += 1
-            note = NOTE if reason is None else f"{NOTE}; {reason}"
-            self._row(r.name, rq_first, rq_last, None, None, rq_size, None, "no_response", rq_no, None, note,
-                      r.topics, len(r.partitions))
+            self._unanswered(self.pending.popleft(), note)
+
+    def _unanswered(self, request: tuple, note: str) -> None:
+        r, rq_first, rq_no, rq_last, _, rq_size = request
+        self.owner.unanswered += 1
+        self._row(r.name, rq_first, rq_last, None, None, rq_size, None, "no_response", rq_no, None, note,
+                  r.topics, len(r.partitions))
 
     def _row(self, name, rq_first, rq_last, rs_first, rs_last, rq_size, rs_size, status, rq_frame, rs_frame,
              note, topics, partition_count, error_code=None) -> None:

@@ -56,6 +56,12 @@ PARTITION_APIS = frozenset({0, 1, 2, 8, 9, 21, 23})
 """APIs with per-partition detail: Produce, Fetch, ListOffsets, OffsetCommit, OffsetFetch, DeleteRecords,
 OffsetForLeaderEpoch."""
 PRODUCE = 0
+# What one body may add to the tables, whatever its array counts claim (a 16 MB OffsetFetch response names 4 M
+# partitions, a Metadata request 8 M empty topics): past these the rest is counted, not kept. No real body
+# comes near them (a broker's whole partition count is rarely above a few hundred thousand).
+MAX_PARTITION_ROWS = 100_000  # PartitionEntry rows per body
+MAX_ERROR_ROWS = 100_000  # ErrorEntry rows per body
+MAX_TOPICS = 10_000  # distinct topics per body
 PARTITION_FIELDS = frozenset({"partition_index", "partition", "index", "partition_id"})
 PARTITION_LISTS = frozenset({"partitions", "partition_indexes"})
 ROW_PARTITION_LISTS = frozenset({"partition_indexes"})  # OffsetFetch requests list partitions as int32s
@@ -113,13 +119,15 @@ class Extracted(NamedTuple):
     transactional_id: str | None  # Produce requests v3+
     complete: bool  # False when ``partial`` extraction stopped at ``end`` (a frame cut short)
     topic_ids: dict[bytes, str] | None = None  # topic id -> name, from structs that carry both (Metadata v10+)
+    # None, or what the limits left out: [partition rows, error rows, topic mentions] (MAX_PARTITION_ROWS...)
+    left_out: list[int] | None = None
 
 
 class _Accumulator:
     """What the extraction functions of one body write into."""
 
     __slots__ = ("topics", "seen", "partition_count", "errors", "partitions", "error_code",
-                 "throttle_time_ms", "acks", "transactional_id", "topic_ids")
+                 "throttle_time_ms", "acks", "transactional_id", "topic_ids", "left_out")
 
     def __init__(self) -> None:
         self.topics: list[Topic] = []
@@ -129,6 +137,21 @@ class _Accumulator:
         self.partitions: list[PartitionEntry] = []
         self.error_code = self.throttle_time_ms = self.acks = self.transactional_id = None
         self.topic_ids: dict[bytes, str] | None = None
+        self.left_out: list[int] | None = None
+
+    def leave_out(self, kind: int) -> None:
+        """Count a partition row (0), error row (1) or topic mention (2) a limit keeps out."""
+        if self.left_out is None:
+            self.left_out = [0, 0, 0]
+        self.left_out[kind] += 1
+
+    def add_topic(self, topic: Topic) -> None:
+        """A topic not seen yet in this body: listed, up to MAX_TOPICS."""
+        if len(self.topics) < MAX_TOPICS:
+            self.seen.add(topic)
+            self.topics.append(topic)
+        else:
+            self.leave_out(2)
 
     def name_topic_id(self, topic_id: bytes, name: str) -> None:
         if self.topic_ids is None:
@@ -336,8 +359,7 @@ def _topic_list(length_of, read_name) -> Callable:
         for _ in range(count):
             name, pos = read_name(buf, pos, end)
             if name and name not in acc.seen:
-                acc.seen.add(name)
-                acc.topics.append(name)
+                acc.add_topic(name)
         return pos
 
     return read_topic_list
@@ -375,6 +397,14 @@ def _nullable_struct_runner(element: Runner) -> Runner:
 def _partition_rows(buf, pos: int, stop: int, topic: Topic | None, acc: _Accumulator) -> None:
     """Rows for an int32 array of partition indexes (OffsetFetch requests)."""
     blank = [None] * len(PartitionEntry._fields)
+    room = MAX_PARTITION_ROWS - len(acc.partitions)
+    count = (stop - pos) // 4
+    if count > room:
+        room = max(room, 0)
+        stop = pos + 4 * room
+        if acc.left_out is None:
+            acc.left_out = [0, 0, 0]
+        acc.left_out[0] += count - room
     for (partition,) in struct.iter_unpack(">i", buf[pos:stop]):
         blank[0], blank[1] = topic, partition
         acc.partitions.append(_new_tuple(PartitionEntry, blank))
@@ -519,8 +549,7 @@ class _PlanWriter:
 
     def report_topic(self) -> None:
         self.emit("if own and topic not in acc.seen:")
-        self.emit("acc.seen.add(topic)", 2)
-        self.emit("acc.topics.append(topic)", 2)
+        self.emit("acc.add_topic(topic)", 2)
 
     def field(self, entry: tuple) -> None:
         name, type_name = entry[0], entry[1]
@@ -746,14 +775,20 @@ class _PlanWriter:
             if self.records is not None:
                 values["records_offset"], values["record_bytes"] = "v_records_offset", "v_record_bytes"
             row = ", ".join(values.get(f, "None") for f in PartitionEntry._fields)
-            self.emit(f"acc.partitions.append(_new_tuple(PartitionEntry, ({row})))")
+            self.emit(f"if len(acc.partitions) < {MAX_PARTITION_ROWS}:")
+            self.emit(f"acc.partitions.append(_new_tuple(PartitionEntry, ({row})))", 2)
+            self.emit("else:")
+            self.emit("acc.leave_out(0)", 2)
         for name in self.errors:
             message = name.removesuffix("error_code") + "error_message"
             message = f"v_{message}" if message in self.kept else "None"
             path = _child_path(self.scope.path, name)
             self.emit(f"if v_{name}:")
+            self.emit(f"if len(acc.errors) < {MAX_ERROR_ROWS}:", 2)
             self.emit(f"acc.errors.append(_new_tuple(ErrorEntry, ({path!r}, topic, partition, v_{name}, "
-                      f"{message})))", 2)
+                      f"{message})))", 3)
+            self.emit("else:", 2)
+            self.emit("acc.leave_out(1)", 3)
         for name in self.top_fields:
             self.emit(f"acc.{name} = v_{name}")
 
@@ -851,7 +886,7 @@ def extract(buf, off: int, end: int, api_key: int, api_version: int, is_response
     if off < 0 or off > end:
         raise DecodeError(f"body offset {off} outside the buffer")
     if runner is None:  # nothing to extract (Heartbeat requests...): fresh empty lists, as callers may keep them
-        return _new_tuple(Extracted, ([], 0, [], None, None, [], None, None, True, None))
+        return _new_tuple(Extracted, ([], 0, [], None, None, [], None, None, True, None, None))
     acc = _Accumulator()
     try:
         runner(buf, off, end, acc, None, None)
@@ -867,7 +902,7 @@ def extract(buf, off: int, end: int, api_key: int, api_version: int, is_response
         complete = True
     return _new_tuple(Extracted, (acc.topics, acc.partition_count, acc.errors, acc.error_code,
                                   acc.throttle_time_ms, acc.partitions, acc.acks, acc.transactional_id,
-                                  complete, acc.topic_ids))
+                                  complete, acc.topic_ids, acc.left_out))
 
 
 # ---------------------------------------------------------------------------------------------------------
