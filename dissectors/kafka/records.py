@@ -55,23 +55,38 @@ _TRACE_VALUE_MAX = 256
 
 class Limits:
     """Decompression budget: per batch, and in total across everything decoded with this object (share one
-    per capture). Exceeding either refuses the batch instead of expanding it."""
+    per capture). Exceeding either refuses the batch instead of expanding it.
+
+    The total is charged for the work done, not only for what is kept: a refused or corrupt payload costs
+    the bytes its codec expanded before giving up (up to the per-batch limit), so a capture of thousands of
+    bombs spends the budget once and every batch after that is refused without being touched. That bounds a
+    capture's decompression time by ``max_total_bytes`` whatever it holds.
+    """
 
     __slots__ = ("max_batch_bytes", "max_total_bytes", "total_bytes", "refused")
 
     def __init__(self, max_batch_bytes: int = 64 << 20, max_total_bytes: int = 4 << 30) -> None:
         self.max_batch_bytes = max_batch_bytes
         self.max_total_bytes = max_total_bytes
-        self.total_bytes = 0  # bytes produced by decompression so far
+        self.total_bytes = 0  # bytes expanded by decompression so far, kept or thrown away
         self.refused = 0  # batches refused so far
 
     def expand(self, codec: int, data):
         """``data`` decompressed within the remaining budget; DecompressionRefused past it."""
-        bound = min(self.max_batch_bytes, self.max_total_bytes - self.total_bytes)
-        try:
-            out = decompress(codec, data, max(bound, 0))
-        except DecompressionRefused:
+        left = self.max_total_bytes - self.total_bytes
+        if left <= 0:
             self.refused += 1
+            raise DecompressionRefused(f"not expanded: the decompression budget of {self.max_total_bytes} bytes "
+                                       "for this capture is spent", 0)
+        try:
+            out = decompress(codec, data, min(self.max_batch_bytes, left))
+        except RecordsError as exc:  # refused or corrupt: charged for the bytes expanded in vain
+            self.total_bytes += exc.produced
+            if isinstance(exc, DecompressionRefused):
+                self.refused += 1
+                if left < self.max_batch_bytes:
+                    raise DecompressionRefused(f"{exc} (what is left of this capture's decompression budget of "
+                                               f"{self.max_total_bytes} bytes)", exc.bound, exc.produced) from None
             raise
         self.total_bytes += len(out)
         return out
