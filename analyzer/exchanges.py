@@ -513,7 +513,7 @@ class ExchangeMatcher:
                 head_of_row = (self.conn_fields[0], corr, key, ver, client_id, ts, p.topic, p.partition)
                 try:
                     o.records.add(head_of_row, record_rows(head, p.records_offset, length, limits=o.limits,
-                                                           skip_refused=True))
+                                                           skip_refused=True, known=found))
                 except RecordsError:
                     pass  # a corrupt batch: its batch row says so; the records before it are kept
         return out

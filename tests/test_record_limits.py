@@ -8,17 +8,28 @@ Fetch responses, for all four codecs."""
 from __future__ import annotations
 
 import gzip
+import struct
 import zlib
+from pathlib import Path
 
 import cramjam
+import pyarrow as pa
 import pytest
 
 import dissectors.kafka.records as records_module
+from analyzer.analyze import Options, analyze_file
 from dissectors.kafka.codecs import GZIP, LZ4, SNAPPY, ZSTD, CorruptData, decompress
 from dissectors.kafka.records import Limits, batches, records
+from tests.craft import kstring, request, response
 from tests.hostile import (
+    Conn,
+    PcapWriter,
     legacy_message,
+    produce_response_v3,
+    produce_v2,
+    produce_v3,
     record_batch,
+    tiny_records,
 )
 
 MIB = 1 << 20
@@ -122,3 +133,54 @@ def test_corrupt_payloads_are_charged_for_what_they_expanded() -> None:
     with pytest.raises(CorruptData) as caught:
         decompress(GZIP, garbage, 8 * MIB)
     assert 0 < caught.value.produced <= 1032 * len(garbage)  # at most what deflate could have expanded
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Through the analysis: captures built with the hostile corpus' helpers
+
+
+def fetch_v4(corr: int, topic: str, records: bytes) -> tuple[bytes, bytes]:
+    """A Fetch v4 request for one partition and its response carrying ``records``."""
+    asked = (struct.pack(">iiiib", -1, 500, 1, 1 << 20, 0) + struct.pack(">i", 1) + kstring(topic)
+             + struct.pack(">i", 1) + struct.pack(">iqi", 0, 0, 1 << 20))
+    answer = (struct.pack(">i", 0) + struct.pack(">i", 1) + kstring(topic) + struct.pack(">i", 1)
+              + struct.pack(">ihqq", 0, 0, 100, 100) + struct.pack(">i", 0)
+              + struct.pack(">i", len(records)) + records)
+    return request(1, 4, corr, "consumer", asked), response(corr, answer)
+
+
+def export(path: Path, **options) -> tuple[dict[str, list[pa.RecordBatch]], object]:
+    tables: dict[str, list[pa.RecordBatch]] = {}
+    report = analyze_file(str(path), Options(records=True, **options),
+                          lambda name, batch: tables.setdefault(name, []).append(batch))
+    assert report.error is None, report.error
+    return tables, report
+
+
+def test_bombs_in_produce_and_fetch_are_each_refused_once(tmp_path: Path) -> None:
+    """Streamed bombs of all four codecs in Produce requests and Fetch responses, then 100 legacy gzip
+    wrappers over the limit, with --records: every refusal counted once (wrappers were counted twice, by
+    the batch walk and again by the record walk), the good batch before them decoded, counts exact."""
+    path = tmp_path / "bombs.pcap"
+    out = PcapWriter(path)
+    conn = Conn(out, 41010).handshake()
+    good = record_batch(gzip.compress(tiny_records(3)), 3, "gzip")
+    conn.exchange(produce_v3(1, "good", good), produce_response_v3(1, "good"))
+    corr = 1
+    for codec in CODECS:
+        corr += 1
+        conn.exchange(produce_v3(corr, f"bomb-{codec}", bomb_batch(codec)), produce_response_v3(corr))
+        corr += 1
+        conn.exchange(*fetch_v4(corr, f"bomb-{codec}", bomb_batch(codec)))
+    wrapper = legacy_message(gzip.compress(legacy_message(bytes(2 * MIB)), 9), "gzip")
+    corr += 1
+    conn.exchange(produce_v2(corr, "legacy", wrapper * 100), produce_response_v3(corr))
+    out.close()
+    tables, report = export(path, max_batch_mb=1, max_decompressed_mb=4)
+    assert report.refused_batches == 8 + 100
+    records_table = pa.Table.from_batches(tables["records"])
+    assert records_table.column("topic").to_pylist() == ["good"] * 3
+    partitions = pa.Table.from_batches(tables["partitions"]).to_pylist()
+    counts = {(p["api_key"], p["topic"]): p["records"] for p in partitions}
+    assert counts[(0, "good")] == 3 and counts[(0, "legacy")] == 100
+    assert all(counts[(key, f"bomb-{codec}")] == 1 for codec in CODECS for key in (0, 1))

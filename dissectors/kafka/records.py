@@ -469,19 +469,23 @@ def _messages(buf, pos: int, end: int) -> Iterator[_Message]:
 # Record-level decoding
 
 
-def records(buf, offset: int, length: int, *, limits: Limits | None = None,
-            skip_refused: bool = False) -> Iterator[RecordInfo]:
+def records(buf, offset: int, length: int, *, limits: Limits | None = None, skip_refused: bool = False,
+            known: list[BatchInfo] | None = None) -> Iterator[RecordInfo]:
     """Every record of ``buf[offset:offset+length]``, decompressing as needed.
 
     A batch cut short at the end yields nothing. A batch over the limits raises DecompressionRefused, or
-    with ``skip_refused`` is passed over (``limits.refused`` counts it).
+    with ``skip_refused`` is passed over (``limits.refused`` counts it). ``known``: what :func:`batches` said
+    of the same bytes; a legacy wrapper it could not expand (refused or corrupt, its ``note`` says why) is
+    passed over, not expanded (and charged, and counted) a second time.
     """
     end = _check_span(buf, offset, length)
     if limits is None:
         limits = Limits()
     pos = offset
+    index = -1
     try:
         while end - pos >= 17:
+            index += 1
             _base, batch_length, magic = OFFSET_LENGTH_MAGIC.unpack_from(buf, pos)
             if magic == 2:
                 if batch_length < V2_HEADER_SIZE - LOG_OVERHEAD:
@@ -499,6 +503,9 @@ def records(buf, offset: int, length: int, *, limits: Limits | None = None,
                 if message is None:
                     return
                 wire = message.wire
+                if known is not None and index < len(known) and known[index].note is not None:
+                    pos += wire
+                    continue
                 try:
                     yield from _legacy_records(buf, message, limits)
                 except DecompressionRefused:
