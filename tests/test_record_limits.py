@@ -157,6 +157,26 @@ def export(path: Path, **options) -> tuple[dict[str, list[pa.RecordBatch]], obje
     return tables, report
 
 
+def test_a_flood_of_tiny_records_reaches_the_table_in_slices(tmp_path: Path) -> None:
+    """Two zstd batches of 5,000 tiny records with 1,000 rows a batch: every record is in the records table,
+    in order, and no table batch holds more than 1,000 (all 5,000 of a batch used to be held at once)."""
+    path = tmp_path / "flood.pcap"
+    out = PcapWriter(path)
+    conn = Conn(out, 41016).handshake()
+    batch = record_batch(cramjam.zstd.compress(tiny_records(5000)).read(), 5000, "zstd")
+    for corr in (1, 2):
+        conn.exchange(produce_v3(corr, "flood", batch), produce_response_v3(corr, "flood"))
+    out.close()
+    tables, _ = export(path, batch_rows=1000)
+    sizes = [b.num_rows for b in tables["records"]]
+    assert max(sizes) <= 1000
+    rows = pa.Table.from_batches(tables["records"])
+    assert rows.column("offset").to_pylist() == list(range(5000)) * 2
+    assert rows.column("correlation_id").to_pylist() == [1] * 5000 + [2] * 5000
+    partitions = pa.Table.from_batches(tables["partitions"])
+    assert partitions.column("records").to_pylist() == [5000, 5000]
+
+
 def test_bombs_in_produce_and_fetch_are_each_refused_once(tmp_path: Path) -> None:
     """Streamed bombs of all four codecs in Produce requests and Fetch responses, then 100 legacy gzip
     wrappers over the limit, with --records: every refusal counted once (wrappers were counted twice, by
