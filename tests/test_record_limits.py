@@ -90,6 +90,15 @@ def test_refused_bombs_spend_the_budget_then_are_refused_untouched(codec: str, m
     assert counting.calls <= 4  # each charged attempt expanded at least the 1 MiB limit
 
 
+@pytest.mark.parametrize("codec", ["snappy", "lz4", "zstd"])
+def test_a_refusal_expands_little_more_than_the_limit(codec: str) -> None:
+    """The output buffer grows x4 up to one byte over the limit, never to the limit and then again past it
+    (which expanded the limit twice)."""
+    with pytest.raises(records_module.DecompressionRefused) as caught:
+        decompress(CODECS[codec], streamed(codec, bytes(2 * MIB)), MIB)
+    assert MIB < caught.value.produced <= 1.5 * MIB
+
+
 def test_after_the_budget_a_refusal_says_so() -> None:
     limits = Limits(max_batch_bytes=MIB, max_total_bytes=2 * MIB)
     batch = bomb_batch("gzip")

@@ -207,7 +207,7 @@ def _into_growing(decompress_into, data, bound: int, guess: int, codec: str):
                 raise CorruptData(f"{codec}: {exc}", filled) from None
             if size > bound:
                 raise _refused(codec, None, bound, filled) from None
-            size = min(size * 4, bound + 1)
+            size = size * 4 if size * 4 < bound else bound + 1  # never a last step of exactly the bound
             continue
         if written > bound:
             raise _refused(codec, written, bound, filled + written)
