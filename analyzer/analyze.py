@@ -21,6 +21,7 @@ from analyzer.bulk import feed_chunk
 from analyzer.capture import Capture, CaptureError, CaptureStats, open_capture
 from analyzer.carry import Handoff, carry_over, continues
 from analyzer.collector import collector_tuned
+from analyzer.exchanges import Outputs
 from analyzer.flows import FlowTable
 from analyzer.tables import connections_batch, errors_batch, exchanges_batch, partitions_batch, records_batch
 from dissectors.kafka.framing import DEFAULT_KEEP, DEFAULT_MAX_FRAME
@@ -128,6 +129,9 @@ def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap,
                           options.bodies, options.verify_crc, options.records and options.bodies,
                           Limits(options.max_batch_mb << 20, options.max_decompressed_mb << 20), balance_shards)
         table.out.tap = tap
+        if table.out.records is not None:  # a batch of millions of records reaches the sink in slices
+            table.out.records.spill = lambda: _emit_records(table.out, name, sink)
+            table.out.records.spill_at = options.batch_rows
         if table.shards is not None and table.shards.balance and options.bulk:
             sample = cap.flow_sample()
             if sample is not None:
@@ -286,8 +290,12 @@ def _emit_exchanges(table: FlowTable, name: str, sink: BatchSink, report: FileRe
         sink("partitions", partitions_batch(out.partitions, name, out.topic_names))
         out.partitions.clear()
     if out.records:
-        sink("records", records_batch(out.records, name, out.topic_names))
-        out.records.clear()
+        _emit_records(out, name, sink)
+
+
+def _emit_records(out: Outputs, name: str, sink: BatchSink) -> None:
+    sink("records", records_batch(out.records, name, out.topic_names))
+    out.records.clear()
 
 
 def _emit_connections(table: FlowTable, name: str, sink: BatchSink, report: FileReport) -> None:

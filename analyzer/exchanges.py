@@ -19,7 +19,8 @@ from __future__ import annotations
 import struct
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from itertools import islice
 
 from analyzer.legacy import Legacy07Matcher
 from dissectors.kafka.apis import API_KEY_LIMIT, RESPONSE_HEADER_V1_FROM, undefined_note
@@ -92,28 +93,51 @@ class RecordRows:
     """Record rows, kept as each partition's shared fields once (``heads``: the first eight of
     tables.RECORD_ROW_FIELDS) and its records (dissectors.kafka.records.RecordInfo: the other six) one after
     another, ``counts[i]`` of them under ``heads[i]``: no row tuple is built per record, and Arrow converts
-    the shared fields once per partition instead of once per record."""
+    the shared fields once per partition instead of once per record.
 
-    __slots__ = ("heads", "counts", "records")
+    One batch can expand to millions of tiny records (64 MiB of 7-byte records is 9 M), so with a ``spill``
+    set, ``add`` takes them ``spill_at`` at a time and calls ``spill()`` (which turns the rows held into a
+    table batch and clears them) whenever that many are held: every record reaches the table, in bounded
+    memory."""
+
+    __slots__ = ("heads", "counts", "records", "spill", "spill_at")
 
     def __init__(self) -> None:
         self.heads: list[tuple] = []
         self.counts: list[int] = []
         self.records: list[tuple] = []
+        self.spill: Callable[[], None] | None = None
+        self.spill_at = 1 << 16
 
     def __len__(self) -> int:
         return len(self.records)
 
-    def add(self, head: tuple, found) -> None:
+    def add(self, head: tuple, found: Iterable[tuple]) -> None:
         """The records ``found`` yields under ``head``; those yielded before it raises are kept."""
         records = self.records
-        before = len(records)
-        try:
-            records.extend(found)
-        finally:
-            if len(records) > before:
-                self.heads.append(head)
-                self.counts.append(len(records) - before)
+        if self.spill is None:
+            before = len(records)
+            try:
+                records.extend(found)
+            finally:
+                if len(records) > before:
+                    self.heads.append(head)
+                    self.counts.append(len(records) - before)
+            return
+        found = iter(found)
+        while True:
+            if len(records) >= self.spill_at:
+                self.spill()
+            before = len(records)
+            room = self.spill_at - before
+            try:
+                records.extend(islice(found, room))
+            finally:
+                if len(records) > before:
+                    self.heads.append(head)
+                    self.counts.append(len(records) - before)
+            if len(records) - before < room:
+                return
 
     def clear(self) -> None:
         self.heads.clear()
@@ -638,7 +662,7 @@ class ExchangeMatcher:
                 head_of_row = (self.conn_fields[0], corr, key, ver, client_id, ts, p.topic, p.partition)
                 try:
                     o.records.add(head_of_row, record_rows(head, p.records_offset, length, limits=o.limits,
-                                                           skip_refused=True))
+                                                           skip_refused=True, known=found))
                 except RecordsError:
                     pass  # a corrupt batch: its batch row says so; the records before it are kept
         if o.records is not None and len(o.records) >= o.held_rows:

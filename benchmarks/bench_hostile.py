@@ -28,7 +28,7 @@ LIMIT_RSS_MB = 600
 LIMIT_SECONDS = 60
 # Cases about record contents also run with --records (one row per record), where the bombs and floods bite.
 RECORDS_CASES = {"bomb_gzip", "bomb_snappy", "bomb_lz4", "bomb_zstd", "bomb_legacy_nested", "record_flood",
-                 "refused_decompressions", "far_timestamps"}
+                 "refused_decompressions", "refused_flood", "far_timestamps"}
 
 
 def run_export(capture: Path, out: Path, extra: list[str], timeout: float) -> tuple[float, float, int, str]:

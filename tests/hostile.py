@@ -277,6 +277,20 @@ def refused_decompressions(out: PcapWriter, scale: int) -> None:
 
 
 @case
+def refused_flood(out: PcapWriter, scale: int) -> None:
+    """300 x scale Produce requests, each a zstd batch of 2 KB that a streaming compressor wrote without its
+    content size: refusing one means expanding it to the 64 MiB batch limit (with --records)."""
+    value = bytes(65 << 20)
+    rec_body = b"\x00\x00\x00\x01" + _zigzag(len(value)) + value + b"\x00"
+    compressor = cramjam.zstd.Compressor()
+    compressor.compress(_zigzag(len(rec_body)) + rec_body)
+    batch = record_batch(bytes(compressor.finish()), 1, "zstd")
+    c = Conn(out, 41028).handshake()
+    for corr in range(1, 300 * scale + 1):
+        c.exchange(produce_v3(corr, "refused", batch), produce_response_v3(corr))
+
+
+@case
 def record_flood(out: PcapWriter, scale: int) -> None:
     """Two zstd batches of 500k x scale tiny records each."""
     count = 500_000 * scale

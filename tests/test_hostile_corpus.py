@@ -15,7 +15,7 @@ from tests.hostile import CANARY_CLIENT, CASES, write_case, write_gz_cases
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDS_CASES = {"bomb_gzip", "bomb_snappy", "bomb_lz4", "bomb_zstd", "bomb_legacy_nested", "record_flood",
-                 "far_timestamps", "hostile_strings"}
+                 "refused_flood", "far_timestamps", "hostile_strings"}
 
 
 def export(capture: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:

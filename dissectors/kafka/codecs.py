@@ -34,19 +34,30 @@ def codec_name(codec: int) -> str:
 
 
 class RecordsError(ValueError):
-    """Record data that cannot be decoded (malformed batch, corrupt compressed payload)."""
+    """Record data that cannot be decoded (malformed batch, corrupt compressed payload).
+
+    ``produced``: bytes a codec wrote before it gave up (at most, where the codec cannot tell), so that a
+    caller's decompression budget is charged for work that yielded nothing; 0 when nothing was expanded.
+    """
+
+    produced = 0
 
 
 class CorruptData(RecordsError):
     """A compressed payload its codec rejects (or a codec this module does not know)."""
 
+    def __init__(self, message: str, produced: int = 0) -> None:
+        super().__init__(message)
+        self.produced = produced
+
 
 class DecompressionRefused(RecordsError):
     """Expanding a payload would pass the size limit: it was not expanded."""
 
-    def __init__(self, message: str, bound: int) -> None:
+    def __init__(self, message: str, bound: int, produced: int = 0) -> None:
         super().__init__(message)
         self.bound = bound
+        self.produced = produced
 
 
 XERIAL_MAGIC = b"\x82SNAPPY\x00"
@@ -55,13 +66,15 @@ LZ4_MAGIC = b"\x04\x22\x4d\x18"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _FIRST_GUESS = 64 * 1024  # smallest output buffer tried when the size is not declared
 _FULL = "whole buffer"  # cramjam's message when decompress_into runs out of output space
+_DEFLATE_MAX_RATIO = 1032  # deflate cannot expand one input byte to more than this many output bytes
 
 
 def decompress(codec: int, data, bound: int):
     """Expand ``data`` (any buffer) compressed with Kafka codec number ``codec``; at most ``bound`` bytes.
 
     Returns a bytes-like object (bytes or a memoryview). Raises DecompressionRefused when the output would
-    pass ``bound``, CorruptData when the payload is not valid for its codec.
+    pass ``bound``, CorruptData when the payload is not valid for its codec; either says in ``produced`` how
+    many bytes were expanded (and thrown away) before it was raised.
     """
     if codec == GZIP:
         return _gunzip(data, bound)
@@ -74,9 +87,9 @@ def decompress(codec: int, data, bound: int):
     raise CorruptData(f"unknown compression codec {codec}")
 
 
-def _refused(codec: str, size: int | None, bound: int) -> DecompressionRefused:
+def _refused(codec: str, size: int | None, bound: int, produced: int = 0) -> DecompressionRefused:
     said = f"{size} bytes" if size is not None else f"more than {bound} bytes"
-    return DecompressionRefused(f"{codec} payload expands to {said}, over the limit of {bound}", bound)
+    return DecompressionRefused(f"{codec} payload expands to {said}, over the limit of {bound}", bound, produced)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -91,12 +104,12 @@ def _gunzip(data, bound: int) -> bytes:
         inflater = zlib.decompressobj(47)  # 32 + 15: gzip or zlib header, detected
         try:
             out = inflater.decompress(rest, left + 1)
-        except zlib.error as exc:
-            raise CorruptData(f"gzip: {exc}") from None
+        except zlib.error as exc:  # the output so far is lost: charge what the input could have expanded to
+            raise CorruptData(f"gzip: {exc}", bound - left + min(left + 1, _DEFLATE_MAX_RATIO * len(rest))) from None
         if len(out) > left:
-            raise _refused("gzip", None, bound)
+            raise _refused("gzip", None, bound, bound - left + len(out))
         if not inflater.eof:
-            raise CorruptData("gzip: stream ends early")
+            raise CorruptData("gzip: stream ends early", bound - left + len(out))
         parts.append(out)
         left -= len(out)
         rest = inflater.unused_data
@@ -134,9 +147,9 @@ def _raw_into(block, out) -> None:
     try:
         written = cramjam.snappy.decompress_raw_into(block, out)
     except cramjam.DecompressionError as exc:
-        raise CorruptData(f"snappy: {exc}") from None
+        raise CorruptData(f"snappy: {exc}", len(out)) from None
     if written != len(out):
-        raise CorruptData("snappy: block shorter than it declares")
+        raise CorruptData("snappy: block shorter than it declares", written)
 
 
 def _unsnappy_xerial(view: memoryview, bound: int):
@@ -165,7 +178,10 @@ def _unsnappy_xerial(view: memoryview, bound: int):
     at = 0
     target = memoryview(out)
     for block, expanded in blocks:
-        _raw_into(block, target[at:at + expanded])
+        try:
+            _raw_into(block, target[at:at + expanded])
+        except CorruptData as exc:
+            raise CorruptData(str(exc), at + exc.produced) from None
         at += expanded
     return out
 
@@ -175,21 +191,26 @@ def _unsnappy_xerial(view: memoryview, bound: int):
 
 
 def _into_growing(decompress_into, data, bound: int, guess: int, codec: str):
-    """Decompress into a buffer that grows (x4) from ``guess`` until the output fits or passes ``bound``."""
+    """Decompress into a buffer that grows (x4) from ``guess`` until the output fits or passes ``bound``.
+
+    Every attempt that fails has filled its buffer (or, for a corrupt payload, may have): that is the work a
+    refusal or an error reports in ``produced``."""
     size = min(max(guess, _FIRST_GUESS), bound + 1)
+    filled = 0
     while True:
         out = bytearray(size)
         try:
             written = decompress_into(data, out)
         except cramjam.DecompressionError as exc:
+            filled += size
             if _FULL not in str(exc):
-                raise CorruptData(f"{codec}: {exc}") from None
+                raise CorruptData(f"{codec}: {exc}", filled) from None
             if size > bound:
-                raise _refused(codec, None, bound) from None
-            size = min(size * 4, bound + 1)
+                raise _refused(codec, None, bound, filled) from None
+            size = size * 4 if size * 4 < bound else bound + 1  # never a last step of exactly the bound
             continue
         if written > bound:
-            raise _refused(codec, written, bound)
+            raise _refused(codec, written, bound, filled + written)
         return memoryview(out)[:written]
 
 

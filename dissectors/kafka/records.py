@@ -55,23 +55,38 @@ _TRACE_VALUE_MAX = 256
 
 class Limits:
     """Decompression budget: per batch, and in total across everything decoded with this object (share one
-    per capture). Exceeding either refuses the batch instead of expanding it."""
+    per capture). Exceeding either refuses the batch instead of expanding it.
+
+    The total is charged for the work done, not only for what is kept: a refused or corrupt payload costs
+    the bytes its codec expanded before giving up (up to the per-batch limit), so a capture of thousands of
+    bombs spends the budget once and every batch after that is refused without being touched. That bounds a
+    capture's decompression time by ``max_total_bytes`` whatever it holds.
+    """
 
     __slots__ = ("max_batch_bytes", "max_total_bytes", "total_bytes", "refused")
 
     def __init__(self, max_batch_bytes: int = 64 << 20, max_total_bytes: int = 4 << 30) -> None:
         self.max_batch_bytes = max_batch_bytes
         self.max_total_bytes = max_total_bytes
-        self.total_bytes = 0  # bytes produced by decompression so far
+        self.total_bytes = 0  # bytes expanded by decompression so far, kept or thrown away
         self.refused = 0  # batches refused so far
 
     def expand(self, codec: int, data):
         """``data`` decompressed within the remaining budget; DecompressionRefused past it."""
-        bound = min(self.max_batch_bytes, self.max_total_bytes - self.total_bytes)
-        try:
-            out = decompress(codec, data, max(bound, 0))
-        except DecompressionRefused:
+        left = self.max_total_bytes - self.total_bytes
+        if left <= 0:
             self.refused += 1
+            raise DecompressionRefused(f"not expanded: the decompression budget of {self.max_total_bytes} bytes "
+                                       "for this capture is spent", 0)
+        try:
+            out = decompress(codec, data, min(self.max_batch_bytes, left))
+        except RecordsError as exc:  # refused or corrupt: charged for the bytes expanded in vain
+            self.total_bytes += exc.produced
+            if isinstance(exc, DecompressionRefused):
+                self.refused += 1
+                if left < self.max_batch_bytes:
+                    raise DecompressionRefused(f"{exc} (what is left of this capture's decompression budget of "
+                                               f"{self.max_total_bytes} bytes)", exc.bound, exc.produced) from None
             raise
         self.total_bytes += len(out)
         return out
@@ -454,19 +469,23 @@ def _messages(buf, pos: int, end: int) -> Iterator[_Message]:
 # Record-level decoding
 
 
-def records(buf, offset: int, length: int, *, limits: Limits | None = None,
-            skip_refused: bool = False) -> Iterator[RecordInfo]:
+def records(buf, offset: int, length: int, *, limits: Limits | None = None, skip_refused: bool = False,
+            known: list[BatchInfo] | None = None) -> Iterator[RecordInfo]:
     """Every record of ``buf[offset:offset+length]``, decompressing as needed.
 
     A batch cut short at the end yields nothing. A batch over the limits raises DecompressionRefused, or
-    with ``skip_refused`` is passed over (``limits.refused`` counts it).
+    with ``skip_refused`` is passed over (``limits.refused`` counts it). ``known``: what :func:`batches` said
+    of the same bytes; a legacy wrapper it could not expand (refused or corrupt, its ``note`` says why) is
+    passed over, not expanded (and charged, and counted) a second time.
     """
     end = _check_span(buf, offset, length)
     if limits is None:
         limits = Limits()
     pos = offset
+    index = -1
     try:
         while end - pos >= 17:
+            index += 1
             _base, batch_length, magic = OFFSET_LENGTH_MAGIC.unpack_from(buf, pos)
             if magic == 2:
                 if batch_length < V2_HEADER_SIZE - LOG_OVERHEAD:
@@ -484,6 +503,9 @@ def records(buf, offset: int, length: int, *, limits: Limits | None = None,
                 if message is None:
                     return
                 wire = message.wire
+                if known is not None and index < len(known) and known[index].note is not None:
+                    pos += wire
+                    continue
                 try:
                     yield from _legacy_records(buf, message, limits)
                 except DecompressionRefused:
