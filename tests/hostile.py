@@ -267,13 +267,12 @@ def bomb_legacy_nested(out: PcapWriter, scale: int) -> None:
 
 @case
 def refused_decompressions(out: PcapWriter, scale: int) -> None:
-    """300 x scale small gzip wrappers (gzip in gzip), each expanding past the default 64 MiB batch limit."""
-    inner = legacy_message(bytes(80 << 20))
-    for _ in range(2):
-        inner = legacy_message(gzip.compress(inner, 9), "gzip")
+    """100 x scale legacy gzip wrappers (magic 0, Produce v2) of 80 KB, each expanding to 80 MiB: past the
+    default 64 MiB batch limit, so every one is refused (counting a wrapper's messages means expanding it)."""
+    wrapper = legacy_message(gzip.compress(legacy_message(bytes(80 << 20)), 9), "gzip")
     c = Conn(out, 41015).handshake()
-    for corr in range(1, 300 * scale + 1):
-        c.exchange(produce_v2(corr, "refused", inner), produce_response_v3(corr))
+    for corr in range(1, 100 * scale + 1):
+        c.exchange(produce_v2(corr, "refused", wrapper), produce_response_v3(corr))
 
 
 @case
