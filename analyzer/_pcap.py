@@ -12,6 +12,8 @@ from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+import numpy as np
+
 from analyzer._linklayer import (
     IPV4_TCP_HEADERS_LEN,
     NO_PAYLOAD,
@@ -30,6 +32,13 @@ RECORD_HEADER_LEN = 16
 # Wireshark's ceiling for one packet on most link types; files often declare a smaller or zero snaplen.
 STANDARD_MAX_CAPLEN = 262_144
 ABSOLUTE_MAX_CAPLEN = 64 << 20
+# Resynchronisation after damage: neighbouring records lie within a day of each other (a record further away
+# must start a chain of plausible records of its own: a clock step), and after damage the next record is
+# looked for within a year of the last good one.
+NEIGHBOUR_SECONDS = 86_400
+RESYNC_SECONDS = 400 * 86_400
+RESYNC_CHAIN = 4  # plausible records in a row that make a boundary
+SCAN_WINDOW, SCAN_WINDOW_MAX = 4096, 1 << 20  # bytes of candidate positions tested at once (grows as it fails)
 
 # magic as it appears in the file -> (struct byte order, nanoseconds per timestamp fraction unit)
 MAGICS = {
@@ -56,6 +65,12 @@ class BufferSource(Protocol):
 
     def release(self, pos: int) -> int:
         """The loop has read up to buf[pos]: pages before it may be dropped. Returns when to call again."""
+
+    def offset(self, pos: int) -> int:
+        """Where buf[pos] of the current buffer lies in the file (in the decompressed data if compressed)."""
+
+    def where(self, pos: int) -> str:
+        """buf[pos] of the current buffer as a user-facing place ("byte N", "decompressed byte N")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +110,12 @@ def pcap_packets(source: BufferSource, buf: Buffer, pos: int, header: PcapHeader
 
     Packets whose flow key is in ``skip`` (flows the consumer has no use for: other ports, another shard's
     connections) are counted but not yielded, which saves most of their cost; ``skipped`` then holds the
-    frame number and time of the last one (see Capture.packets)."""
+    frame number and time of the last one (see Capture.packets).
+
+    A record header that makes no sense (a captured length over the limit, a time more than a day from the
+    record before that no chain of records confirms, a record running past the end with more data after
+    it) is damage: reading goes on at the next plausible record (``Resync``). The time test runs only when
+    the whole seconds change, so undamaged records cost nothing more."""
     if skipped is None:
         skipped = [0, 0]
     record = struct.Struct(header.byte_order + "III4x").unpack_from  # seconds, fraction, caplen
@@ -107,6 +127,8 @@ def pcap_packets(source: BufferSource, buf: Buffer, pos: int, header: PcapHeader
     headers_len = IPV4_TCP_HEADERS_LEN
     no_payload = NO_PAYLOAD
     record_len = RECORD_HEADER_LEN
+    resync = Resync(source, header, stats)
+    chain = resync.scan.chain
     view = memoryview(buf)
     end = len(buf)
     frame = 0
@@ -114,6 +136,8 @@ def pcap_packets(source: BufferSource, buf: Buffer, pos: int, header: PcapHeader
     counts = [0] * REASONS
     ts = None
     second = second_ns = -1  # the last record's whole seconds, and in nanoseconds: saves a multiplication
+    earliest, latest = 0, 0xFFFFFFFF  # the seconds a next record may have without being looked at closer
+    checkpoint = pos  # a record start accepted not long ago: damage is traced back from there
     stats.first_ts_ns = first_timestamp(record, buf, pos, ts_unit)
     try:
         while True:
@@ -124,12 +148,23 @@ def pcap_packets(source: BufferSource, buf: Buffer, pos: int, header: PcapHeader
             else:
                 nxt = pos + caplen + record_len
                 if nxt <= end and caplen <= limit:
+                    if sec != second:
+                        if not earliest <= sec <= latest and chain(buf, pos, end, False) is False:
+                            moved = resync.after(buf, pos, resync.previous(buf, checkpoint, pos), second,
+                                                 f"packet record dated {sec - second:+d} s from the one before")
+                            if moved is None:
+                                break
+                            buf, pos = moved
+                            end, view, checkpoint = len(buf), memoryview(buf), pos
+                            second, earliest, latest = -1, 0, 0xFFFFFFFF  # the chain found is checked already
+                            continue
+                        checkpoint = pos
+                        second = sec
+                        second_ns = sec * 1_000_000_000
+                        earliest, latest = sec - NEIGHBOUR_SECONDS, sec + NEIGHBOUR_SECONDS
                     frame += 1
                     if pos > release_at:
                         release_at = source.release(pos)
-                    if sec != second:
-                        second = sec
-                        second_ns = sec * 1_000_000_000
                     ts = second_ns + frac * ts_unit
                     if caplen >= min_len:
                         link_proto, ver_ihl, ip_len, fragment, proto, key, seq, ack, offset, flags = \
@@ -167,17 +202,35 @@ def pcap_packets(source: BufferSource, buf: Buffer, pos: int, header: PcapHeader
                         yield frame, ts, key, seq, ack, flags, view[start:stop], seg_len
                     continue
                 if caplen > limit:
-                    stats.damage = source.damage(
-                        f"packet record claiming {caplen} captured bytes (limit {limit})", pos)
-                    break
+                    moved = resync.after(buf, pos, resync.previous(buf, checkpoint, pos),
+                                         second if second >= 0 else None,
+                                         f"packet record claiming {caplen} captured bytes (limit {limit})")
+                    if moved is None:
+                        break
+                    buf, pos = moved
+                    end, view, checkpoint = len(buf), memoryview(buf), pos
+                    second, earliest, latest = -1, 0, 0xFFFFFFFF
+                    continue
                 need, what = RECORD_HEADER_LEN + caplen, "truncated packet record"
             # The record does not fit in this buffer: carry it over into the next one, if there is more.
             more = source.refill(buf, pos, need)
             if more is None:
-                stats.damage = source.damage(what, pos) if pos < end else source.error
+                if source.error is not None:
+                    resync.note(source.error)
+                elif need > RECORD_HEADER_LEN:  # a whole header claiming more than is left: damage, or a cut
+                    moved = resync.after(buf, pos, resync.previous(buf, checkpoint, pos),
+                                         second if second >= 0 else None, what, cut_short=True)
+                    if moved is not None:
+                        buf, pos = moved
+                        end, view, checkpoint = len(buf), memoryview(buf), pos
+                        second, earliest, latest = -1, 0, 0xFFFFFFFF
+                        continue
+                elif pos < end:
+                    resync.note(f"{what} at {source.where(pos)} (file cut short?)", end - pos)
                 break
             buf, pos, end = more, 0, len(more)
             view = memoryview(buf)
+            checkpoint = 0
             if not frame:
                 stats.first_ts_ns = first_timestamp(record, buf, pos, ts_unit)
     finally:
@@ -199,3 +252,134 @@ def first_timestamp(record: Callable[[Buffer, int], tuple], buf: Buffer, pos: in
         return None
     sec, frac = record(buf, pos)[:2]
     return sec * 1_000_000_000 + frac * unit
+
+
+class RecordScan:
+    """Where packet records start again after damage, as RAPCAP and slicecap find them.
+
+    A record header is plausible when its captured length fits the file's limit and its original length,
+    its original length is bounded, and its time fraction is below a second. A boundary is a chain of
+    RESYNC_CHAIN plausible records, each starting where the one before ends and dated within a day of it
+    (or fewer, when the last one ends exactly at the end of the data). Candidates are found by testing every
+    position of a window at once with numpy, so a damaged stretch costs one pass over its bytes."""
+
+    def __init__(self, header: PcapHeader) -> None:
+        order = header.byte_order
+        self.read = struct.Struct(order + "IIII").unpack_from
+        self.limit = header.caplen_limit
+        self.length_limit = max(self.limit, STANDARD_MAX_CAPLEN)
+        self.fraction_limit = 1_000_000_000 // header.ts_unit_ns
+        self.heads = np.dtype({"names": ["sec", "frac", "cap", "len"], "formats": [order + "u4"] * 4,
+                               "offsets": [0, 4, 8, 12], "itemsize": RECORD_HEADER_LEN})
+
+    def chain(self, buf: Buffer, pos: int, end: int, final: bool) -> bool | None:
+        """Whether a chain of plausible records starts at buf[pos]; None when buf[:end] ends before that
+        can be told and more data may follow (``final`` False)."""
+        read = self.read
+        previous = None
+        for _ in range(RESYNC_CHAIN):
+            if pos + RECORD_HEADER_LEN > end:
+                return pos == end if final else None
+            sec, frac, cap, size = read(buf, pos)
+            if not (cap <= self.limit and cap <= size <= self.length_limit and frac < self.fraction_limit) or (
+                    previous is not None and abs(sec - previous) > NEIGHBOUR_SECONDS):
+                return False
+            previous = sec
+            pos += RECORD_HEADER_LEN + cap
+        if pos <= end:
+            return True
+        return False if final else None
+
+    def find(self, buf: Buffer, at: int, end: int, near: int | None, final: bool) -> tuple[int | None, int]:
+        """(the first boundary from buf[at] on, or None; where a search with more data should go on).
+
+        ``near``: the time (seconds) of the last good record; candidates must lie within a year of it."""
+        lo, hi = 0, 0xFFFFFFFF
+        if near is not None:
+            lo, hi = max(near - NEIGHBOUR_SECONDS, 0), min(near + RESYNC_SECONDS, 0xFFFFFFFF)
+        window = SCAN_WINDOW
+        while True:
+            n = min(end - RECORD_HEADER_LEN + 1 - at, window)  # positions with a whole header after them
+            if n <= 0:
+                return None, at
+            heads = np.ndarray((n,), self.heads, buffer=buf, offset=at, strides=(1,))
+            cap, size, sec = heads["cap"], heads["len"], heads["sec"]
+            ok = (cap <= self.limit) & (cap <= size) & (size <= self.length_limit) \
+                & (heads["frac"] < self.fraction_limit) & (sec >= lo) & (sec <= hi)
+            for candidate in np.flatnonzero(ok).tolist():
+                verdict = self.chain(buf, at + candidate, end, final)
+                if verdict:
+                    return at + candidate, at + candidate
+                if verdict is None:
+                    return None, at + candidate
+            at += n
+            window = min(window * 4, SCAN_WINDOW_MAX)
+
+
+class Resync:
+    """Damage found by a record loop: finds where records start again, counts what was skipped, and keeps
+    the first message for the files table (with the number of damaged places)."""
+
+    def __init__(self, source: BufferSource, header: PcapHeader, stats: CaptureStats) -> None:
+        self.source = source
+        self.scan = RecordScan(header)
+        self.read_caplen = struct.Struct(header.byte_order + "8xI4x").unpack_from
+        self.stats = stats
+
+    def note(self, message: str | None, skipped: int = 0) -> None:
+        """One damaged place (``message``; None: nothing to report) and the bytes passed over there."""
+        if message is None:
+            return
+        stats = self.stats
+        stats.damaged_places += 1
+        stats.skipped_bytes += skipped
+        if stats.damage is None:
+            stats.damage = message
+
+    def previous(self, buf: Buffer, since: int, bad: int) -> int:
+        """The start of the record before buf[bad], walking records from buf[since] (a record start the loop
+        accepted); ``bad`` itself when there is none between them."""
+        pos = prev = since
+        read = self.read_caplen
+        while pos < bad:
+            prev = pos
+            pos += RECORD_HEADER_LEN + read(buf, pos)[0]
+        return prev if pos == bad else bad
+
+    def after(self, buf: Buffer, bad: int, prev: int, near: int | None, what: str,
+              cut_short: bool = False) -> tuple[Buffer, int] | None:
+        """(buffer, position) of the first record boundary after the last good record at buf[prev] (which
+        the damage at buf[bad] may have been part of: a captured length made too long), or None when there
+        is none up to the end of the data. ``cut_short``: with no boundary after it, the damage is the end of
+        a file cut short mid-record, and reported so."""
+        source = self.source
+        bad_at = source.offset(bad)
+        place, prev_place = source.where(bad), source.where(prev)
+        start = prev + 1
+        final = False
+        while True:
+            found, resume = self.scan.find(buf, start, len(buf), near, final)
+            if found is not None:
+                break
+            if final:
+                skipped = source.offset(len(buf)) - bad_at
+                if cut_short:
+                    self.note(f"{what} at {place} (file cut short?)", skipped)
+                else:
+                    self.note(f"{what} at {place}; no plausible packet record after it "
+                              f"({skipped} bytes skipped)", skipped)
+                return None
+            more = source.refill(buf, resume, len(buf) - resume + 1)
+            if more is None:
+                final, start = True, resume
+            else:
+                buf, start = more, 0
+        found_at = source.offset(found)
+        if found_at == bad_at:
+            return buf, found  # not damage: the record there starts a plausible chain after all
+        skipped = max(found_at - bad_at, 0)
+        if found_at < bad_at:  # the record before ran over the ones after it: its length was damaged
+            what, place = "packet record whose captured length runs over the records after it", prev_place
+        self.note(f"{what} at {place}, resynchronised at {source.where(found)} ({skipped} bytes skipped)",
+                  skipped)
+        return buf, found

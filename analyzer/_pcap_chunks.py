@@ -34,7 +34,14 @@ from analyzer._linklayer import (
     REASONS,
     decoder,
 )
-from analyzer._pcap import RECORD_HEADER_LEN, PcapHeader, first_timestamp, settle_stats
+from analyzer._pcap import (
+    NEIGHBOUR_SECONDS,
+    RECORD_HEADER_LEN,
+    PcapHeader,
+    Resync,
+    first_timestamp,
+    settle_stats,
+)
 
 if TYPE_CHECKING:
     from analyzer._pcap import BufferSource
@@ -112,16 +119,22 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
     Packets of flows in ``skip`` are left in the columns (the bulk path drops whole flows at once); in a
     chunk handed on as tuples they are left out, as the per-packet reader does. ``walked``: the file's
     record starts from ``pos`` on, found before (``walk_part``); the chunks are then exactly those the walk
-    here would give."""
+    here would give. Damage is found and passed over as the per-packet reader does (``_pcap.Resync``): the
+    same records are read, tested on whole columns."""
     order = header.byte_order
     walk = _caplen_reader(order)
     limit = header.caplen_limit
     layout = _Layout(buf, order, header.linktype, header.ts_unit_ns)
     end = len(buf)
     view = layout.view
+    resync = Resync(source, header, stats)
+    chain = resync.scan.chain
+    seconds = np.ndarray((end - 3,), order + "u4", buffer=buf, strides=(1,)) if end >= 4 else None
     counts = [0] * REASONS
     frame = 0
     ts = None
+    last_start = last_sec = None  # the last good record: where damage is traced back from, and its time
+    checked = False  # whether the next record's time is compared with the one before (not after a resync)
     stats.first_ts_ns = first_timestamp(struct.Struct(order + "II").unpack_from, buf, pos, header.ts_unit_ns)
     try:
         if walked is not None and (not len(walked) or walked[0] != pos):
@@ -139,24 +152,41 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
             header_cut = header_cut and pos < end  # not cut: the walk reached the end of the file (or past it)
             caplens = nexts - starts - RECORD_HEADER_LEN
             bad = (caplens > limit) | (nexts > end)
-            damage = None
-            if bad.any():
-                first = int(bad.argmax())
-                at = int(starts[first])
+            first = int(bad.argmax()) if bad.any() else len(starts)
+            what = None
+            if first:
+                secs = seconds[starts[:first]].astype(np.int64)
+                before = np.empty_like(secs)
+                before[1:] = secs[:-1]
+                before[0] = last_sec if checked else secs[0]
+                for j in np.flatnonzero(np.abs(secs - before) > NEIGHBOUR_SECONDS).tolist():
+                    if chain(buf, int(starts[j]), end, False) is False:
+                        what = f"packet record dated {int(secs[j] - before[j]):+d} s from the one before"
+                        first = j
+                        break
+            if what is None and first < len(starts):
                 caplen = int(caplens[first])
-                damage = source.damage(f"packet record claiming {caplen} captured bytes (limit {limit})"
-                                       if caplen > limit else "truncated packet record", at)
+                what = (f"packet record claiming {caplen} captured bytes (limit {limit})" if caplen > limit
+                        else "truncated packet record")
+            bad_at = int(starts[first]) if what is not None else 0
+            if first:
                 starts, nexts = starts[:first], nexts[:first]
-            elif header_cut:
-                damage = source.damage("truncated packet record header", pos)
-            if len(starts):
                 source.release(int(starts[0]))  # the pages before this chunk have been processed
                 chunk = layout.decode(starts, nexts, frame, counts, skip)
                 frame += len(starts)
                 ts = chunk.record_ts
+                last_start, last_sec, checked = int(starts[-1]), int(seconds[starts[-1]]), True
                 yield chunk
-            if damage is not None:
-                stats.damage = damage
+            if what is not None:
+                moved = resync.after(buf, bad_at, bad_at if last_start is None else last_start, last_sec, what,
+                                     cut_short=what == "truncated packet record")
+                if moved is None:
+                    break
+                pos = moved[1]
+                walked, checked, last_start, last_sec = None, False, None, None
+            elif header_cut:
+                resync.note(f"truncated packet record header at {source.where(pos)} (file cut short?)",
+                            end - pos)
                 break
     finally:
         settle_stats(stats, frame, counts, ts)

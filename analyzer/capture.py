@@ -79,7 +79,9 @@ class CaptureStats:
     short_headers: int = 0  # captured too short for the IP/TCP headers, or malformed headers
     first_ts_ns: int | None = None
     last_ts_ns: int | None = None
-    damage: str | None = None  # first damage found; reading stopped there, everything before was kept
+    damage: str | None = None  # the first damage found (reading went on after it where it could)
+    damaged_places: int = 0  # places where damage was found: each passed over, or the end of what was read
+    skipped_bytes: int = 0  # bytes passed over there (decompressed bytes for compressed files)
 
 
 class Capture:
@@ -371,6 +373,12 @@ class _MappedSource:
     def damage(self, what: str, pos: int) -> str:
         return f"{what} at byte {pos} (file cut short?)"
 
+    def offset(self, pos: int) -> int:
+        return pos
+
+    def where(self, pos: int) -> str:
+        return f"byte {pos}"
+
     def close(self) -> None:
         try:
             self._map.close()
@@ -460,8 +468,14 @@ class _StreamSource:
     def damage(self, what: str, pos: int) -> str:
         if self.error is not None:
             return self.error
+        return f"{what} at {self.where(pos)} (file cut short?)"
+
+    def offset(self, pos: int) -> int:
+        return self._base + pos
+
+    def where(self, pos: int) -> str:
         unit = "decompressed byte" if self._compression else "byte"
-        return f"{what} at {unit} {self._base + pos} (file cut short?)"
+        return f"{unit} {self._base + pos}"
 
     def _describe(self, exc: BaseException) -> str:
         if self._compression is None:
