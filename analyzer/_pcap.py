@@ -127,7 +127,7 @@ def pcap_packets(source: BufferSource, buf: Buffer, pos: int, header: PcapHeader
     headers_len = IPV4_TCP_HEADERS_LEN
     no_payload = NO_PAYLOAD
     record_len = RECORD_HEADER_LEN
-    resync = Resync(source, header, stats)
+    resync = Resync(source, RecordScan(header), stats)
     chain = resync.scan.chain
     view = memoryview(buf)
     end = len(buf)
@@ -165,6 +165,7 @@ def pcap_packets(source: BufferSource, buf: Buffer, pos: int, header: PcapHeader
                     frame += 1
                     if pos > release_at:
                         release_at = source.release(pos)
+                        checkpoint = pos
                     ts = second_ns + frac * ts_unit
                     if caplen >= min_len:
                         link_proto, ver_ihl, ip_len, fragment, proto, key, seq, ack, offset, flags = \
@@ -263,14 +264,21 @@ class RecordScan:
     (or fewer, when the last one ends exactly at the end of the data). Candidates are found by testing every
     position of a window at once with numpy, so a damaged stretch costs one pass over its bytes."""
 
+    unit = "packet record"
+    stride = 1
+
     def __init__(self, header: PcapHeader) -> None:
         order = header.byte_order
         self.read = struct.Struct(order + "IIII").unpack_from
+        self.read_caplen = struct.Struct(order + "8xI4x").unpack_from
         self.limit = header.caplen_limit
         self.length_limit = max(self.limit, STANDARD_MAX_CAPLEN)
         self.fraction_limit = 1_000_000_000 // header.ts_unit_ns
         self.heads = np.dtype({"names": ["sec", "frac", "cap", "len"], "formats": [order + "u4"] * 4,
                                "offsets": [0, 4, 8, 12], "itemsize": RECORD_HEADER_LEN})
+
+    def length(self, buf: Buffer, pos: int) -> int:
+        return RECORD_HEADER_LEN + self.read_caplen(buf, pos)[0]
 
     def chain(self, buf: Buffer, pos: int, end: int, final: bool) -> bool | None:
         """Whether a chain of plausible records starts at buf[pos]; None when buf[:end] ends before that
@@ -316,14 +324,25 @@ class RecordScan:
             window = min(window * 4, SCAN_WINDOW_MAX)
 
 
+class Scan(Protocol):
+    """Finds record (or block) boundaries after damage; see RecordScan."""
+
+    unit: str  # what the format's units are called in messages
+    stride: int  # alignment of the units: the search after the last good one starts this far on
+
+    def find(self, buf: Buffer, at: int, end: int, near: int | None, final: bool) -> tuple[int | None, int]: ...
+
+    def length(self, buf: Buffer, pos: int) -> int:
+        """The length the unit at buf[pos] claims (header included)."""
+
+
 class Resync:
     """Damage found by a record loop: finds where records start again, counts what was skipped, and keeps
     the first message for the files table (with the number of damaged places)."""
 
-    def __init__(self, source: BufferSource, header: PcapHeader, stats: CaptureStats) -> None:
+    def __init__(self, source: BufferSource, scan: Scan, stats: CaptureStats) -> None:
         self.source = source
-        self.scan = RecordScan(header)
-        self.read_caplen = struct.Struct(header.byte_order + "8xI4x").unpack_from
+        self.scan = scan
         self.stats = stats
 
     def note(self, message: str | None, skipped: int = 0) -> None:
@@ -340,10 +359,13 @@ class Resync:
         """The start of the record before buf[bad], walking records from buf[since] (a record start the loop
         accepted); ``bad`` itself when there is none between them."""
         pos = prev = since
-        read = self.read_caplen
+        length = self.scan.length
         while pos < bad:
             prev = pos
-            pos += RECORD_HEADER_LEN + read(buf, pos)[0]
+            step = length(buf, pos)
+            if step <= 0:
+                return bad
+            pos += step
         return prev if pos == bad else bad
 
     def after(self, buf: Buffer, bad: int, prev: int, near: int | None, what: str,
@@ -355,7 +377,7 @@ class Resync:
         source = self.source
         bad_at = source.offset(bad)
         place, prev_place = source.where(bad), source.where(prev)
-        start = prev + 1
+        start = prev + self.scan.stride
         final = False
         while True:
             found, resume = self.scan.find(buf, start, len(buf), near, final)
@@ -366,7 +388,7 @@ class Resync:
                 if cut_short:
                     self.note(f"{what} at {place} (file cut short?)", skipped)
                 else:
-                    self.note(f"{what} at {place}; no plausible packet record after it "
+                    self.note(f"{what} at {place}; no plausible {self.scan.unit} after it "
                               f"({skipped} bytes skipped)", skipped)
                 return None
             more = source.refill(buf, resume, len(buf) - resume + 1)
@@ -379,7 +401,7 @@ class Resync:
             return buf, found  # not damage: the record there starts a plausible chain after all
         skipped = max(found_at - bad_at, 0)
         if found_at < bad_at:  # the record before ran over the ones after it: its length was damaged
-            what, place = "packet record whose captured length runs over the records after it", prev_place
+            what, place = f"{self.scan.unit} whose length runs over the next ones", prev_place
         self.note(f"{what} at {place}, resynchronised at {source.where(found)} ({skipped} bytes skipped)",
                   skipped)
         return buf, found

@@ -38,6 +38,7 @@ from analyzer._pcap import (
     NEIGHBOUR_SECONDS,
     RECORD_HEADER_LEN,
     PcapHeader,
+    RecordScan,
     Resync,
     first_timestamp,
     settle_stats,
@@ -127,7 +128,7 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
     layout = _Layout(buf, order, header.linktype, header.ts_unit_ns)
     end = len(buf)
     view = layout.view
-    resync = Resync(source, header, stats)
+    resync = Resync(source, RecordScan(header), stats)
     chain = resync.scan.chain
     seconds = np.ndarray((end - 3,), order + "u4", buffer=buf, strides=(1,)) if end >= 4 else None
     counts = [0] * REASONS

@@ -82,6 +82,7 @@ class CaptureStats:
     damage: str | None = None  # the first damage found (reading went on after it where it could)
     damaged_places: int = 0  # places where damage was found: each passed over, or the end of what was read
     skipped_bytes: int = 0  # bytes passed over there (decompressed bytes for compressed files)
+    skipped_blocks: int = 0  # pcapng packet blocks passed over whole (on an interface no IDB declared)
 
 
 class Capture:
