@@ -38,6 +38,7 @@ ABSOLUTE_MAX_CAPLEN = 64 << 20
 NEIGHBOUR_SECONDS = 86_400
 RESYNC_SECONDS = 400 * 86_400
 RESYNC_CHAIN = 4  # plausible records in a row that make a boundary
+RUNS_PAST_END = "{} running past the end of the data"  # with plausible ones after it: damage, not a cut
 SCAN_WINDOW, SCAN_WINDOW_MAX = 4096, 1 << 20  # bytes of candidate positions tested at once (grows as it fails)
 
 # magic as it appears in the file -> (struct byte order, nanoseconds per timestamp fraction unit)
@@ -56,6 +57,7 @@ class BufferSource(Protocol):
     """Where a record loop's bytes come from (see analyzer.capture)."""
 
     error: str | None  # why the data ended early (a decompression error), once refill has returned None
+    whole: bool  # the first buffer holds all the data: refill never gives more
 
     def refill(self, buf: Buffer, pos: int, need: int) -> Buffer | None:
         """buf[pos:] followed by more data, at least `need` bytes if the file has them; None at the end."""
@@ -129,6 +131,7 @@ def pcap_packets(source: BufferSource, buf: Buffer, pos: int, header: PcapHeader
     record_len = RECORD_HEADER_LEN
     resync = Resync(source, RecordScan(header), stats)
     chain = resync.scan.chain
+    whole = source.whole
     view = memoryview(buf)
     end = len(buf)
     frame = 0
@@ -149,7 +152,7 @@ def pcap_packets(source: BufferSource, buf: Buffer, pos: int, header: PcapHeader
                 nxt = pos + caplen + record_len
                 if nxt <= end and caplen <= limit:
                     if sec != second:
-                        if not earliest <= sec <= latest and chain(buf, pos, end, False) is False:
+                        if not earliest <= sec <= latest and chain(buf, pos, end, whole, 2) is False:
                             moved = resync.after(buf, pos, resync.previous(buf, checkpoint, pos), second,
                                                  f"packet record dated {sec - second:+d} s from the one before")
                             if moved is None:
@@ -220,7 +223,8 @@ def pcap_packets(source: BufferSource, buf: Buffer, pos: int, header: PcapHeader
                     resync.note(source.error)
                 elif need > RECORD_HEADER_LEN:  # a whole header claiming more than is left: damage, or a cut
                     moved = resync.after(buf, pos, resync.previous(buf, checkpoint, pos),
-                                         second if second >= 0 else None, what, cut_short=True)
+                                         second if second >= 0 else None, RUNS_PAST_END.format("packet record"),
+                                         cut_short=what)
                     if moved is not None:
                         buf, pos = moved
                         end, view, checkpoint = len(buf), memoryview(buf), pos
@@ -280,14 +284,16 @@ class RecordScan:
     def length(self, buf: Buffer, pos: int) -> int:
         return RECORD_HEADER_LEN + self.read_caplen(buf, pos)[0]
 
-    def chain(self, buf: Buffer, pos: int, end: int, final: bool) -> bool | None:
+    def chain(self, buf: Buffer, pos: int, end: int, final: bool, least: int = 1) -> bool | None:
         """Whether a chain of plausible records starts at buf[pos]; None when buf[:end] ends before that
-        can be told and more data may follow (``final`` False)."""
+        can be told and more data may follow (``final`` False). A chain cut short by the end of the data
+        must still hold ``least`` records (a record dated far from the one before needs one after it
+        dated near it)."""
         read = self.read
         previous = None
-        for _ in range(RESYNC_CHAIN):
+        for n in range(RESYNC_CHAIN):
             if pos + RECORD_HEADER_LEN > end:
-                return pos == end if final else None
+                return pos == end and n >= least if final else None
             sec, frac, cap, size = read(buf, pos)
             if not (cap <= self.limit and cap <= size <= self.length_limit and frac < self.fraction_limit) or (
                     previous is not None and abs(sec - previous) > NEIGHBOUR_SECONDS):
@@ -369,11 +375,11 @@ class Resync:
         return prev if pos == bad else bad
 
     def after(self, buf: Buffer, bad: int, prev: int, near: int | None, what: str,
-              cut_short: bool = False) -> tuple[Buffer, int] | None:
+              cut_short: str | None = None) -> tuple[Buffer, int] | None:
         """(buffer, position) of the first record boundary after the last good record at buf[prev] (which
         the damage at buf[bad] may have been part of: a captured length made too long), or None when there
         is none up to the end of the data. ``cut_short``: with no boundary after it, the damage is the end of
-        a file cut short mid-record, and reported so."""
+        a file cut short mid-record, reported as this (what is cut short) instead of ``what``."""
         source = self.source
         bad_at = source.offset(bad)
         place, prev_place = source.where(bad), source.where(prev)
@@ -386,7 +392,7 @@ class Resync:
             if final:
                 skipped = source.offset(len(buf)) - bad_at
                 if cut_short:
-                    self.note(f"{what} at {place} (file cut short?)", skipped)
+                    self.note(f"{cut_short} at {place} (file cut short?)", skipped)
                 else:
                     self.note(f"{what} at {place}; no plausible {self.scan.unit} after it "
                               f"({skipped} bytes skipped)", skipped)

@@ -37,6 +37,7 @@ from analyzer._linklayer import (
 from analyzer._pcap import (
     NEIGHBOUR_SECONDS,
     RECORD_HEADER_LEN,
+    RUNS_PAST_END,
     PcapHeader,
     RecordScan,
     Resync,
@@ -161,7 +162,7 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
                 before[1:] = secs[:-1]
                 before[0] = last_sec if checked else secs[0]
                 for j in np.flatnonzero(np.abs(secs - before) > NEIGHBOUR_SECONDS).tolist():
-                    if chain(buf, int(starts[j]), end, False) is False:
+                    if chain(buf, int(starts[j]), end, True, 2) is False:
                         what = f"packet record dated {int(secs[j] - before[j]):+d} s from the one before"
                         first = j
                         break
@@ -179,8 +180,11 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
                 last_start, last_sec, checked = int(starts[-1]), int(seconds[starts[-1]]), True
                 yield chunk
             if what is not None:
+                cut_short = None
+                if what == "truncated packet record":
+                    what, cut_short = RUNS_PAST_END.format("packet record"), what
                 moved = resync.after(buf, bad_at, bad_at if last_start is None else last_start, last_sec, what,
-                                     cut_short=what == "truncated packet record")
+                                     cut_short)
                 if moved is None:
                     break
                 pos = moved[1]

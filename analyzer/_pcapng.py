@@ -25,7 +25,7 @@ from analyzer._linklayer import (
     fast_path,
     store_counts,
 )
-from analyzer._pcap import SCAN_WINDOW, SCAN_WINDOW_MAX, BufferSource, Packet, Resync
+from analyzer._pcap import RUNS_PAST_END, SCAN_WINDOW, SCAN_WINDOW_MAX, BufferSource, Packet, Resync
 
 if TYPE_CHECKING:
     from analyzer.capture import CaptureStats
@@ -374,8 +374,10 @@ def pcapng_packets(source: BufferSource, buf: Buffer, pos: int, stats: CaptureSt
                             yield frame, packet_ts, key, seq, ack, flags, view[start:stop], seg_len
                             continue
             if damage is not None:
-                moved = resync.after(buf, pos, resync.previous(buf, checkpoint, pos), None, damage,
-                                     cut_short=damage == "truncated block")
+                cut_short = None
+                if damage == "truncated block":
+                    damage, cut_short = RUNS_PAST_END.format("block"), damage
+                moved = resync.after(buf, pos, resync.previous(buf, checkpoint, pos), None, damage, cut_short)
                 if moved is None:
                     break
                 buf, pos = moved

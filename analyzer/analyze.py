@@ -22,7 +22,14 @@ from analyzer.capture import Capture, CaptureError, CaptureStats, open_capture
 from analyzer.carry import Handoff, carry_over, continues
 from analyzer.collector import collector_tuned
 from analyzer.flows import FlowTable
-from analyzer.tables import connections_batch, errors_batch, exchanges_batch, partitions_batch, records_batch
+from analyzer.tables import (
+    CONNECTION_ROW_FIELDS,
+    connections_batch,
+    errors_batch,
+    exchanges_batch,
+    partitions_batch,
+    records_batch,
+)
 from dissectors.kafka.framing import DEFAULT_KEEP, DEFAULT_MAX_FRAME
 from dissectors.kafka.records import Limits
 
@@ -80,6 +87,8 @@ class FileReport:
     shard: tuple[int, int] | None = None
     status_counts: dict[str, int] = field(default_factory=dict)
     refused_batches: int = 0  # compressed batches not expanded: over the decompression limits
+    kafka_packets: int = 0  # packets of the Kafka connections in its connection rows (TLS ones excluded)
+    tls_packets: int = 0  # packets of its TLS connection rows
     continues_in: str | None = None  # name of the next file of its rotated set, when connections run on into it
     handoffs: list[Handoff] = field(default_factory=list)  # the connections that do
 
@@ -249,6 +258,8 @@ def _carry_into(following: Sequence[str], table: FlowTable, stats: CaptureStats,
     return {h.connection_id: snapshots[h.connection_id] for h in report.handoffs}
 
 
+_TO_BROKER, _TO_CLIENT, _TLS = (CONNECTION_ROW_FIELDS.index(f) for f in (
+    "packets_to_broker", "packets_to_client", "tls"))
 _PACKET_COUNTERS = slice(6, 15)  # last_ts .. gaps in CONNECTION_ROW_FIELDS: what the next file counts again
 
 
@@ -287,6 +298,11 @@ def _emit_connections(table: FlowTable, name: str, sink: BatchSink, report: File
     rows = table.connection_rows
     if not rows:
         return
+    for row in rows:
+        if row[_TLS]:
+            report.tls_packets += row[_TO_BROKER] + row[_TO_CLIENT]
+        else:
+            report.kafka_packets += row[_TO_BROKER] + row[_TO_CLIENT]
     batch = connections_batch(rows, name)
     rows.clear()
     report.connections += batch.num_rows

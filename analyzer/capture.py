@@ -337,6 +337,7 @@ class _MappedSource:
     """The whole file as one buffer; there is never more to refill."""
 
     error = None
+    whole = True
 
     def __init__(self, file: BinaryIO):
         self._file = file
@@ -390,6 +391,8 @@ class _MappedSource:
 
 class _StreamSource:
     """Chunks of a (usually decompressing) stream, read ahead by a thread into a small bounded queue."""
+
+    whole = False
 
     def __init__(self, name: str, chunks: Iterator[bytes], raw: BinaryIO, compression: str | None):
         self._name = name
