@@ -131,7 +131,6 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
     view = layout.view
     resync = Resync(source, RecordScan(header), stats)
     chain = resync.scan.chain
-    seconds = np.ndarray((end - 3,), order + "u4", buffer=buf, strides=(1,)) if end >= 4 else None
     counts = [0] * REASONS
     frame = 0
     ts = None
@@ -156,12 +155,19 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
             bad = (caplens > limit) | (nexts > end)
             first = int(bad.argmax()) if bad.any() else len(starts)
             what = None
+            gathered = layout.fields(starts[:first], nexts[:first]) if first else None
             if first:
-                secs = seconds[starts[:first]].astype(np.int64)
-                before = np.empty_like(secs)
-                before[1:] = secs[:-1]
-                before[0] = last_sec if checked else secs[0]
-                for j in np.flatnonzero(np.abs(secs - before) > NEIGHBOUR_SECONDS).tolist():
+                secs = layout.seconds(starts[:first], gathered[0])
+                ref = last_sec if checked else int(secs[0])
+                if max(int(secs.max()), ref) - min(int(secs.min()), ref) > NEIGHBOUR_SECONDS:
+                    secs = secs.astype(np.int64)
+                    before = np.empty_like(secs)
+                    before[1:] = secs[:-1]
+                    before[0] = ref
+                    jumps = np.flatnonzero(np.abs(secs - before) > NEIGHBOUR_SECONDS).tolist()
+                else:  # the chunk's records all lie within a day of each other and of the one before
+                    jumps = []
+                for j in jumps:
                     if chain(buf, int(starts[j]), end, True, 2) is False:
                         what = f"packet record dated {int(secs[j] - before[j]):+d} s from the one before"
                         first = j
@@ -174,10 +180,10 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
             if first:
                 starts, nexts = starts[:first], nexts[:first]
                 source.release(int(starts[0]))  # the pages before this chunk have been processed
-                chunk = layout.decode(starts, nexts, frame, counts, skip)
+                chunk = layout.decode(starts, nexts, frame, counts, skip, tuple(g[:first] for g in gathered))
                 frame += len(starts)
                 ts = chunk.record_ts
-                last_start, last_sec, checked = int(starts[-1]), int(seconds[starts[-1]]), True
+                last_start, last_sec, checked = int(starts[-1]), int(secs[first - 1]), True
                 yield chunk
             if what is not None:
                 cut_short = None
@@ -423,9 +429,10 @@ class _Layout:
             if self.last >= 0 else None
 
     def decode(self, starts: np.ndarray, nexts: np.ndarray, base: int, counts: list[int],
-               skip: Container[bytes]) -> PacketChunk:
-        """One chunk's columns (or tuples), counting the records that are not TCP."""
-        rec, seg_len, fast = self.fields(starts, nexts)
+               skip: Container[bytes], gathered: tuple | None = None) -> PacketChunk:
+        """One chunk's columns (or tuples), counting the records that are not TCP. ``gathered``: what
+        ``fields`` gives for these records, when it was called already."""
+        rec, seg_len, fast = self.fields(starts, nexts) if gathered is None else gathered
         ts = rec["sec"].astype(np.int64) * 1_000_000_000 + rec["frac"].astype(np.int64) * self.ts_unit
         if self.windows is None or starts[-1] > self.last:  # records too near the end to gather: times read alone
             for i in np.flatnonzero(starts > self.last).tolist():
@@ -446,6 +453,15 @@ class _Layout:
                                                      counts, skip)
         return PacketChunk(base + 1, ts, rec["key"], rec["seq"], rec["ack"], rec["flags"], start, stop, seg_len,
                            self.view, tuples, last_frame, last_ts, record_ts)
+
+    def seconds(self, starts: np.ndarray, rec: np.ndarray) -> np.ndarray:
+        """The records' whole seconds from their gathered fields (those too near the end read alone)."""
+        secs = rec["sec"]
+        if self.windows is None or starts[-1] > self.last:
+            secs = secs.copy()
+            for i in np.flatnonzero(starts > self.last).tolist():
+                secs[i] = self.times(self.buf, int(starts[i]))[0]
+        return secs
 
     def fields(self, starts: np.ndarray, nexts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The records' gathered fields, their TCP payload lengths, and which of them are IPv4 TCP without
