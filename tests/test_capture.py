@@ -504,12 +504,16 @@ def test_pcapng_written_by_scapy(tmp_path):
     assert stats.link_types == [1, 113]
 
 
-def test_pcapng_packet_on_undeclared_interface_is_damage(tmp_path):
+def test_pcapng_packet_on_undeclared_interface_is_passed_over(tmp_path):
     ether = bytes(eth() / tcp4(b"x"))
-    content = shb("<") + idb("<", 1) + epb("<", 0, 1, ether) + epb("<", 3, 2, ether)
+    skipped = epb("<", 3, 2, ether)
+    content = shb("<") + idb("<", 1) + epb("<", 0, 1, ether) + skipped + epb("<", 0, 3, ether)
     (tmp_path / "u.pcapng").write_bytes(content)
     packets, stats = read_all(tmp_path / "u.pcapng")
-    assert len(packets) == 1 and "undeclared interface 3" in stats.damage
+    assert [(p[0], p[1]) for p in packets] == [(1, 1000), (2, 3000)]
+    offset = len(content) - 2 * len(skipped)
+    assert stats.damage == f"packet for undeclared interface 3 at byte {offset} (block skipped)"
+    assert (stats.damaged_places, stats.skipped_bytes, stats.skipped_blocks) == (1, len(skipped), 1)
 
 
 # --- damaged files: keep everything before the damage -------------------------------------------------

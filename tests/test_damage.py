@@ -17,6 +17,7 @@ from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
 
+from analyzer import capture as capture_module
 from analyzer.analyze import Options
 from analyzer.report import Collector
 from analyzer.run import run
@@ -101,7 +102,11 @@ def test_damaged_record_headers_lose_only_their_records(tmp_path, path, kind, bu
     assert "resynchronised at byte" in row["message"] and "cut short" not in row["message"]
 
 
-def test_damage_in_a_gzip_stream_is_passed_over_too(tmp_path):
+@pytest.mark.parametrize("chunk_size, read_ahead", [(8 << 20, 2), (1000, 0), (4096, 2)])
+def test_damage_in_a_gzip_stream_is_passed_over_too(tmp_path, monkeypatch, chunk_size, read_ahead):
+    """Decompressed in chunks smaller than the records and the search (refills while resynchronising)."""
+    monkeypatch.setattr(capture_module, "CHUNK_SIZE", chunk_size)
+    monkeypatch.setattr(capture_module, "READ_AHEAD_CHUNKS", read_ahead)
     path = ROOT / "sample_pcaps" / "tansu_consumer_group.pcap"
     damaged, expected, hit, hit_bytes = damage_headers(path.read_bytes(), 9, "length")
     damaged = put(tmp_path, "damaged", "cap.pcap.gz", gzip.compress(damaged))
