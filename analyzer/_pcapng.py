@@ -42,6 +42,7 @@ MAX_BLOCK_LEN = 128 << 20  # far above any real block; a bigger length means a c
 OPT_END, OPT_TSRESOL, OPT_TSOFFSET = 0, 9, 14
 DEFAULT_TSRESOL = 6  # microseconds
 UNDECLARED = "packet for undeclared interface"
+TRAILER_SEARCH = 4096  # bytes of options searched for the trailing length copy of a block whose length is damaged
 
 
 class Interface(NamedTuple):
@@ -145,6 +146,23 @@ class BlockScan:
             if length < 32 or if_id >= len(self.interfaces) or self.u32(buf, pos + 20)[0] > length - 32:
                 return False
         return pos + length
+
+    def length_by_trailer(self, buf: Buffer, pos: int, end: int) -> int | None:
+        """The length of the packet block at buf[pos] as its trailing copy gives it, when its length field is
+        damaged: the first word after the packet data (and up to TRAILER_SEARCH bytes of options) that
+        equals its own distance from the block start plus 4, followed by a plausible block or the end."""
+        caplen = self.u32(buf, pos + 20)[0] if pos + 24 <= end else MAX_BLOCK_LEN
+        first = pos + EPB_HEADER_LEN + ((caplen + 3) & ~3)
+        n = min((end - first) // 4, TRAILER_SEARCH // 4)
+        if n <= 0:
+            return None
+        words = np.ndarray((n,), self.order + "u4", buffer=buf, offset=first, strides=(4,))
+        distances = np.arange(first + 4 - pos, first + 4 - pos + 4 * n, 4)
+        for i in np.flatnonzero(words == distances).tolist():
+            length = first + 4 * i + 4 - pos
+            if pos + length == end or self.block(buf, pos + length, end, True):
+                return length
+        return None
 
     def chain(self, buf: Buffer, pos: int, end: int, final: bool) -> bool | None:
         nxt = self.block(buf, pos, end, final)
@@ -320,6 +338,12 @@ def pcapng_packets(source: BufferSource, buf: Buffer, pos: int, stats: CaptureSt
             nxt = pos + block_len
             if damage is None and u32(buf, nxt - 4)[0] != block_len:
                 damage = f"block length {block_len} not repeated at its end"
+            if damage is not None and block_type in (EPB, PB):
+                length = resync.scan.length_by_trailer(buf, pos, end)
+                if length is not None:  # only the length field was damaged: the block is read
+                    resync.note(f"{damage} at {source.where(pos)}; read as the {length} bytes its trailing "
+                                f"copy gives")
+                    damage, block_len, nxt = None, length, pos + length
             if damage is None:
                 checkpoint = pos
                 if block_type == SHB:

@@ -192,8 +192,10 @@ def pcapng_cases() -> dict[str, tuple[bytes, bytes, int, int]]:
     shb_end = blocks[0][2]
     return {
         "length too long": (length(end - start + 400), content, 0, 0),
-        "length too short": (length(end - start - 8), after, end - start, 0),
-        "length absurd": (length(0x7FFF0000), after, end - start, 0),
+        "length too short": (length(end - start - 8), content, 0, 0),  # its trailing copy gives the length
+        "length absurd": (length(0x7FFF0000), content, 0, 0),
+        "length absurd, trailing copy too": (length(0x7FFF0000)[:end - 4] + b"\xff" * 4 + content[end:], after,
+                                             end - start, 0),
         "undeclared interface": (bytes(undeclared), after, end - start, 1),
         "packet before any interface": (content[:shb_end] + content[start:end] + content[shb_end:], content,
                                         end - start, 1),
@@ -202,6 +204,8 @@ def pcapng_cases() -> dict[str, tuple[bytes, bytes, int, int]]:
 
 @pytest.mark.parametrize("case", list(pcapng_cases()))
 def test_damaged_pcapng_block_loses_at_most_itself(tmp_path, case):
+    """A block whose length field alone is damaged is read at the length its trailing copy gives; one on an
+    undeclared interface is passed over; one with both copies of its length damaged is lost, alone."""
     damaged, expected, skipped_bytes, skipped_blocks = pcapng_cases()[case]
     damaged = put(tmp_path, "damaged", "cap.pcapng", damaged)
     expected = put(tmp_path, "expected", "cap.pcapng", expected)
