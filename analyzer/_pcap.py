@@ -39,6 +39,8 @@ NEIGHBOUR_SECONDS = 86_400
 RESYNC_SECONDS = 400 * 86_400
 RESYNC_CHAIN = 4  # plausible records in a row that make a boundary
 RUNS_PAST_END = "{} running past the end of the data"  # with plausible ones after it: damage, not a cut
+ORIGINAL_SLACK = 64  # captured bytes a record may hold beyond its original length (seen: 16)
+CHAIN_IN_BULK = 64  # candidates in a window beyond which their chains are first followed with numpy
 SCAN_WINDOW, SCAN_WINDOW_MAX = 4096, 1 << 20  # bytes of candidate positions tested at once (grows as it fails)
 
 # magic as it appears in the file -> (struct byte order, nanoseconds per timestamp fraction unit)
@@ -130,7 +132,7 @@ def pcap_packets(source: BufferSource, buf: Buffer, pos: int, header: PcapHeader
     no_payload = NO_PAYLOAD
     record_len = RECORD_HEADER_LEN
     resync = Resync(source, RecordScan(header), stats)
-    chain = resync.scan.chain
+    chain, opening = resync.scan.chain, resync.scan.opening
     whole = source.whole
     view = memoryview(buf)
     end = len(buf)
@@ -139,7 +141,9 @@ def pcap_packets(source: BufferSource, buf: Buffer, pos: int, header: PcapHeader
     counts = [0] * REASONS
     ts = None
     second = second_ns = -1  # the last record's whole seconds, and in nanoseconds: saves a multiplication
-    earliest, latest = 0, 0xFFFFFFFF  # the seconds a next record may have without being looked at closer
+    # The seconds a next record may have without being looked at closer: none for the first record, whose
+    # header has no neighbour before it to be compared with.
+    earliest, latest = 1, 0
     checkpoint = pos  # a record start accepted not long ago: damage is traced back from there
     stats.first_ts_ns = first_timestamp(record, buf, pos, ts_unit)
     try:
@@ -152,9 +156,10 @@ def pcap_packets(source: BufferSource, buf: Buffer, pos: int, header: PcapHeader
                 nxt = pos + caplen + record_len
                 if nxt <= end and caplen <= limit:
                     if sec != second:
-                        if not earliest <= sec <= latest and chain(buf, pos, end, whole, 2) is False:
-                            moved = resync.after(buf, pos, resync.previous(buf, checkpoint, pos), second,
-                                                 f"packet record dated {sec - second:+d} s from the one before")
+                        if not earliest <= sec <= latest and (
+                                chain(buf, pos, end, whole, 2, 2) is False if frame else not opening(buf, pos, end)):
+                            moved = resync.after(buf, pos, resync.previous(buf, checkpoint, pos),
+                                                 second if frame else None, _dated(sec, second))
                             if moved is None:
                                 break
                             buf, pos = moved
@@ -242,6 +247,13 @@ def pcap_packets(source: BufferSource, buf: Buffer, pos: int, header: PcapHeader
         settle_stats(stats, frame, counts, ts)
 
 
+def _dated(sec: int, before: int) -> str:
+    """What is wrong with a record whose time no record after it confirms."""
+    if before < 0:
+        return "first packet record not followed by plausible ones"
+    return f"packet record dated {sec - before:+d} s from the one before"
+
+
 def settle_stats(stats: CaptureStats, frames: int, counts: list[int], last_ts: int | None) -> None:
     """A pcap record loop's counters and last time into the stats (no first time without a record)."""
     store_counts(stats, frames, counts)
@@ -284,18 +296,19 @@ class RecordScan:
     def length(self, buf: Buffer, pos: int) -> int:
         return RECORD_HEADER_LEN + self.read_caplen(buf, pos)[0]
 
-    def chain(self, buf: Buffer, pos: int, end: int, final: bool, least: int = 1) -> bool | None:
-        """Whether a chain of plausible records starts at buf[pos]; None when buf[:end] ends before that
-        can be told and more data may follow (``final`` False). A chain cut short by the end of the data
-        must still hold ``least`` records (a record dated far from the one before needs one after it
-        dated near it)."""
+    def chain(self, buf: Buffer, pos: int, end: int, final: bool, least: int = 1,
+              depth: int = RESYNC_CHAIN) -> bool | None:
+        """Whether a chain of ``depth`` plausible records starts at buf[pos]; None when buf[:end] ends
+        before that can be told and more data may follow (``final`` False). A chain cut short by the end of
+        the data must still hold ``least`` records (a record dated far from the one before needs one after
+        it dated near it)."""
         read = self.read
         previous = None
-        for n in range(RESYNC_CHAIN):
+        for n in range(depth):
             if pos + RECORD_HEADER_LEN > end:
                 return pos == end and n >= least if final else None
             sec, frac, cap, size = read(buf, pos)
-            if not (cap <= self.limit and cap <= size <= self.length_limit and frac < self.fraction_limit) or (
+            if not self.plausible(sec, frac, cap, size) or (
                     previous is not None and abs(sec - previous) > NEIGHBOUR_SECONDS):
                 return False
             previous = sec
@@ -303,6 +316,24 @@ class RecordScan:
         if pos <= end:
             return True
         return False if final else None
+
+    def plausible(self, sec: int, frac: int, cap: int, size: int) -> bool:
+        """A record header on its own: some writers record a few bytes more than the original length."""
+        return cap <= self.limit and size <= self.length_limit and cap <= size + ORIGINAL_SLACK \
+            and frac < self.fraction_limit
+
+    def opening(self, buf: Buffer, pos: int, end: int) -> bool:
+        """Whether the first record of a file may be read: plausible, and the record after it, when that one
+        is plausible, dated within a day of it (garbage before the records is passed over)."""
+        read = self.read
+        sec, frac, cap, size = read(buf, pos)
+        if not self.plausible(sec, frac, cap, size):
+            return False
+        nxt = pos + RECORD_HEADER_LEN + cap
+        if nxt + RECORD_HEADER_LEN > end:
+            return True
+        after = read(buf, nxt)
+        return not self.plausible(*after) or abs(after[0] - sec) <= NEIGHBOUR_SECONDS
 
     def find(self, buf: Buffer, at: int, end: int, near: int | None, final: bool) -> tuple[int | None, int]:
         """(the first boundary from buf[at] on, or None; where a search with more data should go on).
@@ -318,9 +349,12 @@ class RecordScan:
                 return None, at
             heads = np.ndarray((n,), self.heads, buffer=buf, offset=at, strides=(1,))
             cap, size, sec = heads["cap"], heads["len"], heads["sec"]
-            ok = (cap <= self.limit) & (cap <= size) & (size <= self.length_limit) \
-                & (heads["frac"] < self.fraction_limit) & (sec >= lo) & (sec <= hi)
-            for candidate in np.flatnonzero(ok).tolist():
+            plausible = (cap <= self.limit) & (size <= self.length_limit) & (cap <= size + ORIGINAL_SLACK) \
+                & (heads["frac"] < self.fraction_limit)
+            candidates = np.flatnonzero(plausible & (sec >= lo) & (sec <= hi))
+            if len(candidates) > CHAIN_IN_BULK:
+                candidates = _chains_in_window(candidates, plausible, cap, sec)
+            for candidate in candidates.tolist():
                 verdict = self.chain(buf, at + candidate, end, final)
                 if verdict:
                     return at + candidate, at + candidate
@@ -328,6 +362,24 @@ class RecordScan:
                     return None, at + candidate
             at += n
             window = min(window * 4, SCAN_WINDOW_MAX)
+
+
+def _chains_in_window(candidates: np.ndarray, plausible: np.ndarray, cap: np.ndarray,
+                      sec: np.ndarray) -> np.ndarray:
+    """The candidates whose chain does not break inside the window, followed for all at once: data
+    made of record-like headers (a hostile file, a capture of a capture) would otherwise cost a
+    Python chain check at every one of its positions."""
+    n = len(plausible)
+    alive = np.ones(len(candidates), bool)
+    at = candidates
+    for _ in range(RESYNC_CHAIN - 1):
+        nxt = at + RECORD_HEADER_LEN + cap[at].astype(np.int64)
+        inside = nxt < n
+        nxt = np.where(inside, nxt, at)
+        step = np.abs(sec[nxt].astype(np.int64) - sec[at].astype(np.int64))
+        alive &= ~inside | (plausible[nxt] & (step <= NEIGHBOUR_SECONDS))
+        at = nxt
+    return candidates[alive]
 
 
 class Scan(Protocol):

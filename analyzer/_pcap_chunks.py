@@ -41,6 +41,7 @@ from analyzer._pcap import (
     PcapHeader,
     RecordScan,
     Resync,
+    _dated,
     first_timestamp,
     settle_stats,
 )
@@ -129,13 +130,15 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
     layout = _Layout(buf, order, header.linktype, header.ts_unit_ns)
     end = len(buf)
     view = layout.view
-    resync = Resync(source, RecordScan(header), stats)
-    chain = resync.scan.chain
+    scan = RecordScan(header)
+    resync = Resync(source, scan, stats)
+    chain = scan.chain
     counts = [0] * REASONS
     frame = 0
     ts = None
     last_start = last_sec = None  # the last good record: where damage is traced back from, and its time
     checked = False  # whether the next record's time is compared with the one before (not after a resync)
+    resynced = False
     stats.first_ts_ns = first_timestamp(struct.Struct(order + "II").unpack_from, buf, pos, header.ts_unit_ns)
     try:
         if walked is not None and (not len(walked) or walked[0] != pos):
@@ -167,9 +170,13 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
                     jumps = np.flatnonzero(np.abs(secs - before) > NEIGHBOUR_SECONDS).tolist()
                 else:  # the chunk's records all lie within a day of each other and of the one before
                     jumps = []
+                opening = not frame and not resynced  # the file's first record is looked at closer too
+                if opening and jumps[:1] != [0]:
+                    jumps.insert(0, 0)
                 for j in jumps:
-                    if chain(buf, int(starts[j]), end, True, 2) is False:
-                        what = f"packet record dated {int(secs[j] - before[j]):+d} s from the one before"
+                    at, file_start = int(starts[j]), opening and j == 0
+                    if not scan.opening(buf, at, end) if file_start else chain(buf, at, end, True, 2, 2) is False:
+                        what = _dated(int(secs[j]), -1 if file_start else int(before[j]))
                         first = j
                         break
             if what is None and first < len(starts):
@@ -194,7 +201,7 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
                 if moved is None:
                     break
                 pos = moved[1]
-                walked, checked, last_start, last_sec = None, False, None, None
+                walked, checked, last_start, last_sec, resynced = None, False, None, None, True
             elif header_cut:
                 resync.note(f"truncated packet record header at {source.where(pos)} (file cut short?)",
                             end - pos)

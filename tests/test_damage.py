@@ -266,3 +266,18 @@ def test_every_packet_is_accounted_for(tmp_path):
         assert_accounted(tables, row)
         assert (row["kafka_packets"], row["other_tcp_packets"], row["non_tcp_packets"],
                 row["undecodable_packets"]) == (clean["kafka_packets"], 5, 7, 3)
+
+
+@pytest.mark.parametrize("bulk", [True, False], ids=["chunked", "per-packet"])
+def test_record_like_garbage_is_passed_over_as_one_place(tmp_path, bulk):
+    """Half a megabyte of empty record headers dated three days apart in turn (each looks like a record,
+    none makes a chain) between the file header and the sample's records: the search goes through them
+    (in bulk, see RecordScan) and every record after them is read."""
+    content = (ROOT / "sample_pcaps" / "tansu_admin.pcap").read_bytes()
+    sec, = struct.unpack_from("<I", content, 24)
+    decoys = b"".join(struct.pack("<IIII", sec + i % 2 * 3 * 86400, 0, 0, 0) for i in range(1 << 15))
+    got, row = export(put(tmp_path, "damaged", "cap.pcap", content[:24] + decoys + content[24:]), bulk)
+    want, want_row = export(put(tmp_path, "expected", "cap.pcap", content), bulk)
+    assert_same_rows(got, want)
+    assert (row["packets"], row["damaged_places"], row["skipped_bytes"]) == (
+        want_row["packets"], 1, len(decoys))
