@@ -64,9 +64,6 @@ class BufferSource(Protocol):
     def refill(self, buf: Buffer, pos: int, need: int) -> Buffer | None:
         """buf[pos:] followed by more data, at least `need` bytes if the file has them; None at the end."""
 
-    def damage(self, what: str, pos: int) -> str:
-        """A user-facing message for damage found at buf[pos] of the current buffer."""
-
     def release(self, pos: int) -> int:
         """The loop has read up to buf[pos]: pages before it may be dropped. Returns when to call again."""
 

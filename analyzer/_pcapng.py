@@ -325,7 +325,7 @@ def pcapng_packets(source: BufferSource, buf: Buffer, pos: int, stats: CaptureSt
                 more = source.refill(buf, pos, need)
                 if more is not None:
                     buf, pos, end = more, 0, len(more)
-                    view = memoryview(buf)
+                    view, checkpoint = memoryview(buf), 0
                     continue
                 if source.error is not None:
                     resync.note(source.error)

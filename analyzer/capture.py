@@ -372,9 +372,6 @@ class _MappedSource:
             self._released = start
         return pos + RELEASE_STEP
 
-    def damage(self, what: str, pos: int) -> str:
-        return f"{what} at byte {pos} (file cut short?)"
-
     def offset(self, pos: int) -> int:
         return pos
 
@@ -468,11 +465,6 @@ class _StreamSource:
     def release(self, pos: int) -> int:
         """Chunks are freed as the loop moves past them; nothing to do."""
         return 1 << 62
-
-    def damage(self, what: str, pos: int) -> str:
-        if self.error is not None:
-            return self.error
-        return f"{what} at {self.where(pos)} (file cut short?)"
 
     def offset(self, pos: int) -> int:
         return self._base + pos

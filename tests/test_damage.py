@@ -217,6 +217,19 @@ def test_damaged_pcapng_block_loses_at_most_itself(tmp_path, case):
     assert (row["skipped_bytes"], row["skipped_blocks"]) == (skipped_bytes, skipped_blocks)
 
 
+@pytest.mark.parametrize("chunk_size", [8 << 20, 1000])
+def test_damaged_pcapng_blocks_in_a_gzip_stream(tmp_path, monkeypatch, chunk_size):
+    """Each damaged block of the cases above, compressed and decompressed in chunks smaller than a block:
+    the rows and counts are those of the plain file."""
+    monkeypatch.setattr(capture_module, "CHUNK_SIZE", chunk_size)
+    for damaged, *_ in pcapng_cases().values():
+        plain, plain_row = export(put(tmp_path, "plain", "cap.pcapng", damaged))
+        packed, packed_row = export(put(tmp_path, "packed", "cap.pcapng", gzip.compress(damaged)))
+        assert_same_rows(packed, plain)
+        for column in ("packets", "damaged_places", "skipped_bytes", "skipped_blocks"):
+            assert packed_row[column] == plain_row[column], column
+
+
 # --- every packet accounted -------------------------------------------------------------------------------
 
 def assert_accounted(tables: dict[str, pa.Table], row: dict) -> None:
