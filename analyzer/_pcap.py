@@ -62,7 +62,9 @@ class BufferSource(Protocol):
     whole: bool  # the first buffer holds all the data: refill never gives more
 
     def refill(self, buf: Buffer, pos: int, need: int) -> Buffer | None:
-        """buf[pos:] followed by more data, at least `need` bytes if the file has them; None at the end."""
+        """buf[pos:] followed by more data: at least `need` bytes if the data has them, else all that is left
+        (a record claiming more than is left may be damage, with records after it); None when there is no
+        more data."""
 
     def release(self, pos: int) -> int:
         """The loop has read up to buf[pos]: pages before it may be dropped. Returns when to call again."""
@@ -153,8 +155,21 @@ def pcap_packets(source: BufferSource, buf: Buffer, pos: int, header: PcapHeader
                 nxt = pos + caplen + record_len
                 if nxt <= end and caplen <= limit:
                     if sec != second:
-                        if not earliest <= sec <= latest and (
-                                chain(buf, pos, end, whole, 2, 2) is False if frame else not opening(buf, pos, end)):
+                        if earliest <= sec <= latest:
+                            broken = False
+                        elif frame:
+                            broken = chain(buf, pos, end, whole, 2, 2)
+                            if broken is None:  # this buffer ends too soon to tell: more data, or the end
+                                more = source.refill(buf, pos, end - pos + 1)
+                                if more is not None:
+                                    buf, pos, end = more, 0, len(more)
+                                    view, checkpoint = memoryview(buf), 0
+                                    continue
+                                broken = chain(buf, pos, end, True, 2, 2)
+                            broken = broken is False
+                        else:
+                            broken = not opening(buf, pos, end)
+                        if broken:
                             moved = resync.after(buf, pos, resync.previous(buf, checkpoint, pos),
                                                  second if frame else None, _dated(sec, second))
                             if moved is None:

@@ -451,7 +451,7 @@ class _StreamSource:
                 parts.append(item)
                 have += len(item)
                 self._delivered += len(item)
-        if have < need:
+        if len(parts) == 1:  # nothing more: the caller decides what the tail is (damage or a cut)
             return None
         self._base += pos
         return b"".join(parts)

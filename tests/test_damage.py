@@ -294,3 +294,23 @@ def test_record_like_garbage_is_passed_over_as_one_place(tmp_path, bulk):
     assert_same_rows(got, want)
     assert (row["packets"], row["damaged_places"], row["skipped_bytes"]) == (
         want_row["packets"], 1, len(decoys))
+
+
+@pytest.mark.parametrize("chunk_size", [8 << 20, 1000])
+def test_damage_near_the_end_of_a_gzip_stream(tmp_path, monkeypatch, chunk_size):
+    """A record claiming more than is left with records after it, and a last record dated years away: the
+    stream is read as the plain file is (the data a refill came short of is kept; the last record's time is
+    judged at the end of the data, not of a chunk)."""
+    monkeypatch.setattr(capture_module, "CHUNK_SIZE", chunk_size)
+    content = (ROOT / "sample_pcaps" / "tansu_admin.pcap").read_bytes()
+    _, order, records = pcap_records(content)
+    damaged = bytearray(content)
+    eighth_last = records[-8][0]
+    struct.pack_into(order + "I", damaged, eighth_last + 8, len(content) - eighth_last)
+    last = records[-1][0]
+    struct.pack_into(order + "I", damaged, last, struct.unpack_from(order + "I", content, last)[0] ^ 0x40000000)
+    want, want_row = export(put(tmp_path, "expected", "cap.pcap", without(
+        content, records, {len(records) - 8, len(records) - 1})))
+    got, row = export(put(tmp_path, "damaged", "cap.pcap", gzip.compress(bytes(damaged))))
+    assert_same_rows(got, want)
+    assert (row["packets"], row["damaged_places"]) == (want_row["packets"], 2)
