@@ -3,6 +3,11 @@
 The record loop is written once for both ways of holding the file: one buffer over the whole file (mmap),
 or a stream of decompressed chunks. It walks a buffer until a record does not fit, then asks the source to
 `refill` (the unconsumed tail plus more data); a memory map never has more, a stream usually does.
+
+Damage does not end the reading: a record header that makes no sense sends the loop to `Resync`, which
+finds the next chain of plausible records (`RecordScan`, the pcapng loop brings its `BlockScan`) from the
+last good record on, counts the bytes passed over and goes on there. The search looks at each byte once,
+in numpy windows, and holds at most a few records beyond the current buffer.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Packets come in Enhanced Packet Blocks (EPB), which the loop decodes inline, and in the rarer Simple
 Packet Blocks (SPB, interface 0, no timestamp) and obsolete Packet Blocks (PB). Every other block type is
 skipped. Each interface has its own link type and timestamp resolution (if_tsresol, if_tsoffset).
-Like the pcap loop, it walks one buffer and asks the source to refill when a block does not fit.
+Like the pcap loop, it walks one buffer and asks the source to refill when a block does not fit, and goes
+on after damage at the next plausible block (`BlockScan`, with `_pcap.Resync`).
 """
 
 from __future__ import annotations
