@@ -34,7 +34,17 @@ from analyzer._linklayer import (
     REASONS,
     decoder,
 )
-from analyzer._pcap import RECORD_HEADER_LEN, PcapHeader, first_timestamp, settle_stats
+from analyzer._pcap import (
+    NEIGHBOUR_SECONDS,
+    RECORD_HEADER_LEN,
+    RUNS_PAST_END,
+    PcapHeader,
+    RecordScan,
+    Resync,
+    _dated,
+    first_timestamp,
+    settle_stats,
+)
 
 if TYPE_CHECKING:
     from analyzer._pcap import BufferSource
@@ -112,16 +122,23 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
     Packets of flows in ``skip`` are left in the columns (the bulk path drops whole flows at once); in a
     chunk handed on as tuples they are left out, as the per-packet reader does. ``walked``: the file's
     record starts from ``pos`` on, found before (``walk_part``); the chunks are then exactly those the walk
-    here would give."""
+    here would give. Damage is found and passed over as the per-packet reader does (``_pcap.Resync``): the
+    same records are read, tested on whole columns."""
     order = header.byte_order
     walk = _caplen_reader(order)
     limit = header.caplen_limit
     layout = _Layout(buf, order, header.linktype, header.ts_unit_ns)
     end = len(buf)
     view = layout.view
+    scan = RecordScan(header)
+    resync = Resync(source, scan, stats)
+    chain = scan.chain
     counts = [0] * REASONS
     frame = 0
     ts = None
+    last_start = last_sec = last_ns = None  # the last good record: where damage is traced back from, its time
+    checked = False  # whether the next record's time is compared with the one before (not after a resync)
+    resynced = False
     stats.first_ts_ns = first_timestamp(struct.Struct(order + "II").unpack_from, buf, pos, header.ts_unit_ns)
     try:
         if walked is not None and (not len(walked) or walked[0] != pos):
@@ -139,24 +156,58 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
             header_cut = header_cut and pos < end  # not cut: the walk reached the end of the file (or past it)
             caplens = nexts - starts - RECORD_HEADER_LEN
             bad = (caplens > limit) | (nexts > end)
-            damage = None
-            if bad.any():
-                first = int(bad.argmax())
-                at = int(starts[first])
+            first = int(bad.argmax()) if bad.any() else len(starts)
+            what = None
+            gathered = layout.fields(starts[:first], nexts[:first]) if first else None
+            if first:
+                ts_ns = gathered[3]
+                ref_ns = last_ns if checked else int(ts_ns[0])
+                spread = max(int(ts_ns.max()), ref_ns) - min(int(ts_ns.min()), ref_ns)
+                if spread < (NEIGHBOUR_SECONDS - 1) * 1_000_000_000:  # all within a day of each other
+                    jumps = []
+                else:  # whole seconds compared, as the per-packet reader does
+                    secs = layout.seconds(starts[:first], gathered[0])
+                    before = np.empty_like(secs)
+                    before[1:] = secs[:-1]
+                    before[0] = last_sec if checked else secs[0]
+                    jumps = np.flatnonzero(np.abs(secs - before) > NEIGHBOUR_SECONDS).tolist()
+                opening = not frame and not resynced  # the file's first record is looked at closer too
+                if opening and jumps[:1] != [0]:
+                    jumps.insert(0, 0)
+                for j in jumps:
+                    at, file_start = int(starts[j]), opening and j == 0
+                    if not scan.opening(buf, at, end) if file_start else chain(buf, at, end, True, 2, 2) is False:
+                        sec = int(ts_ns[j]) // 1_000_000_000 if file_start else int(secs[j])
+                        what = _dated(sec, -1 if file_start else int(before[j]))
+                        first = j
+                        break
+            if what is None and first < len(starts):
                 caplen = int(caplens[first])
-                damage = source.damage(f"packet record claiming {caplen} captured bytes (limit {limit})"
-                                       if caplen > limit else "truncated packet record", at)
+                what = (f"packet record claiming {caplen} captured bytes (limit {limit})" if caplen > limit
+                        else "truncated packet record")
+            bad_at = int(starts[first]) if what is not None else 0
+            if first:
                 starts, nexts = starts[:first], nexts[:first]
-            elif header_cut:
-                damage = source.damage("truncated packet record header", pos)
-            if len(starts):
                 source.release(int(starts[0]))  # the pages before this chunk have been processed
-                chunk = layout.decode(starts, nexts, frame, counts, skip)
+                chunk = layout.decode(starts, nexts, frame, counts, skip, tuple(g[:first] for g in gathered))
                 frame += len(starts)
                 ts = chunk.record_ts
+                last_start, last_ns, checked = int(starts[-1]), int(ts_ns[first - 1]), True
+                last_sec = layout.read_times(buf, last_start)[0]
                 yield chunk
-            if damage is not None:
-                stats.damage = damage
+            if what is not None:
+                cut_short = None
+                if what == "truncated packet record":
+                    what, cut_short = RUNS_PAST_END.format("packet record"), what
+                moved = resync.after(buf, bad_at, bad_at if last_start is None else last_start, last_sec, what,
+                                     cut_short)
+                if moved is None:
+                    break
+                pos = moved[1]
+                walked, checked, last_start, last_sec, resynced = None, False, None, None, True
+            elif header_cut:
+                resync.note(f"truncated packet record header at {source.where(pos)} (file cut short?)",
+                            end - pos)
                 break
     finally:
         settle_stats(stats, frame, counts, ts)
@@ -308,7 +359,7 @@ def flow_sample(buf, pos: int, header: PcapHeader, windows: int = SAMPLE_WINDOWS
         if not offsets:
             continue
         done = at
-        rec, seg_len, fast = layout.fields(*_bounds(offsets, at))
+        rec, seg_len, fast, _ = layout.fields(*_bounds(offsets, at))
         keys.append(rec["key"][fast])
         flags.append(rec["flags"][fast].astype(np.int64))
         lengths.append(seg_len[fast])
@@ -377,7 +428,7 @@ class _Layout:
         self.min_caplen = ip_at + 40
         self.payload_at = RECORD_HEADER_LEN + ip_at  # + the IP and TCP header lengths
         self.ts_unit = ts_unit
-        self.times = struct.Struct(order + "II").unpack_from
+        self.read_times = struct.Struct(order + "II").unpack_from
         self.decode_one = decoder(linktype)
         self.buf = buf
         self.view = memoryview(buf)
@@ -388,14 +439,10 @@ class _Layout:
             if self.last >= 0 else None
 
     def decode(self, starts: np.ndarray, nexts: np.ndarray, base: int, counts: list[int],
-               skip: Container[bytes]) -> PacketChunk:
-        """One chunk's columns (or tuples), counting the records that are not TCP."""
-        rec, seg_len, fast = self.fields(starts, nexts)
-        ts = rec["sec"].astype(np.int64) * 1_000_000_000 + rec["frac"].astype(np.int64) * self.ts_unit
-        if self.windows is None or starts[-1] > self.last:  # records too near the end to gather: times read alone
-            for i in np.flatnonzero(starts > self.last).tolist():
-                sec, frac = self.times(self.buf, int(starts[i]))
-                ts[i] = sec * 1_000_000_000 + frac * self.ts_unit
+               skip: Container[bytes], gathered: tuple | None = None) -> PacketChunk:
+        """One chunk's columns (or tuples), counting the records that are not TCP. ``gathered``: what
+        ``fields`` gives for these records, when it was called already (the chunk's time test)."""
+        rec, seg_len, fast, ts = self.fields(starts, nexts) if gathered is None else gathered
         record_ts = int(ts[-1])
         ip_len = rec["ip_len"].astype(np.int64)
         caplen = nexts - starts - RECORD_HEADER_LEN
@@ -412,9 +459,27 @@ class _Layout:
         return PacketChunk(base + 1, ts, rec["key"], rec["seq"], rec["ack"], rec["flags"], start, stop, seg_len,
                            self.view, tuples, last_frame, last_ts, record_ts)
 
-    def fields(self, starts: np.ndarray, nexts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The records' gathered fields, their TCP payload lengths, and which of them are IPv4 TCP without
-        options on the file's link type (the columns' kind)."""
+    def seconds(self, starts: np.ndarray, rec: np.ndarray) -> np.ndarray:
+        """The records' whole seconds from their gathered fields (those too near the end read alone)."""
+        secs = rec["sec"].astype(np.int64)
+        if self.windows is None or starts[-1] > self.last:
+            for i in np.flatnonzero(starts > self.last).tolist():
+                secs[i] = self.read_times(self.buf, int(starts[i]))[0]
+        return secs
+
+    def times(self, starts: np.ndarray, rec: np.ndarray) -> np.ndarray:
+        """The records' times in nanoseconds (those too near the end read alone)."""
+        ts = rec["sec"].astype(np.int64) * 1_000_000_000 + rec["frac"].astype(np.int64) * self.ts_unit
+        if self.windows is None or starts[-1] > self.last:  # records too near the end to gather: read alone
+            for i in np.flatnonzero(starts > self.last).tolist():
+                sec, frac = self.read_times(self.buf, int(starts[i]))
+                ts[i] = sec * 1_000_000_000 + frac * self.ts_unit
+        return ts
+
+    def fields(self, starts: np.ndarray, nexts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                                      np.ndarray]:
+        """The records' gathered fields, their TCP payload lengths, which of them are IPv4 TCP without
+        options on the file's link type (the columns' kind), and their times (ns)."""
         if self.windows is None:
             rec = np.zeros(len(starts), self.dtype)
         else:
@@ -425,7 +490,7 @@ class _Layout:
             & (rec["proto"] == 6) & ((rec["fragment"] & 0x3FFF) == 0) & (offset >= 0x50) & (seg_len >= 0)
         if self.want is not None:
             fast &= rec["link_proto"] == self.want
-        return rec, seg_len, fast
+        return rec, seg_len, fast, self.times(starts, rec)
 
     def _tuples(self, rec, fast, starts, caplen, ts, seg_len, start, stop, base: int, counts: list[int],
                 skip: Container[bytes]) -> tuple[list[tuple], tuple[int, int]]:

@@ -3,7 +3,8 @@
 Packets come in Enhanced Packet Blocks (EPB), which the loop decodes inline, and in the rarer Simple
 Packet Blocks (SPB, interface 0, no timestamp) and obsolete Packet Blocks (PB). Every other block type is
 skipped. Each interface has its own link type and timestamp resolution (if_tsresol, if_tsoffset).
-Like the pcap loop, it walks one buffer and asks the source to refill when a block does not fit.
+Like the pcap loop, it walks one buffer and asks the source to refill when a block does not fit, and goes
+on after damage at the next plausible block (`BlockScan`, with `_pcap.Resync`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Container, Iterator
 from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
 
 from analyzer._linklayer import (
     IPV4_TCP_HEADERS_LEN,
@@ -23,12 +26,15 @@ from analyzer._linklayer import (
     fast_path,
     store_counts,
 )
-from analyzer._pcap import BufferSource, Packet
+from analyzer._pcap import RUNS_PAST_END, SCAN_WINDOW, SCAN_WINDOW_MAX, BufferSource, Packet, Resync
 
 if TYPE_CHECKING:
     from analyzer.capture import CaptureStats
 
 SHB, IDB, PB, SPB, EPB = 0x0A0D0D0A, 1, 2, 3, 6
+# Block types a search after damage may land on: the above, name resolution, interface statistics,
+# systemd journal export, decryption secrets, and the two custom block types.
+KNOWN_BLOCKS = (SHB, IDB, PB, SPB, 4, 5, EPB, 9, 0x0A, 0x0BAD, 0x40000BAD)
 BYTE_ORDER_MAGIC = 0x1A2B3C4D
 SHB_MIN_LEN = 28
 EPB_HEADER_LEN = 28  # block type, length, interface, timestamp (2), captured and original lengths
@@ -36,7 +42,8 @@ EPB_HEAD = "IIIIII4x"
 MAX_BLOCK_LEN = 128 << 20  # far above any real block; a bigger length means a corrupt file
 OPT_END, OPT_TSRESOL, OPT_TSOFFSET = 0, 9, 14
 DEFAULT_TSRESOL = 6  # microseconds
-
+UNDECLARED = "packet for undeclared interface"
+TRAILER_SEARCH = 4096  # bytes of options searched for the trailing length copy of a block whose length is damaged
 
 
 class Interface(NamedTuple):
@@ -104,10 +111,98 @@ def parse_interface(order: str, buf: Buffer, pos: int, block_end: int) -> Interf
     return Interface(linktype, decoder(linktype), multiplier, divisor, offset_ns, snaplen, *fast)
 
 
+class BlockScan:
+    """Where blocks start again after damage: a known block type, a length that is a multiple of 4 within
+    the bounds and repeated at the block's end (the trailing copy), a packet block naming a declared
+    interface and holding its captured bytes; and the block after it plausible too (or the data ending
+    there). Blocks are 4-byte aligned, so only every fourth position is a candidate."""
+
+    unit = "block"
+    stride = 4
+
+    def __init__(self, order: str, interfaces: list[Interface]) -> None:
+        self.order = order
+        self.head = struct.Struct(order + "III").unpack_from
+        self.u32 = struct.Struct(order + "I").unpack_from
+        self.interfaces = interfaces  # the loop's list, kept up to date by it
+
+    def length(self, buf: Buffer, pos: int) -> int:
+        return self.u32(buf, pos + 4)[0]
+
+    def block(self, buf: Buffer, pos: int, end: int, final: bool) -> int | bool | None:
+        """The end of a plausible block at buf[pos], False if there is none, None if buf[:end] ends too soon
+        to tell and more data may follow."""
+        if pos + 12 > end:
+            return False if final else None
+        block_type, length, if_id = self.head(buf, pos)
+        if block_type not in KNOWN_BLOCKS or length < 12 or length % 4 or length > MAX_BLOCK_LEN:
+            return False
+        if pos + length > end:
+            return False if final else None
+        if self.u32(buf, pos + length - 4)[0] != length:
+            return False
+        if block_type in (EPB, PB):
+            if block_type == PB:
+                if_id = if_id & 0xFFFF if self.order == "<" else if_id >> 16
+            if length < 32 or if_id >= len(self.interfaces) or self.u32(buf, pos + 20)[0] > length - 32:
+                return False
+        return pos + length
+
+    def length_by_trailer(self, buf: Buffer, pos: int, end: int) -> int | None:
+        """The length of the packet block at buf[pos] as its trailing copy gives it, when its length field is
+        damaged: the first word after the packet data (and up to TRAILER_SEARCH bytes of options) that
+        equals its own distance from the block start plus 4, followed by a plausible block or the end."""
+        caplen = self.u32(buf, pos + 20)[0] if pos + 24 <= end else MAX_BLOCK_LEN
+        first = pos + EPB_HEADER_LEN + ((caplen + 3) & ~3)
+        n = min((end - first) // 4, TRAILER_SEARCH // 4)
+        if n <= 0:
+            return None
+        words = np.ndarray((n,), self.order + "u4", buffer=buf, offset=first, strides=(4,))
+        distances = np.arange(first + 4 - pos, first + 4 - pos + 4 * n, 4)
+        for i in np.flatnonzero(words == distances).tolist():
+            length = first + 4 * i + 4 - pos
+            if pos + length == end or self.block(buf, pos + length, end, True):
+                return length
+        return None
+
+    def chain(self, buf: Buffer, pos: int, end: int, final: bool) -> bool | None:
+        nxt = self.block(buf, pos, end, final)
+        if not nxt:
+            return nxt
+        if nxt == end and final:
+            return True
+        after = self.block(buf, nxt, end, final)
+        return None if after is None else after is not False
+
+    def find(self, buf: Buffer, at: int, end: int, near: int | None, final: bool) -> tuple[int | None, int]:
+        """(the first block boundary from buf[at] on, or None; where a search with more data should go on)."""
+        window = SCAN_WINDOW
+        while True:
+            n = min((end - at) // 4, window)
+            if n <= 0:
+                return None, at
+            words = np.ndarray((n,), self.order + "u4", buffer=buf, offset=at, strides=(4,))
+            for candidate in np.flatnonzero(np.isin(words, KNOWN_BLOCKS)).tolist():
+                pos = at + 4 * candidate
+                verdict = self.chain(buf, pos, end, final)
+                if verdict:
+                    return pos, pos
+                if verdict is None:
+                    return None, pos
+            at += 4 * n
+            window = min(window * 4, SCAN_WINDOW_MAX)
+
+
 def pcapng_packets(source: BufferSource, buf: Buffer, pos: int, stats: CaptureStats,
                    skip: Container[bytes] = (), skipped: list[int] | None = None) -> Iterator[Packet]:
     """Yield (frame_no, ts_ns, key, seq, ack, flags, payload, seg_len) for each TCP packet from `pos`,
-    which must be the start of a section header block. ``skip`` and ``skipped``: as in pcap_packets."""
+    which must be the start of a section header block. ``skip`` and ``skipped``: as in pcap_packets.
+
+    A packet block naming an interface no IDB declared is passed over whole (its length is confirmed by the
+    trailing copy). A block whose length makes no sense, or is not repeated at its end, is damage: reading
+    goes on at the next plausible block (``BlockScan``). Enhanced packet blocks on the fast path are not
+    checked against their trailing copy (a wrong length shows at the next block, and the search starts
+    from the block before)."""
     if skipped is None:
         skipped = [0, 0]
     headers_len = IPV4_TCP_HEADERS_LEN
@@ -130,6 +225,8 @@ def pcapng_packets(source: BufferSource, buf: Buffer, pos: int, stats: CaptureSt
     order = section_byte_order(buf, pos)
     epb_head = struct.Struct(order + EPB_HEAD).unpack_from
     u32 = struct.Struct(order + "I").unpack_from
+    resync = Resync(source, BlockScan(order, interfaces), stats)
+    checkpoint = pos  # a block start accepted not long ago: damage is traced back from there
     try:
         while True:
             try:
@@ -140,9 +237,19 @@ def pcapng_packets(source: BufferSource, buf: Buffer, pos: int, stats: CaptureSt
             data_end = pos + caplen + epb_len
             if block_type == EPB and nxt <= end and data_end < nxt:
                 if if_id != current:
+                    checkpoint = pos
                     if if_id >= len(interfaces):
-                        stats.damage = source.damage(f"packet for undeclared interface {if_id}", pos)
-                        break
+                        if u32(buf, nxt - 4)[0] == block_len:
+                            _undeclared(resync, stats, if_id, pos, block_len)
+                            pos = nxt
+                            continue
+                        damage = f"{UNDECLARED} {if_id} with a block length ({block_len}) not repeated at its end"
+                        moved = resync.after(buf, pos, resync.previous(buf, checkpoint, pos), None, damage)
+                        if moved is None:
+                            break
+                        buf, pos = moved
+                        end, view, checkpoint, current = len(buf), memoryview(buf), pos, -1
+                        continue
                     current, high = if_id, -1
                     _, decode, multiplier, divisor, offset_ns, _, ip_at, frame_fields, want, min_len = \
                         interfaces[if_id]
@@ -152,6 +259,7 @@ def pcapng_packets(source: BufferSource, buf: Buffer, pos: int, stats: CaptureSt
                 frame += 1
                 if pos > release_at:
                     release_at = source.release(pos)
+                    checkpoint = pos
                 if exact:
                     if ts_high != high:
                         high = ts_high
@@ -197,6 +305,7 @@ def pcapng_packets(source: BufferSource, buf: Buffer, pos: int, stats: CaptureSt
                 continue
 
             # Everything but a complete EPB: other blocks, blocks crossing the buffer end, damage.
+            damage = None
             need = 12
             if pos + need <= end:
                 block_type = u32(buf, pos)[0]
@@ -204,77 +313,108 @@ def pcapng_packets(source: BufferSource, buf: Buffer, pos: int, stats: CaptureSt
                     try:
                         order = section_byte_order(buf, pos)
                     except ValueError as exc:
-                        stats.damage = source.damage(str(exc), pos)
-                        break
-                    epb_head = struct.Struct(order + EPB_HEAD).unpack_from
-                    u32 = struct.Struct(order + "I").unpack_from
-                block_len = u32(buf, pos + 4)[0]
-                if block_len < 12 or block_len % 4 or block_len > MAX_BLOCK_LEN:
-                    stats.damage = source.damage(f"corrupt block length {block_len}", pos)
-                    break
-                need = block_len
-            if pos + need > end:
-                more = source.refill(buf, pos, need)
-                if more is None:
-                    stats.damage = source.damage("truncated block", pos) if pos < end else source.error
-                    break
-                buf, pos, end = more, 0, len(more)
-                view = memoryview(buf)
-                continue
-
-            nxt = pos + block_len
-            if block_type == SHB:
-                interfaces, current = [], -1
-            elif block_type == IDB:
-                if block_len < 20:
-                    stats.damage = source.damage("corrupt interface description block", pos)
-                    break
-                interface = parse_interface(order, buf, pos, nxt)
-                interfaces.append(interface)
-                if interface.linktype not in stats.link_types:
-                    stats.link_types.append(interface.linktype)
-            elif block_type in (EPB, PB, SPB):
-                if block_type == SPB:
-                    if_id, stamp = 0, None
-                    original_len = u32(buf, pos + 8)[0]
-                    data, caplen = pos + 12, min(original_len, block_len - 16)
-                else:
-                    if block_type == EPB:
-                        if_id, ts_high, ts_low, caplen = struct.unpack_from(order + "IIII", buf, pos + 8)
+                        damage = str(exc)
                     else:
-                        if_id, _, ts_high, ts_low, caplen = struct.unpack_from(order + "HHIII", buf, pos + 8)
-                    stamp = ts_high << 32 | ts_low
-                    data = pos + 28
-                    if block_len < 32 or caplen > block_len - 32:
-                        stats.damage = source.damage("corrupt packet block", pos)
-                        break
-                if if_id >= len(interfaces):
-                    stats.damage = source.damage(f"packet for undeclared interface {if_id}", pos)
-                    break
-                interface = interfaces[if_id]
-                if block_type == SPB and interface.snaplen:
-                    caplen = min(caplen, interface.snaplen)
-                frame += 1
-                if pos > release_at:
-                    release_at = source.release(pos)
-                if stamp is not None:
-                    ts = stamp * interface.multiplier // interface.divisor + interface.offset_ns
-                    if first_ts is None:
-                        first_ts = ts
-                packet_ts = 0 if ts is None else ts  # an SPB has no timestamp: reuse the previous one
-                decoded = interface.decode(buf, data, data + caplen)
-                if decoded.__class__ is int:
-                    counts[decoded] += 1
-                else:
-                    key, seq, ack, flags, start, stop, seg_len = decoded
-                    pos = nxt
-                    if key in skip:
-                        skipped[0] = frame
-                        skipped[1] = packet_ts
-                        continue
-                    yield frame, packet_ts, key, seq, ack, flags, view[start:stop], seg_len
+                        epb_head = struct.Struct(order + EPB_HEAD).unpack_from
+                        u32 = struct.Struct(order + "I").unpack_from
+                        resync.scan = BlockScan(order, interfaces)
+                block_len = u32(buf, pos + 4)[0]
+                if damage is None and (block_len < 12 or block_len % 4 or block_len > MAX_BLOCK_LEN):
+                    damage = f"corrupt block length {block_len}"
+                need = block_len
+            if damage is None and pos + need > end:
+                more = source.refill(buf, pos, need)
+                if more is not None:
+                    buf, pos, end = more, 0, len(more)
+                    view, checkpoint = memoryview(buf), 0
                     continue
+                if source.error is not None:
+                    resync.note(source.error)
+                    break
+                if need == 12:
+                    if pos < end:
+                        resync.note(f"truncated block header at {source.where(pos)} (file cut short?)", end - pos)
+                    break
+                damage = "truncated block"
+            nxt = pos + block_len
+            if damage is None and u32(buf, nxt - 4)[0] != block_len:
+                damage = f"block length {block_len} not repeated at its end"
+            if damage is not None and block_type in (EPB, PB):
+                length = resync.scan.length_by_trailer(buf, pos, end)
+                if length is not None:  # only the length field was damaged: the block is read
+                    resync.note(f"{damage} at {source.where(pos)}; read as the {length} bytes its trailing "
+                                f"copy gives")
+                    damage, block_len, nxt = None, length, pos + length
+            if damage is None:
+                checkpoint = pos
+                if block_type == SHB:
+                    del interfaces[:]
+                    current = -1
+                elif block_type == IDB:
+                    if block_len < 20:
+                        damage = "corrupt interface description block"
+                    else:
+                        interface = parse_interface(order, buf, pos, nxt)
+                        interfaces.append(interface)
+                        if interface.linktype not in stats.link_types:
+                            stats.link_types.append(interface.linktype)
+                elif block_type in (EPB, PB, SPB):
+                    if block_type == SPB:
+                        if_id, stamp = 0, None
+                        original_len = u32(buf, pos + 8)[0]
+                        data, caplen = pos + 12, min(original_len, block_len - 16)
+                    else:
+                        if block_type == EPB:
+                            if_id, ts_high, ts_low, caplen = struct.unpack_from(order + "IIII", buf, pos + 8)
+                        else:
+                            if_id, _, ts_high, ts_low, caplen = struct.unpack_from(order + "HHIII", buf, pos + 8)
+                        stamp = ts_high << 32 | ts_low
+                        data = pos + 28
+                        if block_len < 32 or caplen > block_len - 32:
+                            damage = "corrupt packet block"
+                    if damage is None and if_id >= len(interfaces):
+                        _undeclared(resync, stats, if_id, pos, block_len)
+                    elif damage is None:
+                        interface = interfaces[if_id]
+                        if block_type == SPB and interface.snaplen:
+                            caplen = min(caplen, interface.snaplen)
+                        frame += 1
+                        if pos > release_at:
+                            release_at = source.release(pos)
+                        if stamp is not None:
+                            ts = stamp * interface.multiplier // interface.divisor + interface.offset_ns
+                            if first_ts is None:
+                                first_ts = ts
+                        packet_ts = 0 if ts is None else ts  # an SPB has no timestamp: reuse the previous one
+                        decoded = interface.decode(buf, data, data + caplen)
+                        if decoded.__class__ is int:
+                            counts[decoded] += 1
+                        else:
+                            key, seq, ack, flags, start, stop, seg_len = decoded
+                            pos = nxt
+                            if key in skip:
+                                skipped[0] = frame
+                                skipped[1] = packet_ts
+                                continue
+                            yield frame, packet_ts, key, seq, ack, flags, view[start:stop], seg_len
+                            continue
+            if damage is not None:
+                cut_short = None
+                if damage == "truncated block":
+                    damage, cut_short = RUNS_PAST_END.format("block"), damage
+                moved = resync.after(buf, pos, resync.previous(buf, checkpoint, pos), None, damage, cut_short)
+                if moved is None:
+                    break
+                buf, pos = moved
+                end, view, checkpoint, current = len(buf), memoryview(buf), pos, -1
+                continue
             pos = nxt
     finally:
         store_counts(stats, frame, counts)
         stats.first_ts_ns, stats.last_ts_ns = first_ts, ts
+
+
+def _undeclared(resync: Resync, stats: CaptureStats, if_id: int, pos: int, block_len: int) -> None:
+    """A packet block naming an interface no IDB declared: its bytes cannot be decoded; it is passed over."""
+    stats.skipped_blocks += 1
+    resync.note(f"{UNDECLARED} {if_id} at {resync.source.where(pos)} (block skipped)", block_len)

@@ -23,7 +23,14 @@ from analyzer.carry import Handoff, carry_over, continues
 from analyzer.collector import collector_tuned
 from analyzer.exchanges import Outputs
 from analyzer.flows import FlowTable
-from analyzer.tables import connections_batch, errors_batch, exchanges_batch, partitions_batch, records_batch
+from analyzer.tables import (
+    CONNECTION_ROW_FIELDS,
+    connections_batch,
+    errors_batch,
+    exchanges_batch,
+    partitions_batch,
+    records_batch,
+)
 from dissectors.kafka.framing import DEFAULT_KEEP, DEFAULT_MAX_FRAME
 from dissectors.kafka.records import Limits
 
@@ -82,6 +89,8 @@ class FileReport:
     status_counts: dict[str, int] = field(default_factory=dict)
     refused_batches: int = 0  # compressed batches not expanded: over the decompression limits
     connections_evicted: int = 0  # connections dropped over the flow table's limit (analyzer.flows)
+    kafka_packets: int = 0  # packets of the Kafka connections in its connection rows (TLS ones excluded)
+    tls_packets: int = 0  # packets of its TLS connection rows
     continues_in: str | None = None  # name of the next file of its rotated set, when connections run on into it
     handoffs: list[Handoff] = field(default_factory=list)  # the connections that do
 
@@ -260,6 +269,8 @@ def _carry_into(following: Sequence[str], table: FlowTable, stats: CaptureStats,
     return {h.connection_id: snapshots[h.connection_id] for h in report.handoffs}
 
 
+_TO_BROKER, _TO_CLIENT, _TLS = (CONNECTION_ROW_FIELDS.index(f) for f in (
+    "packets_to_broker", "packets_to_client", "tls"))
 _PACKET_COUNTERS = slice(6, 15)  # last_ts .. gaps in CONNECTION_ROW_FIELDS: what the next file counts again
 
 
@@ -302,6 +313,11 @@ def _emit_connections(table: FlowTable, name: str, sink: BatchSink, report: File
     rows = table.connection_rows
     if not rows:
         return
+    for row in rows:
+        if row[_TLS]:
+            report.tls_packets += row[_TO_BROKER] + row[_TO_CLIENT]
+        else:
+            report.kafka_packets += row[_TO_BROKER] + row[_TO_CLIENT]
     batch = connections_batch(rows, name)
     rows.clear()
     report.connections += batch.num_rows

@@ -79,7 +79,10 @@ class CaptureStats:
     short_headers: int = 0  # captured too short for the IP/TCP headers, or malformed headers
     first_ts_ns: int | None = None
     last_ts_ns: int | None = None
-    damage: str | None = None  # first damage found; reading stopped there, everything before was kept
+    damage: str | None = None  # the first damage found (reading went on after it where it could)
+    damaged_places: int = 0  # places where damage was found: each passed over, or the end of what was read
+    skipped_bytes: int = 0  # bytes passed over there (decompressed bytes for compressed files)
+    skipped_blocks: int = 0  # pcapng packet blocks passed over whole (on an interface no IDB declared)
 
 
 class Capture:
@@ -334,6 +337,7 @@ class _MappedSource:
     """The whole file as one buffer; there is never more to refill."""
 
     error = None
+    whole = True
 
     def __init__(self, file: BinaryIO):
         self._file = file
@@ -368,8 +372,11 @@ class _MappedSource:
             self._released = start
         return pos + RELEASE_STEP
 
-    def damage(self, what: str, pos: int) -> str:
-        return f"{what} at byte {pos} (file cut short?)"
+    def offset(self, pos: int) -> int:
+        return pos
+
+    def where(self, pos: int) -> str:
+        return f"byte {pos}"
 
     def close(self) -> None:
         try:
@@ -381,6 +388,8 @@ class _MappedSource:
 
 class _StreamSource:
     """Chunks of a (usually decompressing) stream, read ahead by a thread into a small bounded queue."""
+
+    whole = False
 
     def __init__(self, name: str, chunks: Iterator[bytes], raw: BinaryIO, compression: str | None):
         self._name = name
@@ -442,7 +451,7 @@ class _StreamSource:
                 parts.append(item)
                 have += len(item)
                 self._delivered += len(item)
-        if have < need:
+        if len(parts) == 1:  # nothing more: the caller decides what the tail is (damage or a cut)
             return None
         self._base += pos
         return b"".join(parts)
@@ -457,11 +466,12 @@ class _StreamSource:
         """Chunks are freed as the loop moves past them; nothing to do."""
         return 1 << 62
 
-    def damage(self, what: str, pos: int) -> str:
-        if self.error is not None:
-            return self.error
+    def offset(self, pos: int) -> int:
+        return self._base + pos
+
+    def where(self, pos: int) -> str:
         unit = "decompressed byte" if self._compression else "byte"
-        return f"{what} at {unit} {self._base + pos} (file cut short?)"
+        return f"{unit} {self._base + pos}"
 
     def _describe(self, exc: BaseException) -> str:
         if self._compression is None:

@@ -293,6 +293,8 @@ def merge_shards(reports: list[FileReport]) -> list[FileReport]:
         m.flows_not_kafka += r.flows_not_kafka
         m.refused_batches += r.refused_batches
         m.connections_evicted += r.connections_evicted
+        m.kafka_packets += r.kafka_packets
+        m.tls_packets += r.tls_packets
         m.seconds = max(m.seconds, r.seconds)
         m.error = m.error or r.error
         m.continues_in = m.continues_in or r.continues_in
@@ -315,9 +317,15 @@ def file_status(r: FileReport) -> tuple[str, str | None]:
 def file_row(r: FileReport) -> tuple:
     s = r.stats
     status, message = file_status(r)
+    if s is None:
+        accounted = (0, 0, 0, 0, 0, 0, 0, 0)
+    else:
+        accounted = (r.kafka_packets, r.tls_packets, s.tcp_packets - r.kafka_packets - r.tls_packets,
+                     s.non_ip + s.non_tcp, s.ip_fragments + s.unsupported_link + s.short_headers,
+                     s.damaged_places, s.skipped_bytes, s.skipped_blocks)
     return (
         r.name, r.path, s.format if s else None, s.compression if s else None,
         s.file_bytes if s else _size(r.path), s.packets if s else 0, s.tcp_packets if s else 0,
         s.first_ts_ns if s else None, s.last_ts_ns if s else None, r.exchanges, r.connections, status,
-        message, r.continues_in,
+        message, *accounted, r.continues_in,
     )

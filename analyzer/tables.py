@@ -657,9 +657,23 @@ FILES_SCHEMA = pa.schema([
     _f("last_ts", TS, "Capture time of the last packet."),
     _f("exchanges", pa.int64(), "Rows this file contributed to exchanges."),
     _f("connections", pa.int64(), "Rows this file contributed to connections."),
-    _f("status", pa.string(), "ok | damaged (read up to the damage, rows kept) | unreadable | error."),
+    _f("status", pa.string(), "ok | damaged (read around the damage, rows kept) | unreadable | error."),
     _f("message", pa.string(), "What was wrong, for any status but ok; also when capture times are beyond "
        "what timestamp[us] holds (first_ts and last_ts then null)."),
+    _f("kafka_packets", pa.int64(), "Packets of Kafka connections (those in the connections table, TLS ones "
+       "excluded). packets = kafka_packets + tls_packets + other_tcp_packets + non_tcp_packets + "
+       "undecodable_packets."),
+    _f("tls_packets", pa.int64(), "Packets of connections carrying TLS (in the connections table, not decoded)."),
+    _f("other_tcp_packets", pa.int64(), "TCP packets of other flows: other ports, flows found not to be Kafka."),
+    _f("non_tcp_packets", pa.int64(), "Packets that are not TCP: ARP, LLDP, UDP, ICMP..."),
+    _f("undecodable_packets", pa.int64(), "Packets not decoded as far as TCP: IP fragments (not reassembled), "
+       "unsupported link types, headers cut short or malformed."),
+    _f("damaged_places", pa.int64(), "Places where the file is damaged (record or block headers that make no "
+       "sense, a file cut short): reading went on at the next plausible record after each; message names the "
+       "first."),
+    _f("skipped_bytes", pa.int64(), "File bytes passed over at damaged places (decompressed bytes for "
+       "compressed files)."),
+    _f("skipped_blocks", pa.int64(), "pcapng packet blocks passed over whole: on an interface no IDB declared."),
     _f("continues_in", pa.string(), "The next file of its rotated set (tcpdump -C/-G), when the file's open "
        "connections run on into it; null otherwise."),
     _f("capture_set", pa.string(), "The first file of the chain of rotated files this one belongs to: the "

@@ -504,12 +504,16 @@ def test_pcapng_written_by_scapy(tmp_path):
     assert stats.link_types == [1, 113]
 
 
-def test_pcapng_packet_on_undeclared_interface_is_damage(tmp_path):
+def test_pcapng_packet_on_undeclared_interface_is_passed_over(tmp_path):
     ether = bytes(eth() / tcp4(b"x"))
-    content = shb("<") + idb("<", 1) + epb("<", 0, 1, ether) + epb("<", 3, 2, ether)
+    skipped = epb("<", 3, 2, ether)
+    content = shb("<") + idb("<", 1) + epb("<", 0, 1, ether) + skipped + epb("<", 0, 3, ether)
     (tmp_path / "u.pcapng").write_bytes(content)
     packets, stats = read_all(tmp_path / "u.pcapng")
-    assert len(packets) == 1 and "undeclared interface 3" in stats.damage
+    assert [(p[0], p[1]) for p in packets] == [(1, 1000), (2, 3000)]
+    offset = len(content) - 2 * len(skipped)
+    assert stats.damage == f"packet for undeclared interface 3 at byte {offset} (block skipped)"
+    assert (stats.damaged_places, stats.skipped_bytes, stats.skipped_blocks) == (1, len(skipped), 1)
 
 
 # --- damaged files: keep everything before the damage -------------------------------------------------
@@ -534,14 +538,17 @@ def test_pcap_cut_short(tmp_path, cut_into, what):
     assert (stats.packets, stats.last_ts_ns) == (2, 11 * 10**9)
 
 
-def test_pcap_absurd_caplen_is_damage(tmp_path):
+def test_pcap_absurd_caplen_is_passed_over(tmp_path):
+    """One garbage record length: the record is lost, reading goes on at the next record."""
     content, offsets = three_packet_pcap()
     content = content[:offsets[1] + 8] + struct.pack("<I", 0x7FFFFFF0) + content[offsets[1] + 12:]
     (tmp_path / "big.pcap").write_bytes(content)
     packets, stats = read_all(tmp_path / "big.pcap")
-    assert len(packets) == 1
-    assert stats.damage.startswith(f"packet record claiming {0x7FFFFFF0} captured bytes")
-    assert f"at byte {offsets[1]}" in stats.damage
+    assert [p[6] for p in packets] == [b"packet 0", b"packet 2"]
+    skipped = offsets[2] - offsets[1]
+    assert stats.damage == (f"packet record claiming {0x7FFFFFF0} captured bytes (limit 262144) at byte "
+                            f"{offsets[1]}, resynchronised at byte {offsets[2]} ({skipped} bytes skipped)")
+    assert (stats.damaged_places, stats.skipped_bytes) == (1, skipped)
 
 
 def test_every_prefix_of_a_pcap_reads_or_is_refused_cleanly(tmp_path):
