@@ -89,6 +89,7 @@ class FileReport:
     status_counts: dict[str, int] = field(default_factory=dict)
     refused_batches: int = 0  # compressed batches not expanded: over the decompression limits
     connections_evicted: int = 0  # connections dropped over the flow table's limit (analyzer.flows)
+    requests_dropped: int = 0  # requests dropped from in-flight queues over their limit (analyzer.exchanges)
     kafka_packets: int = 0  # packets of the Kafka connections in its connection rows (TLS ones excluded)
     tls_packets: int = 0  # packets of its TLS connection rows
     continues_in: str | None = None  # name of the next file of its rotated set, when connections run on into it
@@ -182,6 +183,7 @@ def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap,
         report.flows_not_kafka = table.probed_out
         report.refused_batches = table.out.limits.refused
         report.connections_evicted = table.evicted + table.probes_evicted
+        report.requests_dropped = table.out.requests_dropped
     report.seconds = time.perf_counter() - started
     return report
 

@@ -153,8 +153,16 @@ def report_files(err: Console, reports: list[FileReport]) -> None:
         elif r.stats.damage:
             if _read_nothing(r):
                 _say(err, "error", f"{r.name}: {r.stats.damage} (no packet before it)")
+            elif r.stats.damaged_places > 1:
+                _say(err, "warning", f"{r.name}: damaged in {r.stats.damaged_places:,} places "
+                                     f"({r.stats.skipped_bytes:,} bytes passed over), read around each; the "
+                                     f"first: {r.stats.damage}")
             else:
-                _say(err, "warning", f"{r.name}: {r.stats.damage} (rows decoded before it are kept)")
+                _say(err, "warning", f"{r.name}: {r.stats.damage} (read on after it)"
+                     if r.stats.skipped_bytes else f"{r.name}: {r.stats.damage} (rows decoded before it are kept)")
+        if r.connections_evicted:
+            _say(err, "warning", f"{r.name}: {r.connections_evicted:,} connections or flows were dropped from the "
+                                 "flow table over its limits (connections table: ended = evicted)")
         if r.refused_batches:
             _say(err, "warning", f"{r.name}: {r.refused_batches} compressed batches over the decompression "
                                  "limits were not expanded (--max-batch-mb, --max-decompressed-mb)")

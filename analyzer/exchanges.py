@@ -154,7 +154,7 @@ class Outputs:
     """
 
     __slots__ = ("exchanges", "errors", "partitions", "topic_names", "bodies", "tap", "limits", "verify_crc",
-                 "records", "max_in_flight", "in_flight_note", "held_rows", "drain")
+                 "records", "max_in_flight", "in_flight_note", "held_rows", "drain", "requests_dropped")
 
     def __init__(self, bodies: bool = True, verify_crc: bool = False, records: bool = False,
                  limits: Limits | None = None, max_in_flight: int = MAX_IN_FLIGHT) -> None:
@@ -171,6 +171,7 @@ class Outputs:
         self.topic_names: dict[bytes, str] = {}  # topic id -> name, from Metadata responses
         # Requests held in flight per connection (checked once the queue outgrows a scan: never below that).
         self.max_in_flight = max(max_in_flight, SCAN_IN_FLIGHT)
+        self.requests_dropped = 0  # over max_in_flight, all connections together (for the files table)
         self.held_rows = sys.maxsize  # rows a table may hold before drain() is called
         self.drain: Callable[[], None] | None = None
         self.in_flight_note = (f"dropped unanswered from the in-flight queue: more than {self.max_in_flight:,} "
@@ -330,6 +331,7 @@ class ExchangeMatcher:
         if len(pending) - self.front > self.out.max_in_flight:
             req = self._pop_oldest()
             self.dropped += 1
+            self.out.requests_dropped += 1
             self._settle(req, None if req[_ACKS0] else self.out.in_flight_note)  # acks=0 owed nothing
 
     def in_flight(self) -> list[tuple]:

@@ -48,6 +48,7 @@ class Legacy07Matcher:
         self.pending.append((r, first_ts, first_no, last_ts, last_no, size + 4))
         if len(self.pending) > self.owner.out.max_in_flight:
             self.owner.dropped += 1
+            self.owner.out.requests_dropped += 1
             self.answers_dropped += 1
             self._unanswered(self.pending.popleft(), f"{NOTE}; {self.owner.out.in_flight_note}")
 

@@ -293,6 +293,7 @@ def merge_shards(reports: list[FileReport]) -> list[FileReport]:
         m.flows_not_kafka += r.flows_not_kafka
         m.refused_batches += r.refused_batches
         m.connections_evicted += r.connections_evicted
+        m.requests_dropped += r.requests_dropped
         m.kafka_packets += r.kafka_packets
         m.tls_packets += r.tls_packets
         m.seconds = max(m.seconds, r.seconds)
@@ -323,9 +324,10 @@ def file_row(r: FileReport) -> tuple:
         accounted = (r.kafka_packets, r.tls_packets, s.tcp_packets - r.kafka_packets - r.tls_packets,
                      s.non_ip + s.non_tcp, s.ip_fragments + s.unsupported_link + s.short_headers,
                      s.damaged_places, s.skipped_bytes, s.skipped_blocks)
+    limits = (r.refused_batches, r.connections_evicted, r.requests_dropped)
     return (
         r.name, r.path, s.format if s else None, s.compression if s else None,
         s.file_bytes if s else _size(r.path), s.packets if s else 0, s.tcp_packets if s else 0,
         s.first_ts_ns if s else None, s.last_ts_ns if s else None, r.exchanges, r.connections, status,
-        message, *accounted, r.continues_in,
+        message, *accounted, *limits, r.continues_in,
     )

@@ -674,6 +674,13 @@ FILES_SCHEMA = pa.schema([
     _f("skipped_bytes", pa.int64(), "File bytes passed over at damaged places (decompressed bytes for "
        "compressed files)."),
     _f("skipped_blocks", pa.int64(), "pcapng packet blocks passed over whole: on an interface no IDB declared."),
+    _f("refused_batches", pa.int64(), "Compressed record batches not expanded: over --max-batch-mb, or after "
+       "the file's --max-decompressed-mb was spent (their rows say so in note)."),
+    _f("connections_evicted", pa.int64(), "Connections (and flows held for port detection) dropped from the flow "
+       "table over its limits (50,000 connections, 100,000 unanswered SYNs, 20,000 undecided flows): their "
+       "connection rows end 'evicted', and later packets of theirs start a new connection."),
+    _f("requests_dropped", pa.int64(), "Requests dropped from a connection's in-flight queue over its limit "
+       "(10,000): reported no_response with a note; a late answer is an orphan_response."),
     _f("continues_in", pa.string(), "The next file of its rotated set (tcpdump -C/-G), when the file's open "
        "connections run on into it; null otherwise."),
     _f("capture_set", pa.string(), "The first file of the chain of rotated files this one belongs to: the "

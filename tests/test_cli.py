@@ -382,7 +382,8 @@ def test_small_analysis_batches_are_gathered_into_row_groups(tmp_path, monkeypat
     for table, small in read["small"].items():
         whole = read["whole"][table].read()
         groups = [small.metadata.row_group(i).num_rows for i in range(small.metadata.num_row_groups)]
-        assert len(groups) > 2 and all(20 <= n < 27 for n in groups[:-1]) and sum(groups) == whole.num_rows
+        # A batch may pass 7 rows by what one frame adds (its partition rows) before the rows are drained.
+        assert len(groups) > 2 and all(20 <= n < 40 for n in groups[:-1]) and sum(groups) == whole.num_rows
         assert sorted(map(repr, small.read().to_pylist())) == sorted(map(repr, whole.to_pylist()))
 
 

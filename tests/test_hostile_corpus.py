@@ -53,3 +53,31 @@ def test_cut_and_fake_gzip_files(tmp_path: Path) -> None:
     done = export(fake, tmp_path / "fake")  # a plain pcap named .gz is read by its content
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     assert canaries(tmp_path / "fake") == ["ok", "ok"]
+
+
+def _count(out: Path, table: str, column: str, predicate) -> int:
+    return sum(1 for v in pq.read_table(out / f"{table}.parquet", columns=[column]).column(column).to_pylist()
+               if predicate(v))
+
+
+def test_what_the_limits_dropped_is_counted_in_the_files_table(tmp_path: Path) -> None:
+    """Each limit that dropped state says how much in the files table, and the count agrees with the rows
+    that carry the consequence (evicted connections, unanswered rows with the limit's note, refused batches)."""
+    counts = {}
+    for name in ("bare_syns", "unanswered_flood", "refused_decompressions"):
+        out = tmp_path / name
+        done = export(write_case(name, tmp_path / f"{name}.pcap"), out)
+        assert done.returncode == 0, done.stderr
+        (files,) = pq.read_table(out / "files.parquet").to_pylist()
+        counts[name] = files
+    syns = counts["bare_syns"]
+    assert syns["connections_evicted"] >= 100_000 // 8  # one eviction round at least: the SYNs passed the limit
+    assert syns["connections_evicted"] == _count(tmp_path / "bare_syns", "connections", "ended",
+                                                 lambda v: v == "evicted")
+    flood = counts["unanswered_flood"]
+    sent = -(-100_000 // 64) * 64  # the case writes its requests 64 to a segment
+    assert flood["requests_dropped"] == sent - 10_000  # all but the last 10,000 in flight
+    assert flood["requests_dropped"] == _count(tmp_path / "unanswered_flood", "exchanges", "note",
+                                               lambda v: v is not None and "in-flight" in v)
+    assert counts["refused_decompressions"]["refused_batches"] == 100
+    assert all(files["requests_dropped"] == 0 for files in (syns, counts["refused_decompressions"]))
