@@ -51,6 +51,9 @@ if TYPE_CHECKING:
     from analyzer.capture import CaptureStats
 
 CHUNK_BYTES = 32 << 20
+# And at most this many packets (a multiple of 4, the walk's stride): the rows and per-packet state of one chunk
+# grow with its packets, and 32 MB of bare 54-byte segments is 600 k of them.
+CHUNK_PACKETS = 1 << 17
 
 # link type -> (IP header offset in the frame, offset and big-endian width of the protocol field, value it
 # must have for IPv4); the same packets as analyzer._linklayer's fast path accepts.
@@ -219,15 +222,16 @@ def _caplen_reader(order: str):
 
 
 def _walk(view: memoryview, walk, pos: int, stop: int) -> tuple[list[int], int, bool]:
-    """The record starts from ``pos`` on until one at or past ``stop``, the position after the last, and
-    whether the walk ran into the end of the buffer (the last start is then left out: no header there).
+    """The record starts from ``pos`` on until one at or past ``stop`` (or CHUNK_PACKETS of them), the position
+    after the last, and whether the walk ran into the end of the buffer (the last start is then left out: no
+    header there).
 
     The only per-packet Python work of the chunked reading: four records a turn (the walk may end up to three
     records past ``stop``), read through a memoryview (an unpack from the mmap itself costs a fifth more)."""
     offsets: list[int] = []
     add = offsets.append
     try:
-        while pos < stop:
+        while pos < stop and len(offsets) < CHUNK_PACKETS:
             add(pos)
             pos += walk(view, pos)[0] + 16  # RECORD_HEADER_LEN, as a constant
             add(pos)
@@ -248,7 +252,7 @@ def _walked_to(walked: np.ndarray, i: int, stop: int) -> tuple[int, bool]:
     readable header (see ``walk_part``)."""
     last = len(walked) - 1
     k = int(np.searchsorted(walked, stop))  # the first start at or past the stop
-    turns = max(1, -(-(k - i) // 4))
+    turns = min(max(1, -(-(k - i) // 4)), CHUNK_PACKETS // 4)
     e = i + 4 * turns
     return (e, False) if e <= last else (last, True)
 
