@@ -154,3 +154,21 @@ def test_resync_fed_one_byte_at_a_time_reads_each_byte_a_few_times_and_judges_ea
     assert resync.bytes_read <= 4 * len(stream)
     assert len(frames) >= 150  # the heartbeats after the candidates are found (a few may be left at the end)
     assert set(frames) == {len(craft.heartbeat_request(1)) - 4}
+
+
+def test_a_head_in_progress_keeps_no_view_of_the_chunks_it_came_in():
+    """A frame's head collected over several chunks is copied, not held as views: a view would keep the whole
+    capture buffer it points into alive (for .pcap.gz input an 8 MiB decompressed chunk per connection). A
+    bytearray with a view exported cannot be resized, which is how the test sees one kept."""
+    frame = craft.produce_request_v3(1, acks=1, payload_size=5000)
+    fs, rec = splitter(keep=4096)
+    fs.fresh = False
+    buffers = [bytearray(frame[a:b]) for a, b in ((0, 1000), (1000, 1500), (1500, 4200), (4200, len(frame)))]
+    for i, buffer in enumerate(buffers[:3]):
+        fs.data(i, i, memoryview(buffer))
+        for fed in buffers[:i + 1]:
+            fed += b"!"  # BufferError while the framer holds a view of it
+            del fed[-1:]
+    fs.data(3, 3, memoryview(buffers[3]))
+    assert [(r[2], r[3]) for r in rec.frames] == [(len(frame) - 4, frame[:16])]
+    assert fs.head is None

@@ -7,8 +7,8 @@ Operations:
 
 Every complete frame goes to ``on_frame(first_ts, first_no, last_ts, last_no, size, head, lossy)``: the
 timestamps and packet numbers of its first and last byte, the value of its size prefix, its first bytes
-(size prefix included, at most ``keep`` bytes; a zero-copy view when they lie in one chunk; valid only
-during the call) and whether part of its body fell in a gap.
+(size prefix included, at most ``keep`` bytes; a zero-copy view when they lie in one chunk, else a view of
+a copy; valid only during the call) and whether part of its body fell in a gap.
 
 Goals: bytes inside a large frame cost one subtraction (no copies, no per-byte work), so the speed follows
 the number of frames, not of bytes; a gap inside a frame body keeps sync, so snaplen-truncated captures still
@@ -62,7 +62,7 @@ OPAQUE = 3  # not Kafka framing (TLS): count and ignore
 class FrameSplitter:
     __slots__ = (
         "on_frame", "validate", "find", "keep", "max_frame", "min_frame",
-        "mode", "fresh", "body_left", "head_missing", "head_parts", "_left", "_first_ts", "_first_no", "_size",
+        "mode", "fresh", "body_left", "head_missing", "head", "_left", "_first_ts", "_first_no", "_size",
         "_lossy",
         "_stash", "_stash_len", "_stash_need", "_stash_ts", "_stash_no",
         "frames", "resyncs", "skipped_bytes", "truncated_frames", "tls",
@@ -88,10 +88,12 @@ class FrameSplitter:
         # Bytes of the frame in progress still to come: in body_left once its head is complete (the packet
         # loop may then count them off without calling data()). While the head is being collected, they are
         # head_missing (the head bytes still to come) plus _left (the bytes after the head), and a chunk
-        # shorter than head_missing may be appended to head_parts by the packet loop itself.
+        # shorter than head_missing may be appended to head by the packet loop itself.
         self.body_left = 0
         self.head_missing = 0
-        self.head_parts: list[Buffer] = []  # the head of the frame in progress, in pieces (views)
+        # The head of a frame spanning chunks, copied as it comes: views would keep every capture buffer they
+        # point into alive (an 8 MiB decompressed chunk per connection with a head in progress).
+        self.head: bytearray | None = None
         self._left = 0
         self._first_ts = 0
         self._first_no = 0
@@ -117,10 +119,10 @@ class FrameSplitter:
             missing = self.head_missing
             if missing:
                 if n < missing:
-                    self.head_parts.append(chunk)  # views; joined once at the end
+                    self.head += chunk
                     self.head_missing = missing - n
                     return
-                self.head_parts.append(chunk if missing == n else chunk[:missing])
+                self.head += chunk if missing == n else chunk[:missing]
                 self.head_missing = 0
                 left = missing + self._left
                 self._left = 0
@@ -189,7 +191,7 @@ class FrameSplitter:
             self.truncated_frames += 1
             self.mode = BOUNDARY
             self._left = self.body_left = 0
-            self.head_parts = []
+            self.head = None
             self.head_missing = 0
         self.skipped_bytes += self._stash_len
         self._stash.clear()
@@ -199,15 +201,14 @@ class FrameSplitter:
 
     def _complete(self, ts: int, no: int, lossy: bool) -> None:
         """The frame in progress has all its bytes (or lost the last ones): hand it on."""
-        head = self.head_parts
-        self.head_parts = []
+        head = self.head
+        self.head = None
         self.head_missing = 0
         self._left = 0
         self.body_left = 0
         self.mode = BOUNDARY
         self.frames += 1
-        self.on_frame(self._first_ts, self._first_no, ts, no, self._size, head[0] if len(head) == 1 else
-                      b"".join(head), lossy)
+        self.on_frame(self._first_ts, self._first_no, ts, no, self._size, memoryview(head).toreadonly(), lossy)
 
     def _stash_from(self, buf: Buffer, pos: int, origin: int, ts: int, no: int, first_ts: int,
                     first_no: int, need: int = 0) -> None:
@@ -273,7 +274,7 @@ class FrameSplitter:
             # The frame continues in later chunks: keep its head (collecting the rest of it as it comes,
             # if it is not all here), count the remaining bytes.
             got = need if avail >= need else avail
-            self.head_parts = [buf[pos:pos + got]]
+            self.head = bytearray(buf[pos:pos + got])
             self.head_missing = need - got
             self._first_ts, self._first_no = fts, fno
             self._size = size
