@@ -11,7 +11,7 @@ from functools import lru_cache
 
 from analyzer.exchanges import ExchangeMatcher, Outputs
 from analyzer.tcp import HalfStream
-from dissectors.kafka.framing import BOUNDARY, OPAQUE, FrameSplitter
+from dissectors.kafka.framing import BOUNDARY, FIND_SPAN, OPAQUE, FrameSplitter
 from dissectors.kafka.headers import looks_like_request
 
 # A request starts with a size below 16 MiB, an api key below 128 and a version below 64: a cheap C-speed
@@ -50,7 +50,9 @@ class RequestResync:
         anchor = self.matcher.client_id_bytes
         if anchor:
             data = buf if isinstance(buf, bytes) else bytes(buf)
-            at = data.find(_INT16.pack(len(anchor)) + anchor, start + 12, end)
+            # The anchor's first bytes only: a finder must recognise a candidate within FIND_SPAN bytes (the
+            # validator compares the whole client_id).
+            at = data.find(_INT16.pack(len(anchor)) + anchor[:FIND_SPAN - 14], start + 12, end)
             return at - 12 if at >= 0 else -1
         return find_request(buf, start, end)
 

@@ -186,7 +186,7 @@ class FlowTable:
                     if seg_len < left:
                         s.body_left = left - seg_len
                     elif seg_len < s.head_missing:  # more of a frame's head, which the framer keeps
-                        s.head_parts.append(payload)
+                        s.head += payload
                         s.head_missing -= seg_len
                     else:
                         s.data(ts, no, payload)

@@ -364,6 +364,21 @@ def tiny_segments(out: PcapWriter, scale: int) -> None:
 
 
 @case
+def resync_candidates(out: PcapWriter, scale: int) -> None:
+    """Both directions out of sync, one byte per segment, their bytes full of frame-shaped candidates that need
+    a 400-byte window before they can be judged: request-shaped ones (an unknown api key) to the broker and,
+    after three requests left in flight, ones holding an awaited correlation id (and a bad next frame) back."""
+    c = Conn(out, 41029).handshake()
+    for corr in range(1, 4):
+        c.send(True, heartbeat_request(corr))
+    c.mss = 1
+    to_broker = struct.pack(">ihh", 400, 127, 0) * (5_000 * scale)
+    to_client = struct.pack(">ii", 400, 1) * (5_000 * scale)
+    c.send(True, b"\xff" + to_broker)
+    c.send(False, b"\xff" + to_client)
+
+
+@case
 def random_both_ways(out: PcapWriter, scale: int) -> None:
     """Random bytes in both directions of a Kafka-port connection, in MSS segments."""
     rnd = random.Random(11)

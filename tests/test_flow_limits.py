@@ -162,3 +162,18 @@ def test_the_row_of_a_held_syn_is_the_row_its_connection_would_give(repeats: int
         table.finish()
         rows.append(table.connection_rows)
     assert rows[0] == rows[1]
+
+
+def test_a_head_in_progress_keeps_no_view_of_its_packets_buffers() -> None:
+    """The per-packet loop appends the middle segments of a frame head itself: copied too, so the capture's
+    buffers are not kept alive by a frame that never completes (a view blocks a bytearray's resizing)."""
+    table = FlowTable()
+    feed = Feeder(table)
+    client = Client(feed, bytes([10, 0, 0, 1]), 40000)
+    frame = heartbeat_request(1, "c" * 3000)
+    buffers = [bytearray(frame[a:a + 1000]) for a in range(0, 3000, 1000)]
+    for buffer in buffers:
+        feed.send(client.ip, client.port, BROKER, 9092, client.cseq, client.bseq, ACK, buffer)
+        client.cseq += len(buffer)
+    for buffer in buffers:
+        buffer += b"!"  # BufferError while a view of it is kept

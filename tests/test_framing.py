@@ -119,3 +119,56 @@ def test_tls_is_recognised_and_not_scanned():
     fs.data(0, 0, memoryview(client_hello))
     fs.data(0, 0, memoryview(bytes(3000)))
     assert fs.tls and rec.frames == [] and fs.skipped_bytes == len(client_hello) + 3000
+
+
+class CountingResync:
+    """find_request and request_plausible, counting the bytes the finder reads and the candidates judged."""
+
+    def __init__(self) -> None:
+        self.bytes_read = 0
+        self.judged = 0
+
+    def find(self, buf, start: int, end: int) -> int:
+        at = find_request(buf, start, end)
+        self.bytes_read += (at + 8 if at >= 0 else end) - start  # a candidate is recognised from 8 bytes
+        return at
+
+    def validate(self, buf, off: int, end: int, size: int, fresh: bool) -> bool:
+        self.judged += 1
+        return request_plausible(buf, off, end, size, fresh)
+
+
+def test_resync_fed_one_byte_at_a_time_reads_each_byte_a_few_times_and_judges_each_candidate_once():
+    """Request-shaped candidates (unknown api key 127) every 8 bytes, each claiming 400 bytes, so each waits for
+    a 404-byte window before it can be judged. Searching the held window again on every new byte read each byte
+    ~200 times and judged each candidate ~100 times (40 k bytes: 8.6 M bytes read, 546 k judgements)."""
+    candidates = 5000
+    stream = b"\xff" + struct.pack(">ihh", 400, 127, 0) * candidates
+    stream += b"".join(craft.heartbeat_request(corr) for corr in range(1, 200))
+    resync = CountingResync()
+    frames = []
+    fs = FrameSplitter(lambda *frame: frames.append(frame[4]), resync.validate, resync.find)
+    for i in range(len(stream)):
+        fs.data(i, i, memoryview(stream[i:i + 1]))
+    assert resync.judged <= candidates + 10  # and the first heartbeats, with the one after each (chain)
+    assert resync.bytes_read <= 4 * len(stream)
+    assert len(frames) >= 150  # the heartbeats after the candidates are found (a few may be left at the end)
+    assert set(frames) == {len(craft.heartbeat_request(1)) - 4}
+
+
+def test_a_head_in_progress_keeps_no_view_of_the_chunks_it_came_in():
+    """A frame's head collected over several chunks is copied, not held as views: a view would keep the whole
+    capture buffer it points into alive (for .pcap.gz input an 8 MiB decompressed chunk per connection). A
+    bytearray with a view exported cannot be resized, which is how the test sees one kept."""
+    frame = craft.produce_request_v3(1, acks=1, payload_size=5000)
+    fs, rec = splitter(keep=4096)
+    fs.fresh = False
+    buffers = [bytearray(frame[a:b]) for a, b in ((0, 1000), (1000, 1500), (1500, 4200), (4200, len(frame)))]
+    for i, buffer in enumerate(buffers[:3]):
+        fs.data(i, i, memoryview(buffer))
+        for fed in buffers[:i + 1]:
+            fed += b"!"  # BufferError while the framer holds a view of it
+            del fed[-1:]
+    fs.data(3, 3, memoryview(buffers[3]))
+    assert [(r[2], r[3]) for r in rec.frames] == [(len(frame) - 4, frame[:16])]
+    assert fs.head is None

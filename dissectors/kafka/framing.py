@@ -7,15 +7,17 @@ Operations:
 
 Every complete frame goes to ``on_frame(first_ts, first_no, last_ts, last_no, size, head, lossy)``: the
 timestamps and packet numbers of its first and last byte, the value of its size prefix, its first bytes
-(size prefix included, at most ``keep`` bytes; a zero-copy view when they lie in one chunk; valid only
-during the call) and whether part of its body fell in a gap.
+(size prefix included, at most ``keep`` bytes; a zero-copy view when they lie in one chunk, else a view of
+a copy; valid only during the call) and whether part of its body fell in a gap.
 
 Goals: bytes inside a large frame cost one subtraction (no copies, no per-byte work), so the speed follows
 the number of frames, not of bytes; a gap inside a frame body keeps sync, so snaplen-truncated captures still
 yield every header; a capture that starts mid-stream, a gap across a frame boundary, or garbage switches to
 resynchronisation, which finds candidate frame starts with C-speed searches (a caller-supplied finder) and
 accepts one only when the caller's validator agrees, so hostile input costs O(n) and memory stays bounded
-(at most ``keep`` bytes are held per stream).
+(at most ``keep`` bytes are held per stream). Bytes held back (a head too short to judge, a candidate waiting
+for its validation window) are not looked at again until enough have arrived to decide, and the search never
+revisits a position it has ruled out: a stream fed one byte per segment costs O(1) per byte, not O(window).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ DEFAULT_MAX_FRAME = 128 * 1024 * 1024  # above Kafka's socket.request.max.bytes 
 MIN_FRAME = 4  # a response header alone is a correlation id
 SCAN_WINDOW = 512  # bytes a resync candidate needs in view before the validator judges it
 CHAIN_VIEW = 64  # bytes of the following frame needed to check it too
+FIND_SPAN = 64  # a finder recognises a candidate at p from bytes [p, p + FIND_SPAN) at most
 
 Buffer = bytes | bytearray | memoryview
 
@@ -41,7 +44,10 @@ class FrameValidator(Protocol):
 
 
 Finder = Callable[[Buffer, int, int], int]
-"""finder(buf, start, end) -> the next candidate frame start >= start (index of its size prefix), or -1."""
+"""finder(buf, start, end) -> the next candidate frame start >= start (index of its size prefix), or -1.
+
+A candidate is recognised from at most FIND_SPAN bytes at its start, all within [start, end): when nothing is
+found, only the last FIND_SPAN - 1 bytes are searched again with the next bytes of the stream."""
 
 FrameHandler = Callable[[int, int, int, int, int, Buffer, bool], None]
 
@@ -56,9 +62,9 @@ OPAQUE = 3  # not Kafka framing (TLS): count and ignore
 class FrameSplitter:
     __slots__ = (
         "on_frame", "validate", "find", "keep", "max_frame", "min_frame",
-        "mode", "fresh", "body_left", "head_missing", "head_parts", "_left", "_first_ts", "_first_no", "_size",
+        "mode", "fresh", "body_left", "head_missing", "head", "_left", "_first_ts", "_first_no", "_size",
         "_lossy",
-        "_stash", "_stash_len", "_stash_ts", "_stash_no",
+        "_stash", "_stash_len", "_stash_need", "_stash_ts", "_stash_no",
         "frames", "resyncs", "skipped_bytes", "truncated_frames", "tls",
     )
 
@@ -82,10 +88,12 @@ class FrameSplitter:
         # Bytes of the frame in progress still to come: in body_left once its head is complete (the packet
         # loop may then count them off without calling data()). While the head is being collected, they are
         # head_missing (the head bytes still to come) plus _left (the bytes after the head), and a chunk
-        # shorter than head_missing may be appended to head_parts by the packet loop itself.
+        # shorter than head_missing may be appended to head by the packet loop itself.
         self.body_left = 0
         self.head_missing = 0
-        self.head_parts: list[Buffer] = []  # the head of the frame in progress, in pieces (views)
+        # The head of a frame spanning chunks, copied as it comes: views would keep every capture buffer they
+        # point into alive (an 8 MiB decompressed chunk per connection with a head in progress).
+        self.head: bytearray | None = None
         self._left = 0
         self._first_ts = 0
         self._first_no = 0
@@ -93,6 +101,7 @@ class FrameSplitter:
         self._lossy = False
         self._stash: list[bytes] = []  # bytes held at a boundary or while scanning (at most keep)
         self._stash_len = 0
+        self._stash_need = 0  # the stash is looked at again once it holds this many bytes
         self._stash_ts = 0
         self._stash_no = 0
         self.frames = 0
@@ -110,10 +119,10 @@ class FrameSplitter:
             missing = self.head_missing
             if missing:
                 if n < missing:
-                    self.head_parts.append(chunk)  # views; joined once at the end
+                    self.head += chunk
                     self.head_missing = missing - n
                     return
-                self.head_parts.append(chunk if missing == n else chunk[:missing])
+                self.head += chunk if missing == n else chunk[:missing]
                 self.head_missing = 0
                 left = missing + self._left
                 self._left = 0
@@ -133,9 +142,12 @@ class FrameSplitter:
             self.skipped_bytes += len(chunk)
             return
         if self._stash_len:
-            self._stash.append(bytes(chunk))
-            buf = b"".join(self._stash)
             origin = self._stash_len
+            self._stash.append(bytes(chunk))
+            self._stash_len = origin + len(chunk)
+            if self._stash_len < self._stash_need:
+                return  # still too few to decide anything: nothing to look at again
+            buf = b"".join(self._stash)
             self._stash.clear()
             self._stash_len = 0
             first_ts, first_no = self._stash_ts, self._stash_no
@@ -179,7 +191,7 @@ class FrameSplitter:
             self.truncated_frames += 1
             self.mode = BOUNDARY
             self._left = self.body_left = 0
-            self.head_parts = []
+            self.head = None
             self.head_missing = 0
         self.skipped_bytes += self._stash_len
         self._stash.clear()
@@ -189,22 +201,23 @@ class FrameSplitter:
 
     def _complete(self, ts: int, no: int, lossy: bool) -> None:
         """The frame in progress has all its bytes (or lost the last ones): hand it on."""
-        head = self.head_parts
-        self.head_parts = []
+        head = self.head
+        self.head = None
         self.head_missing = 0
         self._left = 0
         self.body_left = 0
         self.mode = BOUNDARY
         self.frames += 1
-        self.on_frame(self._first_ts, self._first_no, ts, no, self._size, head[0] if len(head) == 1 else
-                      b"".join(head), lossy)
+        self.on_frame(self._first_ts, self._first_no, ts, no, self._size, memoryview(head).toreadonly(), lossy)
 
     def _stash_from(self, buf: Buffer, pos: int, origin: int, ts: int, no: int, first_ts: int,
-                    first_no: int) -> None:
-        """Hold the tail buf[pos:] until more bytes arrive; it keeps the time of its first byte."""
+                    first_no: int, need: int = 0) -> None:
+        """Hold the tail buf[pos:] until more bytes arrive (``need`` in all before it is looked at again);
+        it keeps the time of its first byte."""
         tail = bytes(buf[pos:])
         self._stash = [tail]
         self._stash_len = len(tail)
+        self._stash_need = need
         if pos < origin:
             self._stash_ts, self._stash_no = first_ts, first_no
         else:
@@ -219,7 +232,7 @@ class FrameSplitter:
             avail = n - pos
             if avail < 4:
                 if avail:
-                    self._stash_from(buf, pos, origin, ts, no, first_ts, first_no)
+                    self._stash_from(buf, pos, origin, ts, no, first_ts, first_no, 4)
                 return
             size = _unpack_size(buf, pos)[0]
             if size < self.min_frame or size > self.max_frame:
@@ -233,7 +246,8 @@ class FrameSplitter:
             need = total if total <= keep else keep
             if avail < need and (avail < 12 or (self.fresh and avail < SCAN_WINDOW)):
                 # Wait for more: any frame must show its header, a fresh stream enough to be validated.
-                self._stash_from(buf, pos, origin, ts, no, first_ts, first_no)
+                self._stash_from(buf, pos, origin, ts, no, first_ts, first_no,
+                                 min(need, SCAN_WINDOW if self.fresh else 12))
                 return
             # In sync, the chain of size prefixes is trusted (a bad header becomes a malformed row);
             # only the first frame of a stream that may have started mid-frame must prove itself.
@@ -260,7 +274,7 @@ class FrameSplitter:
             # The frame continues in later chunks: keep its head (collecting the rest of it as it comes,
             # if it is not all here), count the remaining bytes.
             got = need if avail >= need else avail
-            self.head_parts = [buf[pos:pos + got]]
+            self.head = bytearray(buf[pos:pos + got])
             self.head_missing = need - got
             self._first_ts, self._first_no = fts, fno
             self._size = size
@@ -313,11 +327,12 @@ class FrameSplitter:
                 break
             avail = n - cand
             if avail < 4:
+                wait = 4
                 break
             size = _unpack_size(buf, cand)[0]
             if self.min_frame <= size <= max_frame:
-                need = min(size + 4, SCAN_WINDOW)
-                if avail < need:
+                wait = min(size + 4, SCAN_WINDOW)
+                if avail < wait:
                     break  # judge it when more bytes are here
                 # Never tentative here: a plausible-looking spot inside a frame body must not be taken.
                 if validate(buf, cand + 4, cand + min(size + 4, self.keep, avail), size, False) and \
@@ -327,10 +342,12 @@ class FrameSplitter:
                     self._frames(ts, no, buf, cand, origin, first_ts, first_no)
                     return
             pos = cand + 1
-        # Nothing acceptable yet: keep the last bytes (a candidate may straddle into the next chunk).
-        tail_from = max(start, n - SCAN_WINDOW)
-        if cand >= 0 and cand < tail_from:
+        # Nothing acceptable yet. A candidate waiting for bytes is kept from its start and judged once they
+        # are here; otherwise only the bytes a candidate straddling into the next chunk could start in.
+        if cand >= 0:
             tail_from = cand
+        else:
+            tail_from, wait = max(pos, n - FIND_SPAN + 1), 0
         self.skipped_bytes += tail_from - start + skipped
         if tail_from < n:
-            self._stash_from(buf, tail_from, origin, ts, no, first_ts, first_no)
+            self._stash_from(buf, tail_from, origin, ts, no, first_ts, first_no, wait)
