@@ -129,9 +129,10 @@ CONNECTIONS_SCHEMA = pa.schema([
     _f("truncated_frames", pa.int64(), "Frames cut off by the end of the connection or capture."),
     _f("client_ids", pa.string(), "Distinct client_id values seen on the connection, comma-separated."),
     _f("tls", pa.bool_(), "The connection carried TLS instead of plaintext Kafka (not decoded)."),
-    _f("ended", pa.string(), "How it ended: fin, rst, reused (a new SYN on the same ports), capture_end, or "
-       "continued (it runs on into the next file of a rotated set; only in the per-file rows the stitch stage "
-       "adds up into one)."),
+    _f("ended", pa.string(), "How it ended: fin, rst, reused (a new SYN on the same ports), capture_end, "
+       "evicted (dropped from the flow table over its limits, see the files table's connections_evicted; "
+       "later packets of it start a new connection), or continued (it runs on into the next file of a rotated "
+       "set; only in the per-file rows the stitch stage adds up into one)."),
 ])
 
 CONNECTION_ROW_FIELDS = tuple(f.name for f in CONNECTIONS_SCHEMA)[1:]
