@@ -3,7 +3,8 @@
 - reassembly: any order and repetition of a stream's segments, without holes, gives back the stream;
 - framing: the frames of the sample captures' request streams are the same however the bytes are cut;
 - extraction: on bodies kio encodes (an independent encoder), the extractor finds the errors and topics
-  that a walk of the full decoder's tree along Kafka's JSON message definitions finds;
+  that a walk of the full decoder's tree along Kafka's JSON message definitions finds (the extract fuzz
+  target checks the errors on any bytes);
 - decompression: payloads that expand past the bound are refused in every codec, the rest come back whole.
 """
 
@@ -27,6 +28,7 @@ from dissectors.kafka.decoder import decode
 from dissectors.kafka.extract import extract
 from dissectors.kafka.headers import looks_like_request
 from fuzz.seeds import frames, sample_captures, streams
+from fuzz.targets.extract import errors_in_tree
 from fuzz.targets.framing import split
 from tests.test_roundtrip import (
     KIO_BODIES,
@@ -129,21 +131,6 @@ def message_structs(message: dict) -> dict[str, list]:
     return {s["name"]: s["fields"] for s in message.get("commonStructs", ())}
 
 
-def walk_errors(value, path: str, out: Counter) -> None:
-    """Every non-zero error code of a decoded tree, by dotted field path (no indices), as extract names them."""
-    if isinstance(value, list):
-        for item in value:
-            walk_errors(item, path, out)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            here = f"{path}.{key}" if path else key
-            if (key == "error_code" or key.endswith("_error_code")) and isinstance(item, int):
-                if item:
-                    out[(here, item)] += 1
-            else:
-                walk_errors(item, here, out)
-
-
 def walk_topics(fields: list, value, structs: dict[str, list], out: set) -> None:
     """Topic names of a decoded tree: the fields Kafka's JSON definitions mark ``entityType: topicName``."""
     if isinstance(value, list):
@@ -180,7 +167,7 @@ def test_extract_finds_the_errors_and_topics_the_full_decoder_shows(key, is_resp
         found = extract(buf, 0, len(buf), key, version, is_response)
         errors: Counter = Counter()
         if is_response:
-            walk_errors(tree, "", errors)
+            errors_in_tree(tree, "", errors)
         assert Counter((e.field_path, e.error_code) for e in found.errors) == errors, f"v{version}"
         message = json_message(key, version, is_response)
         topics: set = set()
