@@ -3,6 +3,7 @@ record decoder, hostile payloads and random bytes."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 import struct
@@ -156,6 +157,29 @@ def test_xxh32_equals_the_xxhash_package_at_every_length_an_lz4_header_checksum_
     for n in range(40):
         data = bytes(rng.randrange(256) for _ in range(n))
         assert xxh32(data) == xxhash.xxh32_intdigest(data), n
+
+
+@pytest.mark.parametrize("compress", [lambda data: gzip.compress(data, mtime=0),
+                                      lambda data: bytes(cramjam.snappy.compress(data))], ids=["gzip", "snappy"])
+def test_refused_payloads_are_charged_to_the_file_budget(compress):
+    """A payload refused only after expanding to its bound cost that work: charged to the file's budget, a
+    capture of thousands of such payloads stops costing once the budget is spent."""
+    codec = 1 if compress(b"")[:2] == b"\x1f\x8b" else 2
+    bomb = compress(bytes(2 << 20))
+    limits = Limits(max_batch_bytes=1 << 20, max_total_bytes=4 << 20)
+    for _ in range(10):
+        with pytest.raises(DecompressionRefused):
+            limits.expand(codec, bomb)
+    assert limits.refused == 10
+    assert limits.total_bytes == 4 << 20  # four refusals at 1 MiB each, then nothing left to expand into
+
+
+def test_a_payload_refused_by_its_declared_size_costs_nothing():
+    lz4_frame = pytest.importorskip("lz4.frame")
+    limits = Limits(max_batch_bytes=1 << 20, max_total_bytes=4 << 20)
+    with pytest.raises(DecompressionRefused):
+        limits.expand(3, lz4_frame.compress(bytes(2 << 20), store_size=True))
+    assert limits.refused == 1 and limits.total_bytes == 0
 
 
 def test_crc32c_fallback_equals_the_crc32c_package():
@@ -315,7 +339,7 @@ def test_limits_are_shared_and_count_refusals():
     with pytest.raises(DecompressionRefused):
         list(records(gz, 0, len(gz), limits=limits))
     assert list(records(gz, 0, len(gz), limits=limits, skip_refused=True)) == []
-    assert limits.refused == 2 and limits.total_bytes < 2_500
+    assert limits.refused == 2 and limits.total_bytes == 2_500  # the first refusal expanded into the rest
     assert payload  # a zlib stream (not gzip) is accepted too: the batch above used one
 
 

@@ -42,11 +42,14 @@ class CorruptData(RecordsError):
 
 
 class DecompressionRefused(RecordsError):
-    """Expanding a payload would pass the size limit: it was not expanded."""
+    """Expanding a payload would pass the size limit: it was not expanded. ``expanded`` is how many bytes were
+    decompressed before that was known (0 when the declared size refused it at once), so that a budget can be
+    charged for the work: otherwise a file of many refused payloads costs a full expansion each, unbounded."""
 
-    def __init__(self, message: str, bound: int) -> None:
+    def __init__(self, message: str, bound: int, expanded: int = 0) -> None:
         super().__init__(message)
         self.bound = bound
+        self.expanded = expanded
 
 
 XERIAL_MAGIC = b"\x82SNAPPY\x00"
@@ -74,9 +77,9 @@ def decompress(codec: int, data, bound: int):
     raise CorruptData(f"unknown compression codec {codec}")
 
 
-def _refused(codec: str, size: int | None, bound: int) -> DecompressionRefused:
+def _refused(codec: str, size: int | None, bound: int, expanded: int = 0) -> DecompressionRefused:
     said = f"{size} bytes" if size is not None else f"more than {bound} bytes"
-    return DecompressionRefused(f"{codec} payload expands to {said}, over the limit of {bound}", bound)
+    return DecompressionRefused(f"{codec} payload expands to {said}, over the limit of {bound}", bound, expanded)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -94,7 +97,7 @@ def _gunzip(data, bound: int) -> bytes:
         except zlib.error as exc:
             raise CorruptData(f"gzip: {exc}") from None
         if len(out) > left:
-            raise _refused("gzip", None, bound)
+            raise _refused("gzip", None, bound, bound)
         if not inflater.eof:
             raise CorruptData("gzip: stream ends early")
         parts.append(out)
@@ -185,11 +188,11 @@ def _into_growing(decompress_into, data, bound: int, guess: int, codec: str):
             if _FULL not in str(exc):
                 raise CorruptData(f"{codec}: {exc}") from None
             if size > bound:
-                raise _refused(codec, None, bound) from None
+                raise _refused(codec, None, bound, bound) from None
             size = min(size * 4, bound + 1)
             continue
         if written > bound:
-            raise _refused(codec, written, bound)
+            raise _refused(codec, written, bound, written)
         return memoryview(out)[:written]
 
 

@@ -66,12 +66,15 @@ class Limits:
         self.refused = 0  # batches refused so far
 
     def expand(self, codec: int, data):
-        """``data`` decompressed within the remaining budget; DecompressionRefused past it."""
-        bound = min(self.max_batch_bytes, self.max_total_bytes - self.total_bytes)
+        """``data`` decompressed within the remaining budget; DecompressionRefused past it. A refused payload
+        is charged the bytes expanded before it was refused: once the budget is spent, every further one is
+        refused at its first bytes."""
+        bound = max(min(self.max_batch_bytes, self.max_total_bytes - self.total_bytes), 0)
         try:
-            out = decompress(codec, data, max(bound, 0))
-        except DecompressionRefused:
+            out = decompress(codec, data, bound)
+        except DecompressionRefused as exc:
             self.refused += 1
+            self.total_bytes += min(exc.expanded, bound)
             raise
         self.total_bytes += len(out)
         return out
