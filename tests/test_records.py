@@ -3,6 +3,7 @@ record decoder, hostile payloads and random bytes."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 import struct
@@ -17,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dissectors.kafka.codecs import CorruptData, DecompressionRefused, RecordsError, xxh32_short
+from dissectors.kafka.codecs import CorruptData, DecompressionRefused, RecordsError, xxh32
 from dissectors.kafka.extract import extract
 from dissectors.kafka.records import Limits, batches, crc32c_slow, records
 from tests.test_decoder import kafka_frames, public_sources
@@ -136,17 +137,49 @@ def test_kafka09_lz4_frames_have_the_old_header_checksum():
         value = data[26:26 + struct.unpack_from(">i", data, 22)[0]]
         with pytest.raises(RuntimeError):
             lz4_frame.decompress(value)
-        assert value[6] == (xxh32_short(value[:6]) >> 8) & 0xFF  # covers the magic: the old Kafka way
+        assert value[6] == (xxh32(value[:6]) >> 8) & 0xFF  # covers the magic: the old Kafka way
         assert batches(data, 0, len(data))[0].record_count == 5
 
 
-def test_xxh32_short_matches_the_lz4_package():
+def test_xxh32_matches_the_lz4_package():
     """lz4's frame header checksum is xxh32 of the descriptor: compare with frames the lz4 package writes."""
     lz4_frame = pytest.importorskip("lz4.frame")
     for content_size in (False, True):
         frame = lz4_frame.compress(b"x" * 1000, store_size=content_size)
         end = 6 + (8 if content_size else 0)
-        assert frame[end] == (xxh32_short(frame[4:end]) >> 8) & 0xFF
+        assert frame[end] == (xxh32(frame[4:end]) >> 8) & 0xFF
+
+
+def test_xxh32_equals_the_xxhash_package_at_every_length_an_lz4_header_checksum_covers():
+    """A Kafka 0.8/0.9 checksum covers magic and descriptor: up to 18 bytes with content size and dictionary id."""
+    xxhash = pytest.importorskip("xxhash")
+    rng = random.Random(7)
+    for n in range(40):
+        data = bytes(rng.randrange(256) for _ in range(n))
+        assert xxh32(data) == xxhash.xxh32_intdigest(data), n
+
+
+@pytest.mark.parametrize("compress", [lambda data: gzip.compress(data, mtime=0),
+                                      lambda data: bytes(cramjam.snappy.compress(data))], ids=["gzip", "snappy"])
+def test_refused_payloads_are_charged_to_the_file_budget(compress):
+    """A payload refused only after expanding to its bound cost that work: charged to the file's budget, a
+    capture of thousands of such payloads stops costing once the budget is spent."""
+    codec = 1 if compress(b"")[:2] == b"\x1f\x8b" else 2
+    bomb = compress(bytes(2 << 20))
+    limits = Limits(max_batch_bytes=1 << 20, max_total_bytes=4 << 20)
+    for _ in range(10):
+        with pytest.raises(DecompressionRefused):
+            limits.expand(codec, bomb)
+    assert limits.refused == 10
+    assert limits.total_bytes == 4 << 20  # four refusals at 1 MiB each, then nothing left to expand into
+
+
+def test_a_payload_refused_by_its_declared_size_costs_nothing():
+    lz4_frame = pytest.importorskip("lz4.frame")
+    limits = Limits(max_batch_bytes=1 << 20, max_total_bytes=4 << 20)
+    with pytest.raises(DecompressionRefused):
+        limits.expand(3, lz4_frame.compress(bytes(2 << 20), store_size=True))
+    assert limits.refused == 1 and limits.total_bytes == 0
 
 
 def test_crc32c_fallback_equals_the_crc32c_package():

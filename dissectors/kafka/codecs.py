@@ -52,7 +52,9 @@ class CorruptData(RecordsError):
 
 
 class DecompressionRefused(RecordsError):
-    """Expanding a payload would pass the size limit: it was not expanded."""
+    """Expanding a payload would pass the size limit: it was not expanded. ``expanded`` is how many bytes were
+    decompressed before that was known (0 when the declared size refused it at once), so that a budget can be
+    charged for the work: otherwise a file of many refused payloads costs a full expansion each, unbounded."""
 
     def __init__(self, message: str, bound: int, produced: int = 0) -> None:
         super().__init__(message)
@@ -222,13 +224,22 @@ def _rotl(x: int, r: int) -> int:
     return ((x << r) | (x >> (32 - r))) & _M32
 
 
-def xxh32_short(data: bytes, seed: int = 0) -> int:
-    """XXH32 of fewer than 16 bytes (all an lz4 frame descriptor needs)."""
+def xxh32(data: bytes, seed: int = 0) -> int:
+    """XXH32 of ``data``: an lz4 frame's header checksum, over its descriptor (up to 14 bytes), or in the
+    frames of Kafka 0.8/0.9 over magic number and descriptor (up to 18 bytes)."""
     n = len(data)
-    if n >= 16:
-        raise ValueError("xxh32_short takes fewer than 16 bytes")
-    h = (seed + _P5 + n) & _M32
     pos = 0
+    if n >= 16:
+        v1, v2, v3, v4 = (seed + _P1 + _P2) & _M32, (seed + _P2) & _M32, seed & _M32, (seed - _P1) & _M32
+        while pos + 16 <= n:
+            v1 = (_rotl((v1 + int.from_bytes(data[pos:pos + 4], "little") * _P2) & _M32, 13) * _P1) & _M32
+            v2 = (_rotl((v2 + int.from_bytes(data[pos + 4:pos + 8], "little") * _P2) & _M32, 13) * _P1) & _M32
+            v3 = (_rotl((v3 + int.from_bytes(data[pos + 8:pos + 12], "little") * _P2) & _M32, 13) * _P1) & _M32
+            v4 = (_rotl((v4 + int.from_bytes(data[pos + 12:pos + 16], "little") * _P2) & _M32, 13) * _P1) & _M32
+            pos += 16
+        h = (_rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18) + n) & _M32
+    else:
+        h = (seed + _P5 + n) & _M32
     while pos + 4 <= n:
         h = (h + int.from_bytes(data[pos:pos + 4], "little") * _P3) & _M32
         h = (_rotl(h, 17) * _P4) & _M32
@@ -269,8 +280,8 @@ def _unlz4(data, bound: int):
     if content_size is not None and content_size > bound:
         raise _refused("lz4", content_size, bound)
     descriptor = bytes(view[4:checksum_at])
-    right = (xxh32_short(descriptor) >> 8) & 0xFF
-    if view[checksum_at] != right and view[checksum_at] == (xxh32_short(bytes(view[:checksum_at])) >> 8) & 0xFF:
+    right = (xxh32(descriptor) >> 8) & 0xFF
+    if view[checksum_at] != right and view[checksum_at] == (xxh32(bytes(view[:checksum_at])) >> 8) & 0xFF:
         fixed = bytearray(view)  # Kafka 0.8/0.9's checksum (over magic + descriptor): correct it
         fixed[checksum_at] = right
         view = memoryview(fixed)

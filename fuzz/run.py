@@ -1,0 +1,108 @@
+"""Run the atheris fuzzers, one target after another, for a fixed time each:
+
+    python -m fuzz.run                       # every target, 15 s each (CI: .ci/run)
+    python -m fuzz.run --seconds 1800 --targets records,codecs --keep-going
+
+Seeds are cut from the sample captures afresh on each run (``fuzz.seeds``) into ``WORKDIR/seeds/``; what the
+fuzzers find interesting accumulates in ``WORKDIR/corpus/<target>/`` across runs. A crash (an exception
+the layer does not document, a failed check, a timeout or running out of memory) leaves its input in
+``WORKDIR/crashes/<target>/`` and makes the run exit 1; ``python -m fuzz.fuzz_one TARGET FILE`` replays it.
+The libFuzzer output of each target is in ``WORKDIR/logs/<target>.log``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from fuzz.targets import TARGETS
+
+ROOT = Path(__file__).resolve().parents[1]
+PROGRESS = re.compile(rb"#(\d+)\s+\w+\s+cov: (\d+) ft: (\d+)")
+EXECUTED = re.compile(rb"stat::number_of_executed_units: (\d+)")
+TIMEOUT_PER_INPUT = 30  # seconds one input may take before it counts as a finding (a hang)
+RSS_LIMIT_MB = 2048
+
+
+def fuzz_target(target: str, seconds: int, workdir: Path, keep_going: bool = False) -> tuple[bool, str, list[Path]]:
+    """Fuzz one target; (passed, its figures, the reproducers it left). ``keep_going``: after a crash, start
+    again on the grown corpus until the time is up (libFuzzer's fork mode does not work under atheris)."""
+    corpus, seeds = workdir / "corpus" / target, workdir / "seeds" / target
+    crashes, log = workdir / "crashes" / target, workdir / "logs" / f"{target}.log"
+    for folder in (corpus, crashes, log.parent):
+        folder.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    started = time.time()
+    runs, cov, ft, codes = 0, 0, 0, []
+    with open(log, "wb") as out:
+        while True:
+            left_s = int(seconds - (time.time() - started))
+            if left_s < 1 or (codes and not keep_going):
+                break
+            command = [sys.executable, "-m", "fuzz.fuzz_one", target, str(corpus), str(seeds),
+                       f"-max_total_time={left_s}", f"-timeout={TIMEOUT_PER_INPUT}", f"-rss_limit_mb={RSS_LIMIT_MB}",
+                       f"-artifact_prefix={crashes}{os.sep}", "-print_final_stats=1"]
+            at = out.tell()
+            out.flush()
+            try:
+                code = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                                      timeout=left_s + 300).returncode
+            except subprocess.TimeoutExpired:
+                code = -1
+            codes.append(code)
+            out.flush()
+            with open(log, "rb") as written:
+                written.seek(at)
+                text = written.read()
+            progress = PROGRESS.findall(text)
+            executed = EXECUTED.findall(text)
+            runs += int(executed[-1]) if executed else (int(progress[-1][0]) if progress else 0)
+            if progress:
+                cov, ft = max(cov, int(progress[-1][1])), max(ft, int(progress[-1][2]))
+            if code == 0:
+                break
+    left = sorted(p for p in crashes.iterdir() if p.stat().st_mtime >= started)
+    kept = len(list(corpus.iterdir()))
+    figures = f"{runs} executions in {time.time() - started:.0f} s, cov {cov}, ft {ft}, corpus {kept}"
+    return all(code == 0 for code in codes) and not left, figures, left
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fuzz.run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=int, default=15, help="fuzzing time per target (default 15)")
+    parser.add_argument("--targets", default=",".join(TARGETS), help="comma-separated targets (default all)")
+    parser.add_argument("--keep-going", action="store_true", help="after a crash, fuzz on until the time is up")
+    parser.add_argument("--workdir", type=Path, default=ROOT / ".fuzz", help="corpus, crashes, logs (.fuzz)")
+    args = parser.parse_args(argv)
+    targets = [t for t in args.targets.split(",") if t]
+    unknown = sorted(set(targets) - set(TARGETS))
+    if unknown:
+        parser.error(f"unknown targets {', '.join(unknown)}; known: {', '.join(TARGETS)}")
+    from fuzz.seeds import write_seeds
+
+    shutil.rmtree(args.workdir / "seeds", ignore_errors=True)
+    write_seeds(args.workdir / "seeds")
+    failed = []
+    for target in targets:
+        passed, figures, left = fuzz_target(target, args.seconds, args.workdir, args.keep_going)
+        print(f"{target:10} {'ok   ' if passed else 'FAIL '} {figures}", flush=True)
+        if not passed:
+            failed.append(target)
+            for path in left:
+                print(f"           reproducer: {path} (replay: python -m fuzz.fuzz_one {target} {path})")
+            if not left:
+                print(f"           see {args.workdir / 'logs' / (target + '.log')}")
+    if failed:
+        print(f"fuzzing found defects in: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
