@@ -223,6 +223,7 @@ class FlowTable:
                 self.connection_rows.append(conn.row())
                 flows.pop(conn.client_key, None)
                 flows.pop(conn.broker_key, None)
+                conn.release()
             else:
                 keep.append(conn)
         self.open = keep
@@ -327,6 +328,7 @@ class FlowTable:
         conn.close(ts, "reused")
         self.connection_rows.append(conn.row())
         self.open.remove(conn)
+        conn.release()
 
     def _new_flow(self, pkt: tuple) -> HalfStream | None:
         no, ts, key, seq, ack, flags, payload, seg_len = pkt
@@ -428,6 +430,7 @@ class FlowTable:
             for key in (conn.client_key, conn.broker_key):
                 if flows.get(key) is not None and flows[key] is not IGNORED:
                     del flows[key]
+            conn.release()
         self.open = ranked[cut:]
 
     def _evict_half_open(self) -> None:

@@ -177,3 +177,27 @@ def test_a_head_in_progress_keeps_no_view_of_its_packets_buffers() -> None:
         client.cseq += len(buffer)
     for buffer in buffers:
         buffer += b"!"  # BufferError while a view of it is kept
+
+
+def test_connections_the_table_lets_go_are_freed_without_the_cyclic_collector() -> None:
+    """An analysis runs the cyclic collector's full pass rarely (analyzer.collector); a connection evicted,
+    retired or replaced must not wait for it: its half-streams are gone as soon as the table drops it."""
+    import gc
+
+    from analyzer.tcp import HalfStream
+
+    def live_half_streams() -> int:
+        return sum(1 for o in gc.get_objects() if type(o) is HalfStream)
+
+    table = FlowTable(max_connections=100)
+    feed = Feeder(table)
+    before = live_half_streams()
+    gc.disable()
+    try:
+        for i in range(2000):  # each with a request in flight: evicted, not merely held as SYNs
+            Client(feed, struct.pack(">I", 0x0B000000 + i), 3000).request(heartbeat_request(1))
+        live = live_half_streams() - before
+    finally:
+        gc.enable()
+    assert table.evicted >= 1900
+    assert live <= 2 * 100
