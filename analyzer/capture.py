@@ -503,7 +503,9 @@ def _next_chunk(chunks: Iterator[bytes]) -> bytes | BaseException:
     try:
         return next(chunks, b"")
     except Exception as exc:
-        return exc
+        # Without its traceback: queued by the read-ahead thread, it would hold that thread's frame, which
+        # holds the queue that holds it, a cycle keeping the file and its buffers until a full collection.
+        return exc.with_traceback(None)
 
 
 def _read_ahead(chunks: Iterator[bytes], queue_: queue.Queue, stop: threading.Event) -> None:

@@ -796,3 +796,30 @@ def test_public_captures_match_dpkt(path):
     assert [p[:7] for p in packets] == expected
     assert all(p[7] == len(p[6]) for p in packets)  # none of these captures is snaplen-truncated
     assert stats.damage is None and stats.packets >= len(packets) > 0
+
+
+def test_a_cut_compressed_file_leaves_no_cycle_behind(tmp_path):
+    """The read-ahead thread queues the exception that ended a compressed stream; with its traceback it held
+    the thread's frame, which holds the queue: a cycle keeping the file and its buffers alive until a full
+    collection, which an analysis makes rare."""
+    import gc
+
+    sample = Path(__file__).resolve().parent.parent / "sample_pcaps" / "tansu_consumer_group.pcap"
+    data = gzip.compress(sample.read_bytes())
+    path = tmp_path / "cut.pcap.gz"
+    path.write_bytes(data[:len(data) * 2 // 3])  # the stream ends in an EOFError, queued by the thread
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        with open_capture(str(path)) as cap:
+            packets = sum(1 for _ in cap.packets())
+            damage = cap.stats.damage
+        gc.collect()
+        garbage = len(gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert packets > 0 and damage and "cut short" in damage
+    assert garbage == 0
