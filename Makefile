@@ -35,11 +35,11 @@ run: $(RUN_STAMP)
 	$(BIN)/kafkacap export sample_pcaps -o out --summary --detect-ports
 
 test: $(STAMP)
-	$(BIN)/ruff check analyzer dissectors spark_jobs tests benchmarks sample_pcaps fuzz
+	$(BIN)/ruff check analyzer dissectors spark_jobs tests benchmarks sample_pcaps
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check analyzer dissectors spark_jobs tests benchmarks sample_pcaps fuzz
+	$(BIN)/ruff check analyzer dissectors spark_jobs tests benchmarks sample_pcaps
 
 clean:
 	rm -rf $(VENV) out .pytest_cache

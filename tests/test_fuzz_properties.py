@@ -27,9 +27,9 @@ from dissectors.kafka.codecs import DecompressionRefused
 from dissectors.kafka.decoder import decode
 from dissectors.kafka.extract import extract
 from dissectors.kafka.headers import looks_like_request
-from fuzz.seeds import frames, sample_captures, streams
-from fuzz.targets.extract import errors_in_tree
-from fuzz.targets.framing import split
+from tests.fuzz.seeds import frames, sample_captures, streams
+from tests.fuzz.targets.extract import errors_in_tree
+from tests.fuzz.targets.framing import split
 from tests.test_roundtrip import (
     KIO_BODIES,
     by_api,

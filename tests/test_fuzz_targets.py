@@ -1,4 +1,4 @@
-"""Every fuzz target (``fuzz.targets``) under hypothesis: random bytes, and the seeds cut from the sample
+"""Every fuzz target (``tests.fuzz.targets``) under hypothesis: random bytes, and the seeds cut from the sample
 captures with a few random edits. A target lets through only its layer's documented errors, so any other
 exception, or a broken check inside a target, fails here. The inputs the coverage-guided fuzzers found are
 replayed through their targets, one test each.
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fuzz.seeds import all_seeds
-from fuzz.targets import TARGETS
+from tests.fuzz.seeds import all_seeds
+from tests.fuzz.targets import TARGETS
 
 # Examples per target: the whole pipeline and the capture reader write a file and read it per example.
 EXAMPLES = {"pipeline": 25, "capture": 60}
@@ -35,7 +35,7 @@ def seeds() -> dict[str, list[bytes]]:
 
 @cache
 def target(name: str):
-    return importlib.import_module(f"fuzz.targets.{name}")
+    return importlib.import_module(f"tests.fuzz.targets.{name}")
 
 
 @st.composite

@@ -1,4 +1,4 @@
-"""Coverage-guided fuzzing of one target with atheris (libFuzzer): ``python -m fuzz.fuzz_one TARGET [libFuzzer
+"""Coverage-guided fuzzing of one target with atheris (libFuzzer): ``python -m tests.fuzz.fuzz_one TARGET [libFuzzer
 arguments: corpus folders, -max_total_time=N, ... or files to run once]``.
 
 Only kafkacap's own packages are instrumented; the target module is imported inside the instrumentation.
@@ -9,14 +9,14 @@ from __future__ import annotations
 import importlib
 import sys
 
-INSTRUMENTED = ["analyzer", "dissectors", "fuzz.targets"]
+INSTRUMENTED = ["analyzer", "dissectors", "tests.fuzz.targets"]
 
 
 def main(argv: list[str]) -> None:
     import atheris
 
     if len(argv) < 2:
-        sys.exit("usage: python -m fuzz.fuzz_one TARGET [libFuzzer arguments]")
+        sys.exit("usage: python -m tests.fuzz.fuzz_one TARGET [libFuzzer arguments]")
     target = argv[1]
     for heavy in ("numpy", "pyarrow", "pyarrow.compute", "scapy.all"):  # imported unseen: not instrumented
         try:
@@ -24,7 +24,7 @@ def main(argv: list[str]) -> None:
         except ImportError:
             pass
     with atheris.instrument_imports(include=INSTRUMENTED):
-        module = importlib.import_module(f"fuzz.targets.{target}")
+        module = importlib.import_module(f"tests.fuzz.targets.{target}")
     atheris.Setup([argv[0], *argv[2:]], module.test_one_input)
     atheris.Fuzz()
 

@@ -7,7 +7,7 @@ damage further in is reported in ``stats.damage``, never raised.
 from __future__ import annotations
 
 from analyzer.capture import CaptureError, open_capture
-from fuzz.targets._scratch import scratch_file
+from tests.fuzz.targets._scratch import scratch_file
 
 ALLOWED = (CaptureError,)
 

@@ -18,9 +18,9 @@ from pathlib import Path
 from analyzer.capture import open_capture
 from dissectors.kafka import headers
 from dissectors.kafka.decoder import DecodeError, RecordsRef, decode
-from fuzz.targets.linklayer import LINK_TYPES
+from tests.fuzz.targets.linklayer import LINK_TYPES
 
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_pcaps"
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_pcaps"
 MAX_SEED = 4096
 PCAP_HEADER = struct.Struct("<IHHiIII")
 PCAP_RECORD = struct.Struct("<IIII")

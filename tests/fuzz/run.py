@@ -1,12 +1,12 @@
 """Run the atheris fuzzers, one target after another, for a fixed time each:
 
-    python -m fuzz.run                       # every target, 15 s each (CI: .ci/run)
-    python -m fuzz.run --seconds 1800 --targets records,codecs --keep-going
+    python -m tests.fuzz.run                       # every target, 15 s each (CI: .ci/run)
+    python -m tests.fuzz.run --seconds 1800 --targets records,codecs --keep-going
 
-Seeds are cut from the sample captures afresh on each run (``fuzz.seeds``) into ``WORKDIR/seeds/``; what the
+Seeds are cut from the sample captures afresh on each run (``tests.fuzz.seeds``) into ``WORKDIR/seeds/``; what the
 fuzzers find interesting accumulates in ``WORKDIR/corpus/<target>/`` across runs. A crash (an exception
 the layer does not document, a failed check, a timeout or running out of memory) leaves its input in
-``WORKDIR/crashes/<target>/`` and makes the run exit 1; ``python -m fuzz.fuzz_one TARGET FILE`` replays it.
+``WORKDIR/crashes/<target>/`` and makes the run exit 1; ``python -m tests.fuzz.fuzz_one TARGET FILE`` replays it.
 The libFuzzer output of each target is in ``WORKDIR/logs/<target>.log``.
 """
 
@@ -21,9 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-from fuzz.targets import TARGETS
+from tests.fuzz.targets import TARGETS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROGRESS = re.compile(rb"#(\d+)\s+\w+\s+cov: (\d+) ft: (\d+)")
 EXECUTED = re.compile(rb"stat::number_of_executed_units: (\d+)")
 TIMEOUT_PER_INPUT = 30  # seconds one input may take before it counts as a finding (a hang)
@@ -45,7 +45,7 @@ def fuzz_target(target: str, seconds: int, workdir: Path, keep_going: bool = Fal
             left_s = int(seconds - (time.time() - started))
             if left_s < 1 or (codes and not keep_going):
                 break
-            command = [sys.executable, "-m", "fuzz.fuzz_one", target, str(corpus), str(seeds),
+            command = [sys.executable, "-m", "tests.fuzz.fuzz_one", target, str(corpus), str(seeds),
                        f"-max_total_time={left_s}", f"-timeout={TIMEOUT_PER_INPUT}", f"-rss_limit_mb={RSS_LIMIT_MB}",
                        f"-artifact_prefix={crashes}{os.sep}", "-print_final_stats=1"]
             at = out.tell()
@@ -74,7 +74,7 @@ def fuzz_target(target: str, seconds: int, workdir: Path, keep_going: bool = Fal
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fuzz.run", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tests.fuzz.run", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=int, default=15, help="fuzzing time per target (default 15)")
     parser.add_argument("--targets", default=",".join(TARGETS), help="comma-separated targets (default all)")
     parser.add_argument("--keep-going", action="store_true", help="after a crash, fuzz on until the time is up")
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(targets) - set(TARGETS))
     if unknown:
         parser.error(f"unknown targets {', '.join(unknown)}; known: {', '.join(TARGETS)}")
-    from fuzz.seeds import write_seeds
+    from tests.fuzz.seeds import write_seeds
 
     shutil.rmtree(args.workdir / "seeds", ignore_errors=True)
     write_seeds(args.workdir / "seeds")
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         if not passed:
             failed.append(target)
             for path in left:
-                print(f"           reproducer: {path} (replay: python -m fuzz.fuzz_one {target} {path})")
+                print(f"           reproducer: {path} (replay: python -m tests.fuzz.fuzz_one {target} {path})")
             if not left:
                 print(f"           see {args.workdir / 'logs' / (target + '.log')}")
     if failed:

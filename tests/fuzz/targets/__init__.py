@@ -2,7 +2,7 @@
 and lets through only the exceptions that layer documents for bad input (its ``ALLOWED``). Anything else that
 escapes is a finding.
 
-The same modules serve atheris (coverage-guided, ``python -m fuzz.run``) and hypothesis (``tests/``), so a
+The same modules serve atheris (coverage-guided, ``python -m tests.fuzz.run``) and hypothesis (``tests/``), so a
 reimplementation of a layer (the compiled core) is fuzzed through unchanged targets.
 """
 
