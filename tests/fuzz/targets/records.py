@@ -2,7 +2,10 @@
 ``records`` field, walked by batch headers, summarised and decoded record by record under small limits.
 
 Documented error: :class:`dissectors.kafka.records.RecordsError` (its subclasses CorruptData and
-DecompressionRefused included). Beyond not raising: decompression stays within the limits.
+DecompressionRefused included). Beyond not raising: decompression stays within the limits. The budget is
+charged what each expansion really cost, refused ones included, so the last one may pass it by one batch's work
+(a buffer grown x4 at a time to one byte over the batch bound: under 4/3 of it); every one after is refused at
+once.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ ALLOWED = (RecordsError,)
 
 MAX_BATCH = 1 << 16
 MAX_TOTAL = 1 << 18
+MAX_CHARGED = MAX_TOTAL + MAX_BATCH * 4 // 3 + 2
 
 
 def test_one_input(data: bytes) -> None:
@@ -30,4 +34,4 @@ def test_one_input(data: bytes) -> None:
             walk()
         except ALLOWED:
             pass
-        assert limits.total_bytes <= MAX_TOTAL, limits.total_bytes
+        assert limits.total_bytes <= MAX_CHARGED, limits.total_bytes
