@@ -76,8 +76,9 @@ def endpoint_text(raw: bytes) -> str:
     return str(ipaddress.ip_address(raw))
 
 
-# The connections to one broker share its address text (a string fewer per connection).
-_broker_text = lru_cache(maxsize=1 << 8)(endpoint_text)
+# Addresses a capture repeats (its brokers; a flood's sources) as one string each, converted once: the
+# connections to one broker share its text (a string fewer per connection).
+address_text = lru_cache(maxsize=1 << 16)(endpoint_text)
 
 
 def split_key(key: bytes) -> tuple[bytes, bytes, int, int]:
@@ -106,7 +107,7 @@ class Connection:
         self.broker_key = reverse_key(client_key)
         self.client_ip = endpoint_text(src)
         self.client_port = sport
-        self.broker_ip = _broker_text(dst)
+        self.broker_ip = address_text(dst)
         self.broker_port = dport
         self.first_ts = ts
         self.matcher = m = ExchangeMatcher(

@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
-from functools import lru_cache
 
-from analyzer.connection import Connection, endpoint_text, reverse_key, split_key
+from analyzer.connection import Connection, address_text, reverse_key, split_key
 from analyzer.exchanges import Outputs
 from analyzer.shards import ShardPlan
 from analyzer.tcp import ACK, FIN, MASK32, RST, SYN, HalfStream
@@ -67,9 +66,6 @@ class _Probe:
         self.data_packets = 0
 
 
-_address_text = lru_cache(maxsize=1 << 16)(endpoint_text)  # a flood repeats its broker and source addresses
-
-
 class _SynSent:
     """A client's SYN on a Kafka port with nothing else seen on its flow yet: the packets to replay into the
     connection once the flow shows more (payloads are empty, so no capture buffer is kept alive)."""
@@ -87,7 +83,7 @@ class _SynSent:
         gives for one, without building a connection (some 40 us each, which a flood multiplies)."""
         no, ts = self.packets[0][:2]
         src, dst, sport, dport = split_key(self.client_key)
-        return (no, _address_text(src), sport, _address_text(dst), dport, ts, self.last_ts,
+        return (no, address_text(src), sport, address_text(dst), dport, ts, self.last_ts,
                 len(self.packets) + self.dropped, 0, 0, 0, 0, 0, 0, 0, None, True, 0, 0, 0, 0, 0, 0, 0, 0, None,
                 False, ended)
 
