@@ -22,13 +22,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.hostile import CANARY_CLIENT, CASES  # noqa: E402
+from tests.hostile import CANARY_CLIENT, CASES, RECORD_CASES  # noqa: E402
 
 LIMIT_RSS_MB = 600
 LIMIT_SECONDS = 60
-# Cases about record contents also run with --records (one row per record), where the bombs and floods bite.
-RECORDS_CASES = {"bomb_gzip", "bomb_snappy", "bomb_lz4", "bomb_zstd", "bomb_legacy_nested", "record_flood",
-                 "refused_decompressions", "refused_flood", "far_timestamps"}
 
 
 def run_export(capture: Path, out: Path, extra: list[str], timeout: float) -> tuple[float, float, int, str]:
@@ -86,7 +83,7 @@ def main() -> None:
     failures = 0
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.case or CASES:
-            modes = [("default", [])] + ([("records", ["--records"])] if name in RECORDS_CASES else [])
+            modes = [("default", [])] + ([("records", ["--records"])] if name in RECORD_CASES else [])
             for scale in scales:
                 capture = Path(tmp) / f"{name}.pcap"
                 write_capture(name, capture, scale)

@@ -121,6 +121,12 @@ class Conn:
         self.packet(True, ACK)
 
 
+def heartbeats(conn: Conn, count: int) -> None:
+    """``count`` clean Heartbeat exchanges, correlation ids 1 on."""
+    for corr in range(1, count + 1):
+        conn.exchange(heartbeat_request(corr), heartbeat_response(corr))
+
+
 def canary(out: PcapWriter, cport: int, corr: int) -> None:
     """A whole connection with one Heartbeat exchange from client id ``canary``: must always be found."""
     c = Conn(out, cport).handshake()
@@ -209,8 +215,7 @@ def length_prefix_2gib(out: PcapWriter, scale: int) -> None:
     """A 0x7fffffff size prefix, then 20 x scale good requests on the same connection."""
     c = Conn(out, 41000).handshake()
     c.send(True, struct.pack(">i", 0x7FFFFFFF) + b"\x00\x0c\x00\x03" + b"\x00" * 40)
-    for corr in range(1, 20 * scale + 1):
-        c.exchange(heartbeat_request(corr), heartbeat_response(corr))
+    heartbeats(c, 20 * scale)
 
 
 @case
@@ -458,9 +463,7 @@ def far_timestamps(out: PcapWriter, scale: int) -> None:
 @case
 def bit_rot(out: PcapWriter, scale: int) -> None:
     """A clean conversation whose file bytes get one bit flipped every 997 bytes (after writing: see write)."""
-    c = Conn(out, 41026).handshake()
-    for corr in range(1, 100 * scale + 1):
-        c.exchange(heartbeat_request(corr), heartbeat_response(corr))
+    heartbeats(Conn(out, 41026).handshake(), 100 * scale)
 
 
 @case
@@ -487,6 +490,9 @@ def _cut_last_record(path: Path) -> None:
 
 POST = {"bit_rot": _rot, "caplen_lies": _cut_last_record}
 CANARY_FIRST_CORR, CANARY_LAST_CORR = 1, 2
+# Cases about record contents, run with --records too (one row per record), where bombs and floods bite.
+RECORD_CASES = frozenset({"bomb_gzip", "bomb_snappy", "bomb_lz4", "bomb_zstd", "bomb_legacy_nested", "record_flood",
+                          "refused_decompressions", "refused_flood", "far_timestamps", "hostile_strings"})
 
 
 def write_case(name: str, path: Path, scale: int = 1) -> Path:

@@ -33,12 +33,10 @@ from tests.fuzz.targets.framing import split
 from tests.test_roundtrip import (
     KIO_BODIES,
     by_api,
-    entity_writer,
+    draw_kio_body,
     json_definitions,
     json_message,
     kio,
-    kio_class,
-    kio_strategy,
     snake,
 )
 
@@ -158,11 +156,7 @@ def walk_topics(fields: list, value, structs: dict[str, list], out: set) -> None
 def test_extract_finds_the_errors_and_topics_the_full_decoder_shows(key, is_response, versions, data):
     json_definitions()
     for version in versions:
-        cls = kio_class(key, version, is_response)
-        entity = data.draw(kio_strategy(cls), label=f"{cls.__name__} v{version}")
-        out = io.BytesIO()
-        entity_writer(cls)(out, entity)
-        buf = out.getvalue()
+        _, _, buf = draw_kio_body(data, key, version, is_response)
         tree = decode(buf, 0, len(buf), key, version, is_response)
         found = extract(buf, 0, len(buf), key, version, is_response)
         errors: Counter = Counter()

@@ -230,17 +230,22 @@ def by_api(bodies: list[tuple[int, int, bool]]) -> list[tuple[int, bool, tuple[i
     return [(key, is_response, tuple(versions)) for (key, is_response), versions in sorted(groups.items())]
 
 
+def draw_kio_body(data, key: int, version: int, is_response: bool):
+    """A body kio encodes from an entity hypothesis draws: (its class, the entity, the bytes)."""
+    cls = kio_class(key, version, is_response)
+    entity = data.draw(kio_strategy(cls), label=f"{cls.__name__} v{version}")
+    out = io.BytesIO()
+    entity_writer(cls)(out, entity)
+    return cls, entity, out.getvalue()
+
+
 @pytest.mark.skipif(kio is None, reason="kio is not installed")
 @pytest.mark.parametrize("key, is_response, versions", by_api(KIO_BODIES))
 @EXAMPLES
 @given(data=st.data())
 def test_kio_encodes_we_decode(key, is_response, versions, data):
     for version in versions:
-        cls = kio_class(key, version, is_response)
-        entity = data.draw(kio_strategy(cls), label=f"{cls.__name__} v{version}")
-        out = io.BytesIO()
-        entity_writer(cls)(out, entity)
-        buf = out.getvalue()
+        cls, entity, buf = draw_kio_body(data, key, version, is_response)
         decoded = decode(buf, 0, len(buf), key, version, is_response)
         check_kio(buf, entity, decoded, schema(key, version, is_response), f"{cls.__name__}v{version}")
 
