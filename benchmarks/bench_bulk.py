@@ -18,7 +18,7 @@ import statistics
 import time
 from pathlib import Path
 
-from analyzer.analyze import Options, analyze_file
+from analyzer.pipeline.analyze import Options, analyze_file
 
 DEFAULT = Path(__file__).resolve().parents[1] / "bench-data" / "kafka-big-800mb-seed1.pcap"
 

@@ -1,4 +1,4 @@
-"""Throughput of analyzer.capture: iterate every packet of a large Ethernet/IPv4/TCP pcap (and its .gz).
+"""Throughput of analyzer.capture.files: iterate every packet of a large Ethernet/IPv4/TCP pcap (and its .gz).
 
     python benchmarks/bench_capture.py [--size-mb 800] [--dir /tmp/kafkacap-bench] [--gzip] [--pcapng]
                                        [--repeat 3]
@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analyzer.capture import open_capture  # noqa: E402
+from analyzer.capture.files import open_capture  # noqa: E402
 
 MEAN_FRAME = 800
 ETH_IP_TCP = 14 + 20 + 20

@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 BIG = REPO / "bench-data" / "kafka-big-800mb-seed1.pcap"
 RUNNER = """
 import gc, sys
-from analyzer.analyze import Options, analyze_file
+from analyzer.pipeline.analyze import Options, analyze_file
 for _ in range(int(sys.argv[3])):
     analyze_file(sys.argv[1], Options(bodies=sys.argv[2] == "1"), lambda table, batch: None)
     gc.collect()
@@ -59,7 +59,7 @@ def instructions(tree: Path, capture: Path, bodies: bool, runs: int) -> int:
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # compiled once before, not inside the count
     command = [sys.executable, "-c", RUNNER, str(capture), "1" if bodies else "0", str(runs)]
-    subprocess.run([sys.executable, "-c", "import analyzer.analyze"], env=env, cwd=tree, check=True)
+    subprocess.run([sys.executable, "-c", "import analyzer.pipeline.analyze"], env=env, cwd=tree, check=True)
     done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *command],
                           env=env, cwd=tree, capture_output=True, text=True, check=True)
     found = re.search(r"Collected : (\d+)", done.stderr)

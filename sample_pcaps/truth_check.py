@@ -179,7 +179,7 @@ def check_expectations(truth: dict, rows: list[Row]) -> list[str]:
 def kafkacap_command() -> list[str]:
     """The kafkacap CLI of the running interpreter: the installed script, or the module."""
     script = Path(sys.executable).with_name("kafkacap")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "analyzer.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "analyzer.cli.commands"]
 
 
 def export_tables(captures: list[Path], out_dir: Path, ports: Iterable[int]) -> dict[str, list[Row]]:

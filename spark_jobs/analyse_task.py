@@ -1,7 +1,7 @@
 """Worker side of the analysis stage: the ``mapInArrow`` function that turns rows of file paths into envelope
 rows (``spark_jobs.envelope``) holding the tables' batches and one report per file.
 
-The pipeline is ``analyzer.analyze.analyze_file``, the one the CLI runs. It pushes batches into a sink
+The pipeline is ``analyzer.pipeline.analyze.analyze_file``, the one the CLI runs. It pushes batches into a sink
 callback while Spark pulls batches from a generator, so the analysis runs in a thread feeding a short
 queue: batches stream out as they are built (memory stays at a few batches, not a whole file's output)
 and the file is read once. Nothing here raises on a bad file: an unreadable one becomes a report with an
@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 
-from analyzer.analyze import FileReport, Options, analyze_file
+from analyzer.pipeline.analyze import FileReport, Options, analyze_file
 from spark_jobs.envelope import REPORT, envelope_batch, pack_batch, pack_report, split
 from spark_jobs.fetch import LazyCopies, local_copies
 
@@ -108,7 +108,7 @@ def analyse_file(path: str, following: list[str], options: Options, sink, fs_for
                  names: dict[str, str] | None = None) -> FileReport:
     """``analyze_file`` on a local path or a local copy, the report naming the file as the user gave it.
     ``following``: the next files of its rotated set (copied only if the analysis reads on into them);
-    ``names``: capture_file names by the paths as given (see analyzer.analyze.capture_names)."""
+    ``names``: capture_file names by the paths as given (see analyzer.pipeline.analyze.capture_names)."""
     nexts = LazyCopies(following, fs_for)
     names = names or {}
     try:

@@ -7,10 +7,10 @@ Plan (the same pipeline as ``kafkacap export``, spread over executors):
 
 1. The driver lists the capture files (folders recursively, globs) and groups them into tasks: one file
    per task, or several small ones. Paths travel to the executors, never file bytes.
-2. Analysis stage: a ``mapInArrow`` over the paths runs ``analyzer.analyze.analyze_file`` on each file
+2. Analysis stage: a ``mapInArrow`` over the paths runs ``analyzer.pipeline.analyze.analyze_file`` on each file
    (remote files are streamed to local disk first) and yields envelope rows: every table's batches as
    Arrow IPC, plus one report per file. The result is cached; the driver collects the reports.
-3. The driver builds the stitcher of rotated capture sets (``analyzer.stitch``) from the reports.
+3. The driver builds the stitcher of rotated capture sets (``analyzer.pipeline.stitch``) from the reports.
 4. Write stage, per table: a ``mapInArrow`` over that table's envelopes unpacks the batches, applies the
    stitcher and writes Parquet files per ``capture_date`` folder with pyarrow (``spark_jobs.write_task``),
    yielding a manifest. Connections that span files of a set come back in it and are merged and written
@@ -36,10 +36,10 @@ if __package__ in (None, ""):  # run as a file by spark-submit: make the package
 
 import pyarrow as pa
 
-from analyzer.analyze import FileReport, Options, capture_names
-from analyzer.run import FOLLOW_FILES, InputError, file_row
-from analyzer.stitch import Stitcher, capture_sets, merge_connections, next_files
-from analyzer.tables import FILES_SCHEMA, files_batch
+from analyzer.pipeline.analyze import FileReport, Options, capture_names
+from analyzer.pipeline.run import FOLLOW_FILES, InputError, file_row
+from analyzer.pipeline.stitch import Stitcher, capture_sets, merge_connections, next_files
+from analyzer.tables.schemas import FILES_SCHEMA, files_batch
 from spark_jobs.analyse_task import analyse_partition
 from spark_jobs.envelope import ENVELOPE_DDL, REPORT, unpack_batches, unpack_report
 from spark_jobs.inputs import CaptureInput, group_files, list_captures

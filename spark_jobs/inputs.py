@@ -1,7 +1,7 @@
 """Driver side: turn the paths, folders and globs a user gives into a list of capture files, and group them
 into tasks.
 
-Local paths (no scheme, or ``file://``) follow the CLI exactly (``analyzer.run.expand_paths``), so the
+Local paths (no scheme, or ``file://``) follow the CLI exactly (``analyzer.pipeline.run.expand_paths``), so the
 ``files`` table names them the same way. Anything else goes through ``pyarrow.fs`` (``hdfs://``,
 ``s3://``, ``gs://``, ...). Hadoop's S3 spellings ``s3a://`` and ``s3n://`` are read as ``s3://``, so one
 URI can serve Spark's writer and pyarrow alike.
@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
-from analyzer.run import CAPTURE_NAME, InputError, expand_paths
+from analyzer.pipeline.run import CAPTURE_NAME, InputError, expand_paths
 
 GLOB_CHARS = "*?["
 HADOOP_S3_SCHEMES = ("s3a://", "s3n://")

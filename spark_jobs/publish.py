@@ -17,7 +17,7 @@ import uuid
 
 import pyarrow.fs as pafs
 
-from analyzer.tables import OPTIONAL_SCHEMAS, SCHEMAS
+from analyzer.tables.schemas import OPTIONAL_SCHEMAS, SCHEMAS
 from spark_jobs.inputs import filesystem, is_local, local_path
 
 AGGREGATE_TABLES = ("api_usage", "latency")

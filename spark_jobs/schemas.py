@@ -10,7 +10,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analyzer.tables import OPTIONAL_SCHEMAS, SCHEMAS
+from analyzer.tables.schemas import OPTIONAL_SCHEMAS, SCHEMAS
 
 PARTITION_COLUMN = "capture_date"
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"

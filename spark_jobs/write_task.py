@@ -22,8 +22,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from analyzer.output import dictionary_columns
-from analyzer.stitch import Stitcher
+from analyzer.pipeline.stitch import Stitcher
+from analyzer.tables.writers import dictionary_columns
 from spark_jobs.envelope import pack_batch, unpack_batches
 from spark_jobs.inputs import filesystem
 from spark_jobs.schemas import base_schema, split_by_date

@@ -15,10 +15,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from analyzer import _pcap_chunks
-from analyzer.analyze import Options, analyze_file
-from analyzer.capture import open_capture
-from analyzer.report import Collector
+from analyzer.capture import chunks as _pcap_chunks
+from analyzer.capture.files import open_capture
+from analyzer.cli.summary import Collector
+from analyzer.pipeline.analyze import Options, analyze_file
 from tests import craft
 from tests.test_capture import read_all
 

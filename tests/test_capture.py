@@ -1,4 +1,4 @@
-"""analyzer.capture against captures built with scapy (or with struct, from the format specs, where scapy
+"""analyzer.capture.files against captures built with scapy (or with struct, from the format specs, where scapy
 cannot write the case) and against independent readers (dpkt, scapy) on the public captures.
 
 Expected values come from the packets as the tests build them (addresses, ports, seq/ack, payload bytes,
@@ -32,8 +32,8 @@ from scapy.layers.l2 import ARP, CookedLinux, CookedLinuxV2, Dot1AD, Dot1Q, Ethe
 from scapy.packet import Padding, Raw
 from scapy.utils import PcapNgWriter, PcapWriter, RawPcapNgReader, RawPcapReader, RawPcapWriter
 
-from analyzer import capture as capture_module
-from analyzer.capture import CaptureError, open_capture
+from analyzer.capture import files as capture_module
+from analyzer.capture.files import CaptureError, open_capture
 
 PUBLIC = Path(__file__).resolve().parents[1].parent / "shared" / "pcaps" / "public"
 T0 = Decimal("1700000000.123456")  # a µs-exact timestamp

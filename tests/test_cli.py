@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner
 from scapy.utils import PcapNgWriter
 
-from analyzer import run as run_module
-from analyzer.analyze import capture_names
-from analyzer.cli import main
+from analyzer.cli.commands import main
+from analyzer.pipeline import run as run_module
+from analyzer.pipeline.analyze import capture_names
 from tests import craft
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -342,7 +342,7 @@ def test_a_decompression_bomb_is_refused_and_reported(tmp_path):
 
 
 def test_console_script_spares_the_pandas_import(tmp_path):
-    """The installed ``kafkacap`` (analyzer.console) runs an export without importing pandas, which
+    """The installed ``kafkacap`` (analyzer.cli.console) runs an export without importing pandas, which
     pyarrow would otherwise import on its first list conversion; pandas still imports afterwards."""
     pytest.importorskip("pandas")  # without pandas installed there is nothing to spare
     import subprocess
@@ -352,7 +352,7 @@ def test_console_script_spares_the_pandas_import(tmp_path):
     code = (
         "import sys\n"
         f"sys.argv = ['kafkacap', 'export', {str(sample)!r}, '-o', {str(tmp_path / 'out')!r}, '--no-progress']\n"
-        "from analyzer.console import main\n"
+        "from analyzer.cli.console import main\n"
         "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
         "print('pandas' in sys.modules)\n"
         "import pandas\n"
@@ -367,8 +367,9 @@ def test_small_analysis_batches_are_gathered_into_row_groups(tmp_path, monkeypat
     """The analysis hands over batches of a few rows (here about 7; 16 k by default, to bound the memory its
     Python rows take); the Parquet writer gathers them into row groups of at least ROW_GROUP_ROWS (here
     20), and the rows come out as they do from one batch."""
-    from analyzer import _pcap_chunks, output
-    from analyzer.analyze import Options
+    from analyzer.capture import chunks as _pcap_chunks
+    from analyzer.pipeline.analyze import Options
+    from analyzer.tables import writers as output
 
     cap = str(ROOT / "sample_pcaps" / "tansu_pipelined_producer.pcap")
     monkeypatch.setattr(_pcap_chunks, "CHUNK_BYTES", 2000)  # rows are handed over between chunks
@@ -392,8 +393,8 @@ def test_the_last_row_groups_are_written_by_the_writer_threads(tmp_path, monkeyp
     tables' last row groups, which come together at the end of a run, are encoded side by side."""
     import threading
 
-    from analyzer import output
-    from analyzer.analyze import Options
+    from analyzer.pipeline.analyze import Options
+    from analyzer.tables import writers as output
 
     writers: list[tuple[str, str]] = []
     original = output.TableFolder._write_row_group

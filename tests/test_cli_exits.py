@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from analyzer import cli
+from analyzer.cli import commands as cli
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_pcaps"
-SCRIPT = "import sys; sys.argv[0] = 'kafkacap'; from analyzer.console import main; main()"
+SCRIPT = "import sys; sys.argv[0] = 'kafkacap'; from analyzer.cli.console import main; main()"
 
 
 def kafkacap(*args, **popen) -> subprocess.Popen:

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from crc32c import crc32c
 
-from analyzer.terminal import inert
+from analyzer.cli.terminal import inert
 from tests import craft
 
 HOSTILE = {  # the string a client sent -> how the terminal must show it
@@ -79,7 +79,7 @@ def hostile_capture(tmp_path_factory) -> Path:
 
 def kafkacap(*args, env: dict | None = None) -> subprocess.CompletedProcess:
     """The console script, in a new process, its output read as bytes."""
-    code = "import sys; sys.argv[0] = 'kafkacap'; from analyzer.console import main; main()"
+    code = "import sys; sys.argv[0] = 'kafkacap'; from analyzer.cli.console import main; main()"
     return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, timeout=300,
                           env={**os.environ, **(env or {})})
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.analyze import Options, analyze_file
-from analyzer.collector import YOUNG_THRESHOLD, collector_tuned
+from analyzer.pipeline.analyze import Options, analyze_file
+from analyzer.pipeline.collector import YOUNG_THRESHOLD, collector_tuned
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_pcaps"
 

@@ -17,10 +17,10 @@ from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
 
-from analyzer import capture as capture_module
-from analyzer.analyze import Options
-from analyzer.report import Collector
-from analyzer.run import run
+from analyzer.capture import files as capture_module
+from analyzer.cli.summary import Collector
+from analyzer.pipeline.analyze import Options
+from analyzer.pipeline.run import run
 from tests.test_bulk import sorted_rows
 
 ROOT = Path(__file__).resolve().parents[1]

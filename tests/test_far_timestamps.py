@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from analyzer.cli import main
+from analyzer.cli.commands import main
 from tests import craft
 
 TABLES = ("connections", "errors", "exchanges", "files", "partitions", "records")  # records: when some

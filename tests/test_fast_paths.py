@@ -1,6 +1,6 @@
 """The export's fast paths give exactly what the general code gives.
 
-- ``records.summary`` (one pass over v2 batch headers) against ``summarize(batches(...))`` on every records
+- ``records.summary_at`` (one pass over v2 batch headers) against ``summarize(batches(...))`` on every records
   field of the sample and public captures, whole, cut at every kind of place, and with bytes damaged;
 - the batch builders (rows read as Arrow structs, offsets coalesced per column) against a plain
   column-by-column build written here, on the rows of real captures, with topic ids mixed in;
@@ -19,11 +19,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from analyzer import tables
-from analyzer.analyze import Options, analyze_file
-from analyzer.exchanges import RecordRows
+from analyzer.pipeline.analyze import Options, analyze_file
+from analyzer.session.matching import RecordRows
+from analyzer.tables import schemas as tables
 from dissectors.kafka.extract import PartitionEntry
-from dissectors.kafka.records import NO_SUMMARY, Limits, RecordsError, batches, summarize, summary
+from dissectors.kafka.records import NO_SUMMARY, Limits, RecordsError, batches, summarize, summary_at
 from tests import craft
 from tests.test_records import FETCH, PRODUCE, PUBLIC, SAMPLES, public_spans, record_spans
 
@@ -52,6 +52,10 @@ def all_spans() -> list[bytes]:
     if PUBLIC.is_dir():
         spans.extend(data for _name, _topic, data in public_spans())
     return spans
+
+
+def summary(buf, offset: int, length: int, *, verify_crc: bool = False, limits: Limits | None = None) -> tuple:
+    return summary_at(buf, offset, length, verify_crc, limits)
 
 
 def test_summary_equals_the_batch_walk_on_real_records():
@@ -132,7 +136,7 @@ def captured_rows() -> dict[str, list]:
     """The row tuples the core hands to the batch builders, for a few sample captures."""
     seen: dict[str, list] = {"exchanges": [], "partitions": [], "errors": []}
     originals = {name: getattr(tables, f"{name}_batch") for name in seen}
-    import analyzer.analyze as analyze
+    import analyzer.pipeline.analyze as analyze
 
     def spy(name):
         def build(rows, *args):
@@ -219,7 +223,7 @@ def test_record_rows_shared_per_partition_equal_whole_rows():
     """Record rows come as each partition's shared fields once and its records after; the batch is the one
     whole RECORD_ROW_FIELDS tuples give, and that one equals a column-by-column build."""
     handed = []
-    import analyzer.analyze as analyze
+    import analyzer.pipeline.analyze as analyze
 
     original = analyze.records_batch
 

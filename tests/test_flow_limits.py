@@ -7,8 +7,8 @@ import struct
 
 import pytest
 
-import analyzer.flows as flows_module
-from analyzer.flows import EVICTED_NOTE, FlowTable
+import analyzer.tcp.flows as flows_module
+from analyzer.tcp.flows import EVICTED_NOTE, FlowTable
 from tests.craft import heartbeat_request, heartbeat_response
 
 SYN, FIN, PSH, ACK = 0x02, 0x01, 0x08, 0x10
@@ -54,7 +54,7 @@ class Client:
 
 def exchanges(table: FlowTable) -> list[tuple]:
     """(correlation_id, status, note) of every exchange row, after the capture ends."""
-    from analyzer.tables import EXCHANGE_ROW_FIELDS
+    from analyzer.tables.schemas import EXCHANGE_ROW_FIELDS
     table.finish()
     at = {name: i for i, name in enumerate(EXCHANGE_ROW_FIELDS)}
     return [(r[at["correlation_id"]], r[at["status"]], r[at["note"]]) for r in table.rows]
@@ -180,11 +180,11 @@ def test_a_head_in_progress_keeps_no_view_of_its_packets_buffers() -> None:
 
 
 def test_connections_the_table_lets_go_are_freed_without_the_cyclic_collector() -> None:
-    """An analysis runs the cyclic collector's full pass rarely (analyzer.collector); a connection evicted,
+    """An analysis runs the cyclic collector's full pass rarely (analyzer.pipeline.collector); a connection evicted,
     retired or replaced must not wait for it: its half-streams are gone as soon as the table drops it."""
     import gc
 
-    from analyzer.tcp import HalfStream
+    from analyzer.tcp.reassembly import HalfStream
 
     def live_half_streams() -> int:
         return sum(1 for o in gc.get_objects() if type(o) is HalfStream)

@@ -9,9 +9,15 @@ import struct
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzer.connection import find_request, request_plausible
+from analyzer.session.connection import find_request
 from dissectors.kafka.framing import SCAN_WINDOW, FrameSplitter
+from dissectors.kafka.headers import looks_like_request
 from tests import craft
+
+
+def request_plausible(buf, off: int, end: int, size: int, fresh: bool) -> bool:
+    """The stateless request validator: a request's fixed header fields are plausible."""
+    return looks_like_request(buf, off, end, size)
 
 
 class Recorder:

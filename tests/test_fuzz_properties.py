@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analyzer.tcp import MASK32, HalfStream
+from analyzer.tcp.reassembly import MASK32, HalfStream
 from dissectors.kafka import codecs
 from dissectors.kafka.codecs import DecompressionRefused
 from dissectors.kafka.decoder import decode

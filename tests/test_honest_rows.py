@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from analyzer.analyze import Options, analyze_file
+from analyzer.pipeline.analyze import Options, analyze_file
 from dissectors.kafka.apis import API_BY_KEY
 from dissectors.kafka.extract import extract
 from dissectors.kafka.headers import decode_request_header

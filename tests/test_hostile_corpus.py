@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def export(capture: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", "from analyzer.console import main; main()", "export", str(capture), "-o", str(out),
+        [sys.executable, "-c", "from analyzer.cli.console import main; main()", "export", str(capture), "-o", str(out),
          "--jobs", "1", "--no-progress", *extra], capture_output=True, text=True, cwd=ROOT, timeout=300)
 
 

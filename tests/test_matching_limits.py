@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
-from analyzer.exchanges import MAX_IN_FLIGHT, ExchangeMatcher, Outputs
-from analyzer.tables import EXCHANGE_ROW_FIELDS
+from analyzer.session.matching import MAX_IN_FLIGHT, ExchangeMatcher, Outputs
+from analyzer.tables.schemas import EXCHANGE_ROW_FIELDS
 from tests.craft import heartbeat_request, heartbeat_response
 from tests.test_legacy07 import fetch
 from tests.test_legacy07 import response as response_07
@@ -109,7 +109,7 @@ def test_rows_are_drained_by_count_within_a_step(tmp_path) -> None:
     the step ends, and the same rows as when they are all held."""
     import pyarrow as pa
 
-    from analyzer.analyze import Options, analyze_file
+    from analyzer.pipeline.analyze import Options, analyze_file
 
     path = tmp_path / "pipelined.pcap"
     _pipelined_capture(path, 20_032)
@@ -172,7 +172,7 @@ def _bytes_per_idle_connection(count: int) -> float:
     import struct
     import tracemalloc
 
-    from analyzer.flows import FlowTable
+    from analyzer.tcp.flows import FlowTable
     from tests.test_flow_limits import Client, Feeder
 
     table = FlowTable(max_connections=count + 1000)

@@ -116,7 +116,7 @@ def _troubled_capture(path: Path) -> str:
 def export_dir(tmp_path_factory) -> Path:
     from click.testing import CliRunner
 
-    from analyzer.cli import main
+    from analyzer.cli.commands import main
 
     out = tmp_path_factory.mktemp("notebook") / "out"
     troubled = _troubled_capture(out.parent / "troubled.pcap")

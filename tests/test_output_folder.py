@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from analyzer import output
-from analyzer.cli import main
+from analyzer.cli.commands import main
+from analyzer.tables import writers as output
 from tests import craft
 from tests.test_far_timestamps import CAPTURE_START, conversation_with_records
 
@@ -115,7 +115,7 @@ def test_an_export_failing_midway_leaves_the_earlier_one_intact(tmp_path, captur
     def broken(*args, **kwargs):
         raise OSError("the analysis failed")
 
-    monkeypatch.setattr("analyzer.analyze.connections_batch", broken)
+    monkeypatch.setattr("analyzer.pipeline.analyze.connections_batch", broken)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # where the internal error's traceback goes
     (tmp_path / "tmp").mkdir()
     result = export(capture, "-o", out, failing=True)

@@ -18,10 +18,10 @@ from pathlib import Path
 import dpkt
 import pytest
 
-from analyzer.analyze import Options, analyze_file
-from analyzer.output import TableFolder
-from analyzer.report import Collector
-from analyzer.tables import EXCHANGES_SCHEMA
+from analyzer.cli.summary import Collector
+from analyzer.pipeline.analyze import Options, analyze_file
+from analyzer.tables.schemas import EXCHANGES_SCHEMA
+from analyzer.tables.writers import TableFolder
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 PUBLIC = SHARED / "pcaps" / "public"

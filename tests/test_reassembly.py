@@ -11,9 +11,9 @@ import struct
 
 import pytest
 
-from analyzer.analyze import Options, analyze_file
-from analyzer.report import Collector
-from analyzer.tables import CONNECTIONS_SCHEMA, EXCHANGES_SCHEMA
+from analyzer.cli.summary import Collector
+from analyzer.pipeline.analyze import Options, analyze_file
+from analyzer.tables.schemas import CONNECTIONS_SCHEMA, EXCHANGES_SCHEMA
 from tests import craft
 
 
@@ -451,7 +451,7 @@ def test_kafka_07_connection_is_matched_by_order(tmp_path):
 def test_show_decodes_07_frames(tmp_path):
     from click.testing import CliRunner
 
-    from analyzer.cli import main
+    from analyzer.cli.commands import main
     from tests.test_legacy07 import fetch, message_set, response
 
     c = craft.Conversation()

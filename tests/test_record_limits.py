@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 import dissectors.kafka.records as records_module
-from analyzer.analyze import Options, analyze_file
+from analyzer.pipeline.analyze import Options, analyze_file
 from dissectors.kafka.codecs import GZIP, LZ4, SNAPPY, ZSTD, CorruptData, decompress
 from dissectors.kafka.records import Limits, batches, records
 from tests.craft import kstring, request, response

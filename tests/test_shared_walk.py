@@ -15,9 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analyzer import _pcap_chunks, run
-from analyzer._pcap_chunks import joined_walk
-from analyzer.capture import open_capture
+from analyzer.capture import chunks as _pcap_chunks
+from analyzer.capture.chunks import joined_walk
+from analyzer.capture.files import open_capture
+from analyzer.pipeline import run
 from tests import craft
 from tests.test_bulk import interleaved
 
@@ -124,8 +125,8 @@ def test_jobs_share_the_walk_and_give_the_rows_of_one_process(tmp_path, monkeypa
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
-    from analyzer.analyze import Options
-    from analyzer.report import Collector
+    from analyzer.cli.summary import Collector
+    from analyzer.pipeline.analyze import Options
 
     path = craft.write(tmp_path / "c.pcap", interleaved(random.Random(11), 5))
     monkeypatch.setattr(run, "SHARD_MIN_BYTES", 0)
@@ -146,8 +147,8 @@ def test_jobs_share_the_walk_and_give_the_rows_of_one_process(tmp_path, monkeypa
 def test_the_progress_of_split_files_moves_while_workers_read(tmp_path, monkeypatch):
     """--jobs on one file: the workers tell how far they have read, so the bar moves before any of them
     ends; the ticks add up to the file's size, counted once however many shards read it."""
-    from analyzer.analyze import Options
-    from analyzer.report import Collector
+    from analyzer.cli.summary import Collector
+    from analyzer.pipeline.analyze import Options
 
     path = craft.write(tmp_path / "c.pcap", interleaved(random.Random(7), 24))
     size = Path(path).stat().st_size
@@ -164,7 +165,7 @@ def test_a_part_of_the_walk_lets_the_pages_behind_it_go(tmp_path, monkeypatch):
     """A process walking half a file must not keep that half resident: the walk tells the mapping how far
     it has got after every stretch, as the chunked reading does (before this, a --jobs 2 worker's resident
     memory peaked at half the capture: 400 MB of the 800 MB benchmark capture)."""
-    from analyzer import capture
+    from analyzer.capture import files as capture
 
     path = craft.write(tmp_path / "c.pcap", interleaved(random.Random(3), 4))
     monkeypatch.setattr(_pcap_chunks, "CHUNK_BYTES", 2000)

@@ -7,8 +7,8 @@ import tracemalloc
 import pyarrow.parquet as pq
 from rich.console import Console
 
-from analyzer.cli import _options
-from analyzer.show import show
+from analyzer.cli.commands import _options
+from analyzer.cli.show import show
 from tests import craft
 from tests.test_cli import invoke
 

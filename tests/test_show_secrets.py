@@ -7,7 +7,7 @@ import struct
 
 from click.testing import CliRunner
 
-from analyzer.cli import main
+from analyzer.cli.commands import main
 from tests import craft
 
 PASSWORD = b"s3cret-Passw0rd"

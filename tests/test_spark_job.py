@@ -27,10 +27,10 @@ pytest.importorskip("pandas", reason="pyspark 4.0 checks for pandas before any m
 if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
     pytest.skip("no Java for Spark", allow_module_level=True)
 
-from analyzer.analyze import Options, analyze_file  # noqa: E402
-from analyzer.cli import main as cli  # noqa: E402
-from analyzer.run import InputError, expand_paths  # noqa: E402
-from analyzer.tables import SCHEMAS  # noqa: E402
+from analyzer.cli.commands import main as cli  # noqa: E402
+from analyzer.pipeline.analyze import Options, analyze_file  # noqa: E402
+from analyzer.pipeline.run import InputError, expand_paths  # noqa: E402
+from analyzer.tables.schemas import SCHEMAS  # noqa: E402
 from spark_jobs import export_job  # noqa: E402
 from spark_jobs.analyse_task import analyse_file  # noqa: E402
 from spark_jobs.export_job import JobError, export  # noqa: E402
@@ -322,7 +322,7 @@ def test_aggregate_only_on_an_existing_output(spark, samples_run) -> None:
 
 
 def test_the_cli_command_runs_the_job(spark, tmp_path) -> None:
-    from analyzer.cli_spark import spark_command
+    from analyzer.cli.spark import spark_command
 
     capture = str(SAMPLES / "tansu_admin.pcap")
     result = CliRunner().invoke(spark_command, [capture, "-o", str(tmp_path / "out"), "--detect-ports"])

@@ -10,10 +10,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from analyzer.analyze import Options
-from analyzer.run import run
-from analyzer.stitch import capture_sets, merge_connections, set_key
-from analyzer.tables import SCHEMAS
+from analyzer.pipeline.analyze import Options
+from analyzer.pipeline.run import run
+from analyzer.pipeline.stitch import capture_sets, merge_connections, set_key
+from analyzer.tables.schemas import SCHEMAS
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_pcaps"
 
@@ -133,7 +133,7 @@ def test_set_names() -> None:
 
 
 def test_merge_connections_adds_up_counters() -> None:
-    from analyzer.tables import CONNECTIONS_SCHEMA
+    from analyzer.tables.schemas import CONNECTIONS_SCHEMA
     base = {f.name: None for f in CONNECTIONS_SCHEMA}
     one = {**base, "capture_file": "c", "connection_id": 5, "first_ts": 10, "last_ts": 20, "packets_to_broker": 3,
            "bytes_to_client": 100, "client_ids": "a", "tls": False, "ended": "continued"}

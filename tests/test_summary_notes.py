@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 from click.testing import CliRunner
 from crc32c import crc32c
 
-from analyzer.cli import main
+from analyzer.cli.commands import main
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_pcaps"
 CAPTURE = SAMPLES / "tansu_kafka_python_codecs.pcap"

@@ -61,9 +61,9 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.analyze import Options, analyze_file
-from analyzer.report import Collector
-from analyzer.tables import ERRORS_SCHEMA, EXCHANGES_SCHEMA, PARTITIONS_SCHEMA
+from analyzer.cli.summary import Collector
+from analyzer.pipeline.analyze import Options, analyze_file
+from analyzer.tables.schemas import ERRORS_SCHEMA, EXCHANGES_SCHEMA, PARTITIONS_SCHEMA
 from tests.craft import Conversation, kstring, request, response, write
 
 TSHARK = shutil.which("tshark")

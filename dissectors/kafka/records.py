@@ -30,7 +30,7 @@ from dissectors.kafka.codecs import (
     decompress,
 )
 
-__all__ = ["BatchInfo", "RecordInfo", "Limits", "batches", "records", "summary", "summarize", "NO_SUMMARY",
+__all__ = ["BatchInfo", "RecordInfo", "Limits", "batches", "records", "summary_at", "summarize", "NO_SUMMARY",
            "RecordsError", "CorruptData", "DecompressionRefused", "TRACE_HEADERS"]
 
 # RecordBatch v2: baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
@@ -280,11 +280,6 @@ def summarize(found: list[BatchInfo] | None, verified: bool = False) -> tuple:
             crc_failures += 1
     return (batches, records, "+".join(codecs) or None, uncompressed if batches else None, *producer, txn, control,
             first_ts, max_ts, truncated, crc_failures if verified else None)
-
-
-def summary(buf, offset: int, length: int, *, verify_crc: bool = False, limits: Limits | None = None) -> tuple:
-    """``summarize(batches(...))``, or NO_SUMMARY where that raises RecordsError (see summary_at)."""
-    return summary_at(buf, offset, length, verify_crc, limits)
 
 
 def summary_at(buf, offset: int, length: int, verify_crc: bool, limits: Limits | None) -> tuple:

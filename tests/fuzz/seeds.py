@@ -15,7 +15,7 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
-from analyzer.capture import open_capture
+from analyzer.capture.files import open_capture
 from dissectors.kafka import headers
 from dissectors.kafka.decoder import DecodeError, RecordsRef, decode
 from tests.fuzz.targets.linklayer import LINK_TYPES

@@ -7,9 +7,9 @@ reimplementation of a layer (the compiled core) is fuzzed through unchanged targ
 """
 
 TARGETS = (
-    "capture",  # analyzer.capture: pcap, pcapng, compressed files
-    "linklayer",  # analyzer._linklayer: link, IP and TCP header decoding
-    "tcp",  # analyzer.tcp: reassembly of one direction
+    "capture",  # analyzer.capture.files: pcap, pcapng, compressed files
+    "linklayer",  # analyzer.capture.linklayer: link, IP and TCP header decoding
+    "tcp",  # analyzer.tcp.reassembly: reassembly of one direction
     "framing",  # dissectors.kafka.framing: size-prefixed frames and resynchronisation
     "headers",  # dissectors.kafka.headers: request and response headers
     "extract",  # dissectors.kafka.extract: what the tables need from a body
@@ -17,5 +17,5 @@ TARGETS = (
     "records",  # dissectors.kafka.records: record batches and legacy message sets
     "codecs",  # dissectors.kafka.codecs: bounded decompression
     "legacy07",  # dissectors.kafka.legacy07: the Kafka 0.7 wire format
-    "pipeline",  # analyzer.analyze: one capture file in, tables out
+    "pipeline",  # analyzer.pipeline.analyze: one capture file in, tables out
 )

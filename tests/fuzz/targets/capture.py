@@ -1,12 +1,12 @@
 """The capture reader: any bytes as a capture file (pcap, pcapng, compressed), read both ways it can be.
 
-Documented error: :class:`analyzer.capture.CaptureError` when the file cannot be read as a capture at all;
+Documented error: :class:`analyzer.capture.files.CaptureError` when the file cannot be read as a capture at all;
 damage further in is reported in ``stats.damage``, never raised.
 """
 
 from __future__ import annotations
 
-from analyzer.capture import CaptureError, open_capture
+from analyzer.capture.files import CaptureError, open_capture
 from tests.fuzz.targets._scratch import scratch_file
 
 ALLOWED = (CaptureError,)

@@ -10,8 +10,14 @@ from __future__ import annotations
 import random
 import struct
 
-from analyzer.connection import find_request, request_plausible
+from analyzer.session.connection import find_request
 from dissectors.kafka.framing import FrameSplitter
+from dissectors.kafka.headers import looks_like_request
+
+
+def request_plausible(buf, off: int, end: int, size: int, fresh: bool) -> bool:
+    """The stateless request validator: a request's fixed header fields are plausible."""
+    return looks_like_request(buf, off, end, size)
 
 ALLOWED: tuple[type[BaseException], ...] = ()
 

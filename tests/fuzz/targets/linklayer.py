@@ -7,7 +7,7 @@ cut the TCP options); the quick path of ``decoder()`` must give what the general
 
 from __future__ import annotations
 
-from analyzer import _linklayer as link
+from analyzer.capture import linklayer as link
 
 LINK_TYPES = (link.ETHERNET, link.LINUX_SLL, link.LINUX_SLL2, link.RAW, link.IPV4, link.IPV6, link.NULL,
               link.LOOP, 147)  # 147: a link type kafkacap does not decode

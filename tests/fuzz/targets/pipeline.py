@@ -8,7 +8,7 @@ here too.
 
 from __future__ import annotations
 
-from analyzer.analyze import Options, analyze_file
+from analyzer.pipeline.analyze import Options, analyze_file
 from tests.fuzz.targets._scratch import scratch_file
 
 ALLOWED: tuple[type[BaseException], ...] = ()

@@ -10,7 +10,7 @@ once.
 
 from __future__ import annotations
 
-from dissectors.kafka.records import Limits, RecordsError, batches, records, summary
+from dissectors.kafka.records import Limits, RecordsError, batches, records, summary_at
 
 ALLOWED = (RecordsError,)
 
@@ -27,7 +27,7 @@ def test_one_input(data: bytes) -> None:
     limits = Limits(MAX_BATCH, MAX_TOTAL)
     for walk in (
         lambda: batches(buf, 0, len(buf), verify_crc=verify_crc, decompress_legacy=legacy, limits=limits),
-        lambda: summary(buf, 0, len(buf), verify_crc=verify_crc, limits=limits),
+        lambda: summary_at(buf, 0, len(buf), verify_crc, limits),
         lambda: list(records(buf, 0, len(buf), limits=limits, skip_refused=skip_refused)),
     ):
         try:

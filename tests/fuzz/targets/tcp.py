@@ -8,7 +8,7 @@ out-of-order buffer stays within its bounds.
 
 from __future__ import annotations
 
-from analyzer.tcp import MASK32, HalfStream
+from analyzer.tcp.reassembly import MASK32, HalfStream
 
 ALLOWED: tuple[type[BaseException], ...] = ()
 

@@ -17,12 +17,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from analyzer._pcap import MAGICS
-from analyzer._pcap_chunks import joined_walk
-from analyzer.analyze import BatchSink, FileReport, Options, analyze_file, capture_names
-from analyzer.capture import CaptureError, open_capture
-from analyzer.stitch import Stitcher, capture_sets, next_files
-from analyzer.tables import files_batch
+from analyzer.capture.chunks import joined_walk
+from analyzer.capture.files import CaptureError, open_capture
+from analyzer.capture.pcap import MAGICS
+from analyzer.pipeline.analyze import BatchSink, FileReport, Options, analyze_file, capture_names
+from analyzer.pipeline.stitch import Stitcher, capture_sets, next_files
+from analyzer.tables.schemas import files_batch
 
 CAPTURE_NAME = re.compile(r"\.(pcap|pcapng|cap|ntar|dmp)\d*(\.(gz|bz2|xz))?$", re.IGNORECASE)
 FOLLOW_FILES = 4  # open connections are followed through at most this many (short) files of a rotated set
@@ -181,7 +181,7 @@ def run(
 ) -> list[FileReport]:
     """Analyse every file; returns one report per file (shards merged). ``on_progress(nbytes)`` ticks as
     file bytes are read (whole files when they run in other processes). With ``stitch``, the files of a
-    rotated capture set give the rows of one capture (``analyzer.stitch``)."""
+    rotated capture set give the rows of one capture (``analyzer.pipeline.stitch``)."""
     stitch = stitch and options.stitch
     tasks = plan(files, max(1, jobs), stitch)
     reports: list[FileReport] = []

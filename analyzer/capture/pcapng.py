@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from analyzer._linklayer import (
+from analyzer.capture.linklayer import (
     IPV4_TCP_HEADERS_LEN,
     NO_PAYLOAD,
     REASONS,
@@ -26,10 +26,10 @@ from analyzer._linklayer import (
     fast_path,
     store_counts,
 )
-from analyzer._pcap import RUNS_PAST_END, SCAN_WINDOW, SCAN_WINDOW_MAX, BufferSource, Packet, Resync
+from analyzer.capture.pcap import RUNS_PAST_END, SCAN_WINDOW, SCAN_WINDOW_MAX, BufferSource, Packet, Resync
 
 if TYPE_CHECKING:
-    from analyzer.capture import CaptureStats
+    from analyzer.capture.files import CaptureStats
 
 SHB, IDB, PB, SPB, EPB = 0x0A0D0D0A, 1, 2, 3, 6
 # Block types a search after damage may land on: the above, name resolution, interface statistics,

@@ -12,7 +12,7 @@ import click
 from rich.console import Console
 from rich.text import Text
 
-from analyzer.terminal import inert
+from analyzer.cli.terminal import inert
 
 
 @click.command("spark")

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from analyzer.capture import CaptureStats
+    from analyzer.capture.files import CaptureStats
 
 # Link types (https://www.tcpdump.org/linktypes.html). 12 and 14 are raw IP as some platforms wrote it.
 NULL, ETHERNET, RAW_12, RAW_14, RAW, LOOP, LINUX_SLL, IPV4, IPV6, LINUX_SLL2 = (

@@ -1,13 +1,13 @@
 """Which process handles which connection when one file is split over several (``--jobs``).
 
-Every process reads every record of the file (walked together beforehand, see analyzer.run) and keeps
+Every process reads every record of the file (walked together beforehand, see analyzer.pipeline.run) and keeps
 only its shard of the connections, so the decision must come out the same in every process without them
 talking to each other. A hash of the connection's addresses
 does that, but a few heavy producers landing on one side leave the other process idle at the end (in the
 benchmark capture, 54 % of the work on one side of two).
 
 A balanced plan decides from what every process sees alike. Before reading, each process samples the
-file: a few stretches spread over it (analyzer._pcap_chunks.flow_sample), from which it estimates each
+file: a few stretches spread over it (analyzer.capture.chunks.flow_sample), from which it estimates each
 connection's work over the whole file. A connection's work is estimated from its packets: a fixed cost per
 packet and more per frame, frames being counted as data packets with PSH set (senders set it on the last
 segment of each write, and Kafka clients write a frame at a time). At the start of each chunk of a
@@ -27,8 +27,8 @@ import zlib
 
 import numpy as np
 
-from analyzer._pcap_chunks import number_keys
-from analyzer.connection import reverse_key, split_key
+from analyzer.capture.chunks import number_keys
+from analyzer.session.connection import reverse_key, split_key
 
 # Work per frame against work per packet. Fitted to callgrind counts of one to four shards of the benchmark
 # capture (bodies decoded), the work beyond the shared walk is about 120 k instructions a frame and nothing

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from itertools import islice
 
-from analyzer.legacy import Legacy07Matcher
+from analyzer.session.legacy07 import Legacy07Matcher
 from dissectors.kafka.apis import API_KEY_LIMIT, RESPONSE_HEADER_V1_FROM, undefined_note
 from dissectors.kafka.extract import (
     ERRORS_AT_TOP,

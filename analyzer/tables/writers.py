@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from analyzer.tables import OPTIONAL_SCHEMAS, SCHEMAS
+from analyzer.tables.schemas import OPTIONAL_SCHEMAS, SCHEMAS
 
 FORMATS = ("parquet", "csv", "jsonl")
 WRITE_QUEUE_BATCHES = 2  # batches waiting for the writer thread: bounds the memory they hold

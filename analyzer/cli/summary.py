@@ -13,9 +13,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from analyzer.analyze import FileReport
-from analyzer.run import file_status
-from analyzer.terminal import inert, inert_text
+from analyzer.cli.terminal import inert, inert_text
+from analyzer.pipeline.analyze import FileReport
+from analyzer.pipeline.run import file_status
 from dissectors.kafka.errors import is_retriable
 
 PERCENTILES = (0.5, 0.95, 0.99)

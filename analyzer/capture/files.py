@@ -30,8 +30,10 @@ from collections.abc import Container, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, BinaryIO
 
-from analyzer import _pcap, _pcap_chunks, _pcapng
-from analyzer._linklayer import Buffer
+from analyzer.capture import chunks as _pcap_chunks
+from analyzer.capture import pcap as _pcap
+from analyzer.capture import pcapng as _pcapng
+from analyzer.capture.linklayer import Buffer
 
 if TYPE_CHECKING:
     import numpy as np
@@ -119,7 +121,7 @@ class Capture:
 
     def chunks(self, skip: Container[bytes] = (),
                walked: np.ndarray | None = None) -> Iterator[_pcap_chunks.PacketChunk] | None:
-        """The TCP packets in chunks of columns (see analyzer._pcap_chunks), or None when this capture is
+        """The TCP packets in chunks of columns (see analyzer.capture.chunks), or None when this capture is
         not read that way (pcapng, compressed files, link types without a fixed layout): use packets().
         ``walked``: the record starts, when another process walked the file (``walk_part``)."""
         if self._iterator is not None:

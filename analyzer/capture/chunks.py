@@ -1,10 +1,10 @@
 """A memory-mapped pcap read a chunk of packets at a time: the header fields of a whole chunk in one gather.
 
-The per-packet reader (analyzer._pcap) unpacks each record's headers with a precompiled struct: about a
+The per-packet reader (analyzer.capture.pcap) unpacks each record's headers with a precompiled struct: about a
 microsecond of interpreter time per packet, whatever the packet holds. Here the record walk is the only
 per-packet Python work (one small unpack to find the next record); the link, IPv4 and TCP fields of every
 record in the chunk are then copied out of the map in one numpy gather and decoded as columns. The columns
-feed the flow table's bulk path (analyzer.bulk), which handles runs of ordinary packets without looking at
+feed the flow table's bulk path (analyzer.tcp.bulk), which handles runs of ordinary packets without looking at
 each one. Packets that are not IPv4 without options on the file's link type (IPv6, VLAN tags, fragments,
 short records) go through the per-packet decoder as before; a chunk holding any of them is handed on as
 per-packet tuples instead of columns.
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from analyzer._linklayer import (
+from analyzer.capture.linklayer import (
     ETHERNET,
     IPV4,
     LINUX_SLL,
@@ -34,7 +34,7 @@ from analyzer._linklayer import (
     REASONS,
     decoder,
 )
-from analyzer._pcap import (
+from analyzer.capture.pcap import (
     NEIGHBOUR_SECONDS,
     RECORD_HEADER_LEN,
     RUNS_PAST_END,
@@ -47,8 +47,8 @@ from analyzer._pcap import (
 )
 
 if TYPE_CHECKING:
-    from analyzer._pcap import BufferSource
-    from analyzer.capture import CaptureStats
+    from analyzer.capture.files import CaptureStats
+    from analyzer.capture.pcap import BufferSource
 
 CHUNK_BYTES = 32 << 20
 # And at most this many packets (a multiple of 4, the walk's stride): the rows and per-packet state of one chunk
@@ -56,7 +56,7 @@ CHUNK_BYTES = 32 << 20
 CHUNK_PACKETS = 1 << 17
 
 # link type -> (IP header offset in the frame, offset and big-endian width of the protocol field, value it
-# must have for IPv4); the same packets as analyzer._linklayer's fast path accepts.
+# must have for IPv4); the same packets as analyzer.capture.linklayer's fast path accepts.
 _LAYOUTS: dict[int, tuple[int, int, str, int] | tuple[int, None, None, None]] = {
     ETHERNET: (14, 12, ">u2", 0x0800),
     LINUX_SLL: (16, 14, ">u2", 0x0800),
@@ -329,7 +329,7 @@ def number_keys(keys: np.ndarray) -> tuple[list[bytes], np.ndarray]:
     return distinct, encoded.indices.to_numpy().astype(np.int16 if len(distinct) < 1 << 15 else np.int64)
 
 
-SAMPLE_WINDOWS = 24  # stretches of a file read ahead to see where its work lies (analyzer.shards)
+SAMPLE_WINDOWS = 24  # stretches of a file read ahead to see where its work lies (analyzer.tcp.shards)
 SAMPLE_BYTES = 1 << 20  # per stretch, at most half of the way to the next (2 % of a 1.2 GB file)
 RESYNC_SPAN = (1 << 18) + 64  # bytes searched for a record boundary: more than the longest record
 RESYNC_CHAIN = 4  # plausible record headers in a row that make a boundary
@@ -341,7 +341,7 @@ def flow_sample(buf, pos: int, header: PcapHeader, windows: int = SAMPLE_WINDOWS
     ``nbytes`` spread evenly over the records from ``pos`` on, and the share of the file they cover.
 
     Every process sharing a file computes the same sample, so it can plan who handles which connection
-    before reading (analyzer.shards). A stretch starts at the first place that looks like a chain of record
+    before reading (analyzer.tcp.shards). A stretch starts at the first place that looks like a chain of record
     headers; one where none is found is left out. A wrong guess makes the plan worse, never the rows."""
     end = len(buf)
     order = header.byte_order

@@ -2,7 +2,7 @@
 
 tcpdump -C / -G write one capture as consecutive files whose names differ only in numbers. Each file is
 analysed on its own (in parallel, on any worker); the task of a file also follows its open connections into
-the next file (``analyzer.carry``). The stitch stage then makes the rows equal to those of one pass over the
+the next file (``analyzer.pipeline.carry``). The stitch stage then makes the rows equal to those of one pass over the
 concatenated files:
 
 - every row of a chain of continuing files names the chain's first file as ``capture_file``, and packet
@@ -25,22 +25,13 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analyzer.carry import Handoff
-from analyzer.tables import CONNECTIONS_SCHEMA
+from analyzer.pipeline.carry import Handoff
+from analyzer.tables.schemas import CONNECTIONS_SCHEMA
 
 _DIGITS = re.compile(r"\d+")
 _TRAILING_DIGITS = re.compile(r"\d+$")
 _COMPRESSED = re.compile(r"\.(gz|bz2|xz|zst)$", re.IGNORECASE)
 
-HANDOFFS_SCHEMA = pa.schema([
-    pa.field("capture_file", pa.string()),
-    pa.field("next_file", pa.string()),
-    pa.field("connection_id", pa.int64()),
-    pa.field("next_connection_id", pa.int64()),
-    pa.field("stop_frame", pa.int64()),
-    pa.field("owned_correlation_ids", pa.list_(pa.int32())),
-])
-"""Internal table (never written): how the connections of one file run on into the next."""
 
 
 def set_key(path: str) -> str:
@@ -129,18 +120,6 @@ class Stitcher:
             nxt.mapped[next_id] = (chain_id, max(stop, nxt.mapped.get(next_id, (0, 0))[1]))
             nxt.owned |= owned
 
-    def add_files_table(self, files: pa.Table, handoffs: pa.Table) -> None:
-        """The same from the ``files`` table and the collected hand-overs (the Spark driver's view)."""
-        by_file: dict[str, list[Handoff]] = {}
-        for h in handoffs.to_pylist():
-            by_file.setdefault(h["capture_file"], []).append(
-                Handoff(h["connection_id"], h["next_connection_id"], h["stop_frame"], h["owned_correlation_ids"],
-                        h["next_file"]))
-        rows = {r["capture_file"]: r for r in files.select(["capture_file", "packets", "continues_in"]).to_pylist()}
-        for name in _chain_order(rows):
-            r = rows[name]
-            self.add_file(name, r["packets"] or 0, r["continues_in"], by_file.get(name, []))
-
     def file_columns(self, name: str) -> tuple[str, int]:
         """(capture_set, first_frame) for the files table: the chain's first file, the file's first packet."""
         plan = self._plans.get(name)
@@ -148,7 +127,7 @@ class Stitcher:
 
     def apply(self, table: str, batch: pa.RecordBatch) -> pa.RecordBatch | None:
         """The batch as one pass over the chain would have produced it (None: nothing left)."""
-        if batch.num_rows == 0 or table in ("files", "handoffs"):
+        if batch.num_rows == 0 or table == "files":
             return batch
         name = batch.column(0)[0].as_py()
         plan = self._plans.get(name)
@@ -219,21 +198,6 @@ class Stitcher:
         merged = merge_connections(pa.Table.from_batches(self._held, CONNECTIONS_SCHEMA))
         self._held.clear()
         return merged.combine_chunks().to_batches()[0] if merged.num_rows else None
-
-
-def _chain_order(rows: dict[str, dict]) -> list[str]:
-    """File names so that each comes after the file it continues."""
-    targets = {r["continues_in"] for r in rows.values() if r["continues_in"]}
-    order: list[str] = []
-    for name in rows:
-        if name in targets:
-            continue
-        cur: str | None = name
-        while cur is not None and cur in rows and cur not in order:
-            order.append(cur)
-            cur = rows[cur]["continues_in"]
-    order.extend(n for n in rows if n not in order)
-    return order
 
 
 _SUMMED = ("packets_to_broker", "packets_to_client", "bytes_to_broker", "bytes_to_client", "retransmissions",

@@ -29,12 +29,12 @@ from bisect import bisect_left
 
 import numpy as np
 
-from analyzer._linklayer import NO_PAYLOAD
-from analyzer._pcap_chunks import PacketChunk, number_keys
-from analyzer.connection import reverse_key
-from analyzer.flows import IGNORED, FlowTable
-from analyzer.shards import work_per_key
-from analyzer.tcp import HalfStream
+from analyzer.capture.chunks import PacketChunk, number_keys
+from analyzer.capture.linklayer import NO_PAYLOAD
+from analyzer.session.connection import reverse_key
+from analyzer.tcp.flows import IGNORED, FlowTable
+from analyzer.tcp.reassembly import HalfStream
+from analyzer.tcp.shards import work_per_key
 
 MASK32 = 0xFFFFFFFF
 HALF32 = 0x80000000

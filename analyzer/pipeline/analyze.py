@@ -17,13 +17,11 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analyzer.bulk import feed_chunk
-from analyzer.capture import Capture, CaptureError, CaptureStats, open_capture
-from analyzer.carry import Handoff, carry_over, continues
-from analyzer.collector import collector_tuned
-from analyzer.exchanges import Outputs
-from analyzer.flows import FlowTable
-from analyzer.tables import (
+from analyzer.capture.files import Capture, CaptureError, CaptureStats, open_capture
+from analyzer.pipeline.carry import Handoff, carry_over, continues
+from analyzer.pipeline.collector import collector_tuned
+from analyzer.session.matching import Outputs
+from analyzer.tables.schemas import (
     CONNECTION_ROW_FIELDS,
     connections_batch,
     errors_batch,
@@ -31,6 +29,8 @@ from analyzer.tables import (
     partitions_batch,
     records_batch,
 )
+from analyzer.tcp.bulk import feed_chunk
+from analyzer.tcp.flows import FlowTable
 from dissectors.kafka.framing import DEFAULT_KEEP, DEFAULT_MAX_FRAME
 from dissectors.kafka.records import Limits
 
@@ -61,8 +61,8 @@ class Options:
     records: bool = False  # one row per record (the records table)
     max_batch_mb: int = 64  # decompressed size a single batch may reach before it is refused
     max_decompressed_mb: int = 4096  # decompressed bytes per capture file, all batches together
-    stitch: bool = True  # the files of a rotated set (tcpdump -C/-G) make one capture (analyzer.stitch)
-    # Memory-mapped pcaps read in chunks, runs of ordinary packets handled in bulk (analyzer.bulk); False:
+    stitch: bool = True  # the files of a rotated set (tcpdump -C/-G) make one capture (analyzer.pipeline.stitch)
+    # Memory-mapped pcaps read in chunks, runs of ordinary packets handled in bulk (analyzer.tcp.bulk); False:
     # packet by packet, the reference the bulk path is tested against.
     bulk: bool = True
 
@@ -88,8 +88,8 @@ class FileReport:
     shard: tuple[int, int] | None = None
     status_counts: dict[str, int] = field(default_factory=dict)
     refused_batches: int = 0  # compressed batches not expanded: over the decompression limits
-    connections_evicted: int = 0  # connections dropped over the flow table's limit (analyzer.flows)
-    requests_dropped: int = 0  # requests dropped from in-flight queues over their limit (analyzer.exchanges)
+    connections_evicted: int = 0  # connections dropped over the flow table's limit (analyzer.tcp.flows)
+    requests_dropped: int = 0  # requests dropped from in-flight queues over their limit (analyzer.session.matching)
     kafka_packets: int = 0  # packets of the Kafka connections in its connection rows (TLS ones excluded)
     tls_packets: int = 0  # packets of its TLS connection rows
     continues_in: str | None = None  # name of the next file of its rotated set, when connections run on into it
@@ -111,10 +111,10 @@ def analyze_file(
     """Analyse ``path``; ``progress(n)`` is called now and then with the file bytes read so far.
 
     ``following``: the next files of a rotated capture set. Connections open at the end of this file are
-    followed into them until their exchanges in flight are complete (see ``analyzer.carry``).
+    followed into them until their exchanges in flight are complete (see ``analyzer.pipeline.carry``).
     ``name_of(path)``: the capture_file name of this file and the following ones (see ``capture_names`` for
     inputs from several folders).
-    ``balance_shards``: split the connections by load instead of by hash (``analyzer.shards``; only for a
+    ``balance_shards``: split the connections by load instead of by hash (``analyzer.tcp.shards``; only for a
     file analysed on its own, not one of a rotated set).
     ``walked``: the file's record starts, walked by several processes together (``Capture.walk_part``).
     """

@@ -1,8 +1,8 @@
-"""The ``kafkacap`` command line: click commands and rich output around analyzer.run; no protocol logic.
+"""The ``kafkacap`` command line: click commands and rich output around analyzer.pipeline.run; no protocol logic.
 
 Every expected failure ends in one line on stderr and an exit code of ``ExitCode``; an unexpected one (a bug)
 in one line too, with the traceback saved to a file for the report. Text from captures and file names is
-printed through ``analyzer.terminal.inert``.
+printed through ``analyzer.cli.terminal.inert``.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ import pyarrow.compute as pc
 from rich.console import Console
 from rich.text import Text
 
-from analyzer.analyze import FileReport, Options
-from analyzer.output import FORMATS, OutputFolderError, TableFolder
-from analyzer.run import InputError, expand_paths, run
-from analyzer.tables import CONNECTIONS_SCHEMA, EXCHANGES_SCHEMA, PARTITIONS_SCHEMA
-from analyzer.terminal import inert
+from analyzer.cli.terminal import inert
+from analyzer.pipeline.analyze import FileReport, Options
+from analyzer.pipeline.run import InputError, expand_paths, run
+from analyzer.tables.schemas import CONNECTIONS_SCHEMA, EXCHANGES_SCHEMA, PARTITIONS_SCHEMA
+from analyzer.tables.writers import FORMATS, OutputFolderError, TableFolder
 
 STATUSES = ("ok", "error", "unchecked", "no_response", "acks0", "orphan_response", "malformed")
 
@@ -341,7 +341,7 @@ def main() -> None:
 @_common
 def summary(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progress, separate_files) -> None:
     """Summarise Kafka traffic: API usage and latency percentiles, errors, clients, connections."""
-    from analyzer.report import Collector, print_summary
+    from analyzer.cli.summary import Collector, print_summary
 
     sink = Collector()
     reports = _analyse(paths, _options(ports, detect_ports, headers_only, verify_crc, separate_files=separate_files),
@@ -374,7 +374,7 @@ def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progre
         raise _output_error(out_dir, exc) from None
     collector = None
     if with_summary:  # the report module (rich tables) is loaded only when a summary is printed
-        from analyzer.report import Collector, print_summary
+        from analyzer.cli.summary import Collector, print_summary
 
         collector = Collector()
 
@@ -419,7 +419,7 @@ def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progre
 def exchanges(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progress, separate_files, apis, statuses,
               client, min_latency, limit, as_json) -> None:
     """List exchanges, one per line, with filters."""
-    from analyzer.report import Collector, print_exchanges
+    from analyzer.cli.summary import Collector, print_exchanges
 
     sink = Collector()
     _analyse(paths, _options(ports, detect_ports, headers_only, verify_crc, separate_files=separate_files),
@@ -444,7 +444,7 @@ def show(path, packet, connection, ports, detect_ports, limit) -> None:
     """Decode chosen exchanges in full and print them as trees."""
     if packet is None and connection is None:
         raise click.UsageError("give --frame N or --connection ID")
-    from analyzer.show import show as show_exchanges
+    from analyzer.cli.show import show as show_exchanges
 
     shown, report = show_exchanges(_out(), path, _options(ports, detect_ports), connection, packet, limit)
     report_files(_err(), [report])
@@ -496,9 +496,6 @@ def filter_exchanges(ex: pa.Table, apis, statuses, client, min_latency) -> pa.Ta
     return ex if mask is None else ex.filter(mask)
 
 
-from analyzer.cli_spark import register  # noqa: E402 - the spark command lives in its own module
+from analyzer.cli.spark import register  # noqa: E402 - the spark command lives in its own module
 
 register(main)
-
-if __name__ == "__main__":
-    main()

@@ -17,10 +17,10 @@ from rich.console import Console
 from rich.text import Text
 from rich.tree import Tree
 
-from analyzer.analyze import FileReport, Options, analyze_file
-from analyzer.report import Collector
-from analyzer.tables import EXCHANGES_SCHEMA
-from analyzer.terminal import inert
+from analyzer.cli.summary import Collector
+from analyzer.cli.terminal import inert
+from analyzer.pipeline.analyze import FileReport, Options, analyze_file
+from analyzer.tables.schemas import EXCHANGES_SCHEMA
 from dissectors.kafka.apis import api_name
 from dissectors.kafka.decoder import RecordsRef, decode
 from dissectors.kafka.errors import error_name

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from analyzer._linklayer import (
+from analyzer.capture.linklayer import (
     IPV4_TCP_HEADERS_LEN,
     NO_PAYLOAD,
     REASONS,
@@ -30,7 +30,7 @@ from analyzer._linklayer import (
 )
 
 if TYPE_CHECKING:
-    from analyzer.capture import CaptureStats
+    from analyzer.capture.files import CaptureStats
 
 GLOBAL_HEADER_LEN = 24
 RECORD_HEADER_LEN = 16
@@ -61,7 +61,7 @@ Packet = tuple[int, int, bytes, int, int, int, memoryview, int]
 
 
 class BufferSource(Protocol):
-    """Where a record loop's bytes come from (see analyzer.capture)."""
+    """Where a record loop's bytes come from (see analyzer.capture.files)."""
 
     error: str | None  # why the data ended early (a decompression error), once refill has returned None
     whole: bool  # the first buffer holds all the data: refill never gives more

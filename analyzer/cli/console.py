@@ -1,4 +1,4 @@
-"""The ``kafkacap`` console script: the click commands of analyzer.cli, started without pandas.
+"""The ``kafkacap`` console script: the click commands of analyzer.cli.commands, started without pandas.
 
 The first time pyarrow converts a Python list it imports pandas, when installed, only to ask whether the
 list is a pandas object. That import costs more than the whole analysis of a small capture (0.35 s of
@@ -47,6 +47,6 @@ def main() -> None:
         signal.signal(signum, _stopped_while_starting)
     if sys.argv[1:2] != ["spark"]:
         _answer_pandas_probe()
-    from analyzer.cli import main as commands
+    from analyzer.cli.commands import main as commands
 
     commands()

@@ -89,7 +89,7 @@ EXCHANGES_SCHEMA = pa.schema([
     _f("record_bytes", pa.int64(), "Bytes of the records fields (on the wire, compressed) of those partitions."),
 ])
 
-# The order of the tuples the core builds (see analyzer.exchanges); the other columns are derived.
+# The order of the tuples the core builds (see analyzer.session.matching); the other columns are derived.
 EXCHANGE_ROW_FIELDS = (
     "connection_id", "client_ip", "client_port", "broker_ip", "broker_port", "api_key", "api_version",
     "correlation_id", "client_id", "request_first_ts", "request_last_ts", "response_first_ts",
@@ -484,7 +484,7 @@ def errors_batch(rows: list[tuple], capture_file: str, topic_names: dict[bytes, 
 
 
 def records_batch(rows, capture_file: str, topic_names: dict[bytes, str]) -> pa.RecordBatch:
-    """Record rows: an analyzer.exchanges.RecordRows (shared fields per partition, then its records), or a
+    """Record rows: an analyzer.session.matching.RecordRows (shared fields per partition, then its records), or a
     list of whole RECORD_ROW_FIELDS tuples."""
     if isinstance(rows, list):
         return _flat_rows_batch(rows, RECORD_ROW_FIELDS, RECORDS_SCHEMA, capture_file, topic_names)
@@ -548,7 +548,7 @@ def _lookup_names(keys: pa.Array, names: pa.Array, shift: int) -> pa.Array:
 
 
 def exchanges_batch(rows: list[tuple], capture_file: str, topic_names: dict[bytes, str]) -> pa.RecordBatch:
-    """Rows from analyzer.exchanges to one record batch of EXCHANGES_SCHEMA."""
+    """Rows from analyzer.session.matching to one record batch of EXCHANGES_SCHEMA."""
     c = _columns(rows, EXCHANGE_ROW_FIELDS, _ROW_TYPES[EXCHANGE_ROW_FIELDS])
     api_key = c["api_key"]
     error_code = c["error_code"]

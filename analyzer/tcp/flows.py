@@ -23,10 +23,10 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 
-from analyzer.connection import Connection, address_text, reverse_key, split_key
-from analyzer.exchanges import Outputs
-from analyzer.shards import ShardPlan
-from analyzer.tcp import ACK, FIN, MASK32, RST, SYN, HalfStream
+from analyzer.session.connection import Connection, address_text, reverse_key, split_key
+from analyzer.session.matching import Outputs
+from analyzer.tcp.reassembly import ACK, FIN, MASK32, RST, SYN, HalfStream
+from analyzer.tcp.shards import ShardPlan
 from dissectors.kafka.framing import DEFAULT_KEEP, DEFAULT_MAX_FRAME
 from dissectors.kafka.headers import looks_like_request
 from dissectors.kafka.records import Limits
@@ -119,7 +119,7 @@ class FlowTable:
         self.ports = frozenset(ports)
         self.detect_ports = detect_ports
         self.shard = shard
-        # With a balanced plan, the bulk path calls plan_chunk at every chunk (analyzer.shards).
+        # With a balanced plan, the bulk path calls plan_chunk at every chunk (analyzer.tcp.shards).
         self.shards = None if shard is None else ShardPlan(*shard, balance_shards, self.ports, detect_ports)
         self.keep = keep
         self.max_frame = max_frame

@@ -9,8 +9,8 @@ import re
 import struct
 from functools import lru_cache
 
-from analyzer.exchanges import ExchangeMatcher, Outputs
-from analyzer.tcp import HalfStream
+from analyzer.session.matching import ExchangeMatcher, Outputs
+from analyzer.tcp.reassembly import HalfStream
 from dissectors.kafka.framing import BOUNDARY, FIND_SPAN, OPAQUE, FrameSplitter
 from dissectors.kafka.headers import looks_like_request
 
@@ -27,10 +27,6 @@ CORRELATION_WINDOW = 1 << 20  # how far past the last seen correlation id a clie
 def find_request(buf, start: int, end: int) -> int:
     m = _REQUEST_CANDIDATE.search(buf, start, end)
     return m.start() if m else -1
-
-
-def request_plausible(buf, off: int, end: int, size: int, fresh: bool) -> bool:
-    return looks_like_request(buf, off, end, size)
 
 
 class RequestResync:
@@ -169,7 +165,7 @@ class Connection:
     def release(self) -> None:
         """Break the reference cycles (half-streams with each other and with the connection, the matcher with
         the connection) once the flow table lets the connection go: its memory is then freed at once, not at
-        the cyclic collector's next full pass, which an analysis makes rare (analyzer.collector) while
+        the cyclic collector's next full pass, which an analysis makes rare (analyzer.pipeline.collector) while
         connections come and go by the hundred thousand."""
         b, c = self.to_broker, self.to_client
         b.peer = c.peer = b.conn = c.conn = None

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from analyzer.flows import FlowTable
-from analyzer.tcp import SYN
+from analyzer.tcp.flows import FlowTable
+from analyzer.tcp.reassembly import SYN
 
 CARRY_NS = 120 * 1_000_000_000  # how far into the next file a connection is followed at most (capture time)
 CHECK_EVERY = 1024  # packets fed between checks for connections come to rest

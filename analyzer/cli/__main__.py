@@ -1,0 +1,5 @@
+"""``python -m analyzer.cli``: the ``kafkacap`` console script."""
+
+from analyzer.cli.console import main
+
+main()
