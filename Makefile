@@ -13,6 +13,9 @@ STAMP = $(VENV)/.installed
 .PHONY: run test lint clean
 
 RUN_STAMP = $(VENV)/.installed-run
+BUILT = $(VENV)/.built
+# The compiled core's sources: a change rebuilds the extension modules in place (pip install -e runs setup.py).
+CORE_SOURCES = setup.py $(shell find analyzer dissectors -name '*.pyx' -o -name '*.pxd' 2>/dev/null)
 
 # `make run` needs only the tool; `make test` also the test tools and the real broker and clients.
 # A working .venv is reused (whichever Python made it); a missing or broken one is made afresh: running
@@ -23,18 +26,22 @@ $(RUN_STAMP): pyproject.toml
 	$(VENV_READY)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e .
-	touch $(RUN_STAMP)
+	touch $(RUN_STAMP) $(BUILT)
 
 $(STAMP): pyproject.toml
 	$(VENV_READY)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test,record,notebook,spark]'
-	touch $(STAMP) $(RUN_STAMP)
+	touch $(STAMP) $(RUN_STAMP) $(BUILT)
 
-run: $(RUN_STAMP)
+$(BUILT): $(CORE_SOURCES) | $(RUN_STAMP)
+	$(BIN)/python -m pip install -q --no-deps -e .
+	touch $(BUILT)
+
+run: $(RUN_STAMP) $(BUILT)
 	$(BIN)/kafkacap export sample_pcaps -o out --summary --detect-ports
 
-test: $(STAMP)
+test: $(STAMP) $(BUILT)
 	$(BIN)/ruff check analyzer dissectors spark_jobs tests benchmarks sample_pcaps
 	$(BIN)/python -m pytest -q
 
@@ -42,4 +49,5 @@ lint: $(STAMP)
 	$(BIN)/ruff check analyzer dissectors spark_jobs tests benchmarks sample_pcaps
 
 clean:
-	rm -rf $(VENV) out .pytest_cache
+	rm -rf $(VENV) out .pytest_cache build
+	find analyzer dissectors \( -name "*.so" -o -name "*.c" -o -name "*.html" \) -delete
