@@ -282,80 +282,6 @@ def summarize(found: list[BatchInfo] | None, verified: bool = False) -> tuple:
             first_ts, max_ts, truncated, crc_failures if verified else None)
 
 
-def summary_at(buf, offset: int, length: int, verify_crc: bool, limits: Limits | None) -> tuple:
-    """``summarize(batches(...))``, or NO_SUMMARY where that raises RecordsError; positional arguments, for
-    the per-partition call of the exchange matcher.
-
-    The common case, v2 batches whose headers are all in view, takes one pass that reads each header
-    straight into the totals, without a BatchInfo per batch (a Produce or Fetch frame can carry many); a
-    field that is exactly one batch (most Produce partitions) is summed up without the loop. Anything else
-    (legacy messages, a header cut short, a malformed length) takes the general path.
-    """
-    end = offset + length
-    if offset < 0 or length < 0 or end > len(buf):
-        return NO_SUMMARY
-    if length < V2_HEADER_SIZE:
-        if length:
-            return _summary_by_batches(buf, offset, length, verify_crc, limits)
-        return _EMPTY_SUMMARY_CHECKED if verify_crc else _EMPTY_SUMMARY
-    unpack = _V2_SUMMARY_FIELDS.unpack_from
-    (batch_length, magic, crc, attributes, first, last, producer_id, producer_epoch, base_sequence,
-     record_count) = unpack(buf, offset)
-    if magic != 2 or batch_length < V2_HEADER_SIZE - LOG_OVERHEAD or record_count < 0:
-        return _summary_by_batches(buf, offset, length, verify_crc, limits)
-    if batch_length + LOG_OVERHEAD == length and not verify_crc:  # one whole batch
-        codec = attributes & 7
-        return (1, record_count, _CODEC_TEXT[codec], length if codec == 0 else None, producer_id, producer_epoch,
-                base_sequence, attributes & 0x10 != 0, attributes & 0x20 != 0, first if first >= 0 else None,
-                last if last >= 0 else None, 0, None)
-    pos = offset
-    count = records = truncated = crc_failures = 0
-    codecs: list[int] = []
-    uncompressed = 0
-    first_ts = max_ts = None
-    producer = (producer_id, producer_epoch, base_sequence)
-    flags = 0
-    while True:
-        wire = LOG_OVERHEAD + batch_length
-        if wire > end - pos:
-            truncated = 1
-            break
-        count += 1
-        records += record_count
-        codec = attributes & 7
-        if codec not in codecs:
-            codecs.append(codec)
-        if uncompressed is not None:
-            uncompressed = uncompressed + wire if codec == 0 else None
-        if first >= 0 and (first_ts is None or first < first_ts):
-            first_ts = first
-        if last >= 0 and (max_ts is None or last > max_ts):
-            max_ts = last
-        flags |= attributes
-        if verify_crc and _crc32c(memoryview(buf)[pos + V2_CRC_FROM:pos + wire]) != crc:
-            crc_failures += 1
-        pos += wire
-        if pos >= end:
-            break
-        if end - pos < V2_HEADER_SIZE:
-            return _summary_by_batches(buf, offset, length, verify_crc, limits)
-        (batch_length, magic, crc, attributes, first, last, _, _, _, record_count) = unpack(buf, pos)
-        if magic != 2 or batch_length < V2_HEADER_SIZE - LOG_OVERHEAD or record_count < 0:
-            return _summary_by_batches(buf, offset, length, verify_crc, limits)
-    if not count:
-        producer = (None, None, None)
-    return (count, records, "+".join(map(codec_name, codecs)) or None, uncompressed if count else None,
-            *producer, bool(flags & 0x10), bool(flags & 0x20), first_ts, max_ts, truncated,
-            crc_failures if verify_crc else None)
-
-
-# The v2 batch header fields a summary reads (base offset, leader epoch and last offset delta skipped).
-_V2_SUMMARY_FIELDS = struct.Struct(">8xi4xbIh4xqqqhii")
-_CODEC_TEXT = tuple(codec_name(c) for c in range(8))
-_EMPTY_SUMMARY = (0, 0, None, None, None, None, None, False, False, None, None, 0, None)
-_EMPTY_SUMMARY_CHECKED = (*_EMPTY_SUMMARY[:-1], 0)
-
-
 def _summary_by_batches(buf, offset: int, length: int, verify_crc: bool, limits: Limits | None) -> tuple:
     try:
         found = batches(buf, offset, length, limits=limits, verify_crc=verify_crc)
@@ -657,3 +583,6 @@ def _legacy_records(buf, message: _Message, limits: Limits) -> Iterator[RecordIn
             raise RecordsError("compressed message nested inside a compressed message")
         timestamp = message.timestamp if log_append else m.timestamp
         yield _new(RecordInfo, (m.offset + shift, timestamp, m.key_size, m.value_size, [], None))
+
+
+from dissectors.kafka._records import summary_at  # noqa: E402 - compiled; it calls back into the general path

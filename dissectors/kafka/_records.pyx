@@ -1,0 +1,175 @@
+# cython: language_level=3
+"""The records summary of one partition's ``records`` field, compiled: the common case of v2 batches whose
+headers are all in view, read header by header straight into the totals.
+
+``summarize_v2`` is the C entry point for compiled callers; ``summary_at`` the Python one, which returns the
+tuple of :func:`dissectors.kafka.records.summarize` (``RECORDS_SUMMARY_FIELDS`` in analyzer/tables) and hands
+anything else (legacy message sets, a header cut short, a malformed length) to the general path in
+``dissectors.kafka.records``, which stays the reference.
+"""
+
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t
+
+from dissectors.kafka._wire cimport Cursor, cursor_init, rd_i16, rd_i32, rd_i64, rd_u8, skip
+
+from dissectors.kafka import records as _general
+
+cdef enum:
+    V2_HEADER_SIZE = 61
+    LOG_OVERHEAD = 12  # base offset and batch length precede what the length counts
+    V2_CRC_FROM = 21  # CRC-32C covers attributes to the end of the batch
+    MAX_CODECS = 8  # the codec is 3 bits
+
+_CODEC_TEXT = tuple(_general.codec_name(c) for c in range(8))
+_EMPTY_SUMMARY = (0, 0, None, None, None, None, None, False, False, None, None, 0, None)
+_EMPTY_SUMMARY_CHECKED = (*_EMPTY_SUMMARY[:-1], 0)
+NO_SUMMARY = _general.NO_SUMMARY
+
+
+cdef struct V2Header:
+    int32_t batch_length
+    int32_t magic
+    int32_t crc  # as the wire holds it (a uint32 read as int32)
+    int16_t attributes
+    int64_t first_timestamp
+    int64_t max_timestamp
+    int64_t producer_id
+    int16_t producer_epoch
+    int32_t base_sequence
+    int32_t record_count
+
+
+cdef inline void read_header(const uint8_t* buf, Py_ssize_t pos, V2Header* h) noexcept nogil:
+    """The header fields a summary needs, from a batch whose V2_HEADER_SIZE bytes the caller has in view."""
+    cdef Cursor c
+    cursor_init(&c, buf, pos, pos + V2_HEADER_SIZE)
+    skip(&c, 8)  # base offset
+    h.batch_length = rd_i32(&c)
+    skip(&c, 4)  # partition leader epoch
+    h.magic = <int8_t>rd_u8(&c)
+    h.crc = rd_i32(&c)
+    h.attributes = rd_i16(&c)
+    skip(&c, 4)  # last offset delta
+    h.first_timestamp = rd_i64(&c)
+    h.max_timestamp = rd_i64(&c)
+    h.producer_id = rd_i64(&c)
+    h.producer_epoch = rd_i16(&c)
+    h.base_sequence = rd_i32(&c)
+    h.record_count = rd_i32(&c)
+
+
+cdef inline bint plain_v2(V2Header* h) noexcept nogil:
+    return h.magic == 2 and h.batch_length >= V2_HEADER_SIZE - LOG_OVERHEAD and h.record_count >= 0
+
+
+cdef struct Summary:
+    int64_t batches
+    int64_t records
+    uint8_t codecs[MAX_CODECS]  # codec numbers in order of first appearance
+    int ncodecs
+    bint compressed  # some batch is compressed: the uncompressed size is not known
+    int64_t uncompressed
+    int64_t producer_id
+    int16_t producer_epoch
+    int32_t base_sequence
+    int flags  # attributes of every batch or-ed together
+    bint have_first
+    bint have_max
+    int64_t first_timestamp
+    int64_t max_timestamp
+    bint truncated
+    int64_t crc_failures
+
+
+cdef int summarize_v2(const uint8_t* buf, Py_ssize_t offset, Py_ssize_t length, bint verify_crc,
+                      Summary* s, object data) except -2:
+    """Sum the v2 batch headers of ``buf[offset:offset + length]`` into ``s``: 0 when done, -1 when the bytes
+    need the general path (not all v2, a header cut short). ``data`` is the buffer's object, for the CRC."""
+    cdef Py_ssize_t end = offset + length
+    cdef Py_ssize_t pos = offset
+    cdef Py_ssize_t wire
+    cdef V2Header h
+    cdef int codec, i
+    cdef bint seen
+    s.batches = s.records = s.uncompressed = s.crc_failures = 0
+    s.ncodecs = s.flags = 0
+    s.compressed = s.truncated = s.have_first = s.have_max = False
+    s.first_timestamp = s.max_timestamp = 0
+    read_header(buf, pos, &h)
+    if not plain_v2(&h):
+        return -1
+    s.producer_id = h.producer_id
+    s.producer_epoch = h.producer_epoch
+    s.base_sequence = h.base_sequence
+    while True:
+        wire = LOG_OVERHEAD + <Py_ssize_t>h.batch_length
+        if wire > end - pos:
+            s.truncated = True
+            break
+        s.batches += 1
+        s.records += h.record_count
+        codec = h.attributes & 7
+        seen = False
+        for i in range(s.ncodecs):
+            if s.codecs[i] == codec:
+                seen = True
+                break
+        if not seen:
+            s.codecs[s.ncodecs] = codec
+            s.ncodecs += 1
+        if codec:
+            s.compressed = True
+        else:
+            s.uncompressed += wire
+        if h.first_timestamp >= 0 and (not s.have_first or h.first_timestamp < s.first_timestamp):
+            s.first_timestamp = h.first_timestamp
+            s.have_first = True
+        if h.max_timestamp >= 0 and (not s.have_max or h.max_timestamp > s.max_timestamp):
+            s.max_timestamp = h.max_timestamp
+            s.have_max = True
+        s.flags |= h.attributes
+        if verify_crc and _general._crc32c(memoryview(data)[pos + V2_CRC_FROM:pos + wire]) != <uint32_t>h.crc:
+            s.crc_failures += 1
+        pos += wire
+        if pos >= end:
+            break
+        if end - pos < V2_HEADER_SIZE:
+            return -1
+        read_header(buf, pos, &h)
+        if not plain_v2(&h):
+            return -1
+    return 0
+
+
+def summary_at(buf, Py_ssize_t offset, Py_ssize_t length, bint verify_crc, limits):
+    """``summarize(batches(...))`` of ``buf[offset:offset + length]``, or NO_SUMMARY where that raises
+    RecordsError; positional arguments, for the per-partition call of the exchange matcher."""
+    cdef Py_buffer view
+    cdef Summary s
+    cdef int done
+    cdef Py_ssize_t end = offset + length
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        if offset < 0 or length < 0 or end > view.len:
+            return NO_SUMMARY
+        if length < V2_HEADER_SIZE:
+            if length:
+                return _general._summary_by_batches(buf, offset, length, verify_crc, limits)
+            return _EMPTY_SUMMARY_CHECKED if verify_crc else _EMPTY_SUMMARY
+        done = summarize_v2(<const uint8_t*>view.buf, offset, length, verify_crc, &s, buf)
+    finally:
+        PyBuffer_Release(&view)
+    if done < 0:
+        return _general._summary_by_batches(buf, offset, length, verify_crc, limits)
+    if not s.batches:
+        return (0, 0, None, None, None, None, None, False, False, None, None, 1,
+                s.crc_failures if verify_crc else None)
+    if s.ncodecs == 1:
+        codecs = _CODEC_TEXT[s.codecs[0]]
+    else:
+        codecs = "+".join([_CODEC_TEXT[s.codecs[i]] for i in range(s.ncodecs)])
+    return (s.batches, s.records, codecs, None if s.compressed else s.uncompressed,
+            s.producer_id, s.producer_epoch, s.base_sequence, s.flags & 0x10 != 0, s.flags & 0x20 != 0,
+            s.first_timestamp if s.have_first else None, s.max_timestamp if s.have_max else None,
+            1 if s.truncated else 0, s.crc_failures if verify_crc else None)
