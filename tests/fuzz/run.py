@@ -2,6 +2,7 @@
 
     python -m tests.fuzz.run                       # every target, 15 s each (CI: .ci/run)
     python -m tests.fuzz.run --seconds 1800 --targets records,codecs --keep-going
+    python -m tests.fuzz.run --asan              # the compiled core built with AddressSanitizer (see setup.py)
 
 Seeds are cut from the sample captures afresh on each run (``tests.fuzz.seeds``) into ``WORKDIR/seeds/``; what the
 fuzzers find interesting accumulates in ``WORKDIR/corpus/<target>/`` across runs. A crash (an exception
@@ -30,14 +31,27 @@ TIMEOUT_PER_INPUT = 30  # seconds one input may take before it counts as a findi
 RSS_LIMIT_MB = 2048
 
 
-def fuzz_target(target: str, seconds: int, workdir: Path, keep_going: bool = False) -> tuple[bool, str, list[Path]]:
+def asan_environment() -> dict[str, str]:
+    """What a fuzzer process needs to run extension modules built with ``KAFKACAP_ASAN=1``: the ASan runtime that
+    atheris ships with libFuzzer inside (clang's, as the modules are), loaded before the interpreter."""
+    import atheris
+
+    runtime = Path(atheris.path()) / "asan_with_fuzzer.so"
+    if not runtime.exists():
+        raise SystemExit(f"--asan: {runtime.name} is not in this atheris installation")
+    return {"LD_PRELOAD": str(runtime), "ASAN_OPTIONS": "detect_leaks=0:allocator_may_return_null=1"}
+
+
+def fuzz_target(target: str, seconds: int, workdir: Path, keep_going: bool = False,
+                extra_env: dict[str, str] | None = None) -> tuple[bool, str, list[Path]]:
     """Fuzz one target; (passed, its figures, the reproducers it left). ``keep_going``: after a crash, start
     again on the grown corpus until the time is up (libFuzzer's fork mode does not work under atheris)."""
     corpus, seeds = workdir / "corpus" / target, workdir / "seeds" / target
     crashes, log = workdir / "crashes" / target, workdir / "logs" / f"{target}.log"
     for folder in (corpus, crashes, log.parent):
         folder.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+               **(extra_env or {}))
     started = time.time()
     runs, cov, ft, codes = 0, 0, 0, []
     with open(log, "wb") as out:
@@ -79,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--targets", default=",".join(TARGETS), help="comma-separated targets (default all)")
     parser.add_argument("--keep-going", action="store_true", help="after a crash, fuzz on until the time is up")
     parser.add_argument("--workdir", type=Path, default=ROOT / ".fuzz", help="corpus, crashes, logs (.fuzz)")
+    parser.add_argument("--asan", action="store_true",
+                        help="run under AddressSanitizer: the compiled core must be built with KAFKACAP_ASAN=1 "
+                             "and clang (setup.py)")
     args = parser.parse_args(argv)
     targets = [t for t in args.targets.split(",") if t]
     unknown = sorted(set(targets) - set(TARGETS))
@@ -89,8 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(args.workdir / "seeds", ignore_errors=True)
     write_seeds(args.workdir / "seeds")
     failed = []
+    extra_env = asan_environment() if args.asan else None
     for target in targets:
-        passed, figures, left = fuzz_target(target, args.seconds, args.workdir, args.keep_going)
+        passed, figures, left = fuzz_target(target, args.seconds, args.workdir, args.keep_going, extra_env)
         print(f"{target:10} {'ok   ' if passed else 'FAIL '} {figures}", flush=True)
         if not passed:
             failed.append(target)
