@@ -84,6 +84,7 @@ def main() -> None:
         capture = cut(BIG, args.slice_mb)
     mode = "headers-only" if args.headers_only else "default"
     for tree in args.tree:
+        capture = capture.resolve()  # the runner works in each tree
         once = instructions(tree.resolve(), capture, not args.headers_only, 1)
         thrice = instructions(tree.resolve(), capture, not args.headers_only, 3)
         print(f"{tree}: {(thrice - once) / 2 / 1e6:,.0f} M instructions per analysis ({capture.name}, {mode})")

@@ -1,15 +1,15 @@
 """The Spark job on a real cluster manager, with a fault: a standalone master and two one-core workers
-started from the installed pyspark, the job shipped with ``spark-submit --py-files`` (a zip of the project's
-packages), and one worker killed (SIGKILL, with its executor and Python workers) while it runs a write task.
-The job must still finish with the rows ``kafkacap export`` gives for the same inputs: nothing lost, nothing
-written twice by the retried task.
+started from the installed pyspark, the job shipped with ``spark-submit --archives`` (kafkacap's installed
+packages, compiled modules included), and one worker killed (SIGKILL, with its executor and Python workers)
+while it runs a write task. The job must still finish with the rows ``kafkacap export`` gives for the same
+inputs: nothing lost, nothing written twice by the retried task.
 
 Why every column is compared: the tables hold no analysis timing or host-dependent value (the ``files`` table
 gives each file's path as given, its size and its capture times), and the analysis is deterministic, so a
 task recomputed on the other executor gives the same rows.
 
 The executors' Python sees the venv's site-packages without kafkacap's own packages: ``analyzer``,
-``dissectors`` and ``spark_jobs`` reach them only through the zip, as on a cluster without kafkacap installed.
+``dissectors`` and ``spark_jobs`` reach them only through the archive, as on a cluster without kafkacap installed.
 The cluster lives in the test's temporary folder (ports chosen free, bound to 127.0.0.1) and is killed in
 every case, and with the test process if that dies first (Linux parent-death signal).
 """
@@ -210,16 +210,21 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
             cluster.shutdown()
 
 
-def _packages_zip(path: Path) -> Path:
-    """The zip docs/spark.md tells users to ship with --py-files, made by the command it gives."""
-    subprocess.run([sys.executable, "-m", "zipfile", "-c", str(path), *PACKAGES], cwd=ROOT, check=True)
-    return path
+def _packages_archive(base: Path) -> Path:
+    """The archive of kafkacap's installed packages (compiled modules included) that docs/spark.md tells users
+    to ship with --archives, made by the commands it gives."""
+    target = base / "kafkacap-pkgs"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(ROOT)],
+                   check=True, capture_output=True)
+    archive = base / "kafkacap-pkgs.tar.gz"
+    subprocess.run(["tar", "-czf", str(archive), "-C", str(target), *PACKAGES], check=True)
+    return archive
 
 
 def _executor_python(base: Path) -> Path:
     """A Python for the executors: this interpreter without site processing, its site-packages folders on
     the path minus kafkacap's packages and their editable-install hooks (which would find them without the
-    zip)."""
+    archive)."""
     packages = base / "site-packages"
     packages.mkdir()
     site_folders = {*site.getsitepackages(), site.getusersitepackages()}
@@ -236,7 +241,7 @@ def _executor_python(base: Path) -> Path:
     wrapper.chmod(0o755)
     probe = subprocess.run([str(wrapper), "-c", "import pyarrow, cramjam\nimport analyzer"], capture_output=True,
                            text=True, cwd=base, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
-    assert "No module named 'analyzer'" in probe.stderr, probe.stderr  # only the zip can supply it
+    assert "No module named 'analyzer'" in probe.stderr, probe.stderr  # only the archive can supply it
     return wrapper
 
 
@@ -292,7 +297,7 @@ def test_job_survives_a_killed_worker_with_the_cli_rows(cluster: Cluster, tmp_pa
     }
     submit = cluster.start("submit", [
         "--master", cluster.master_url, "--name", "kafkacap-cluster-test",
-        "--py-files", str(_packages_zip(tmp_path / "kafkacap.zip")),
+        "--archives", f"{_packages_archive(tmp_path)}#kafkacap", "--conf", "spark.executorEnv.PYTHONPATH=kafkacap",
         *(arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")),
         str(ROOT / "spark_jobs" / "export_job.py"), str(inputs), "-o", str(out), "--detect-ports",
         "--target-mb", "1",

@@ -1,0 +1,690 @@
+# cython: language_level=3
+"""The exchange matcher of one connection, compiled: requests held in flight and paired with their responses
+by correlation id (see :mod:`analyzer.session.matching` for the rules, the rows and their orders).
+
+Request and response headers are read here in C for the shapes real clients send (a known API and version,
+a client_id within the bytes, an empty tag buffer); anything else (a cut or malformed header, an API or version
+no release defines, a non-empty tag buffer) goes through ``dissectors.kafka.headers``, the reference, so its
+result and the text of its error are exactly the reference's.
+"""
+
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport int16_t, int32_t, uint8_t, uint64_t
+from libc.string cimport memcmp
+
+from dissectors.kafka._wire cimport Cursor, cursor_init, rd_i16, rd_i32
+
+from analyzer.session import matching as _m
+from analyzer.session.legacy07 import Legacy07Matcher
+from dissectors.kafka.apis import (
+    API_KEY_LIMIT,
+    DEFINED_VERSIONS,
+    REQUEST_HEADER_V0_VERSIONS,
+    REQUEST_HEADER_V2_FROM,
+    RESPONSE_HEADER_V1_FROM,
+    undefined_note,
+)
+from dissectors.kafka.extract import ERRORS_AT_TOP, ERRORS_NONE, MAX_TOPICS, PARTITION_APIS, ErrorEntry
+from dissectors.kafka.extract import error_placement, extract
+from dissectors.kafka.headers import (
+    HeaderError,
+    HeaderTruncated,
+    decode_request_header,
+    decode_response_header,
+    produce_acks,
+    response_top_level,
+    unpack_request_start,
+)
+from dissectors.kafka.legacy07 import looks_like_07_request
+from dissectors.kafka.records import summary_at as records_summary
+
+cdef enum:
+    MAX_KEYS = 128  # api keys the C tables cover (Kafka's go to about 90); others take the reference path
+    MAX_VERSION = 64  # versions the bitmasks cover
+    SCAN_IN_FLIGHT = 16
+    API_VERSIONS = 18
+    UNSUPPORTED_VERSION = 35
+    PRODUCE = 0
+    FETCH = 1
+
+# Per api key: the defined versions, the header-v0 versions (bit v set), where flexible requests and
+# responses start (MAX_VERSION: never).
+cdef uint64_t DEFINED[MAX_KEYS]
+cdef uint64_t HEADER_V0[MAX_KEYS]
+cdef int REQUEST_FLEXIBLE_FROM[MAX_KEYS]
+cdef int RESPONSE_FLEXIBLE_FROM[MAX_KEYS]
+cdef int KEYS = min(API_KEY_LIMIT, MAX_KEYS)
+
+
+cdef void _tables() except *:
+    cdef int key, version
+    for key in range(MAX_KEYS):
+        DEFINED[key] = HEADER_V0[key] = 0
+        REQUEST_FLEXIBLE_FROM[key] = RESPONSE_FLEXIBLE_FROM[key] = 1 << 20
+    for key in range(KEYS):
+        for version in DEFINED_VERSIONS[key]:
+            if 0 <= version < MAX_VERSION:
+                DEFINED[key] |= (<uint64_t>1) << version
+        for version in REQUEST_HEADER_V0_VERSIONS[key]:
+            if 0 <= version < MAX_VERSION:
+                HEADER_V0[key] |= (<uint64_t>1) << version
+        REQUEST_FLEXIBLE_FROM[key] = min(REQUEST_HEADER_V2_FROM[key], 1 << 20)
+        RESPONSE_FLEXIBLE_FROM[key] = min(RESPONSE_HEADER_V1_FROM[key], 1 << 20)
+
+
+_tables()
+
+_NOTHING = _m._NOTHING
+_UNDEFINED = _m._UNDEFINED
+_join = _m._join
+_totals = _m._totals
+_left_out_note = _m._left_out_note
+_NO_TOTALS = _m._NO_TOTALS
+OK = _m.OK
+ERROR = _m.ERROR
+NO_RESPONSE = _m.NO_RESPONSE
+ACKS0 = _m.ACKS0
+ORPHAN = _m.ORPHAN
+MALFORMED = _m.MALFORMED
+UNCHECKED = _m.UNCHECKED
+ORPHAN_NOTE = _m.ORPHAN_NOTE
+ORPHAN_AFTER_DROPS_NOTE = _m.ORPHAN_AFTER_DROPS_NOTE
+
+
+cdef struct RequestStart:
+    int16_t key
+    int16_t version
+    int32_t correlation_id
+    Py_ssize_t client_at  # -1: null client_id
+    Py_ssize_t client_length
+    Py_ssize_t body
+
+
+cdef bint read_request_header(const uint8_t* buf, Py_ssize_t n, RequestStart* h) noexcept nogil:
+    """The header of a frame (``buf[0:n]``, size prefix included) in the common shapes; False for anything the
+    reference must judge."""
+    cdef Cursor c
+    cdef int16_t length
+    cdef Py_ssize_t pos
+    if n < 14:
+        return False
+    cursor_init(&c, buf, 4, n)
+    h.key = rd_i16(&c)
+    h.version = rd_i16(&c)
+    h.correlation_id = rd_i32(&c)
+    length = rd_i16(&c)
+    if not (0 <= h.key < KEYS and 0 <= h.version < MAX_VERSION and DEFINED[h.key] >> h.version & 1):
+        return False
+    if h.version < REQUEST_FLEXIBLE_FROM[h.key] and HEADER_V0[h.key] >> h.version & 1:
+        h.client_at = -1
+        h.client_length = 0
+        h.body = 12
+        return True
+    pos = 14
+    if length >= 0:
+        if length > n - pos:
+            return False
+        h.client_at = pos
+        h.client_length = length
+        pos += length
+    elif length == -1:
+        h.client_at = -1
+        h.client_length = 0
+    else:
+        return False
+    if h.version >= REQUEST_FLEXIBLE_FROM[h.key]:
+        if pos >= n or buf[pos] != 0:  # a tag buffer with fields in it: the reference reads it
+            return False
+        pos += 1
+    h.body = pos
+    return True
+
+
+cdef class ExchangeMatcher:
+    """Pairs the requests and responses of one connection and appends finished rows to ``out``."""
+
+    cdef public object out
+    cdef public list rows
+    cdef public tuple conn_fields
+    cdef public list pending
+    cdef public Py_ssize_t front
+    cdef public object by_corr
+    cdef public Py_ssize_t dropped
+    cdef public Py_ssize_t orphans
+    cdef public Py_ssize_t malformed
+    cdef public Py_ssize_t unanswered
+    cdef public tuple client_ids
+    cdef public object last_request_corr
+    cdef public object client_id_bytes
+    cdef public object legacy
+    cdef public object connection
+    cdef bytes _client_raw  # the last client_id's bytes and text: most connections have one
+    cdef object _client_text
+
+    def __init__(self, out, tuple conn_fields):
+        self.out = out
+        self.rows = out.exchanges
+        # (connection_id, client_ip, client_port, broker_ip, broker_port): shared by every row.
+        self.conn_fields = conn_fields
+        # Requests in flight, oldest first, from ``pending[front]`` on (a list emptied when the last one goes,
+        # which frees its storage: an idle connection keeps no queue).
+        self.pending = []
+        self.front = 0
+        self.by_corr = None  # id -> requests in flight with it, past SCAN_IN_FLIGHT
+        self.dropped = 0  # requests dropped over MAX_IN_FLIGHT
+        self.orphans = 0
+        self.malformed = 0
+        self.unanswered = 0
+        self.client_ids = ()  # distinct client ids (the first 16)
+        # What the request framer's resynchronisation leans on: the last correlation id and the raw
+        # client_id of the last well-formed request (None: not seen yet, or a null client_id).
+        self.last_request_corr = None
+        self.client_id_bytes = None
+        self.legacy = None  # set when the connection turns out to speak Kafka 0.7
+        self.connection = None  # told (speaks_07()) when the connection turns out to speak Kafka 0.7
+        self._client_raw = None
+        self._client_text = None
+
+    # -- frames ------------------------------------------------------------------------------------
+
+    def request(self, first_ts, first_no, last_ts, last_no, Py_ssize_t size, head, bint lossy):
+        """A request frame (``head``: its first bytes, size prefix included). It waits in flight for the
+        response with its correlation id; one whose header cannot be read past the fixed 8 bytes (api key,
+        version, correlation id) waits too, marked malformed, so that its response is not an orphan."""
+        cdef Py_buffer view
+        cdef RequestStart h
+        cdef bint common
+        cdef Py_ssize_t end
+        out = self.out
+        if len(self.rows) >= out.held_rows:
+            out.make_room()
+        if out.tap is not None:
+            out.tap(self.conn_fields[0], False, first_no, last_no, head)
+        PyObject_GetBuffer(head, &view, PyBUF_SIMPLE)
+        try:
+            end = view.len
+            if self.legacy is not None or (self.last_request_corr is None
+                                           and looks_like_07_request(head, 4, end, size)):
+                if self.legacy is None:
+                    self.legacy = Legacy07Matcher(self)
+                    if self.connection is not None:
+                        self.connection.speaks_07()
+                self.legacy.request(first_ts, first_no, last_ts, last_no, size, head)
+                return
+            common = read_request_header(<const uint8_t*>view.buf, end, &h)
+            if common:
+                client_id = self._client_id(<const uint8_t*>view.buf, &h)
+        finally:
+            PyBuffer_Release(&view)
+        note = "request bytes lost in capture" if lossy else None
+        if common:
+            key, ver, corr, body = h.key, h.version, h.correlation_id, h.body
+        else:
+            try:
+                key, ver, corr, client_id, body, defined = decode_request_header(head, 4, end)
+            except HeaderTruncated as exc:
+                if not 12 <= end < size + 4:
+                    self._malformed_request(head, end, first_ts, first_no, last_no, last_ts, size, note, exc)
+                    return
+                # The bytes at hand end inside the header (a client_id longer than the head kept, or lost
+                # bytes): api key, version and correlation id are there, so the request still pairs.
+                key, ver, corr = unpack_request_start(head, 4)
+                client_id, body, defined = None, end, True  # only a defined version's header can be cut short
+                note = _join(note, f"request header longer than the {end} bytes kept ({exc})")
+            except HeaderError as exc:
+                self._malformed_request(head, end, first_ts, first_no, last_no, last_ts, size, note, exc)
+                return
+            if not defined:
+                self._undefined_request(first_ts, first_no, last_ts, last_no, size, key, ver, corr, client_id,
+                                        note)
+                return
+        bad = False
+        x = _NOTHING
+        if out.bodies:
+            try:
+                x = extract(head, body, end, key, ver, False, partial=lossy or end < size + 4)
+            except HeaderError as exc:  # DecodeError: the body does not follow its schema
+                bad = True
+                note = _join(note, f"request body: {exc}")
+        if key == PRODUCE:
+            acks = x.acks
+            if acks is None:
+                try:
+                    acks = produce_acks(head, body, end, ver)
+                except HeaderError:
+                    acks = None
+            acks0 = acks == 0
+        else:
+            acks0 = False
+        if client_id not in self.client_ids:
+            self._new_client_id(client_id, head, end)
+        self.last_request_corr = corr
+        recs = self._records(head, x, corr, key, ver, client_id, last_ts) if key == PRODUCE and x.partitions else None
+        pending = self.pending
+        pending.append((corr, key, ver, client_id, first_ts, first_no, last_ts, last_no, size + 4, acks0,
+                        note, x, bad, recs))
+        if self.by_corr is not None or len(pending) > SCAN_IN_FLIGHT:
+            self._indexed(corr)
+
+    cdef object _client_id(self, const uint8_t* buf, RequestStart* h):
+        """The client_id's text, decoded once per distinct value in a row (UTF-8, replacement characters)."""
+        cdef bytes raw = self._client_raw
+        if h.client_at < 0:
+            return None
+        if raw is not None and len(raw) == h.client_length and \
+                memcmp(<const char*>raw, buf + h.client_at, h.client_length) == 0:
+            return self._client_text
+        text = PyUnicode_DecodeUTF8(<const char*>buf + h.client_at, h.client_length, "replace")
+        self._client_raw = (<const char*>buf + h.client_at)[:h.client_length]
+        self._client_text = text
+        return text
+
+    def _malformed_request(self, head, Py_ssize_t end, first_ts, first_no, last_no, last_ts, Py_ssize_t size,
+                           note, exc):
+        """A request whose header fails past its fixed fields waits for its response, marked malformed; one
+        too short for them (a frame of under 8 bytes) is a row of its own with what it has."""
+        note = _join(note, f"request header: {exc}")
+        if end >= 12:
+            key, ver, corr = unpack_request_start(head, 4)
+            self._pend((corr, key, ver, None, first_ts, first_no, last_ts, last_no, size + 4, False, note,
+                        _NOTHING, True, None))
+            return
+        self.malformed += 1
+        key = _m._unpack_int16(head, 4)[0] if end >= 6 else None
+        ver = _m._unpack_int16(head, 6)[0] if end >= 8 else None
+        self._emit(key, ver, None, None, first_ts, last_ts, None, None, size + 4, None, None, None,
+                   MALFORMED, first_no, None, note, None, None, None)
+
+    def _undefined_request(self, first_ts, first_no, last_ts, last_no, Py_ssize_t size, key, ver, corr,
+                           client_id, note):
+        """A request of an API or version no known release defines (a client newer than these definitions,
+        or one probing a broker): well framed, so not malformed; its fixed header fields pair it with its
+        response like any other, and its note says why nothing else is read."""
+        if client_id not in self.client_ids:
+            self._new_client_id(client_id, None, 0)
+        self.last_request_corr = corr
+        self._pend((corr, key, ver, client_id, first_ts, first_no, last_ts, last_no, size + 4, False,
+                    _join(note, undefined_note(key, ver)), _UNDEFINED, False, None))
+
+    cdef _pend(self, tuple entry):
+        self.pending.append(entry)
+        self._indexed(entry[0])
+
+    cdef _indexed(self, corr):
+        """The request just appended with id ``corr`` goes into the index (built once the queue outgrows a
+        scan), and the oldest request leaves unanswered if the queue is over its limit."""
+        pending = self.pending
+        index = self.by_corr
+        if index is not None:
+            index[corr] = index.get(corr, 0) + 1
+        elif len(pending) - self.front > SCAN_IN_FLIGHT:
+            index = self.by_corr = {}
+            for req in self.in_flight():
+                index[req[0]] = index.get(req[0], 0) + 1
+        if len(pending) - self.front > self.out.max_in_flight:
+            req = self._pop_oldest()
+            self.dropped += 1
+            self.out.requests_dropped += 1
+            self._settle(req, None if req[9] else self.out.in_flight_note)  # acks=0 owed nothing
+
+    def in_flight(self):
+        """The requests in flight, oldest first."""
+        return self.pending[self.front:]
+
+    cdef tuple _pop_oldest(self):
+        """Take the oldest request in flight off the queue: O(1), the list compacted now and then."""
+        cdef list pending = self.pending
+        cdef Py_ssize_t front = self.front
+        cdef tuple req = pending[front]
+        front += 1
+        if front == len(pending):
+            pending.clear()
+            self.front = 0
+            self.by_corr = None
+            return req
+        pending[front - 1] = None
+        if front >= 64 and front * 2 >= len(pending):  # each compaction follows as many pops as it moves
+            del pending[:front]
+            front = 0
+        self.front = front
+        index = self.by_corr
+        if index is not None:
+            corr = req[0]
+            n = index[corr]
+            if n == 1:
+                del index[corr]
+            else:
+                index[corr] = n - 1
+        return req
+
+    cdef bint _waiting(self, corr) except -1:
+        """Whether a request with this correlation id is in flight: O(1)."""
+        cdef Py_ssize_t i
+        index = self.by_corr
+        if index is not None:
+            return corr in index
+        pending = self.pending
+        for i in range(self.front, len(pending)):
+            if pending[i][0] == corr:
+                return True
+        return False
+
+    cdef _new_client_id(self, client_id, head, Py_ssize_t end):
+        """Remember a client_id (a few per connection at most) and its raw bytes, the resync anchor (not
+        taken from a header whose layout is a guess: ``head`` None)."""
+        if len(self.client_ids) < 16:
+            self.client_ids += (client_id,)
+        if client_id is not None and head is not None and end >= 14:
+            n = _m._unpack_int16(head, 12)[0]
+            if n >= 0 and 14 + n <= end:
+                self.client_id_bytes = bytes(head[14:14 + n])
+
+    def response(self, first_ts, first_no, last_ts, last_no, Py_ssize_t size, head, bint lossy):
+        cdef Py_buffer view
+        cdef Cursor c
+        cdef Py_ssize_t end, body
+        cdef int32_t corr_c
+        cdef int key_c = -1, ver_c = -1
+        cdef bint plain_v1
+        cdef list pending
+        cdef tuple req
+        out = self.out
+        if len(self.rows) >= out.held_rows:
+            out.make_room()
+        if out.tap is not None:
+            out.tap(self.conn_fields[0], True, first_no, last_no, head)
+        if self.legacy is not None:
+            self.legacy.response(first_ts, first_no, last_ts, last_no, size, head)
+            return
+        PyObject_GetBuffer(head, &view, PyBUF_SIMPLE)
+        try:
+            end = view.len
+            if end < 8:
+                corr = _m._unpack_int32(head, 4)[0]  # the framers hand over 4 bytes past the size at least
+            cursor_init(&c, <const uint8_t*>view.buf, 4, end)
+            corr_c = rd_i32(&c)
+            plain_v1 = end > 8 and (<const uint8_t*>view.buf)[8] == 0
+            unsupported = end >= 10 and rd_i16(&c) == UNSUPPORTED_VERSION
+        finally:
+            PyBuffer_Release(&view)
+        corr = corr_c
+        pending = self.pending
+        if len(pending) == 1 and pending[0][0] == corr:  # the common case: one request in flight
+            req = pending.pop()
+            self.by_corr = None
+        elif pending and pending[self.front][0] == corr:
+            req = self._pop_oldest()
+        elif self._waiting(corr):
+            # Kafka answers in order: everything sent before this one went unanswered
+            while True:
+                req = self._pop_oldest()
+                if req[0] == corr:
+                    break
+                self._settle(req, None)
+        else:
+            self.orphans += 1
+            self._emit(None, None, corr, None, None, None, first_ts, last_ts, None, size + 4, None, None,
+                       ORPHAN, None, last_no, ORPHAN_AFTER_DROPS_NOTE if self.dropped else ORPHAN_NOTE,
+                       None, None, None)
+            return
+        _, key, ver, client_id, rq_first, rq_frame, rq_last, _, rq_size, _, note, rx, bad, recs = req
+        if rx is _UNDEFINED or (key == API_VERSIONS and unsupported):
+            self._unread_response(req, first_ts, last_ts, last_no, size, head, lossy)
+            return
+        status = MALFORMED if bad else OK
+        error_code = throttle = None
+        x = _NOTHING
+        try:
+            # the response header: the correlation id, in v1 (flexible versions) a tag buffer, mostly empty
+            if 0 <= key < API_KEY_LIMIT and ver >= RESPONSE_HEADER_V1_FROM[key]:
+                body = 9 if plain_v1 else decode_response_header(head, 4, end, key, ver)[1]
+            else:
+                body = 8
+            if not out.bodies:
+                error_code, throttle = response_top_level(head, body, end, key, ver)
+                placement = error_placement(key, ver)
+                if placement == ERRORS_AT_TOP and error_code is not None:
+                    error_count = 1 if error_code else 0
+                elif placement == ERRORS_NONE:
+                    error_code = error_count = 0
+                else:  # errors nested in the body (or a top-level one out of reach) were not read
+                    error_count = None
+                    if not error_code:
+                        error_code = None
+                        status = UNCHECKED if status == OK else status
+            else:
+                x = extract(head, body, end, key, ver, True, partial=lossy or end < size + 4)
+                throttle = x.throttle_time_ms
+                error_code = x.top_error
+                if not error_code:
+                    error_code = x.errors[0].error_code if x.errors else 0
+                if x.topic_ids:
+                    out.topic_names.update(x.topic_ids)
+        except HeaderError as exc:  # DecodeError too: the body does not follow its schema
+            status = MALFORMED
+            note = _join(note, f"response: {exc}")
+        if status is MALFORMED:
+            self.malformed += 1
+        elif error_code:
+            status = ERROR
+        if lossy:
+            note = _join(note, "response bytes lost in capture")
+        if key == FETCH and x.partitions:  # Fetch: the records come back in the response
+            recs, parts = self._records(head, x, corr, key, ver, client_id, last_ts), x.partitions
+        else:
+            parts = rx.partitions
+        if recs:
+            record_count, record_bytes = _totals(recs, parts)
+            if out.verify_crc:
+                note = _join(note, self._crc_note(recs))
+        else:
+            record_count = record_bytes = None
+        if out.bodies:
+            topics = rx.topics
+            if x.topics and x.topics != topics:
+                topics = list(dict.fromkeys(topics + x.topics)) if topics else x.topics
+                if len(topics) > MAX_TOPICS:
+                    note = _join(note, f"topics: the first {MAX_TOPICS:,} names of request and response kept, "
+                                       f"{len(topics) - MAX_TOPICS:,} more left out")
+                    topics = topics[:MAX_TOPICS]
+            topics, partition_count, error_count = (*topics,), max(rx.partition_count, x.partition_count), len(x.errors)
+            if x.left_out is not None or rx.left_out is not None:  # a limit kept rows out: say which
+                note = _join(note, _left_out_note("request", rx.left_out))
+                note = _join(note, _left_out_note("response", x.left_out))
+                if x.left_out is not None:
+                    error_count += x.left_out[1]
+                if record_count is not None and ((rx.left_out is not None and rx.left_out[0])
+                                                 or (x.left_out is not None and x.left_out[0])):
+                    record_count = record_bytes = None
+                    note = _join(note, "record_count and record_bytes unknown: partitions left out")
+        else:  # headers only: what the bodies hold is unknown, not empty
+            topics = partition_count = None
+        self.rows.append((*self.conn_fields, key, ver, corr, client_id, rq_first, rq_last, first_ts, last_ts,
+                          rq_size, size + 4, error_code, throttle, status, rq_frame, last_no, note, topics,
+                          partition_count, error_count, record_count, record_bytes, None))
+        if x.errors:
+            self._emit_errors(req, last_ts, x)
+        if key in PARTITION_APIS and (rx.partitions or x.partitions):
+            self._emit_partitions(req, last_ts, x.partitions, recs)
+
+    cdef _unread_response(self, tuple req, first_ts, last_ts, last_no, Py_ssize_t size, head, bint lossy):
+        """The response to a request of an undefined API or version, or an ApiVersions UNSUPPORTED_VERSION.
+
+        A broker answers an ApiVersions version it does not support in the v0 layout with UNSUPPORTED_VERSION
+        and its supported ranges, so that any client can read it (the protocol guide); every ApiVersions
+        version starts with its error_code. So an ApiVersions response is read for its error code, and in
+        the v0 layout when that says UNSUPPORTED_VERSION. Any other undefined version has no known layout:
+        answered, its errors unknown (status unchecked).
+        """
+        _, key, ver, client_id, rq_first, rq_frame, rq_last, _, rq_size, _, note, rx, bad, _ = req
+        out = self.out
+        end = len(head)
+        x = _NOTHING
+        error_code = error_count = topics = partition_count = None
+        status = UNCHECKED
+        if key == API_VERSIONS and end >= 10:
+            error_code = _m._unpack_int16(head, 8)[0]
+            error_count = 1 if error_code else 0
+            status = ERROR if error_code else OK
+            if error_code == UNSUPPORTED_VERSION:
+                try:
+                    x = extract(head, 8, end, API_VERSIONS, 0, True, partial=lossy or end < size + 4)
+                except HeaderError as exc:
+                    note = _join(note, f"response is not in the v0 layout UNSUPPORTED_VERSION calls for: {exc}")
+                else:
+                    note = _join(note, "response read in the v0 layout, as UNSUPPORTED_VERSION calls for")
+                    topics, partition_count, error_count = (), 0, len(x.errors)
+            else:
+                note = _join(note, "response read for its error_code only (every version starts with it)")
+            if out.bodies and error_code and not x.errors:
+                x = x._replace(errors=[ErrorEntry("error_code", None, None, error_code, None)])
+            if not out.bodies:
+                topics = partition_count = None
+        if bad:
+            status = MALFORMED
+            self.malformed += 1
+        if lossy:
+            note = _join(note, "response bytes lost in capture")
+        self._emit(key, ver, req[0], client_id, rq_first, rq_last, first_ts, last_ts, rq_size, size + 4,
+                   error_code, None, status, rq_frame, last_no, note, topics, partition_count, error_count)
+        if x.errors:
+            self._emit_errors(req, last_ts, x)
+
+    def close(self, reason=None):
+        """The connection or the capture ended: whatever is still in flight was never answered."""
+        if self.legacy is not None:
+            self.legacy.close(reason)
+        while self.pending:
+            self._settle(self._pop_oldest(), reason)
+        if len(self.rows) >= self.out.held_rows:
+            self.out.make_room()
+
+    def forget_in_flight(self):
+        """Drop the requests in flight without rows (another reader reports them)."""
+        self.pending.clear()
+        self.front = 0
+        self.by_corr = None
+        if self.legacy is not None:
+            self.legacy.pending.clear()
+            self.legacy.answers_dropped = 0
+
+    # -- resynchronisation support for the response framer -----------------------------------------
+
+    def response_plausible(self, buf, Py_ssize_t off, Py_ssize_t end, Py_ssize_t size, bint fresh):
+        """A response frame starts here if its correlation id is one we wait for.
+
+        At the very start of a stream captured mid-connection nothing may be waiting; then a small frame
+        wholly in view with a non-negative id is taken, so aligned request-less responses still count.
+        """
+        if self.legacy is not None:
+            return bool(self.legacy.pending)  # 0.7 responses carry no id: any waiting request will do
+        if end - off < 4:
+            return False
+        corr = _m._unpack_int32(buf, off)[0]
+        return self._waiting(corr) or (fresh and corr >= 0 and end - off == size)
+
+    def find_response(self, buf, Py_ssize_t start, Py_ssize_t end):
+        """Next offset whose following 4 bytes are a correlation id in flight (C-speed search)."""
+        cdef Py_ssize_t best = -1, at
+        if not self.pending:
+            return -1
+        data = buf if isinstance(buf, bytes) else bytes(buf)
+        front = self.front
+        for req in self.pending[front:front + 8]:
+            at = data.find(_m._INT32.pack(req[0]), start + 4, end)
+            if at >= 0 and (best < 0 or at - 4 < best):
+                best = at - 4
+        return best
+
+    # -- rows ----------------------------------------------------------------------------------------
+
+    cdef _settle(self, tuple req, note):
+        status = ACKS0 if req[9] else NO_RESPONSE
+        if req[12]:
+            status = MALFORMED
+            self.malformed += 1
+        elif status is NO_RESPONSE:
+            self.unanswered += 1
+        rx = req[11]
+        note = _join(req[10], note)
+        recs = req[13]
+        if recs and self.out.verify_crc:
+            note = _join(note, self._crc_note(recs))
+        if self.out.bodies and rx is not _UNDEFINED:
+            topics, partition_count = rx.topics, rx.partition_count
+        else:  # the request's body was not read
+            topics = partition_count = None
+        totals = _totals(recs, rx.partitions)
+        if rx.left_out is not None:
+            note = _join(note, _left_out_note("request", rx.left_out))
+            if rx.left_out[0] and recs:
+                totals = _NO_TOTALS
+                note = _join(note, "record_count and record_bytes unknown: partitions left out")
+        self._emit(req[1], req[2], req[0], req[3], req[4], req[6], None, None, req[8],
+                   None, None, None, status, req[5], None, note, topics, partition_count, 0, *totals)
+        if rx.partitions and req[1] in PARTITION_APIS:
+            self._emit_partitions(req, None, [], req[13])
+
+    def _emit(self, api_key, api_version, corr, client_id, rq_first, rq_last, rs_first, rs_last, rq_size,
+              rs_size, error_code, throttle, status, rq_frame, rs_frame, note, topics, partition_count,
+              error_count, record_count=None, record_bytes=None, api_name=None):
+        # Topics as a tuple: a row of only ints, strings and tuples of them drops out of the garbage
+        # collector's view, which otherwise walks every row waiting for the next batch again and again.
+        self.rows.append((*self.conn_fields, api_key, api_version, corr, client_id, rq_first, rq_last,
+                          rs_first, rs_last, rq_size, rs_size, error_code, throttle, status, rq_frame,
+                          rs_frame, note, topics if topics is None else (*topics,), partition_count, error_count,
+                          record_count, record_bytes, api_name))
+
+    def _crc_note(self, recs):
+        return _m.crc_note(recs, self.out.topic_names)
+
+    cdef dict _records(self, head, x, corr, key, ver, client_id, ts):
+        """Per topic-partition, the record batches of its records field summarised (RECORD_SUMMARY order);
+        computed while the frame's bytes are at hand. With record rows asked for, every record too."""
+        cdef dict found = {}
+        cdef Py_ssize_t size, length
+        o = self.out
+        if o.records is None:  # batch summaries only
+            size, limits, verify_crc = len(head), o.limits, o.verify_crc
+            for p in x.partitions:
+                at = p[-2]  # records_offset, record_bytes
+                if at is not None:
+                    length = size - at
+                    found[p[:2]] = records_summary(head, at, p[-1] if p[-1] < length else length, verify_crc,
+                                                   limits)
+            return found
+        return _m.record_rows(o, self.conn_fields[0], head, x, corr, key, ver, client_id, ts)
+
+    cdef _emit_errors(self, tuple req, rs_last, x):
+        """One row per non-zero error field (tables.ERROR_ROW_FIELDS order)."""
+        head = (self.conn_fields[0], req[0], req[1], req[2], req[3], rs_last)
+        out = self.out
+        append = out.errors.append
+        for e in x.errors:
+            append((*head, e.field_path, e.topic, e.partition, e.error_code, e.error_message))
+        if len(out.errors) >= out.held_rows:
+            out.make_room()
+
+    cdef _emit_partitions(self, tuple req, rs_last, list answered, recs):
+        """One row per topic-partition, request and response entries paired: (head, asked, answered,
+        summary), the pieces tables.PARTITION_ROW_FIELDS are read from (see tables.partitions_batch)."""
+        cdef list asked = req[11].partitions
+        head = (self.conn_fields[0], req[0], req[1], req[2], req[3], req[6], rs_last)
+        out = self.out
+        append = out.partitions.append
+        if len(asked) == 1 and len(answered) == 1 and asked[0][:2] == answered[0][:2]:
+            rq = asked[0]  # the common case: one partition, asked and answered
+            append((head, rq, answered[0], recs.get(rq[:2]) if recs else None))
+            return
+        merged = {}
+        for p in asked:
+            merged.setdefault(p[:2], [p, None])
+        for p in answered:
+            slot = merged.setdefault(p[:2], [None, None])
+            if slot[1] is None:
+                slot[1] = p
+        for key, (rq, rs) in merged.items():
+            append((head, rq, rs, recs.get(key) if recs else None))
+        if len(out.partitions) >= out.held_rows:
+            out.make_room()
