@@ -26,7 +26,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dissectors.kafka import framing
 from dissectors.kafka.errors import error_name
 from dissectors.kafka.framing import FrameSplitter
 from dissectors.kafka.headers import looks_like_request
@@ -563,10 +562,10 @@ def script_07() -> list[tuple[bytes, bytes | None, dict]]:
     ]
 
 
-def test_crafted_capture_through_the_framer_matched_by_order(tmp_path, monkeypatch):
+def test_crafted_capture_through_the_framer_matched_by_order(tmp_path):
     # A 0.7 response may be its error code alone (an empty FETCH answer, any error): a 2-byte frame, below
-    # the framer's minimum for 0.8+ (a correlation id). A 0.7 connection's framer must accept it.
-    monkeypatch.setattr(framing, "MIN_FRAME", 2)
+    # the framer's minimum for 0.8+ (a correlation id). A 0.7 connection's framer must accept it (as the
+    # connection sets it, once it knows it speaks 0.7).
     script = script_07()
     conversation = craft.Conversation()
     conversation.handshake()
@@ -601,6 +600,7 @@ def test_crafted_capture_through_the_framer_matched_by_order(tmp_path, monkeypat
     requests = FrameSplitter(collect(False), lambda b, o, e, s, _fresh: looks_like_07_request(b, o, e, s),
                              no_resync, keep=keep)
     responses = FrameSplitter(collect(True), lambda *_: True, no_resync, keep=keep)
+    responses.min_frame = 2
     for to_broker, splitter in ((True, requests), (False, responses)):
         for n, (ts, payload) in enumerate(streams[to_broker]):
             splitter.data(int(ts * 1e9), n, memoryview(payload))

@@ -11,7 +11,7 @@ from functools import lru_cache
 
 from analyzer.session.matching import ExchangeMatcher, Outputs
 from analyzer.tcp.reassembly import HalfStream
-from dissectors.kafka.framing import BOUNDARY, FIND_SPAN, OPAQUE, FrameSplitter
+from dissectors.kafka.framing import FIND_SPAN, FrameSplitter
 from dissectors.kafka.headers import looks_like_request
 
 # A request starts with a size below 16 MiB, an api key below 128 and a version below 64: a cheap C-speed
@@ -140,9 +140,7 @@ class Connection:
             if half.ooo:
                 return False
             s = half.sink
-            if s.mode == OPAQUE:
-                continue
-            if s.mode != BOUNDARY or s.body_left or s._left or s._stash_len:
+            if not (s.opaque() or s.at_boundary()):
                 return False
         return True
 
