@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import scenarios_errors, scenarios_legacy, scenarios_traffic
+from . import scenarios_errors, scenarios_legacy, scenarios_steady, scenarios_traffic
 from .clients import Context
 
 
@@ -66,8 +66,13 @@ CI_SMOKE = Scenario("ci_smoke", "kafka-python: produce and read 5 gzip records, 
                     "heartbeat for an unknown member", scenarios_errors.ci_smoke, (KP,))
 
 
+STEADY = Scenario("steady", "about a minute of steady traffic from all three clients at once: many small Produce "
+                  "requests, a two-member consumer group fetching and committing (for benchmarks/bench_real.py; "
+                  "not committed)", scenarios_steady.steady, (KP, CK, AK), port=9093)
+
+
 def by_name(name: str) -> Scenario:
-    for scenario in (*SCENARIOS, CI_SMOKE):
+    for scenario in (*SCENARIOS, CI_SMOKE, STEADY):
         if scenario.name == name:
             return scenario
     raise KeyError(name)
