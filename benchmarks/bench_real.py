@@ -12,11 +12,11 @@ are merged in time order, as concurrent clients would be; classic pcap, cached i
 
 Timed in one run, interleaved (tshark, then each kafkacap mode, ``--repeat`` times): ``tshark -r CAP -d
 tcp.port==P,kafka -Y kafka -T fields -e kafka.correlation_id -e kafka.api_key`` and ``kafkacap export CAP -o
-DIR --no-progress`` with ``--jobs 1``, ``--jobs 2`` and ``--headers-only --jobs 1``, the kafkacap of this
-checkout (``python -m analyzer.cli``). Printed per mode: min and median wall seconds, peak RSS (the process
-tree, sampled from /proc), the ratio tshark / kafkacap of the medians, exchanges (rows of exchanges.parquet),
-and wall time per exchange and per packet. tshark's Kafka frame count is printed next to kafkacap's requests
-+ responses as a cross-check.
+DIR --port P --no-progress`` with ``--jobs 1``, ``--jobs 2`` and ``--headers-only --jobs 1``, the kafkacap of this
+checkout (``python -m analyzer.cli``), and with ``--baseline DIR`` another checkout's ``--jobs 1``. Printed
+per mode: min and median wall seconds, peak RSS (the process tree, sampled from /proc), the ratio tshark /
+kafkacap of the medians, exchanges (rows of exchanges.parquet), and wall time per exchange and per packet.
+tshark's Kafka frame count is printed as a cross-check.
 """
 
 from __future__ import annotations
@@ -120,8 +120,10 @@ def replicate(source: Path, size_mb: float) -> Path:
     return target
 
 
-def kafkacap_command(capture: Path, out: Path, flags: list[str]) -> list[str]:
-    return [sys.executable, "-m", "analyzer.cli", "export", str(capture), "-o", str(out), "--no-progress", *flags]
+def kafkacap_command(capture: Path, out: Path, flags: list[str], tree: Path = REPO) -> list[str]:
+    """This checkout's kafkacap, or another's (``env -C`` runs it there: ``-m`` puts the working folder first)."""
+    return ["env", "-C", str(tree), sys.executable, "-m", "analyzer.cli", "export", str(capture), "-o", str(out),
+            "--port", str(PORT), "--no-progress", *flags]
 
 
 def tshark_command(capture: Path) -> list[str]:
@@ -140,6 +142,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--modes", default="jobs1,jobs2,headers-only")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--baseline", type=Path, help="another checkout (e.g. a git worktree of an older commit) "
+                        "whose kafkacap export --jobs 1 runs interleaved with the others, as 'baseline'")
     args = parser.parse_args()
     if shutil.which("tshark") is None:
         raise SystemExit("tshark is not installed (apt-get install -y tshark)")
@@ -148,6 +152,11 @@ def main() -> int:
     packets = packets_in(capture)
     modes = {"jobs1": ["--jobs", "1"], "jobs2": ["--jobs", "2"], "headers-only": ["--headers-only", "--jobs", "1"]}
     chosen = [m for m in args.modes.split(",") if m]
+    trees = {mode: REPO for mode in chosen}
+    if args.baseline:
+        modes["baseline"] = modes["jobs1"]
+        trees["baseline"] = args.baseline.resolve()
+        chosen.append("baseline")
     walls: dict[str, list[float]] = {"tshark": []}
     peaks: dict[str, float] = {}
     exchanges: dict[str, int] = {}
@@ -160,10 +169,12 @@ def main() -> int:
             for mode in chosen:
                 out = Path(tmp) / mode
                 shutil.rmtree(out, ignore_errors=True)
-                wall, tree, _ = measure(kafkacap_command(capture, out, modes[mode]))
+                wall, tree, _ = measure(kafkacap_command(capture, out, modes[mode], trees[mode]))
                 walls.setdefault(mode, []).append(wall)
                 peaks[mode] = max(peaks.get(mode, 0), tree)
                 exchanges[mode] = pq.read_metadata(out / "exchanges.parquet").num_rows
+                if not exchanges[mode]:
+                    raise SystemExit(f"kafkacap {mode} found no exchanges in {capture}")
     size = capture.stat().st_size / 1e6
     print(f"\n{capture.name}: {size:.0f} MB, {packets:,} packets; tshark lists {frames:,} Kafka frames; "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")

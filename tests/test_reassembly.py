@@ -485,3 +485,20 @@ def test_request_header_longer_than_the_head_kept_still_pairs(tmp_path):
     assert (rows[8]["client_id"], rows[8]["status"], rows[8]["note"]) == ("test-client", "ok", None)
     full, _, _ = analyze(tmp_path, c.packets)
     assert by_corr(full)[7]["client_id"] == long_id and by_corr(full)[7]["note"] is None
+
+
+def test_lost_responses_of_a_pipelining_client_resync_on_a_later_one(tmp_path):
+    # librdkafka keeps many requests in flight on one connection; when the responses to the first dozen are
+    # lost, the next response answers a request far down the queue, and must still be found.
+    c = craft.Conversation()
+    c.handshake()
+    requests = b"".join(craft.heartbeat_request(corr) for corr in range(1, 31))
+    c.send(True, requests)
+    answers = [craft.heartbeat_response(corr) for corr in range(1, 31)]
+    segments = c.send(False, b"".join(answers), [len(a) for a in answers])
+    lost = set(map(id, segments[:12]))
+    ex, conns, _ = analyze(tmp_path, [p for p in c.packets if id(p) not in lost])
+    got = by_corr(ex)
+    assert [got[corr]["status"] for corr in range(13, 31)] == ["ok"] * 18
+    assert [got[corr]["status"] for corr in range(1, 13)] == ["no_response"] * 12
+    assert conns[0]["resyncs"] == 1

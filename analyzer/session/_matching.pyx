@@ -585,17 +585,29 @@ cdef class ExchangeMatcher:
         return self._waiting(corr) or (fresh and corr >= 0 and end - off == size)
 
     def find_response(self, buf, Py_ssize_t start, Py_ssize_t end):
-        """Next offset whose following 4 bytes are a correlation id in flight (C-speed search)."""
-        cdef Py_ssize_t best = -1, at
+        """Next offset whose following 4 bytes are the correlation id of a request in flight, any of them: after
+        lost responses the next one answers a later request (a pipelining client may have many in flight)."""
+        cdef Py_buffer view
+        cdef Cursor c
+        cdef Py_ssize_t p, last
+        cdef int32_t v, lo, hi
         if not self.pending:
             return -1
-        data = buf if isinstance(buf, bytes) else bytes(buf)
-        front = self.front
-        for req in self.pending[front:front + 8]:
-            at = data.find(_m._INT32.pack(req[0]), start + 4, end)
-            if at >= 0 and (best < 0 or at - 4 < best):
-                best = at - 4
-        return best
+        ids = self.by_corr if self.by_corr is not None else {req[0] for req in self.pending[self.front:]}
+        lo, hi = min(ids), max(ids)
+        PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+        try:
+            last = min(end, view.len) - 8
+            p = max(start, 0)
+            while p <= last:
+                cursor_init(&c, <const uint8_t*>view.buf, p + 4, p + 8)
+                v = rd_i32(&c)
+                if lo <= v <= hi and v in ids:
+                    return p
+                p += 1
+        finally:
+            PyBuffer_Release(&view)
+        return -1
 
     # -- rows ----------------------------------------------------------------------------------------
 
