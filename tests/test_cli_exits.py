@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from analyzer.cli import commands as cli
+from analyzer.pipeline import run as pipeline_run
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_pcaps"
 SCRIPT = "import sys; sys.argv[0] = 'kafkacap'; from analyzer.cli.console import main; main()"
@@ -177,7 +178,7 @@ def test_an_internal_error_is_one_line_and_the_traceback_is_saved(tmp_path, monk
     def broken_run(*args, **kwargs):
         raise RuntimeError("boom \x1b[2J")
 
-    monkeypatch.setattr(cli, "run", broken_run)
+    monkeypatch.setattr(pipeline_run, "run", broken_run)  # the command imports it when it runs
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     result = CliRunner().invoke(cli.main, ["summary", str(SAMPLES / "kafka09_legacy.pcap"), "--no-progress"])
     assert result.exit_code == 4

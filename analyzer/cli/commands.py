@@ -3,6 +3,9 @@
 Every expected failure ends in one line on stderr and an exit code of ``ExitCode``; an unexpected one (a bug)
 in one line too, with the traceback saved to a file for the report. Text from captures and file names is
 printed through ``analyzer.cli.terminal.inert``.
+
+pyarrow, numpy and the analysis modules are imported by the commands that analyse, not here: ``--version``,
+``--help`` and ``apis`` would otherwise wait a third of a second for code they never run.
 """
 
 from __future__ import annotations
@@ -17,18 +20,19 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
-import pyarrow as pa
-import pyarrow.compute as pc
 from rich.console import Console
 from rich.text import Text
 
 from analyzer.cli.terminal import inert
-from analyzer.pipeline.analyze import FileReport, Options
-from analyzer.pipeline.run import InputError, expand_paths, run
-from analyzer.tables.schemas import CONNECTIONS_SCHEMA, EXCHANGES_SCHEMA, PARTITIONS_SCHEMA
-from analyzer.tables.writers import FORMATS, OutputFolderError, TableFolder
+from analyzer.tables.formats import FORMATS
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from analyzer.pipeline.analyze import FileReport, Options
 
 STATUSES = ("ok", "error", "unchecked", "no_response", "acks0", "orphan_response", "malformed")
 
@@ -171,6 +175,8 @@ def report_files(err: Console, reports: list[FileReport]) -> None:
 def _options(ports: tuple[int, ...], detect_ports: bool, headers_only: bool = False, verify_crc: bool = False,
              records: bool = False, max_batch_mb: int = 64, max_decompressed_mb: int = 4096,
              separate_files: bool = False) -> Options:
+    from analyzer.pipeline.analyze import Options
+
     return Options(ports=tuple(ports) or (9092,), detect_ports=detect_ports, bodies=not headers_only,
                    verify_crc=verify_crc, records=records, max_batch_mb=max_batch_mb,
                    max_decompressed_mb=max_decompressed_mb, stitch=not separate_files)
@@ -178,6 +184,8 @@ def _options(ports: tuple[int, ...], detect_ports: bool, headers_only: bool = Fa
 
 def _analyse(paths: tuple[str, ...], options: Options, jobs: int, sink, no_progress: bool) -> list[FileReport]:
     """Run the analysis with a progress bar; exit 1 with a clear message when nothing could be read."""
+    from analyzer.pipeline.run import InputError, expand_paths, run
+
     err = _err()
     try:
         files = expand_paths(list(paths))
@@ -342,6 +350,7 @@ def main() -> None:
 def summary(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progress, separate_files) -> None:
     """Summarise Kafka traffic: API usage and latency percentiles, errors, clients, connections."""
     from analyzer.cli.summary import Collector, print_summary
+    from analyzer.tables.schemas import CONNECTIONS_SCHEMA, EXCHANGES_SCHEMA, PARTITIONS_SCHEMA
 
     sink = Collector()
     reports = _analyse(paths, _options(ports, detect_ports, headers_only, verify_crc, separate_files=separate_files),
@@ -366,6 +375,9 @@ def summary(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progr
 def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progress, separate_files, out_dir, fmt,
            with_summary, records, max_batch_mb, max_decompressed_mb) -> None:
     """Write the exchanges, connections and files tables to a folder."""
+    from analyzer.tables.schemas import CONNECTIONS_SCHEMA, EXCHANGES_SCHEMA, PARTITIONS_SCHEMA
+    from analyzer.tables.writers import OutputFolderError, TableFolder
+
     try:
         folder = TableFolder(out_dir, fmt)
     except OutputFolderError as exc:
@@ -420,6 +432,7 @@ def exchanges(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_pro
               client, min_latency, limit, as_json) -> None:
     """List exchanges, one per line, with filters."""
     from analyzer.cli.summary import Collector, print_exchanges
+    from analyzer.tables.schemas import EXCHANGES_SCHEMA
 
     sink = Collector()
     _analyse(paths, _options(ports, detect_ports, headers_only, verify_crc, separate_files=separate_files),
@@ -473,6 +486,9 @@ def apis() -> None:
 
 
 def filter_exchanges(ex: pa.Table, apis, statuses, client, min_latency) -> pa.Table:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     mask = None
 
     def both(m):

@@ -5,6 +5,7 @@ list is a pandas object. That import costs more than the whole analysis of a sma
 start-up here, against 0.42 s for everything else). No command but ``spark`` (pyspark converts through
 pandas) hands pyarrow pandas objects, so for the others the question is answered before anything else
 runs: pandas is blocked for one conversion, which pyarrow remembers as "no pandas" for the process.
+Commands that never touch pyarrow (``--version``, ``--help``, ``apis``) skip the question and pyarrow with it.
 """
 
 from __future__ import annotations
@@ -36,6 +37,23 @@ def _answer_pandas_probe() -> None:
         sys.meta_path.remove(_NoPandas)
 
 
+LIGHT_COMMANDS = frozenset(("apis",))  # commands that never load pyarrow
+HEAVY_COMMANDS_WITHOUT_PROBE = frozenset(("spark",))  # pyspark converts through pandas: it must stay importable
+
+
+def _asks_pandas_probe(args: list[str]) -> bool:
+    """Whether these arguments run a command that converts with pyarrow (and so should answer the probe first).
+
+    The group itself takes only flags (``--version``, ``--help``), so the command is the first argument that is
+    not one; help anywhere ends the run before the command does. A wrong guess costs time, never correctness.
+    """
+    command = next((arg for arg in args if not arg.startswith("-")), None)
+    if command is None or command in LIGHT_COMMANDS or command in HEAVY_COMMANDS_WITHOUT_PROBE:
+        return False
+    before_separator = args[:args.index("--")] if "--" in args else args
+    return not ({"-h", "--help"} & set(before_separator))
+
+
 def _stopped_while_starting(signum, frame) -> None:
     """Ctrl-C or SIGTERM before the commands have taken over: nothing is written yet, so leave at once."""
     sys.stderr.write("error: interrupted\n" if signum == signal.SIGINT else "error: terminated\n")
@@ -45,7 +63,7 @@ def _stopped_while_starting(signum, frame) -> None:
 def main() -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):  # the imports below take a while
         signal.signal(signum, _stopped_while_starting)
-    if sys.argv[1:2] != ["spark"]:
+    if _asks_pandas_probe(sys.argv[1:]):
         _answer_pandas_probe()
     from analyzer.cli.commands import main as commands
 

@@ -27,9 +27,9 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from analyzer.tables.formats import FORMATS
 from analyzer.tables.schemas import OPTIONAL_SCHEMAS, SCHEMAS
 
-FORMATS = ("parquet", "csv", "jsonl")
 WRITE_QUEUE_BATCHES = 2  # batches waiting for the writer thread: bounds the memory they hold
 ROW_GROUP_ROWS = 1 << 16  # Parquet batches are gathered up to this many rows per row group
 MARKER = "_kafkacap.json"
