@@ -48,80 +48,23 @@ from dissectors.kafka.decoder import (
     read_uvarint,
     schema,
 )
-
-Topic = str | bytes
-"""A topic name, or a topic id (its 16 bytes) where the version names topics by id."""
-
-ZERO_UUID = bytes(16)
-PARTITION_APIS = frozenset({0, 1, 2, 8, 9, 21, 23})
-"""APIs with per-partition detail: Produce, Fetch, ListOffsets, OffsetCommit, OffsetFetch, DeleteRecords,
-OffsetForLeaderEpoch."""
-PRODUCE = 0
-# What one body may add to the tables, whatever its array counts claim (a 16 MB OffsetFetch response names 4 M
-# partitions, a Metadata request 8 M empty topics): past these the rest is counted, not kept. No real body
-# comes near them (a broker's whole partition count is rarely above a few hundred thousand).
-MAX_PARTITION_ROWS = 100_000  # PartitionEntry rows per body
-MAX_ERROR_ROWS = 100_000  # ErrorEntry rows per body
-MAX_TOPICS = 10_000  # distinct topics per body
-PARTITION_FIELDS = frozenset({"partition_index", "partition", "index", "partition_id"})
-PARTITION_LISTS = frozenset({"partitions", "partition_indexes"})
-ROW_PARTITION_LISTS = frozenset({"partition_indexes"})  # OffsetFetch requests list partitions as int32s
-
-
-class ErrorEntry(NamedTuple):
-    """One non-zero error code field of a response."""
-
-    field_path: str  # dotted field names without indices: "responses.partitions.error_code"
-    topic: Topic | None  # the enclosing topic, if any
-    partition: int | None  # the enclosing partition, if any
-    error_code: int
-    error_message: str | None  # the message field next to the code, when the version has one
-
-
-class PartitionEntry(NamedTuple):
-    """One topic-partition of Produce, Fetch, ListOffsets, OffsetCommit, OffsetFetch, DeleteRecords or
-    OffsetForLeaderEpoch. A field is None when that API and version does not carry it."""
-
-    topic: Topic | None
-    partition: int
-    error_code: int | None  # responses
-    base_offset: int | None  # Produce response: offset of the first appended record
-    log_append_time_ms: int | None  # Produce response (-1 unless the topic uses log-append time)
-    log_start_offset: int | None  # Produce response v5+, Fetch request and response
-    high_watermark: int | None  # Fetch response
-    last_stable_offset: int | None  # Fetch response v4+
-    fetch_offset: int | None  # Fetch request
-    committed_offset: int | None  # OffsetCommit request, OffsetFetch response
-    offset: int | None  # ListOffsets response v1+, DeleteRecords request (delete before it)
-    low_watermark: int | None  # DeleteRecords response
-    end_offset: int | None  # OffsetForLeaderEpoch response
-    timestamp: int | None  # ListOffsets request (the query) and response v1+
-    leader_epoch: int | None  # leader_epoch, or committed_leader_epoch (OffsetCommit, OffsetFetch)
-    current_leader_epoch: int | None  # Fetch, ListOffsets and OffsetForLeaderEpoch requests
-    records_offset: int | None  # where the records field's bytes start in ``buf`` (None if null or absent)
-    record_bytes: int | None  # the records field's length
-
-
-ROW_FIELDS = {name: name for name in PartitionEntry._fields[2:-2]}
-"""Schema field name -> PartitionEntry field it fills."""
-ROW_FIELDS["committed_leader_epoch"] = "leader_epoch"
-
-
-class Extracted(NamedTuple):
-    """What one request or response body contributes to the tables."""
-
-    topics: list[Topic]  # every topic mentioned, in order of first appearance, without repeats
-    partition_count: int  # topic-partition entries (array elements; repeats counted)
-    errors: list[ErrorEntry]  # every non-zero error code of a response, innermost structs first
-    top_error: int | None  # the response's top-level error_code, if the version has one
-    throttle_time_ms: int | None  # the response's top-level throttle_time_ms, wherever it sits
-    partitions: list[PartitionEntry]  # per topic-partition detail, for the APIs PARTITION_APIS names
-    acks: int | None  # Produce requests
-    transactional_id: str | None  # Produce requests v3+
-    complete: bool  # False when ``partial`` extraction stopped at ``end`` (a frame cut short)
-    topic_ids: dict[bytes, str] | None = None  # topic id -> name, from structs that carry both (Metadata v10+)
-    # None, or what the limits left out: [partition rows, error rows, topic mentions] (MAX_PARTITION_ROWS...)
-    left_out: list[int] | None = None
+from dissectors.kafka.extract_rules import (  # noqa: F401 (re-exported)
+    MAX_ERROR_ROWS,
+    MAX_PARTITION_ROWS,
+    MAX_TOPICS,
+    PARTITION_APIS,
+    PARTITION_FIELDS,
+    PARTITION_LISTS,
+    PRODUCE,
+    ROW_FIELDS,
+    ROW_PARTITION_LISTS,
+    TOP_FIELDS,
+    ZERO_UUID,
+    ErrorEntry,
+    Extracted,
+    PartitionEntry,
+    Topic,
+)
 
 
 class _Accumulator:
@@ -159,9 +102,6 @@ class _Accumulator:
             self.topic_ids = {}
         self.topic_ids[topic_id] = name
 
-
-TOP_FIELDS = {False: ("acks", "transactional_id"), True: ("error_code", "throttle_time_ms")}
-"""is_response -> top-level fields kept (acks and transactional_id for Produce requests only)."""
 
 Skipper = Callable[[Any, int, int], int]
 """skipper(buf, pos, end) -> position after the field."""
@@ -835,293 +775,6 @@ class _PlanWriter:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The compiled plans: the same analysis, written as operations for the interpreter in _extract.pyx
-
-_FIXED_CODES = {"int8": 1, "int16": 2, "uint16": 3, "int32": 4, "uint32": 5, "int64": 6, "float64": 7, "bool": 8,
-                "uuid": 9}
-(OP_SKIP, OP_FIXED, OP_TOPIC_ID, OP_TOPIC_NAME, OP_TOPIC_LIST, OP_PARTITION_LIST, OP_STRUCT, OP_NULLABLE_STRUCT,
- OP_STRUCT_ARRAY, OP_RECORDS, OP_STRING, OP_SKIP_SIZED, OP_SKIP_LENGTH, OP_SKIP_ARRAY, OP_SKIP_NULLABLE_STRUCT,
- _, OP_TAGS, OP_END, OP_PCOUNT, OP_ROW, OP_ERROR, OP_TOP, OP_SKIP_PLAN) = range(1, 24)
-SLOT_PARTITION, SLOT_TOPIC = 0, 1
-UNSUPPORTED = object()
-"""A body kind the interpreter does not take on (tagged fields that must be read): the Python plan runs."""
-
-
-class _Unsupported(Exception):
-    pass
-
-
-def _partition_entry(values: list) -> PartitionEntry:
-    return _new_tuple(PartitionEntry, values)
-
-
-def _error_entry(values: tuple) -> ErrorEntry:
-    return _new_tuple(ErrorEntry, values)
-
-
-_NO_OFFSETS = (None,) * (len(PartitionEntry._fields) - 2)
-
-
-def _listed_partition(topic: Topic | None, partition: int) -> PartitionEntry:
-    return _new_tuple(PartitionEntry, (topic, partition, *_NO_OFFSETS))
-
-
-class _Program:
-    """Operations, constants and sub-plans of one plan being written."""
-
-    def __init__(self) -> None:
-        self.ops: list[int] = []
-        self.constants: list[Any] = []
-        self.plans: list[Any] = []
-        self.slots = 2
-
-    def op(self, code: int, a: int = 0, b: int = 0, c: int = 0, d: int = 0, e: int = 0) -> None:
-        self.ops += (code, int(a), int(b), int(c), int(d), int(e))
-
-    def constant(self, value: Any) -> int:
-        self.constants.append(value)
-        return len(self.constants) - 1
-
-    def sub(self, plan: Any) -> int:
-        self.plans.append(plan)
-        return len(self.plans) - 1
-
-    def build(self):
-        return _compiled.Plan(self.ops, self.constants, self.plans, self.slots)
-
-
-_SKIP_PROGRAMS: dict[int, Any] = {}
-
-
-def _skip_field(prog: _Program, type_name: str, element: Any) -> None:
-    """Operations skipping one field as the general skippers (field_skipper) do."""
-    if type_name in FIXED_TYPES:
-        prog.op(OP_SKIP, FIXED_TYPES[type_name][1])
-        return
-    compact = type_name.startswith("compact_")
-    base = type_name.removeprefix("compact_")
-    nullable = base.startswith("nullable_")
-    base = base.removeprefix("nullable_")
-    if base in ("string", "bytes", "records"):
-        prog.op(OP_SKIP_LENGTH, compact, 2 if base == "string" else 4, nullable)
-    elif base == "struct":
-        skip, size = struct_skipper(element)
-        if nullable:
-            prog.op(OP_SKIP_NULLABLE_STRUCT, prog.sub(_skip_program(element)))
-        elif size is not None:
-            prog.op(OP_SKIP, size)
-        else:
-            prog.op(OP_SKIP_PLAN, prog.sub(_skip_program(element)))
-    elif base == "array":
-        _skip_array(prog, compact, nullable, element)
-    else:
-        raise _Unsupported(type_name)
-
-
-def _skip_array(prog: _Program, compact: bool, nullable: bool, element: Any) -> None:
-    if isinstance(element, tuple):
-        size = struct_skipper(element)[1]
-        plan = -1 if size else prog.sub(_skip_program(element))
-    elif element in FIXED_TYPES:
-        size, plan = FIXED_TYPES[element][1], -1
-    else:
-        inner = _Program()
-        _skip_field(inner, element, None)
-        size, plan = 0, prog.sub(inner.build())
-    prog.op(OP_SKIP_ARRAY, compact, nullable, size or 0, plan)
-
-
-def _skip_program(struct_schema: tuple):
-    """The operations of struct_skipper: every field skipped, then the tag buffer of a flexible struct."""
-    cached = _SKIP_PROGRAMS.get(id(struct_schema))
-    if cached is None:
-        fields, tagged = struct_schema
-        prog = _Program()
-        for entry in fields:
-            _skip_field(prog, entry[1], entry[2] if len(entry) > 2 else None)
-        prog.op(OP_END)
-        if tagged is not None:
-            prog.op(OP_TAGS)
-        cached = _SKIP_PROGRAMS[id(struct_schema)] = prog.build()
-    return cached
-
-
-class _OpWriter(_PlanWriter):
-    """_PlanWriter's analysis of a struct in a scope, written as interpreter operations instead of source."""
-
-    def __init__(self, struct_schema: tuple, scope: _Scope) -> None:
-        super().__init__(struct_schema, scope)
-        self.prog = _Program()
-        self.slot_of: dict[str, int] = {}
-
-    def slot(self, name: str) -> int:
-        if name == self.partition:
-            return SLOT_PARTITION
-        if name not in self.slot_of:
-            self.slot_of[name] = self.prog.slots
-            self.prog.slots += 1
-        return self.slot_of[name]
-
-    def flush_fixed(self) -> None:
-        run, self.pending = self.pending, []
-        if not run:
-            return
-        kept = [(name, t) for name, t in run if name == self.partition or self.wanted(name, t)]
-        if not kept:
-            self.prog.op(OP_SKIP, sum(FIXED_TYPES[t][1] for _, t in run))
-            return
-        self.needed = True
-        for name, t in run:
-            if (name, t) in kept:
-                self.prog.op(OP_FIXED, _FIXED_CODES[t], self.slot(name))
-            else:
-                self.prog.op(OP_SKIP, FIXED_TYPES[t][1])
-        self.kept.update(name for name, _ in kept if name != self.partition)
-        if any(name == self.topic_id for name, _ in kept):
-            name_slot = self.slot(self.topic_name) if self.topic_name in self.kept else -1
-            self.prog.op(OP_TOPIC_ID, self.slot(self.topic_id), name_slot, self.topic_ready == self.topic_id)
-
-    def field(self, entry: tuple) -> None:
-        name, type_name = entry[0], entry[1]
-        element = entry[2] if len(entry) > 2 else None
-        if type_name in FIXED_TYPES:
-            self.pending.append((name, type_name))
-            return
-        self.flush_fixed()
-        needed_before, self.needed = self.needed, True
-        compact = type_name.startswith("compact_")
-        nullable = "nullable" in type_name
-        prog = self.prog
-        if name == self.topic_name:
-            id_slot = self.slot(self.topic_id) if self.topic_id in self.kept else -1
-            prog.op(OP_TOPIC_NAME, compact, self.slot(name), self.topic_ready == name, id_slot, nullable)
-            self.kept.add(name)
-        elif type_name.endswith("array") and isinstance(element, str) and entry[3:] == ("topicName",):
-            if "nullable" in element or not element.endswith("string"):
-                raise _Unsupported(element)
-            prog.op(OP_TOPIC_LIST, compact, element.startswith("compact_"))
-        elif type_name.endswith("array") and element == "int32" and name in PARTITION_LISTS and self.in_topic:
-            rows = self.scope.api_key in PARTITION_APIS and name in ROW_PARTITION_LISTS
-            prog.op(OP_PARTITION_LIST, compact, nullable, rows, prog.constant(_listed_partition))
-        elif isinstance(element, tuple) and (child := self.child_plan(name, type_name, element)) is not None:
-            if type_name.endswith("array"):
-                prog.op(OP_STRUCT_ARRAY, prog.sub(child), compact, nullable)
-            elif nullable:
-                prog.op(OP_NULLABLE_STRUCT, prog.sub(child))
-            else:
-                prog.op(OP_STRUCT, prog.sub(child))
-        elif self.rows and type_name.endswith("records"):
-            prog.op(OP_RECORDS, compact, self.slot("records_offset"), self.slot("record_bytes"))
-            self.records = name
-        elif self.wanted(name, type_name):
-            if type_name.removeprefix("compact_").removeprefix("nullable_") != "string":
-                raise _Unsupported(f"{name}: {type_name}")
-            prog.op(OP_STRING, compact, nullable, self.slot(name))
-            self.kept.add(name)
-        else:
-            self.skip_field(type_name, element)
-            self.needed = needed_before
-
-    def skip_field(self, type_name: str, element: Any) -> None:
-        """As _PlanWriter.skip: strings, bytes, records and arrays of fixed-size elements by the lenient inline
-        step, anything else as the general skippers."""
-        compact = type_name.startswith("compact_")
-        nullable = "nullable" in type_name
-        base = type_name.removeprefix("compact_").removeprefix("nullable_")
-        if element in FIXED_TYPES and type_name.endswith("array"):
-            self.prog.op(OP_SKIP_SIZED, compact, 4, FIXED_TYPES[element][1], nullable)
-        elif base in ("string", "bytes", "records"):
-            self.prog.op(OP_SKIP_SIZED, compact, 2 if type_name.endswith("string") else 4, 1, nullable)
-        elif field_skipper(type_name, element)[0] is None and not type_name.endswith("array"):
-            raise _Unsupported(f"fixed-size {type_name}")  # the reference would call no skipper at all
-        else:
-            _skip_field(self.prog, type_name, element)
-
-    def child_plan(self, name: str, type_name: str, element: tuple):
-        scope = self.scope._replace(path=_child_path(self.scope.path, name), top=False,
-                                    element=type_name.endswith("array"), in_topic=self.in_topic)
-        return op_plan(element, scope)
-
-    def tags(self) -> None:
-        if self.tagged is None:
-            return
-        for _tag, *entry in self.tagged:
-            name, type_name = entry[0], entry[1]
-            element = entry[2] if len(entry) > 2 else None
-            if name in self.tag_kept or (isinstance(element, tuple)
-                                         and self.child_plan(name, type_name, element) is not None):
-                raise _Unsupported(f"tagged field {name} is read")
-        self.prog.op(OP_TAGS)
-
-    def report_ops(self) -> None:
-        prog = self.prog
-        if self.partition is not None:
-            prog.op(OP_PCOUNT)
-        if self.rows:
-            values = {"topic": SLOT_TOPIC, "partition": SLOT_PARTITION}
-            for name in self.kept:
-                if name in ROW_FIELDS:
-                    values[ROW_FIELDS[name]] = self.slot(name)
-            if self.records is not None:
-                values["records_offset"] = self.slot("records_offset")
-                values["record_bytes"] = self.slot("record_bytes")
-            fields = [values.get(f, -1) for f in PartitionEntry._fields]
-            prog.op(OP_ROW, prog.constant(fields), prog.constant(_partition_entry))
-        for name in self.errors:
-            message = name.removesuffix("error_code") + "error_message"
-            prog.op(OP_ERROR, self.slot(name), self.slot(message) if message in self.kept else -1,
-                    prog.constant(_child_path(self.scope.path, name)), prog.constant(_error_entry))
-        for name in self.top_fields:
-            prog.op(OP_TOP, prog.constant(name), self.slot(name))
-
-    def build(self):
-        for entry in self.fields:
-            self.field(entry)
-        self.flush_fixed()
-        self.tags()
-        self.prog.op(OP_END)
-        reports = self.has_topic or self.partition is not None or self.errors or self.top_fields
-        if not (self.needed or reports):
-            return None
-        self.report_ops()
-        return self.prog.build()
-
-
-_OP_PLANS: dict[tuple[int, _Scope], Any] = {}
-
-
-def op_plan(struct_schema: tuple, scope: _Scope):
-    """The interpreter's plan of a struct in a scope (None: nothing needed); _Unsupported if it cannot take it."""
-    key = (id(struct_schema), scope)
-    if key not in _OP_PLANS:
-        try:
-            _OP_PLANS[key] = _OpWriter(struct_schema, scope).build()
-        except _Unsupported:
-            _OP_PLANS[key] = UNSUPPORTED
-    found = _OP_PLANS[key]
-    if found is UNSUPPORTED:
-        raise _Unsupported("")
-    return found
-
-
-_BODY_OP_PLANS: dict[tuple[int, int, bool], Any] = {}
-
-
-def body_op_plan(api_key: int, api_version: int, is_response: bool):
-    """The interpreter's plan of a body kind, None (nothing to extract) or UNSUPPORTED."""
-    key = (api_key, api_version, is_response)
-    found = _BODY_OP_PLANS.get(key, _UNKNOWN)
-    if found is _UNKNOWN:
-        top = schema(api_key, api_version, is_response)
-        try:
-            found = None if top is None else op_plan(top, _Scope(api_key, is_response, "", True, False, False))
-        except _Unsupported:
-            found = UNSUPPORTED
-        _BODY_OP_PLANS[key] = found
-    return found
-
-
-# ---------------------------------------------------------------------------------------------------------
 # Entry points
 
 
@@ -1179,15 +832,7 @@ def extract(buf, off: int, end: int, api_key: int, api_version: int, is_response
     if runner is None:  # nothing to extract (Heartbeat requests...): fresh empty lists, as callers may keep them
         return _new_tuple(Extracted, ([], 0, [], None, None, [], None, None, True, None, None))
     if compiled:
-        ops = _BODY_OP_PLANS.get((api_key, api_version, is_response), _UNKNOWN)
-        if ops is _UNKNOWN:
-            ops = body_op_plan(api_key, api_version, is_response)
-        if ops is not UNSUPPORTED:
-            acc = _compiled.Acc(MAX_TOPICS, MAX_PARTITION_ROWS, MAX_ERROR_ROWS)
-            if _compiled.run_body(ops, buf, off, end, acc):
-                return _new_tuple(Extracted, (acc.topics, acc.partition_count, acc.errors, acc.error_code,
-                                              acc.throttle_time_ms, acc.partitions, acc.acks, acc.transactional_id,
-                                              True, acc.topic_ids, acc.left_out))
+        return _compiled.extract(buf, off, end, api_key, api_version, is_response, partial=partial)
     acc = _Accumulator()
     try:
         runner(buf, off, end, acc, None, None)
