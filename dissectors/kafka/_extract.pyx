@@ -12,7 +12,7 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.object cimport PyTypeObject
 from cpython.ref cimport Py_INCREF
-from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_SET_ITEM
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
@@ -38,10 +38,12 @@ from dissectors.kafka.extract_rules import (
     PartitionEntry,
 )
 
+cdef extern from "Python.h":
+    object PyType_GenericAlloc(PyTypeObject* cls, Py_ssize_t nitems)
+
 cdef bytes ZERO_UUID = bytes(16)
 cdef Py_ssize_t max_topics = MAX_TOPICS
 cdef tuple NO_OFFSETS = (None,) * (len(PartitionEntry._fields) - 2)
-_tuple_new = tuple.__new__
 
 
 cdef class Acc:
@@ -91,8 +93,16 @@ cdef inline void fail(Acc acc, int err, where) noexcept:
 
 
 cdef inline object new_entry(type cls, tuple values):
-    """A named tuple of ``cls`` from ``values``, without its __new__'s argument parsing."""
-    return _tuple_new(cls, values)
+    """A named tuple of ``cls`` holding ``values``, as ``tuple.__new__(cls, values)`` makes it (tuple's
+    allocation for subclasses, each item referenced), without the call's argument parsing."""
+    cdef Py_ssize_t i, n = PyTuple_GET_SIZE(values)
+    cdef object entry = PyType_GenericAlloc(<PyTypeObject*>cls, n)
+    cdef object item
+    for i in range(n):
+        item = <object>PyTuple_GET_ITEM(values, i)
+        Py_INCREF(item)
+        PyTuple_SET_ITEM(entry, i, item)
+    return entry
 
 
 cdef inline object rd_uuid(Cursor* c):
@@ -262,7 +272,7 @@ def extract(buf, Py_ssize_t off, Py_ssize_t end, int api_key, int api_version, b
             raise DecodeError(f"body offset {off} outside the buffer")
         acc = Acc()
         if plan == nothing:  # fresh empty lists, as callers may keep them
-            return _tuple_new(Extracted, ([], 0, [], None, None, [], None, None, True, None, None))
+            return new_entry(Extracted, ([], 0, [], None, None, [], None, None, True, None, None))
         c.buf = <const uint8_t*>view.buf
         c.pos = off
         c.end = end
@@ -275,6 +285,6 @@ def extract(buf, Py_ssize_t off, Py_ssize_t end, int api_key, int api_version, b
             raise DecodeError("malformed", acc.where)
         if not partial:
             raise DecodeTruncated("truncated", acc.where)
-    return _tuple_new(Extracted, (acc.topics, acc.partition_count, acc.errors, acc.error_code, acc.throttle_time_ms,
+    return new_entry(Extracted, (acc.topics, acc.partition_count, acc.errors, acc.error_code, acc.throttle_time_ms,
                                   acc.partitions, acc.acks, acc.transactional_id, status >= 0, acc.topic_ids,
                                   acc.left_out))

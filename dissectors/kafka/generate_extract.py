@@ -21,6 +21,7 @@ part is only what follows from the schemas.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from dissectors.kafka.decoder import FIXED_TYPES
@@ -264,6 +265,18 @@ class ExtractWriter:
             self.plans[key] = _PlanWriter(self, struct_schema, scope).write()
         return self.plans[key]
 
+    def used(self, roots: set[str]) -> list[str]:
+        """The functions the table reaches (a plan found to need nothing leaves skippers nothing calls)."""
+        by_name = {re.match(r"cdef Py_ssize_t (\w+)\(", f)[1]: f for f in self.functions}
+        seen: set[str] = set()
+        pending = [name for name in roots if name in by_name]
+        while pending:
+            name = pending.pop()
+            if name not in seen:
+                seen.add(name)
+                pending += [n for n in re.findall(r"\b((?:x|skip)_\w+)\(acc", by_name[name]) if n in by_name]
+        return [f for name, f in by_name.items() if name in seen]
+
     def render(self, tables: dict[bool, dict[int, tuple[int, list]]], header: str) -> str:
         """The module: every function, then the dispatch table's filling."""
         entries: list[tuple[int, int, int, str]] = []  # (api_key, is_response, version, function)
@@ -282,7 +295,7 @@ class ExtractWriter:
         out.append("cdef Py_ssize_t nothing" + SIGNATURE + ":")
         out.append('    """A body kind of which nothing is needed."""')
         out.append("    return 0\n\n")
-        out.extend(f + "\n\n" for f in self.functions)
+        out.extend(f + "\n\n" for f in self.used({e[3] for e in entries}))
         out.append("cdef void fill_plans() noexcept:")
         for api_key, is_response, version, function in entries:
             out.append(f"    PLANS[{int(is_response)}][{api_key}][{version}] = {function}")
