@@ -57,6 +57,7 @@ cdef enum:
 
 
 cdef bytes ZERO_UUID = bytes(16)
+cdef tuple NO_OFFSETS = (None,) * 16  # a listed partition's other PartitionEntry fields
 
 
 cdef class Acc:
@@ -391,17 +392,17 @@ cdef Py_ssize_t run(Plan plan, const uint8_t* buf, Py_ssize_t pos, Py_ssize_t en
         elif code == OP_ROW:
             if len(acc.partitions) < acc.max_partitions:
                 fields = plan.constants[op[1]]
-                acc.partitions.append(plan.constants[op[2]](
-                    [None if s < 0 else slots[s] for s in fields]))
+                acc.partitions.append(tuple.__new__(plan.constants[op[2]],
+                                                    [None if s < 0 else slots[s] for s in fields]))
             else:
                 acc.leave_out(0)
         elif code == OP_ERROR:
             value = slots[op[1]]
             if value:
                 if len(acc.errors) < acc.max_errors:
-                    acc.errors.append(plan.constants[op[4]]((plan.constants[op[3]], slots[SLOT_TOPIC],
-                                                             slots[SLOT_PARTITION], value,
-                                                             None if op[2] < 0 else slots[op[2]])))
+                    acc.errors.append(tuple.__new__(plan.constants[op[4]], (
+                        plan.constants[op[3]], slots[SLOT_TOPIC], slots[SLOT_PARTITION], value,
+                        None if op[2] < 0 else slots[op[2]])))
                 else:
                     acc.leave_out(1)
         elif code == OP_TOP:
@@ -424,7 +425,7 @@ cdef void partition_rows(Acc acc, const uint8_t* buf, Py_ssize_t pos, Py_ssize_t
         count = room
     cursor_init(&c, buf, pos, pos + 4 * count)
     for i in range(count):
-        acc.partitions.append(make(topic, rd_i32(&c)))
+        acc.partitions.append(tuple.__new__(make, (topic, rd_i32(&c), *NO_OFFSETS)))
 
 
 def run_body(Plan plan, buf, Py_ssize_t off, Py_ssize_t end, Acc acc):

@@ -851,19 +851,7 @@ class _Unsupported(Exception):
     pass
 
 
-def _partition_entry(values: list) -> PartitionEntry:
-    return _new_tuple(PartitionEntry, values)
-
-
-def _error_entry(values: tuple) -> ErrorEntry:
-    return _new_tuple(ErrorEntry, values)
-
-
-_NO_OFFSETS = (None,) * (len(PartitionEntry._fields) - 2)
-
-
-def _listed_partition(topic: Topic | None, partition: int) -> PartitionEntry:
-    return _new_tuple(PartitionEntry, (topic, partition, *_NO_OFFSETS))
+assert len(PartitionEntry._fields) == 18  # _extract.pyx fills listed partitions' other 16 fields with None
 
 
 class _Program:
@@ -1002,7 +990,7 @@ class _OpWriter(_PlanWriter):
             prog.op(OP_TOPIC_LIST, compact, element.startswith("compact_"))
         elif type_name.endswith("array") and element == "int32" and name in PARTITION_LISTS and self.in_topic:
             rows = self.scope.api_key in PARTITION_APIS and name in ROW_PARTITION_LISTS
-            prog.op(OP_PARTITION_LIST, compact, nullable, rows, prog.constant(_listed_partition))
+            prog.op(OP_PARTITION_LIST, compact, nullable, rows, prog.constant(PartitionEntry))
         elif isinstance(element, tuple) and (child := self.child_plan(name, type_name, element)) is not None:
             if type_name.endswith("array"):
                 prog.op(OP_STRUCT_ARRAY, prog.sub(child), compact, nullable)
@@ -1066,11 +1054,11 @@ class _OpWriter(_PlanWriter):
                 values["records_offset"] = self.slot("records_offset")
                 values["record_bytes"] = self.slot("record_bytes")
             fields = [values.get(f, -1) for f in PartitionEntry._fields]
-            prog.op(OP_ROW, prog.constant(fields), prog.constant(_partition_entry))
+            prog.op(OP_ROW, prog.constant(fields), prog.constant(PartitionEntry))
         for name in self.errors:
             message = name.removesuffix("error_code") + "error_message"
             prog.op(OP_ERROR, self.slot(name), self.slot(message) if message in self.kept else -1,
-                    prog.constant(_child_path(self.scope.path, name)), prog.constant(_error_entry))
+                    prog.constant(_child_path(self.scope.path, name)), prog.constant(ErrorEntry))
         for name in self.top_fields:
             prog.op(OP_TOP, prog.constant(name), self.slot(name))
 
