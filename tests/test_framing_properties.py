@@ -1,7 +1,8 @@
-"""The compiled splitter (dissectors/kafka/_framing.pyx) against the pure-Python one it replaced
-(tests/framing_reference.py): the same frame callbacks and the same state after every call, on every Kafka
-stream of the sample and public captures and on generated streams (random chunkings, gaps, garbage, TLS,
-truncated heads)."""
+"""The splitter's documented guarantees, on every Kafka stream of the sample and public captures and of some
+hostile captures (recorded as the analysis hands them over, replayed with stateless validators) and on
+generated streams (random chunkings, gaps, garbage, TLS records, cut-off frames, absurd size prefixes): frames
+are size-prefixed, ordered, disjoint pieces of the stream that re-concatenate to it when it is clean; the bytes
+add up (frames + skipped + the frame the end cut off); memory held stays bounded."""
 
 from __future__ import annotations
 
@@ -16,10 +17,9 @@ from hypothesis import strategies as st
 import analyzer.session.connection as connection
 from analyzer.pipeline.analyze import Options, analyze_file
 from analyzer.session.connection import find_request
-from dissectors.kafka.framing import DEFAULT_KEEP, DEFAULT_MAX_FRAME, FrameSplitter
+from dissectors.kafka.framing import DEFAULT_KEEP, DEFAULT_MAX_FRAME, SCAN_WINDOW, FrameSplitter
 from dissectors.kafka.headers import looks_like_request
 from tests import craft, hostile
-from tests.framing_reference import FrameSplitter as ReferenceSplitter
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = sorted(ROOT.glob("sample_pcaps/*.pcap")) + sorted(ROOT.glob("sample_pcaps/*.pcapng"))
@@ -82,27 +82,16 @@ class Tee:
         return getattr(self.inner, name)
 
 
-def state(s) -> tuple:
-    """What a caller can see of a splitter (the reference's fields under the compiled one's names)."""
-    if isinstance(s, ReferenceSplitter):
-        held = s._stash_len + (len(s.head) if s.head is not None else 0)
-        boundary = s.mode == 0 and not s.body_left and not s._left and not s._stash_len
-        opaque = s.mode == 3
-    else:
-        held, boundary, opaque = s.held, s.at_boundary(), s.opaque()
-    return (s.frames, s.resyncs, s.skipped_bytes, s.truncated_frames, s.tls, s.body_left, s.head_missing, held,
-            boundary, opaque, s.min_frame)
-
-
-def replay(cls, kind: str, events: list[tuple]) -> list[tuple]:
-    """Everything ``cls`` hands on and shows while ``events`` are played to it."""
-    out: list[tuple] = []
+def frames_of(kind: str, events: list[tuple]) -> tuple[list[tuple], FrameSplitter]:
+    """Play ``events`` to a splitter, checking after every call that it holds no more than it may."""
+    frames: list[tuple] = []
     validate, find = VALIDATORS[kind]
     s = None
     for event in events:
         op = event[0]
         if op == "init":
-            s = cls(lambda *f: out.append(("frame", *f[:5], bytes(f[5]), bool(f[6]))), validate, find, *event[1:])
+            s = FrameSplitter(lambda *f: frames.append((*f[:5], bytes(f[5]), bool(f[6]))), validate, find,
+                              *event[1:])
         elif op == "begin":
             s.begin()
         elif op == "min_frame":
@@ -113,12 +102,44 @@ def replay(cls, kind: str, events: list[tuple]) -> list[tuple]:
             s.gap(event[1], event[2])
         else:
             s.finish(event[1])
-        out.append(state(s))
-    return out
+        assert s.held <= max(s.keep, SCAN_WINDOW), (s.held, s.keep)
+        if s.at_boundary():
+            assert s.held == 0 and not s.body_left and not s.head_missing and not s.opaque()
+    return frames, s
 
 
-def assert_same(kind: str, events: list[tuple]) -> None:
-    assert replay(FrameSplitter, kind, events) == replay(ReferenceSplitter, kind, events)
+def assert_invariants(kind: str, events: list[tuple]) -> tuple[list[tuple], FrameSplitter]:
+    """The documented guarantees: every frame is a size-prefixed piece of the stream, frames come in stream
+    order without overlapping, and every byte fed is in a frame, counted as skipped, or in the frame the end
+    cut off."""
+    frames, s = frames_of(kind, events)
+    stream = b"".join(e[3] for e in events if e[0] == "data")
+    fed = len(stream)
+    lost = sum(e[2] for e in events if e[0] == "gap")
+    assert s.frames == len(frames) and s.held == 0
+    for first_ts, _first_no, last_ts, _last_no, size, head, lossy in frames:
+        assert s.min_frame <= size <= s.max_frame
+        assert first_ts <= last_ts
+        assert struct.unpack_from(">i", head)[0] == size
+        assert len(head) <= min(size + 4, s.keep)
+        assert lossy or len(head) == min(size + 4, s.keep)
+    placed = sum(f[4] + 4 for f in frames) + s.skipped_bytes
+    if lost:
+        assert placed <= fed + lost
+        return frames, s
+    # Without gaps: whole heads are found in the stream in order, disjoint; the bytes add up.
+    pos = 0
+    for *_, size, head, lossy in frames:
+        assert not lossy
+        at = stream.find(head, pos)
+        assert at >= 0
+        pos = at + size + 4
+    assert placed <= fed
+    if not s.truncated_frames:
+        assert placed == fed, (placed, fed)
+    if not (s.tls or s.resyncs or s.skipped_bytes or s.truncated_frames) and all(f[4] + 4 <= s.keep for f in frames):
+        assert b"".join(f[5] for f in frames) == stream
+    return frames, s
 
 
 def capture_streams(path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[tuple]]]:
@@ -135,9 +156,9 @@ def test_every_stream_of_the_captures(path: Path, monkeypatch: pytest.MonkeyPatc
     assert streams, f"no Kafka connection found in {path.name}"
     assert any(ev[0] == "data" for _kind, events in streams for ev in events)
     for kind, events in streams:
-        assert_same(kind, events)
+        assert_invariants(kind, events)
         # The same bytes also framed by the other direction's validator and finder.
-        assert_same("responses" if kind == "requests" else "requests", events)
+        assert_invariants("responses" if kind == "requests" else "requests", events)
 
 
 @pytest.mark.parametrize("case", ["tiny_segments", "resync_candidates", "random_both_ways", "length_prefix_2gib",
@@ -145,7 +166,7 @@ def test_every_stream_of_the_captures(path: Path, monkeypatch: pytest.MonkeyPatc
 def test_every_stream_of_the_hostile_captures(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     streams = capture_streams(hostile.write_case(case, tmp_path / f"{case}.pcap"), monkeypatch)
     for kind, events in streams:
-        assert_same(kind, events)
+        assert_invariants(kind, events)
 
 
 # -- generated streams -----------------------------------------------------------------------------------
@@ -197,4 +218,24 @@ def generated_events(seed: int, keep: int, max_frame: int, gaps: bool, begin: bo
        max_frame=st.sampled_from([64, 4096, DEFAULT_MAX_FRAME]), gaps=st.booleans(), begin=st.booleans(),
        short=st.booleans(), kind=st.sampled_from(["requests", "responses"]))
 def test_generated_streams(seed, keep, max_frame, gaps, begin, short, kind):
-    assert_same(kind, generated_events(seed, keep, max_frame, gaps, begin, short))
+    assert_invariants(kind, generated_events(seed, keep, max_frame, gaps, begin, short))
+
+
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(0, 2**32), kind=st.sampled_from(["requests", "responses"]))
+def test_clean_streams_re_concatenate(seed, kind):
+    """A stream seen from its start, all frames, any chunking: the frames are the stream, nothing skipped."""
+    rng = random.Random(seed)
+    stream = b"".join(craft.heartbeat_request(corr) if rng.random() < 0.5 else
+                      craft.produce_request_v3(corr, acks=1, payload_size=rng.randrange(0, 9000))
+                      for corr in range(rng.randrange(1, 12)))
+    events: list[tuple] = [("init", DEFAULT_KEEP, DEFAULT_MAX_FRAME), ("begin",)]
+    pos = 0
+    while pos < len(stream):
+        n = rng.choice([1, 2, 3, 5, 11, 64, 300, 1448, 5000])
+        events.append(("data", pos, pos, stream[pos:pos + n]))
+        pos += n
+    events.append(("finish", pos))
+    frames, s = assert_invariants(kind, events)
+    assert b"".join(f[5] for f in frames) == stream
+    assert (s.resyncs, s.skipped_bytes, s.truncated_frames) == (0, 0, 0)
