@@ -110,7 +110,8 @@ def browser_view(built, tmp_path_factory):
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            # Drawn at 0.6 device pixels per CSS pixel: a small screenshot (docs/report.png is one).
+            page = browser.new_page(viewport={"width": 1280, "height": 1000}, device_scale_factor=0.6)
             page.on("console", lambda m: messages.append((m.type, m.text)))
             page.on("pageerror", lambda e: messages.append(("pageerror", str(e))))
             page.goto(built["report"].as_uri())
