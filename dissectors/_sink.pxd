@@ -17,9 +17,9 @@ cdef class ByteSink:
     # the capture joined the stream midway.
     cpdef begin(self)
     # The next bytes of the stream (any buffer, read during the call only), made contiguous by packet ``no`` at
-    # time ``ts`` (ns).
-    cpdef data(self, int64_t ts, int64_t no, chunk)
+    # time ``ts`` (ns, a Python int: a capture clock may lie beyond int64 nanoseconds).
+    cpdef data(self, object ts, int64_t no, chunk)
     # ``nbytes`` bytes of the stream were lost from the capture (noticed at ``ts``).
-    cpdef gap(self, int64_t ts, int64_t nbytes)
+    cpdef gap(self, object ts, int64_t nbytes)
     # The stream ended at ``ts``: nothing more will come.
-    cpdef finish(self, int64_t ts)
+    cpdef finish(self, object ts)

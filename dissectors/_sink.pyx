@@ -6,11 +6,11 @@ cdef class ByteSink:
     cpdef begin(self):
         pass
 
-    cpdef data(self, int64_t ts, int64_t no, chunk):
+    cpdef data(self, object ts, int64_t no, chunk):
         raise NotImplementedError(f"{type(self).__name__} does not take data")
 
-    cpdef gap(self, int64_t ts, int64_t nbytes):
+    cpdef gap(self, object ts, int64_t nbytes):
         raise NotImplementedError(f"{type(self).__name__} does not take gaps")
 
-    cpdef finish(self, int64_t ts):
+    cpdef finish(self, object ts):
         pass

@@ -36,13 +36,14 @@ cdef class FrameSplitter(ByteSink):
     cdef bint fresh  # no frame accepted yet and the stream's start not seen: it may begin mid-frame
     cdef bytearray head  # the head of a frame spanning chunks, copied as it comes
     cdef Py_ssize_t rest  # while the head is collected: the frame's bytes after its head
-    cdef int64_t first_ts, first_no  # where the frame in progress began
+    cdef object first_ts, first_no  # where the frame in progress began
     cdef Py_ssize_t size  # its size prefix
     cdef bint lossy  # part of its body fell in a gap
     cdef list stash  # bytes held at a boundary or while scanning (at most keep)
     cdef Py_ssize_t stash_len
     cdef Py_ssize_t stash_need  # the stash is looked at again once it holds this many bytes
-    cdef int64_t stash_ts, stash_no
+    cdef object stash_ts
+    cdef int64_t stash_no
 
     # Count off n (0 <= n < body_left) bytes of the frame body in progress, as data() would.
     cpdef skip_body(self, Py_ssize_t n)
@@ -56,15 +57,15 @@ cdef class FrameSplitter(ByteSink):
 
     # The state machine's own steps (declared here because Cython requires it; not for other layers).
     cdef void _drop_stash(self)
-    cdef _complete(self, int64_t ts, int64_t no, bint lossy)
-    cdef _stash_from(self, const uint8_t* p, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t origin, int64_t ts,
-                     int64_t no, int64_t first_ts, int64_t first_no, Py_ssize_t need)
-    cdef _split(self, int64_t ts, int64_t no, buf, Py_ssize_t pos, Py_ssize_t origin, int64_t first_ts,
+    cdef _complete(self, object ts, int64_t no, bint lossy)
+    cdef _stash_from(self, const uint8_t* p, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t origin, object ts,
+                     int64_t no, object first_ts, int64_t first_no, Py_ssize_t need)
+    cdef _split(self, object ts, int64_t no, buf, Py_ssize_t pos, Py_ssize_t origin, object first_ts,
                 int64_t first_no)
-    cdef _frames_in(self, int64_t ts, int64_t no, buf, const uint8_t* p, Py_ssize_t n, Py_ssize_t pos,
-                    Py_ssize_t origin, int64_t first_ts, int64_t first_no)
+    cdef _frames_in(self, object ts, int64_t no, buf, const uint8_t* p, Py_ssize_t n, Py_ssize_t pos,
+                    Py_ssize_t origin, object first_ts, int64_t first_no)
     cdef bint _chain_holds(self, buf, const uint8_t* p, Py_ssize_t end, Py_ssize_t n) except -1
     cdef void _lose_sync(self)
     cdef void _go_opaque(self, Py_ssize_t nbytes)
-    cdef _scan_in(self, int64_t ts, int64_t no, buf, const uint8_t* p, Py_ssize_t n, Py_ssize_t pos,
-                  Py_ssize_t origin, int64_t first_ts, int64_t first_no, Py_ssize_t skipped)
+    cdef _scan_in(self, object ts, int64_t no, buf, const uint8_t* p, Py_ssize_t n, Py_ssize_t pos,
+                  Py_ssize_t origin, object first_ts, int64_t first_no, Py_ssize_t skipped)

@@ -79,11 +79,11 @@ cdef class FrameSplitter(ByteSink):
     cpdef begin(self):
         self.fresh = False  # the first byte will be a frame's first byte: no need to prove it is one
 
-    cpdef data(self, int64_t ts, int64_t no, chunk):
+    cpdef data(self, object ts, int64_t no, chunk):
         cdef Py_ssize_t n = len(chunk)
         cdef Py_ssize_t pos = 0
         cdef Py_ssize_t missing, left, origin
-        cdef int64_t first_ts, first_no
+        cdef object first_ts, first_no
         cdef Py_buffer view
         cdef int mode = self.mode
         if mode == BODY:
@@ -129,7 +129,7 @@ cdef class FrameSplitter(ByteSink):
         else:
             self._split(ts, no, chunk, pos, 0, ts, no)
 
-    cpdef gap(self, int64_t ts, int64_t nbytes):
+    cpdef gap(self, object ts, int64_t nbytes):
         cdef int64_t left
         cdef int mode = self.mode
         if mode == BODY:
@@ -152,7 +152,7 @@ cdef class FrameSplitter(ByteSink):
             self.mode = SCAN
             self.resyncs += 1
 
-    cpdef finish(self, int64_t ts):
+    cpdef finish(self, object ts):
         """The stream ended: report a frame still in progress as truncated (it never completed)."""
         if self.mode == BODY:
             self.truncated_frames += 1
@@ -168,7 +168,7 @@ cdef class FrameSplitter(ByteSink):
         self.stash.clear()
         self.stash_len = 0
 
-    cdef _complete(self, int64_t ts, int64_t no, bint lossy):
+    cdef _complete(self, object ts, int64_t no, bint lossy):
         """The frame in progress has all its bytes (or lost the last ones): hand it on."""
         head = self.head
         self.head = None
@@ -177,8 +177,8 @@ cdef class FrameSplitter(ByteSink):
         self.frames += 1
         self.on_frame(self.first_ts, self.first_no, ts, no, self.size, memoryview(head).toreadonly(), lossy)
 
-    cdef _stash_from(self, const uint8_t* p, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t origin, int64_t ts,
-                     int64_t no, int64_t first_ts, int64_t first_no, Py_ssize_t need):
+    cdef _stash_from(self, const uint8_t* p, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t origin, object ts,
+                     int64_t no, object first_ts, int64_t first_no, Py_ssize_t need):
         """Hold the tail p[pos:n] until more bytes arrive (``need`` in all before it is looked at again);
         it keeps the time of its first byte."""
         self.stash = [PyBytes_FromStringAndSize(<const char*>p + pos, n - pos)]
@@ -189,7 +189,7 @@ cdef class FrameSplitter(ByteSink):
         else:
             self.stash_ts, self.stash_no = ts, no
 
-    cdef _split(self, int64_t ts, int64_t no, buf, Py_ssize_t pos, Py_ssize_t origin, int64_t first_ts,
+    cdef _split(self, object ts, int64_t no, buf, Py_ssize_t pos, Py_ssize_t origin, object first_ts,
                 int64_t first_no):
         """Frames (or, out of sync, the search for one) in buf[pos:]; ``origin`` bytes at the front came from
         the stash and carry the time ``first_ts``/``first_no`` of its first byte."""
@@ -203,12 +203,13 @@ cdef class FrameSplitter(ByteSink):
         finally:
             PyBuffer_Release(&view)
 
-    cdef _frames_in(self, int64_t ts, int64_t no, buf, const uint8_t* p, Py_ssize_t n, Py_ssize_t pos,
-                    Py_ssize_t origin, int64_t first_ts, int64_t first_no):
+    cdef _frames_in(self, object ts, int64_t no, buf, const uint8_t* p, Py_ssize_t n, Py_ssize_t pos,
+                    Py_ssize_t origin, object first_ts, int64_t first_no):
         """Split p[pos:n] into frames while in sync."""
         cdef Py_ssize_t avail, size, total, need, got
         cdef Py_ssize_t keep = self.keep
-        cdef int64_t fts, fno
+        cdef object fts
+        cdef int64_t fno
         cdef object ts_obj = None  # ts boxed once for all the frames of this chunk
         while True:
             avail = n - pos
@@ -300,8 +301,8 @@ cdef class FrameSplitter(ByteSink):
         self.tls = True
         self.skipped_bytes += nbytes
 
-    cdef _scan_in(self, int64_t ts, int64_t no, buf, const uint8_t* p, Py_ssize_t n, Py_ssize_t pos,
-                  Py_ssize_t origin, int64_t first_ts, int64_t first_no, Py_ssize_t skipped):
+    cdef _scan_in(self, object ts, int64_t no, buf, const uint8_t* p, Py_ssize_t n, Py_ssize_t pos,
+                  Py_ssize_t origin, object first_ts, int64_t first_no, Py_ssize_t skipped):
         """Look for the next frame start the validator accepts in p[pos:n]; keep at most SCAN_WINDOW bytes
         pending."""
         cdef Py_ssize_t start = pos
