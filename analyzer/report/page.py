@@ -17,6 +17,7 @@ from analyzer.report import figures as fg
 from analyzer.report.source import TableSource
 
 MAX_GROUP_EVENTS = 5000  # markers in the consumer-group timeline
+MAX_GROUP_CLIENTS = 60  # its rows
 MAX_CONNECTIONS = 200  # bars in the connection timeline
 TOP_PARTITIONS = 20
 
@@ -341,12 +342,17 @@ def _groups(source: TableSource, ex: pa.Table, interval: ag.Interval) -> Section
             dropped = g.num_rows
             g = g.filter(keep)
             note = f" Heartbeats without error are left out ({dropped - g.num_rows:,} of them)."
-            if g.num_rows > MAX_GROUP_EVENTS:
-                note += f" Only the first {MAX_GROUP_EVENTS:,} of {g.num_rows:,} others are drawn."
-                g = g.sort_by([("ts", "ascending")]).slice(0, MAX_GROUP_EVENTS)
         client = pc.binary_join_element_wise(pc.fill_null(g["client_id"], "(no client_id)"), " @ ", g["client_ip"],
                                              "")
         g = g.append_column("client", client)
+        clients = pc.count_distinct(client).as_py()
+        if clients > MAX_GROUP_CLIENTS:
+            top = ag.top_keys(g, "client", None, MAX_GROUP_CLIENTS)
+            g = g.filter(pc.is_in(g["client"], pa.array(top)))
+            note += f" The {MAX_GROUP_CLIENTS} clients with the most exchanges are drawn (of {clients:,})."
+        if g.num_rows > MAX_GROUP_EVENTS:
+            note += f" Only the first {MAX_GROUP_EVENTS:,} of their {g.num_rows:,} exchanges are drawn."
+            g = g.sort_by([("ts", "ascending")]).slice(0, MAX_GROUP_EVENTS)
         s.parts.append(Part(
             "Group protocol exchanges per client",
             "One marker per exchange, by client and API; a cross is a response with an error. A rebalance shows as "
