@@ -27,7 +27,7 @@ from .brokers import BrokerError, Kafka09Broker, TansuBroker, default_cache_dir,
 from .capture import CaptureError, LoopbackCapture, capture_privilege_problem, choose_tool, pcap_to_pcapng
 from .client_trace import ClientTrace
 from .clients import Context
-from .scenarios import SCENARIOS, Scenario, by_name
+from .scenarios import ON_DEMAND, SCENARIOS, Scenario, by_name
 from .truth import ScenarioTruth
 
 HERE = Path(__file__).resolve().parent
@@ -190,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.list:
         for scenario in SCENARIOS:
+            print(f"{scenario.name:28} {scenario.broker:8} {scenario.capture_name:34} {scenario.description}")
+        print("\nrecorded only with --only NAME:")
+        for scenario in ON_DEMAND:
             print(f"{scenario.name:28} {scenario.broker:8} {scenario.capture_name:34} {scenario.description}")
         return 0
     if args.table:

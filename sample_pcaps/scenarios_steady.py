@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import Counter
 
 from .clients import (
     HEARTBEAT_MS,
@@ -27,6 +28,7 @@ TOPICS = ("steady-kp", "steady-ck", "steady-ak")
 PARTITIONS = 3
 GROUP = "steady-readers"
 PAUSE = 0.002  # between records of one producer: a few hundred records a second each
+DRAIN_SECONDS = 15.0  # at most, for the group to read the last records once the producers stop
 
 
 def _kafka_python_producer(ctx: Context, stop: threading.Event, sent: dict[str, int]) -> None:
@@ -82,17 +84,17 @@ def _aiokafka_producer(ctx: Context, stop: threading.Event, sent: dict[str, int]
     run_async(produce())
 
 
-def _kafka_python_member(ctx: Context, stop: threading.Event, read: dict[str, int]) -> None:
+def _kafka_python_member(ctx: Context, stop: threading.Event, count: Counter) -> None:
     from kafka import KafkaConsumer
 
     consumer = KafkaConsumer(*TOPICS, **kp_options(ctx, "steady-kp-member"), group_id=GROUP,
                              auto_offset_reset="earliest", enable_auto_commit=False,
                              session_timeout_ms=SESSION_TIMEOUT_MS, heartbeat_interval_ms=HEARTBEAT_MS)
-    count = 0
     try:
         while not stop.is_set():
             batches = consumer.poll(timeout_ms=200)
-            count += sum(len(records) for records in batches.values())
+            for partition, records in batches.items():
+                count[partition.topic] += len(records)
             if batches:
                 try:
                     consumer.commit()
@@ -100,45 +102,56 @@ def _kafka_python_member(ctx: Context, stop: threading.Event, read: dict[str, in
                     pass
     finally:
         consumer.close()
-    read["steady-kp-member"] = count
 
 
-def _confluent_member(ctx: Context, stop: threading.Event, read: dict[str, int]) -> None:
+def _confluent_member(ctx: Context, stop: threading.Event, count: Counter) -> None:
     from confluent_kafka import Consumer
 
     consumer = Consumer({**ck_options(ctx, "steady-ck-member"), "group.id": GROUP, "auto.offset.reset": "earliest",
                          "enable.auto.commit": True, "auto.commit.interval.ms": 1000,
                          "session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": HEARTBEAT_MS})
     consumer.subscribe(list(TOPICS))
-    count = 0
     try:
         while not stop.is_set():
             message = consumer.poll(0.2)
             if message is not None and not message.error():
-                count += 1
+                count[message.topic()] += 1
     finally:
         consumer.close()
-    read["steady-ck-member"] = count
 
 
 def steady(ctx: Context) -> None:
     admin = kp_admin(ctx, "steady-admin")
     admin.create_topics({topic: {"num_partitions": PARTITIONS, "replication_factor": 1} for topic in TOPICS})
     admin.close()
-    stop = threading.Event()
+    stop_producing, stop_reading = threading.Event(), threading.Event()
     sent: dict[str, int] = {}
-    read: dict[str, int] = {}
-    workers = [threading.Thread(target=target, args=(ctx, stop, box), name=target.__name__, daemon=True)
-               for target, box in ((_kafka_python_member, read), (_confluent_member, read),
-                                   (_kafka_python_producer, sent), (_confluent_producer, sent),
-                                   (_aiokafka_producer, sent))]
-    for worker in workers:
+    read: dict[str, Counter] = {"steady-kp-member": Counter(), "steady-ck-member": Counter()}
+    members = [threading.Thread(target=target, args=(ctx, stop_reading, read[member]), name=member, daemon=True)
+               for target, member in ((_kafka_python_member, "steady-kp-member"),
+                                      (_confluent_member, "steady-ck-member"))]
+    producers = [threading.Thread(target=target, args=(ctx, stop_producing, sent), name=target.__name__,
+                                  daemon=True)
+                 for target in (_kafka_python_producer, _confluent_producer, _aiokafka_producer)]
+    for worker in (*members, *producers):
         worker.start()
     time.sleep(SECONDS)
-    stop.set()
-    for worker in workers:
+    stop_producing.set()
+    for worker in producers:
+        worker.join(60)
+    deadline = time.monotonic() + DRAIN_SECONDS  # the group reads what was produced last
+    while time.monotonic() < deadline and any(sum(c[t] for c in read.values()) < n for t, n in sent.items()):
+        time.sleep(0.1)
+    stop_reading.set()
+    for worker in members:
         worker.join(60)
     for topic in TOPICS:
         ctx.truth.produced(topic, sent.get(topic, 0), client_id=f"{topic}-producer", codec="lz4"
                            if topic == "steady-ck" else "none", acks=1, message_format="v2")
-    ctx.truth.notes.append(f"steady traffic for {SECONDS:.0f} s: records sent {sent}, read by the group {read}")
+    for member, counts in read.items():
+        for topic, count in sorted(counts.items()):
+            ctx.truth.consumed(topic, count, client_id=member)
+        ctx.truth.group(GROUP, member=member, left=True)
+    totals = {member: sum(counts.values()) for member, counts in read.items()}
+    ctx.truth.notes.append(f"steady traffic for {SECONDS:.0f} s: records sent {sent}, read by the group {totals} "
+                           "(a record read again after a rebalance counts twice)")

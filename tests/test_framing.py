@@ -50,7 +50,7 @@ def test_any_segmentation_gives_the_same_frames(seed, keep):
     rng = random.Random(seed)
     stream, frames = frames_stream(rng, 12)
     fs, rec = splitter(keep)
-    fs.fresh = False
+    fs.begin()
     pos = ts = 0
     while pos < len(stream):
         n = rng.choice([1, 2, 3, 7, 100, 1448, 5000])
@@ -75,7 +75,7 @@ def test_gaps_inside_bodies_keep_sync(seed):
             bodies.append((at + 64, at + len(f) - 1))
         at += len(f)
     fs, rec = splitter(64)
-    fs.fresh = False
+    fs.begin()
     cuts = sorted({rng.randrange(a, b) for a, b in bodies})
     pos = 0
     for cut in cuts:
@@ -94,7 +94,7 @@ def test_gap_across_a_boundary_resyncs_on_the_next_request():
     stream, frames = frames_stream(random.Random(3), 6)
     starts = [sum(len(f) for f in frames[:i]) for i in range(len(frames))]
     fs, rec = splitter()
-    fs.fresh = False
+    fs.begin()
     # Lose 10 bytes around the start of frame 3.
     fs.data(0, 0, memoryview(stream[:starts[3] - 4]))
     fs.gap(0, 10)
@@ -111,7 +111,7 @@ def test_random_bytes_cost_bounded_memory_and_find_a_frame_after():
     fs, rec = splitter()
     for i in range(0, len(junk), 1448):
         fs.data(0, 0, memoryview(junk[i:i + 1448]))
-        assert fs._stash_len <= max(SCAN_WINDOW, 4096)
+        assert fs.held <= max(SCAN_WINDOW, 4096)
     frame = craft.heartbeat_request(5)
     fs.data(1, 1, memoryview(frame))
     fs.data(2, 2, memoryview(craft.heartbeat_request(6)))
@@ -168,7 +168,7 @@ def test_a_head_in_progress_keeps_no_view_of_the_chunks_it_came_in():
     bytearray with a view exported cannot be resized, which is how the test sees one kept."""
     frame = craft.produce_request_v3(1, acks=1, payload_size=5000)
     fs, rec = splitter(keep=4096)
-    fs.fresh = False
+    fs.begin()
     buffers = [bytearray(frame[a:b]) for a, b in ((0, 1000), (1000, 1500), (1500, 4200), (4200, len(frame)))]
     for i, buffer in enumerate(buffers[:3]):
         fs.data(i, i, memoryview(buffer))
@@ -177,4 +177,4 @@ def test_a_head_in_progress_keeps_no_view_of_the_chunks_it_came_in():
             del fed[-1:]
     fs.data(3, 3, memoryview(buffers[3]))
     assert [(r[2], r[3]) for r in rec.frames] == [(len(frame) - 4, frame[:16])]
-    assert fs.head is None
+    assert fs.held == 0

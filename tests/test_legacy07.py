@@ -600,7 +600,7 @@ def test_crafted_capture_through_the_framer_matched_by_order(tmp_path):
     requests = FrameSplitter(collect(False), lambda b, o, e, s, _fresh: looks_like_07_request(b, o, e, s),
                              no_resync, keep=keep)
     responses = FrameSplitter(collect(True), lambda *_: True, no_resync, keep=keep)
-    responses.min_frame = 2
+    responses.set_min_frame(2)
     for to_broker, splitter in ((True, requests), (False, responses)):
         for n, (ts, payload) in enumerate(streams[to_broker]):
             splitter.data(int(ts * 1e9), n, memoryview(payload))

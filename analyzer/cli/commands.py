@@ -515,3 +515,6 @@ def filter_exchanges(ex: pa.Table, apis, statuses, client, min_latency) -> pa.Ta
 from analyzer.cli.spark import register  # noqa: E402 - the spark command lives in its own module
 
 register(main)
+from analyzer.cli.report import register as register_report  # noqa: E402 - as the spark command
+
+register_report(main)

@@ -78,7 +78,6 @@ _tables()
 _NOTHING = _m._NOTHING
 _UNDEFINED = _m._UNDEFINED
 _join = _m._join
-_totals = _m._totals
 _left_out_note = _m._left_out_note
 _NO_TOTALS = _m._NO_TOTALS
 OK = _m.OK
@@ -90,6 +89,22 @@ MALFORMED = _m.MALFORMED
 UNCHECKED = _m.UNCHECKED
 ORPHAN_NOTE = _m.ORPHAN_NOTE
 ORPHAN_AFTER_DROPS_NOTE = _m.ORPHAN_AFTER_DROPS_NOTE
+
+
+cdef tuple _totals(recs, list parts):
+    """record_count and record_bytes of an exchange: the sums over its partitions' records fields."""
+    cdef object records = 0, size = 0
+    if not recs:
+        return _NO_TOTALS
+    for r in (<dict>recs).values():
+        count = r[1]
+        if count:
+            records += count
+    for p in parts:
+        n = p[17]  # PartitionEntry.record_bytes
+        if n:
+            size += n
+    return records, size
 
 
 cdef struct RequestStart:

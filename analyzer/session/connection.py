@@ -123,7 +123,7 @@ class Connection:
 
     def speaks_07(self) -> None:
         """Kafka 0.7: a response may be a bare 2-byte error code."""
-        self.responses.min_frame = 2
+        self.responses.set_min_frame(2)
 
     def can_hand_over(self, boundary: int) -> bool:
         """Whether a reader starting afresh after packet ``boundary`` (the next file of a rotated set) now

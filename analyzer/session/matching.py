@@ -27,7 +27,6 @@ from dissectors.kafka.extract import (
     MAX_PARTITION_ROWS,
     MAX_TOPICS,
     Extracted,
-    PartitionEntry,
 )
 from dissectors.kafka.records import Limits, RecordsError
 from dissectors.kafka.records import batches as record_batches
@@ -214,13 +213,6 @@ def record_rows(o: Outputs, connection_id: int, head, x: Extracted, corr: int, k
 
 
 _NO_TOTALS = (None, None)
-
-
-def _totals(recs: dict | None, parts: list[PartitionEntry]) -> tuple[int | None, int | None]:
-    """record_count and record_bytes of an exchange: the sums over its partitions' records fields."""
-    if not recs:
-        return _NO_TOTALS
-    return sum(r[1] or 0 for r in recs.values()), sum(p.record_bytes or 0 for p in parts)
 
 
 def _left_out_note(side: str, left_out: list[int] | None) -> str | None:

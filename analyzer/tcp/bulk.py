@@ -287,7 +287,7 @@ def _next_event(s, cum: list[int], k: int, end: int, bulk: _Bulk) -> int:
     if left:
         e = bisect_left(cum, base + left, k + 1, end + 1) - 1
         if e > k:
-            s.body_left = left - (cum[e] - base)
+            s.skip_body(cum[e] - base)
         return e
     missing = s.head_missing
     if not missing:  # the next data packet (an ACK never reaches the framer)
@@ -296,6 +296,5 @@ def _next_event(s, cum: list[int], k: int, end: int, bulk: _Bulk) -> int:
     if e > k:
         start, stop = bulk.payloads()
         # The payloads of positions k..e-1, at C speed.
-        s.head += b"".join(map(bulk.chunk.buf.__getitem__, map(slice, start[k:e], stop[k:e])))
-        s.head_missing = missing - (cum[e] - base)
+        s.extend_head(b"".join(map(bulk.chunk.buf.__getitem__, map(slice, start[k:e], stop[k:e]))))
     return e

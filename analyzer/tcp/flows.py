@@ -173,19 +173,10 @@ class FlowTable:
                     p.peer_ack(ts, ack)
             if seg_len:
                 if h.next_seq == seq and not h.ooo and len(payload) == seg_len:
-                    # The in-order fast path of HalfStream.segment, inlined; bytes inside a frame body
-                    # are counted off here without a call into the framer.
+                    # The in-order fast path of HalfStream.segment, inlined.
                     h.payload_bytes += seg_len
                     h.next_seq = (seq + seg_len) & 0xFFFFFFFF
-                    s = h.sink
-                    left = s.body_left
-                    if seg_len < left:
-                        s.body_left = left - seg_len
-                    elif seg_len < s.head_missing:  # more of a frame's head, which the framer keeps
-                        s.head += payload
-                        s.head_missing -= seg_len
-                    else:
-                        s.data(ts, no, payload)
+                    h.sink.data(ts, no, payload)
                 else:
                     h.segment(ts, no, seq, payload, seg_len)
         self.now = ts
@@ -272,7 +263,7 @@ class FlowTable:
             if h.isn < 0:
                 h.syn(ts, seq)
                 if h.payload_bytes == 0 and h.gap_bytes == 0:
-                    h.sink.fresh = False  # the stream's first byte will be a frame's first byte
+                    h.sink.begin()  # the stream's first byte comes next
                 if flags & ACK:
                     # SYN-ACK from the broker: the client's next packet completes the handshake.
                     if conn.syn_ts >= 0 and conn.handshake_ts < 0 and h is conn.to_client:

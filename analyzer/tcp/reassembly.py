@@ -6,8 +6,9 @@ Operations:
   are lost from the capture, so they become a gap at once instead of being waited for.
 - ``flush(ts_ns)``: the capture or the connection ended; whatever is still buffered is delivered after a gap.
 
-Output goes to a sink with two methods, ``data(ts_ns, frame_no, chunk)`` and ``gap(ts_ns, nbytes)``, called
-synchronously (a callback per event is cheaper than building event objects in the per-packet path).
+Output goes to a byte sink (``dissectors/_sink.pxd``: the Kafka framer, later a decrypting layer before it)
+through ``data(ts_ns, frame_no, chunk)`` and ``gap(ts_ns, nbytes)``, called synchronously (a callback per event
+is cheaper than building event objects in the per-packet path).
 
 Goals: in-order segments (nearly all of them) cost a few integer operations and hand the payload view on
 with no copy; retransmissions and overlaps are trimmed; sequence numbers wrap at 2**32; out-of-order
@@ -33,9 +34,15 @@ DEFAULT_MAX_BUFFERED_SEGMENTS = 1024
 
 
 class StreamSink(Protocol):
+    """The byte sink as Python sees it (``dissectors/_sink.pxd`` declares it for compiled callers)."""
+
+    def begin(self) -> None: ...
+
     def data(self, ts_ns: int, frame_no: int, chunk: memoryview) -> None: ...
 
     def gap(self, ts_ns: int, nbytes: int) -> None: ...
+
+    def finish(self, ts_ns: int) -> None: ...
 
 
 def seq_diff(a: int, b: int) -> int:

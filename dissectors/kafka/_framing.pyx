@@ -1,12 +1,13 @@
 # cython: language_level=3
-"""Kafka framing, compiled: the state machine of :mod:`dissectors.kafka.framing` (whose docstring states the
-operations, goals and guarantees) with its per-frame work in C: size prefixes read from the chunk's buffer,
-bounds and modes as C integers. Callers see the same class, attributes and callbacks."""
+"""Kafka framing, compiled: the splitter whose operations, goals and guarantees :mod:`dissectors.kafka.framing`
+states, as a byte sink (``dissectors/_sink.pxd``) with typed state. Size prefixes are read from the chunk's buffer
+in place, positions, bounds and times are C integers; the validator, the finder and the frame callback are the
+caller's Python callables."""
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytearray cimport PyByteArray_FromStringAndSize
 from cpython.bytes cimport PyBytes_FromStringAndSize
-from libc.stdint cimport int32_t, uint8_t, uint32_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 
 cdef enum:
     BOUNDARY = 0  # at a frame start (maybe with a partial head stashed)
@@ -26,75 +27,66 @@ cdef inline Py_ssize_t size_at(const uint8_t* p) noexcept nogil:
     return <int32_t>((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3])
 
 
-cdef class FrameSplitter:
-    cdef public object on_frame, validate, find
-    cdef public Py_ssize_t keep, max_frame, min_frame
-    cdef public int mode
-    cdef public bint fresh
-    cdef public Py_ssize_t body_left, head_missing
-    cdef public object head
-    cdef public Py_ssize_t _left
-    cdef object _first_ts, _first_no
-    cdef Py_ssize_t _size
-    cdef bint _lossy
-    cdef list _stash
-    cdef public Py_ssize_t _stash_len
-    cdef Py_ssize_t _stash_need
-    cdef object _stash_ts, _stash_no
-    cdef public Py_ssize_t frames, resyncs, skipped_bytes, truncated_frames
-    cdef public bint tls
+cdef class FrameSplitter(ByteSink):
+    """Split one direction's ordered byte stream into size-prefixed frames (see dissectors.kafka.framing)."""
 
     def __init__(self, on_frame, validate, find, Py_ssize_t keep=DEFAULT_KEEP,
                  Py_ssize_t max_frame=DEFAULT_MAX_FRAME):
+        if keep < 4 or max_frame < MIN_FRAME:
+            raise ValueError(f"keep {keep} and max_frame {max_frame} leave no frame head to keep")
         self.on_frame = on_frame
         self.validate = validate
         self.find = find
         self.keep = keep
         self.max_frame = max_frame
-        self.min_frame = MIN_FRAME  # 2 on Kafka 0.7 response streams (an error code alone is a frame)
+        self.min_frame = MIN_FRAME
         self.mode = BOUNDARY
-        # No frame accepted yet and the stream's start was not seen (no SYN): it may begin mid-frame.
         self.fresh = True
-        # Bytes of the frame in progress still to come: in body_left once its head is complete (the packet
-        # loop may then count them off without calling data()). While the head is being collected, they are
-        # head_missing (the head bytes still to come) plus _left (the bytes after the head), and a chunk
-        # shorter than head_missing may be appended to head by the packet loop itself.
-        self.body_left = 0
-        self.head_missing = 0
-        # The head of a frame spanning chunks, copied as it comes: views would keep every capture buffer they
-        # point into alive (an 8 MiB decompressed chunk per connection with a head in progress).
-        self.head = None
-        self._left = 0
-        self._first_ts = 0
-        self._first_no = 0
-        self._size = 0
-        self._lossy = False
-        self._stash = []  # bytes held at a boundary or while scanning (at most keep)
-        self._stash_len = 0
-        self._stash_need = 0  # the stash is looked at again once it holds this many bytes
-        self._stash_ts = 0
-        self._stash_no = 0
-        self.frames = 0
-        self.resyncs = 0
-        self.skipped_bytes = 0  # bytes given up on while out of sync
-        self.truncated_frames = 0
-        self.tls = False
+        self.stash = []
 
-    def at_boundary(self):
-        """Whether the stream stands between frames with nothing held (no frame begun, no bytes stashed)."""
-        return self.mode == BOUNDARY and not self.body_left and not self._left and not self._stash_len
+    cpdef set_min_frame(self, Py_ssize_t n):
+        if not 0 <= n <= MIN_FRAME:
+            raise ValueError(f"min_frame {n} outside [0, {MIN_FRAME}]")
+        self.min_frame = n
 
-    def opaque(self):
-        """Whether the stream was found not to be Kafka framing (TLS) and is only counted."""
+    cpdef bint at_boundary(self):
+        return self.mode == BOUNDARY and not self.body_left and not self.head_missing and not self.rest \
+            and not self.stash_len
+
+    cpdef bint opaque(self):
         return self.mode == OPAQUE
 
-    # -- input ---------------------------------------------------------------------------------------
+    @property
+    def held(self):
+        """Bytes held between calls: a stash or the head of the frame in progress (never more than keep, or
+        SCAN_WINDOW while a resync candidate waits)."""
+        return self.stash_len + (len(self.head) if self.head is not None else 0)
 
-    def data(self, ts, no, chunk):
-        cdef Py_ssize_t n, missing, left, origin
+    cpdef skip_body(self, Py_ssize_t n):
+        if not 0 <= n < self.body_left:
+            raise ValueError(f"cannot count off {n} of the {self.body_left} body bytes left")
+        self.body_left -= n
+
+    cpdef extend_head(self, chunk):
+        cdef Py_ssize_t n = len(chunk)
+        if not n < self.head_missing:
+            raise ValueError(f"{n} bytes for the {self.head_missing} head bytes missing")
+        self.head += chunk
+        self.head_missing -= n
+
+    # -- the byte sink ---------------------------------------------------------------------------------
+
+    cpdef begin(self):
+        self.fresh = False  # the first byte will be a frame's first byte: no need to prove it is one
+
+    cpdef data(self, object ts, int64_t no, chunk):
+        cdef Py_ssize_t n = len(chunk)
+        cdef Py_ssize_t pos = 0
+        cdef Py_ssize_t missing, left, origin
+        cdef object first_ts, first_no
+        cdef Py_buffer view
         cdef int mode = self.mode
         if mode == BODY:
-            n = len(chunk)
             missing = self.head_missing
             if missing:
                 if n < missing:
@@ -103,8 +95,8 @@ cdef class FrameSplitter:
                     return
                 self.head += chunk if missing == n else chunk[:missing]
                 self.head_missing = 0
-                left = missing + self._left
-                self._left = 0
+                left = missing + self.rest
+                self.rest = 0
                 if n < left:
                     self.body_left = left - n
                     return
@@ -113,109 +105,112 @@ cdef class FrameSplitter:
                 if n < left:
                     self.body_left = left - n
                     return
-            self._complete(ts, no, self._lossy)
+            self._complete(ts, no, self.lossy)
             if n == left:
                 return
-            chunk = chunk[left:]
+            pos = left
         elif mode == OPAQUE:
-            self.skipped_bytes += len(chunk)
+            self.skipped_bytes += n
             return
-        if self._stash_len:
-            origin = self._stash_len
-            self._stash.append(bytes(chunk))
-            self._stash_len = origin + len(chunk)
-            if self._stash_len < self._stash_need:
+        if self.stash_len:
+            PyObject_GetBuffer(chunk, &view, PyBUF_SIMPLE)
+            try:
+                self.stash.append(PyBytes_FromStringAndSize(<const char*>view.buf + pos, n - pos))
+            finally:
+                PyBuffer_Release(&view)
+            origin = self.stash_len
+            self.stash_len = origin + n - pos
+            if self.stash_len < self.stash_need:
                 return  # still too few to decide anything: nothing to look at again
-            buf = b"".join(self._stash)
-            self._stash.clear()
-            self._stash_len = 0
-            first_ts, first_no = self._stash_ts, self._stash_no
+            buf = b"".join(self.stash)
+            self.stash.clear()
+            self.stash_len = 0
+            self._split(ts, no, buf, 0, origin, self.stash_ts, self.stash_no)
         else:
-            buf = chunk
-            origin = 0
-            first_ts, first_no = ts, no
-        if self.mode == SCAN:
-            self._scan(ts, no, buf, 0, origin, first_ts, first_no, 0)
-        else:
-            self._frames(ts, no, buf, 0, origin, first_ts, first_no)
+            self._split(ts, no, chunk, pos, 0, ts, no)
 
-    def gap(self, ts, Py_ssize_t nbytes):
-        cdef Py_ssize_t left
+    cpdef gap(self, object ts, int64_t nbytes):
+        cdef int64_t left
         cdef int mode = self.mode
         if mode == BODY:
-            left = self.head_missing + self._left + self.body_left
+            left = self.head_missing + self.rest + self.body_left
             self.head_missing = 0  # the head stays as far as it got; decoders see a short head
             if nbytes < left:
-                self._left = 0
+                self.rest = 0
                 self.body_left = left - nbytes
-                self._lossy = True
+                self.lossy = True
                 return
             # The gap swallows the end of the frame: it is complete in length but its last bytes are lost.
             self._complete(ts, 0, True)
             if nbytes == left:
                 return
-            nbytes -= left
         elif mode == OPAQUE:
             return
         # The next frame start (or part of a stashed head) is lost: resynchronise after the gap.
-        self.skipped_bytes += self._stash_len
-        self._stash.clear()
-        self._stash_len = 0
+        self._drop_stash()
         if self.mode != SCAN:
             self.mode = SCAN
             self.resyncs += 1
 
-    def finish(self, ts):
+    cpdef finish(self, object ts):
         """The stream ended: report a frame still in progress as truncated (it never completed)."""
         if self.mode == BODY:
             self.truncated_frames += 1
             self.mode = BOUNDARY
-            self._left = self.body_left = 0
+            self.rest = self.body_left = self.head_missing = 0
             self.head = None
-            self.head_missing = 0
-        self.skipped_bytes += self._stash_len
-        self._stash.clear()
-        self._stash_len = 0
+        self._drop_stash()
 
-    # -- internals -----------------------------------------------------------------------------------
+    # -- internals -------------------------------------------------------------------------------------
 
-    cdef _complete(self, ts, no, bint lossy):
+    cdef void _drop_stash(self):
+        self.skipped_bytes += self.stash_len
+        self.stash.clear()
+        self.stash_len = 0
+
+    cdef _complete(self, object ts, int64_t no, bint lossy):
         """The frame in progress has all its bytes (or lost the last ones): hand it on."""
         head = self.head
         self.head = None
-        self.head_missing = 0
-        self._left = 0
-        self.body_left = 0
+        self.head_missing = self.rest = self.body_left = 0
         self.mode = BOUNDARY
         self.frames += 1
-        self.on_frame(self._first_ts, self._first_no, ts, no, self._size, memoryview(head).toreadonly(), lossy)
+        self.on_frame(self.first_ts, self.first_no, ts, no, self.size, memoryview(head).toreadonly(), lossy)
 
-    cdef _stash_from(self, const uint8_t* p, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t origin, ts, no, first_ts,
-                     first_no, Py_ssize_t need):
-        """Hold the tail buf[pos:] until more bytes arrive (``need`` in all before it is looked at again);
+    cdef _stash_from(self, const uint8_t* p, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t origin, object ts,
+                     int64_t no, object first_ts, int64_t first_no, Py_ssize_t need):
+        """Hold the tail p[pos:n] until more bytes arrive (``need`` in all before it is looked at again);
         it keeps the time of its first byte."""
-        tail = PyBytes_FromStringAndSize(<const char*>p + pos, n - pos)
-        self._stash = [tail]
-        self._stash_len = n - pos
-        self._stash_need = need
+        self.stash = [PyBytes_FromStringAndSize(<const char*>p + pos, n - pos)]
+        self.stash_len = n - pos
+        self.stash_need = need
         if pos < origin:
-            self._stash_ts, self._stash_no = first_ts, first_no
+            self.stash_ts, self.stash_no = first_ts, first_no
         else:
-            self._stash_ts, self._stash_no = ts, no
+            self.stash_ts, self.stash_no = ts, no
 
-    cdef _frames(self, ts, no, buf, Py_ssize_t pos, Py_ssize_t origin, first_ts, first_no):
-        """Split buf[pos:] into frames while in sync; ``origin`` bytes at the front came from the stash."""
+    cdef _split(self, object ts, int64_t no, buf, Py_ssize_t pos, Py_ssize_t origin, object first_ts,
+                int64_t first_no):
+        """Frames (or, out of sync, the search for one) in buf[pos:]; ``origin`` bytes at the front came from
+        the stash and carry the time ``first_ts``/``first_no`` of its first byte."""
         cdef Py_buffer view
         PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
         try:
-            self._frames_in(ts, no, buf, <const uint8_t*>view.buf, view.len, pos, origin, first_ts, first_no)
+            if self.mode == SCAN:
+                self._scan_in(ts, no, buf, <const uint8_t*>view.buf, view.len, pos, origin, first_ts, first_no, 0)
+            else:
+                self._frames_in(ts, no, buf, <const uint8_t*>view.buf, view.len, pos, origin, first_ts, first_no)
         finally:
             PyBuffer_Release(&view)
 
-    cdef _frames_in(self, ts, no, buf, const uint8_t* p, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t origin,
-                    first_ts, first_no):
+    cdef _frames_in(self, object ts, int64_t no, buf, const uint8_t* p, Py_ssize_t n, Py_ssize_t pos,
+                    Py_ssize_t origin, object first_ts, int64_t first_no):
+        """Split p[pos:n] into frames while in sync."""
         cdef Py_ssize_t avail, size, total, need, got
         cdef Py_ssize_t keep = self.keep
+        cdef object fts
+        cdef int64_t fno
+        cdef object ts_obj = None  # ts boxed once for all the frames of this chunk
         while True:
             avail = n - pos
             if avail < 4:
@@ -254,7 +249,12 @@ cdef class FrameSplitter:
                 fts, fno = ts, no
             if avail >= total:
                 self.frames += 1
-                self.on_frame(fts, fno, ts, no, size, buf[pos:pos + need], False)
+                if ts_obj is None:
+                    ts_obj = ts
+                if fts == ts:
+                    self.on_frame(ts_obj, fno, ts_obj, no, size, buf[pos:pos + need], False)
+                else:
+                    self.on_frame(fts, fno, ts_obj, no, size, buf[pos:pos + need], False)
                 pos += total
                 if pos == n:
                     return
@@ -264,13 +264,13 @@ cdef class FrameSplitter:
             got = need if avail >= need else avail
             self.head = PyByteArray_FromStringAndSize(<const char*>p + pos, got)
             self.head_missing = need - got
-            self._first_ts, self._first_no = fts, fno
-            self._size = size
-            self._lossy = False
+            self.first_ts, self.first_no = fts, fno
+            self.size = size
+            self.lossy = False
             if got == need:
                 self.body_left = total - avail
             else:
-                self._left = total - need
+                self.rest = total - need
             self.mode = BODY
             return
 
@@ -291,30 +291,23 @@ cdef class FrameSplitter:
             return True
         return bool(self.validate(buf, end + 4, min(n, end + 4 + size), size, False))
 
-    cdef _lose_sync(self):
+    cdef void _lose_sync(self):
         if self.mode != SCAN:
             self.resyncs += 1
         self.mode = SCAN
 
-    cdef _go_opaque(self, Py_ssize_t nbytes):
+    cdef void _go_opaque(self, Py_ssize_t nbytes):
         self.mode = OPAQUE
         self.tls = True
         self.skipped_bytes += nbytes
 
-    cdef _scan(self, ts, no, buf, Py_ssize_t pos, Py_ssize_t origin, first_ts, first_no, Py_ssize_t skipped):
-        cdef Py_buffer view
-        PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
-        try:
-            self._scan_in(ts, no, buf, <const uint8_t*>view.buf, view.len, pos, origin, first_ts, first_no,
-                          skipped)
-        finally:
-            PyBuffer_Release(&view)
-
-    cdef _scan_in(self, ts, no, buf, const uint8_t* p, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t origin,
-                  first_ts, first_no, Py_ssize_t skipped):
-        """Look for the next frame start the validator accepts; keep at most SCAN_WINDOW bytes pending."""
+    cdef _scan_in(self, object ts, int64_t no, buf, const uint8_t* p, Py_ssize_t n, Py_ssize_t pos,
+                  Py_ssize_t origin, object first_ts, int64_t first_no, Py_ssize_t skipped):
+        """Look for the next frame start the validator accepts in p[pos:n]; keep at most SCAN_WINDOW bytes
+        pending."""
         cdef Py_ssize_t start = pos
-        cdef Py_ssize_t cand, avail, size, tail_from
+        cdef Py_ssize_t cand = -1
+        cdef Py_ssize_t avail, size, tail_from
         cdef Py_ssize_t wait = 0
         self.mode = SCAN
         find = self.find

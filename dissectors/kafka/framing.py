@@ -1,9 +1,11 @@
 """Kafka framing: split one direction's ordered byte stream into size-prefixed frames.
 
-Operations:
+Operations (the byte-sink interface, ``dissectors/_sink.pxd``):
+- ``begin()``: the stream's start was seen (SYN), so its first byte starts a frame and need not prove it.
 - ``data(ts_ns, frame_no, chunk)``: the next ordered bytes of the stream.
 - ``gap(ts_ns, nbytes)``: ``nbytes`` of the stream were lost from the capture.
 - ``finish(ts_ns)``: the stream ended; a frame still in progress is reported as truncated.
+The other layers use only what ``_framing.pxd`` declares besides (counters, the bulk path's count-off).
 
 Every complete frame goes to ``on_frame(first_ts, first_no, last_ts, last_no, size, head, lossy)``: the
 timestamps and packet numbers of its first and last byte, the value of its size prefix, its first bytes
@@ -55,5 +57,6 @@ SCAN = 2  # out of sync: looking for the next plausible frame start
 OPAQUE = 3  # not Kafka framing (TLS): count and ignore
 
 
-# The splitter is compiled (dissectors/kafka/_framing.pyx); the constants above are its interface.
+# The splitter is compiled (dissectors/kafka/_framing.pyx, a byte sink; _framing.pxd declares what other layers
+# may use); the constants above are its interface.
 from dissectors.kafka._framing import FrameSplitter as FrameSplitter  # noqa: E402

@@ -1,8 +1,10 @@
 """Kafka framing of a request stream: the bytes after the first cut into segments (with gaps when its high
-bit is set) by a generator seeded with the first byte, and fed to a splitter with the request validator.
+bit is set) by a generator seeded with the first byte, and fed to the compiled splitter (through its byte-sink
+methods; as a stream whose start was seen when bit 6 is set) with the request validator.
 
 Documented error: none. Beyond not raising: each frame handed on has a size within the splitter's limits
-and a head of at most ``keep`` bytes that starts with that size prefix.
+and a head of at most ``keep`` bytes that starts with that size prefix; the splitter never holds more than
+``keep`` (or the scan window) bytes; frames and skipped bytes never add up to more than the stream.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import random
 import struct
 
 from analyzer.session.connection import find_request
-from dissectors.kafka.framing import FrameSplitter
+from dissectors.kafka.framing import SCAN_WINDOW, FrameSplitter
 from dissectors.kafka.headers import looks_like_request
 
 
@@ -49,11 +51,14 @@ def split(stream: bytes, seed: int, keep: int = KEEP) -> tuple[list[tuple], Fram
         frames.append((size, bytes(head), lossy))
 
     splitter = FrameSplitter(on_frame, request_plausible, find_request, keep=keep, max_frame=MAX_FRAME)
+    if seed & 0x40:
+        splitter.begin()
     for no, (pos, piece) in enumerate(segments(stream, seed)):
         if isinstance(piece, int):
             splitter.gap(pos, piece)
         else:
             splitter.data(pos, no, piece)
+        assert splitter.held <= max(keep, SCAN_WINDOW), splitter.held
     splitter.finish(len(stream))
     return frames, splitter
 
@@ -66,3 +71,5 @@ def test_one_input(data: bytes) -> None:
         assert splitter.min_frame <= size <= MAX_FRAME, size
         assert 4 <= len(head) <= min(KEEP, size + 4), (size, len(head))
         assert struct.unpack_from(">i", head)[0] == size, (size, head[:4])
+    placed = sum(size + 4 for size, _head, _lossy in frames) + splitter.skipped_bytes
+    assert placed <= len(data) - 1, (placed, len(data) - 1)

@@ -1,0 +1,25 @@
+# cython: language_level=3
+"""The byte-sink interface between stream layers: what TCP reassembly hands one direction's ordered bytes to.
+
+A sink is told, in stream order, that the stream's start is next (``begin``), the next bytes (``data``), that
+bytes were lost (``gap``) and that the stream ended (``finish``). Kafka framing implements it today; a decrypting
+layer (TLS) will implement it and feed another sink, so reassembly, decryption and framing stay separate classes
+that call each other through these methods and nothing else. It lives with the dissectors, not with the TCP
+layer, so that the dependency between the packages runs one way (the analyzer calls into the dissectors); the
+methods are ``cpdef`` so a compiled caller calls them in C and a Python caller as ordinary methods.
+"""
+
+from libc.stdint cimport int64_t
+
+
+cdef class ByteSink:
+    # The stream's first byte comes next (its SYN was seen): called before any data or gap, or not at all when
+    # the capture joined the stream midway.
+    cpdef begin(self)
+    # The next bytes of the stream (any buffer, read during the call only), made contiguous by packet ``no`` at
+    # time ``ts`` (ns, a Python int: a capture clock may lie beyond int64 nanoseconds).
+    cpdef data(self, object ts, int64_t no, chunk)
+    # ``nbytes`` bytes of the stream were lost from the capture (noticed at ``ts``).
+    cpdef gap(self, object ts, int64_t nbytes)
+    # The stream ended at ``ts``: nothing more will come.
+    cpdef finish(self, object ts)

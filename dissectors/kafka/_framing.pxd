@@ -1,0 +1,71 @@
+# cython: language_level=3
+"""Kafka framing as a byte sink (``dissectors/_sink.pxd``): the splitter's declared interface.
+
+Beyond the sink's methods, the layers around it use only what is declared public here: the counters
+(read-only), the two quantities the packet loops' bulk path bisects on (``body_left``, ``head_missing``, read-only)
+with the two methods that act on them, and the settings. Everything else is the state machine's own.
+"""
+
+from libc.stdint cimport int64_t, uint8_t
+
+from dissectors._sink cimport ByteSink
+
+
+cdef class FrameSplitter(ByteSink):
+    # Callbacks: on_frame(first_ts, first_no, last_ts, last_no, size, head, lossy); validate(buf, off, end, size,
+    # fresh) -> bool; find(buf, start, end) -> candidate index or -1 (dissectors.kafka.framing documents them).
+    cdef object on_frame, validate, find
+    cdef readonly Py_ssize_t keep, max_frame
+    # The smallest size prefix taken as a frame: 4 (a response header alone is a correlation id), 2 on Kafka 0.7
+    # response streams (an error code alone is a frame); set_min_frame changes it.
+    cdef readonly Py_ssize_t min_frame
+
+    # Frames handed on, entries into resynchronisation, bytes given up on while out of sync (or as TLS),
+    # frames cut off by the end of the stream, and whether the stream was found to be TLS.
+    cdef readonly int64_t frames, resyncs, skipped_bytes, truncated_frames
+    cdef readonly bint tls
+
+    # Bytes of the frame in progress that data() would only count off: a caller may instead count fewer than
+    # this many off with skip_body(). 0 when no frame body is being counted.
+    cdef readonly Py_ssize_t body_left
+    # Bytes of the head of the frame in progress still to come: a caller may hand fewer than this many to
+    # extend_head() instead of data(). 0 when no head is being collected.
+    cdef readonly Py_ssize_t head_missing
+
+    cdef int mode
+    cdef bint fresh  # no frame accepted yet and the stream's start not seen: it may begin mid-frame
+    cdef bytearray head  # the head of a frame spanning chunks, copied as it comes
+    cdef Py_ssize_t rest  # while the head is collected: the frame's bytes after its head
+    cdef object first_ts, first_no  # where the frame in progress began
+    cdef Py_ssize_t size  # its size prefix
+    cdef bint lossy  # part of its body fell in a gap
+    cdef list stash  # bytes held at a boundary or while scanning (at most keep)
+    cdef Py_ssize_t stash_len
+    cdef Py_ssize_t stash_need  # the stash is looked at again once it holds this many bytes
+    cdef object stash_ts
+    cdef int64_t stash_no
+
+    # Count off n (0 <= n < body_left) bytes of the frame body in progress, as data() would.
+    cpdef skip_body(self, Py_ssize_t n)
+    # Append chunk (shorter than head_missing) to the head in progress, as data() would.
+    cpdef extend_head(self, chunk)
+    cpdef set_min_frame(self, Py_ssize_t n)
+    # Whether the stream stands between frames with nothing held (no frame begun, no bytes stashed).
+    cpdef bint at_boundary(self)
+    # Whether the stream was found not to be Kafka framing (TLS) and is only counted.
+    cpdef bint opaque(self)
+
+    # The state machine's own steps (declared here because Cython requires it; not for other layers).
+    cdef void _drop_stash(self)
+    cdef _complete(self, object ts, int64_t no, bint lossy)
+    cdef _stash_from(self, const uint8_t* p, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t origin, object ts,
+                     int64_t no, object first_ts, int64_t first_no, Py_ssize_t need)
+    cdef _split(self, object ts, int64_t no, buf, Py_ssize_t pos, Py_ssize_t origin, object first_ts,
+                int64_t first_no)
+    cdef _frames_in(self, object ts, int64_t no, buf, const uint8_t* p, Py_ssize_t n, Py_ssize_t pos,
+                    Py_ssize_t origin, object first_ts, int64_t first_no)
+    cdef bint _chain_holds(self, buf, const uint8_t* p, Py_ssize_t end, Py_ssize_t n) except -1
+    cdef void _lose_sync(self)
+    cdef void _go_opaque(self, Py_ssize_t nbytes)
+    cdef _scan_in(self, object ts, int64_t no, buf, const uint8_t* p, Py_ssize_t n, Py_ssize_t pos,
+                  Py_ssize_t origin, object first_ts, int64_t first_no, Py_ssize_t skipped)

@@ -1,0 +1,220 @@
+"""``kafkacap report``: the page of the sample captures, opened in headless Chromium (Debian's ``chromium``,
+driven by Playwright), checked against the exported tables with pyarrow (not with the report's own code);
+and the same page from an export folder and from a Spark-layout (Hive-partitioned) folder."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+pytest.importorskip("plotly")
+
+from analyzer.cli.commands import main  # noqa: E402
+from spark_jobs.schemas import capture_dates  # noqa: E402
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_pcaps"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+SECTIONS = ("overview", "latency", "errors", "traffic", "groups", "connections")
+
+
+def invoke(*args) -> None:
+    result = CliRunner().invoke(main, [*map(str, args)])
+    assert result.exit_code == 0, (result.output, result.exception)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict[str, Path]:
+    """The report of the sample captures, and their tables exported the ordinary way (the reference)."""
+    tmp = tmp_path_factory.mktemp("report")
+    invoke("report", SAMPLES, "--detect-ports", "--no-progress", "-o", tmp / "report.html")
+    invoke("export", SAMPLES, "--detect-ports", "--no-progress", "-o", tmp / "tables")
+    return {"report": tmp / "report.html", "tables": tmp / "tables"}
+
+
+def _comparable(page: str) -> str:
+    """The page without the generated figure ids."""
+    return re.sub(r"fig-[a-z]+-\d+|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "", page)
+
+
+def test_page_is_self_contained_and_small(built) -> None:
+    page = built["report"].read_text(encoding="utf-8")
+    assert built["report"].stat().st_size < 10_000_000
+    assert not re.search(r"<script[^>]+src=|<link[^>]+href=\"http", page)  # nothing fetched at load: works offline
+    for section in SECTIONS:
+        assert f'<section id="{section}">' in page
+
+
+def test_report_of_an_export_folder_is_the_same_page(built, tmp_path) -> None:
+    invoke("report", built["tables"], "-o", tmp_path / "from_tables.html")
+    assert _comparable((tmp_path / "from_tables.html").read_text(encoding="utf-8")) == _comparable(
+        built["report"].read_text(encoding="utf-8"))
+
+
+def test_report_of_a_spark_layout_folder_is_the_same_page(built, tmp_path) -> None:
+    """Each table as a dataset partitioned by capture_date, as the Spark job writes it."""
+    out = tmp_path / "spark_out"
+    for name in ("exchanges", "errors", "partitions", "connections", "files"):
+        table = pq.read_table(built["tables"] / f"{name}.parquet")
+        dates = pa.chunked_array([capture_dates(name, b) for b in table.to_batches()], pa.date32())
+        pq.write_to_dataset(table.append_column("capture_date", dates), out / name, partition_cols=["capture_date"])
+    (out / "_SUCCESS").write_text("")
+    assert all(d.name.startswith("capture_date=") for d in (out / "exchanges").iterdir())
+    invoke("report", out, "-o", tmp_path / "from_spark.html")
+    assert _comparable((tmp_path / "from_spark.html").read_text(encoding="utf-8")) == _comparable(
+        built["report"].read_text(encoding="utf-8"))
+
+
+def test_empty_tables_say_why(tmp_path) -> None:
+    """No Kafka on the port asked for: every section says why it is empty instead of drawing nothing."""
+    invoke("report", SAMPLES / "tansu_admin.pcap", "--port", "1", "--no-progress", "-o", tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "js-plotly-plot" not in page.split("<main>")[1].split('id="connections"')[0]
+    assert page.count('class="empty"') >= 10
+    assert "The exchanges table is empty" in page
+
+
+def test_a_csv_export_is_refused(tmp_path) -> None:
+    invoke("export", SAMPLES / "tansu_admin.pcap", "--no-progress", "-f", "csv", "-o", tmp_path / "t")
+    result = CliRunner().invoke(main, ["report", str(tmp_path / "t"), "-o", str(tmp_path / "r.html")])
+    assert result.exit_code == 1
+    assert not (tmp_path / "r.html").exists()
+
+
+# --- In the browser -----------------------------------------------------------------------------------------
+
+_TRACES = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(gd => ({
+    id: gd.id, section: gd.closest('section').id, rendered: !!gd.querySelector('.main-svg'),
+    traces: gd._fullData.map(t => ({name: t.name, type: t.type, xaxis: t.xaxis,
+        x: t.x ? Array.from(t.x, String) : null, y: t.y ? Array.from(t.y, String) : null,
+        customdata: t.customdata ? Array.from(t.customdata, r => (r && r.length !== undefined)
+            ? Array.from(r, String) : String(r)) : null}))}))"""
+
+
+@pytest.fixture(scope="module")
+def browser_view(built, tmp_path_factory):
+    """The page opened in headless Chromium: its figures' data as plotted, console messages, a hover's text;
+    a screenshot is left in the test's temporary folder."""
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    shots = tmp_path_factory.mktemp("screenshots")
+    messages = []
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            # Drawn at 0.6 device pixels per CSS pixel: a small screenshot (docs/report.png is one).
+            page = browser.new_page(viewport={"width": 1280, "height": 1000}, device_scale_factor=0.6)
+            page.on("console", lambda m: messages.append((m.type, m.text)))
+            page.on("pageerror", lambda e: messages.append(("pageerror", str(e))))
+            page.goto(built["report"].as_uri())
+            page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= "
+                                   "document.querySelectorAll('.js-plotly-plot').length")
+            figures = page.evaluate(_TRACES)
+            # Hover the first bar of the request-rate plot as a user would, and read the label plotly draws.
+            first = page.locator("#overview .js-plotly-plot").first
+            gd_id = first.get_attribute("id")
+            page.evaluate(f"Plotly.Fx.hover('{gd_id}', [{{curveNumber: 0, pointNumber: 0}}])")
+            hover = page.locator(f"#{gd_id} .hoverlayer").text_content()
+            page.screenshot(path=str(shots / "report.png"))
+            page.locator("#latency").screenshot(path=str(shots / "latency.png"))
+        finally:
+            browser.close()
+    return {"figures": figures, "messages": messages, "hover": hover, "shots": shots}
+
+
+def _figure(view, section: str, index: int = 0) -> dict:
+    return [f for f in view["figures"] if f["section"] == section][index]
+
+
+def test_no_script_errors_and_every_section_drawn(browser_view) -> None:
+    assert [m for m in browser_view["messages"] if m[0] in ("error", "pageerror", "warning")] == []
+    drawn = Counter(f["section"] for f in browser_view["figures"] if f["rendered"])
+    for section in SECTIONS:
+        assert drawn[section] >= 1, section
+    assert all(f["rendered"] for f in browser_view["figures"])
+    assert (browser_view["shots"] / "report.png").stat().st_size > 10_000
+
+
+def test_request_counts_are_the_tables(browser_view, built) -> None:
+    ex = pq.read_table(built["tables"] / "exchanges.parquet", columns=["api_name"])
+    expected = Counter(ex["api_name"].to_pylist())
+    plotted = {t["name"]: sum(int(v) for v in t["y"]) for t in _figure(browser_view, "overview")["traces"]}
+    named = {name: n for name, n in plotted.items() if name != "other"}
+    assert named == {name: expected[name] for name in named}
+    assert sum(plotted.values()) == ex.num_rows
+
+
+def test_hover_names_the_first_request_packet(browser_view, built) -> None:
+    """The hover of the first interval of the busiest API gives its count and the packet of its first request."""
+    trace = _figure(browser_view, "overview")["traces"][0]
+    capture_file, frame = trace["customdata"][0]
+    ex = pq.read_table(built["tables"] / "exchanges.parquet",
+                       columns=["capture_file", "api_name", "request_frame", "request_first_ts"])
+    row = ex.filter(pc.and_(pc.equal(ex["capture_file"], capture_file), pc.equal(ex["request_frame"], int(frame))))
+    assert row["api_name"].to_pylist()[0] == trace["name"]
+    assert f"packet {frame} of {capture_file}" in browser_view["hover"]
+    assert f"{int(trace['y'][0]):,} exchanges" in browser_view["hover"]
+
+
+def test_record_bytes_per_topic_are_the_tables(browser_view, built) -> None:
+    p = pq.read_table(built["tables"] / "partitions.parquet",
+                      columns=["api_key", "topic", "request_record_bytes", "response_record_bytes"])
+    fig = _figure(browser_view, "traffic")
+    for axis, column, key in (("x", "request_record_bytes", 0), ("x2", "response_record_bytes", 1)):
+        rows = p.filter(pc.equal(p["api_key"], key))
+        sums = rows.group_by("topic").aggregate([(column, "sum")])
+        expected = dict(zip(sums["topic"].to_pylist(), sums[f"{column}_sum"].to_pylist(), strict=True))
+        traces = [t for t in fig["traces"] if t["xaxis"] == axis]
+        assert traces, axis  # Produce on the top row, Fetch on the bottom one
+        for t in traces:
+            if t["name"] == "other":
+                continue
+            got = sum(int(float(v)) for v in t["y"] if v not in ("null", "NaN"))
+            assert got == (expected.get(t["name"]) or 0), (axis, t["name"])
+
+
+def test_slowest_exchange_and_latency_counts_are_the_tables(browser_view, built) -> None:
+    ex = pq.read_table(built["tables"] / "exchanges.parquet",
+                       columns=["api_name", "latency_ms", "record_count", "response_frame"])
+    ex = ex.filter(pc.is_valid(ex["latency_ms"]))
+    service = _figure(browser_view, "latency", 0)
+    for t in service["traces"]:
+        name = t["name"].rsplit(" ", 1)[0]
+        if name == "other":
+            continue
+        own = ex.filter(pc.equal(ex["api_name"], name))
+        slowest = max(float(c[1]) for c in t["customdata"])
+        assert slowest == pytest.approx(pc.max(own["latency_ms"]).as_py()), name
+        assert sum(int(c[0]) for c in t["customdata"]) == own.num_rows, name
+        for c in t["customdata"]:  # p50 <= p99 <= the slowest, in every interval
+            assert float(c[2]) <= float(c[3]) + 1e-9 <= float(c[1]) + 2e-9
+    heat = _figure(browser_view, "latency", 2)["traces"][0]
+    rows = dict(zip(heat["y"], heat["customdata"], strict=True))
+    fetch = ex.filter(pc.equal(ex["api_name"], "Fetch"))
+    with_records = fetch.filter(pc.greater(fetch["record_count"], 0)).num_rows
+    assert sum(float(v) for v in rows["Fetch (with records)"]) == with_records
+    assert sum(float(v) for v in rows["Fetch (empty)"]) == fetch.num_rows - with_records
+    assert sum(float(v) for v in rows["Produce"]) == ex.filter(pc.equal(ex["api_name"], "Produce")).num_rows
+
+
+def test_error_counts_are_the_tables(browser_view, built) -> None:
+    errors = pq.read_table(built["tables"] / "errors.parquet", columns=["error_name", "api_name"])
+    fig = _figure(browser_view, "errors")
+    plotted = {t["name"]: sum(int(v) for v in t["y"]) for t in fig["traces"]}
+    assert sum(plotted.values()) == errors.num_rows
+    expected_pairs = {("MEMBER_ID_REQUIRED", "JoinGroup")} | {
+        ("REBALANCE_IN_PROGRESS", a) for a in ("JoinGroup", "SyncGroup", "Heartbeat", "OffsetCommit")}
+    labels = Counter(f"{n} (expected)" if (n, a) in expected_pairs else n
+                     for n, a in zip(errors["error_name"].to_pylist(), errors["api_name"].to_pylist(), strict=True))
+    assert labels["MEMBER_ID_REQUIRED (expected)"] > 0
+    for name, n in plotted.items():
+        if name != "other":
+            assert n == labels[name], name
