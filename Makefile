@@ -15,7 +15,7 @@ STAMP = $(VENV)/.installed
 RUN_STAMP = $(VENV)/.installed-run
 BUILT = $(VENV)/.built
 # The compiled core's sources: a change rebuilds the extension modules in place (pip install -e runs setup.py).
-CORE_SOURCES = setup.py $(shell find analyzer dissectors -name '*.pyx' -o -name '*.pxd' 2>/dev/null)
+CORE_SOURCES = setup.py $(shell find analyzer dissectors -name '*.pyx' -o -name '*.pxd' -o -name '*.pxi' 2>/dev/null)
 
 # `make run` needs only the tool; `make test` also the test tools and the real broker and clients.
 # A working .venv is reused (whichever Python made it); a missing or broken one is made afresh: running

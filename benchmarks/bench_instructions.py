@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Instructions per analysis of a capture, counted by valgrind's callgrind: a figure that does not drift.
 
-    python benchmarks/bench_instructions.py [CAPTURE] [--slice-mb 50] [--headers-only] [--tree DIR ...]
+    python benchmarks/bench_instructions.py [CAPTURE] [--slice-mb 50] [--headers-only] [--ports 9092] [--tree DIR ...]
 
 Wall time on a shared machine drifts by tens of percent within an hour; the number of instructions an
 analysis executes does not (to a few parts in a thousand). The script runs ``analyze_file`` once and three
@@ -31,7 +31,8 @@ RUNNER = """
 import gc, sys
 from analyzer.pipeline.analyze import Options, analyze_file
 for _ in range(int(sys.argv[3])):
-    analyze_file(sys.argv[1], Options(bodies=sys.argv[2] == "1"), lambda table, batch: None)
+    analyze_file(sys.argv[1], Options(bodies=sys.argv[2] == "1", ports=tuple(map(int, sys.argv[4].split(",")))),
+                 lambda table, batch: None)
     gc.collect()
 """
 
@@ -55,10 +56,10 @@ def cut(source: Path, mb: float) -> Path:
     return target
 
 
-def instructions(tree: Path, capture: Path, bodies: bool, runs: int) -> int:
+def instructions(tree: Path, capture: Path, bodies: bool, runs: int, ports: str = "9092") -> int:
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # compiled once before, not inside the count
-    command = [sys.executable, "-c", RUNNER, str(capture), "1" if bodies else "0", str(runs)]
+    command = [sys.executable, "-c", RUNNER, str(capture), "1" if bodies else "0", str(runs), ports]
     subprocess.run([sys.executable, "-c", "import analyzer.pipeline.analyze"], env=env, cwd=tree, check=True)
     done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *command],
                           env=env, cwd=tree, capture_output=True, text=True, check=True)
@@ -73,6 +74,7 @@ def main() -> None:
     parser.add_argument("capture", nargs="?", type=Path)
     parser.add_argument("--slice-mb", type=float, default=50, help="cut the default capture to this size")
     parser.add_argument("--headers-only", action="store_true")
+    parser.add_argument("--ports", default="9092", help="Kafka ports, comma-separated (the steady scenario: 9093)")
     parser.add_argument("--tree", type=Path, nargs="+", default=[REPO], help="project checkouts to measure")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
@@ -85,8 +87,8 @@ def main() -> None:
     mode = "headers-only" if args.headers_only else "default"
     for tree in args.tree:
         capture = capture.resolve()  # the runner works in each tree
-        once = instructions(tree.resolve(), capture, not args.headers_only, 1)
-        thrice = instructions(tree.resolve(), capture, not args.headers_only, 3)
+        once = instructions(tree.resolve(), capture, not args.headers_only, 1, args.ports)
+        thrice = instructions(tree.resolve(), capture, not args.headers_only, 3, args.ports)
         print(f"{tree}: {(thrice - once) / 2 / 1e6:,.0f} M instructions per analysis ({capture.name}, {mode})")
 
 

@@ -469,10 +469,11 @@ def test_partial_extraction_of_a_frame_cut_inside_its_records():
     assert not isinstance(caught.value, DecodeTruncated)
 
 
-def test_plan_source_is_readable_python():
+def test_plan_source_shows_the_generated_cython_of_a_body_kind():
     source = plan_source(0, 9, False)
-    assert "def extract_ProduceRequest_v9" in source and "acc.acks = v_acks" in source
-    compile(source, "<plan>", "exec")
+    assert source.startswith("cdef Py_ssize_t x_ProduceRequest_v9(") and "acc.acks = v_acks" in source
+    assert "cdef Py_ssize_t x_ProduceRequest_PartitionProduceData_v9(" in source  # and what it calls
+    assert "x_FetchRequest" not in source
 
 
 # ---------------------------------------------------------------------------------------------------------

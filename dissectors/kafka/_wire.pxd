@@ -11,6 +11,7 @@ which keeps the common path free of branches back into Python.
 """
 
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcpy
 
 cdef enum:
     OK = 0
@@ -177,3 +178,32 @@ cdef inline void skip_tags(Cursor* c) noexcept nogil:
             return
         rd_uvarint(c)
         skip(c, rd_uvarint(c))
+
+
+cdef inline uint64_t rd_uvarint_wide(Cursor* c) noexcept nogil:
+    """An unsigned varint of at most 5 bytes as Kafka's Java client reads it: the fifth byte's high bits are not
+    checked (a length that large then fails as too long for the bytes, not as malformed); the value unwrapped,
+    up to 35 bits. MALFORMED only when the fifth byte still says more follow."""
+    cdef uint64_t v = 0
+    cdef uint8_t b
+    cdef int shift = 0
+    while True:
+        if not need(c, 1):
+            return 0
+        b = c.buf[c.pos]
+        c.pos += 1
+        v |= <uint64_t>(b & 0x7F) << shift
+        if not b & 0x80:
+            return v
+        shift += 7
+        if shift > 28:
+            fail(c, MALFORMED)
+            return 0
+
+
+cdef inline double rd_f64(Cursor* c) noexcept nogil:
+    """A big-endian IEEE 754 double."""
+    cdef uint64_t u = <uint64_t>rd_i64(c)
+    cdef double d
+    memcpy(&d, &u, 8)
+    return d

@@ -913,13 +913,32 @@ def render_all(spec_dir: Path) -> dict[str, str]:
     header_v0, always_v0 = check_header_rules(releases, rows)
     guide = spec_dir / GUIDE_FILE
     errors = parse_error_table(guide.read_text(encoding="utf-8"))
-    return {  # in this order: a layout disagreement is reported by the narrowest check that sees it
+    files = {  # in this order: a layout disagreement is reported by the narrowest check that sees it
         "__init__.py": render_init(commits, guide),
         "apis.py": render_apis(rows, header_v0, always_v0, commits),
         "errors.py": render_errors(errors, guide),
         "response_prefix.py": render_prefix(rows, commits),
         "schemas.py": render_schemas(build_schemas(rows), commits),
     }
+    files["extract_plans.pxi"] = render_extract_plans(files["schemas.py"], commits)
+    return files
+
+
+def render_extract_plans(schemas_source: str, commits: dict[str, str]) -> str:
+    """The extraction as Cython (generate_extract.py), from the schemas just rendered: run, so that the plans
+    follow the tables written beside them rather than the ones last committed."""
+    from dissectors.kafka.generate_extract import GenerateError, render_extract
+
+    namespace: dict = {}
+    exec(compile(schemas_source, "schemas.py", "exec"), namespace)
+    header = banner("Extraction of what the tables need from every body kind, as Cython included by "
+                    "dissectors/kafka/_extract.pyx.", message_sources(commits))
+    header = "\n".join("# " + line if line else "#" for line in header.rstrip().removeprefix('"""')
+                       .removesuffix('"""').strip().splitlines())
+    try:
+        return render_extract(namespace, header)
+    except GenerateError as exc:
+        raise GeneratorError(str(exc)) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -944,7 +963,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     OUTPUT_DIR.mkdir(exist_ok=True)
     for name in stale:
         (OUTPUT_DIR / name).write_text(files[name], encoding="utf-8")
-    print(f"{len(stale)} of {len(files)} modules rewritten in {OUTPUT_DIR.relative_to(REPO_ROOT)}")
+    print(f"{len(stale)} of {len(files)} files rewritten in {OUTPUT_DIR.relative_to(REPO_ROOT)}")
     return 0
 
 

@@ -1,0 +1,149 @@
+"""What extraction takes from a schema struct in its scope: the result types, the limits, and the rules of
+:mod:`dissectors.kafka.extract` (what is a topic, a partition, an error) applied to one struct.
+
+Kept apart from the compiled extraction so that the generator (which writes that extraction as Cython from
+these rules) imports it without the extension module being built.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+Topic = str | bytes
+"""A topic name, or a topic id (its 16 bytes) where the version names topics by id."""
+
+ZERO_UUID = bytes(16)
+PARTITION_APIS = frozenset({0, 1, 2, 8, 9, 21, 23})
+"""APIs with per-partition detail: Produce, Fetch, ListOffsets, OffsetCommit, OffsetFetch, DeleteRecords,
+OffsetForLeaderEpoch."""
+PRODUCE = 0
+# What one body may add to the tables, whatever its array counts claim (a 16 MB OffsetFetch response names 4 M
+# partitions, a Metadata request 8 M empty topics): past these the rest is counted, not kept. No real body
+# comes near them (a broker's whole partition count is rarely above a few hundred thousand).
+MAX_PARTITION_ROWS = 100_000  # PartitionEntry rows per body
+MAX_ERROR_ROWS = 100_000  # ErrorEntry rows per body
+MAX_TOPICS = 10_000  # distinct topics per body
+PARTITION_FIELDS = frozenset({"partition_index", "partition", "index", "partition_id"})
+PARTITION_LISTS = frozenset({"partitions", "partition_indexes"})
+ROW_PARTITION_LISTS = frozenset({"partition_indexes"})  # OffsetFetch requests list partitions as int32s
+
+
+class ErrorEntry(NamedTuple):
+    """One non-zero error code field of a response."""
+
+    field_path: str  # dotted field names without indices: "responses.partitions.error_code"
+    topic: Topic | None  # the enclosing topic, if any
+    partition: int | None  # the enclosing partition, if any
+    error_code: int
+    error_message: str | None  # the message field next to the code, when the version has one
+
+
+class PartitionEntry(NamedTuple):
+    """One topic-partition of Produce, Fetch, ListOffsets, OffsetCommit, OffsetFetch, DeleteRecords or
+    OffsetForLeaderEpoch. A field is None when that API and version does not carry it."""
+
+    topic: Topic | None
+    partition: int
+    error_code: int | None  # responses
+    base_offset: int | None  # Produce response: offset of the first appended record
+    log_append_time_ms: int | None  # Produce response (-1 unless the topic uses log-append time)
+    log_start_offset: int | None  # Produce response v5+, Fetch request and response
+    high_watermark: int | None  # Fetch response
+    last_stable_offset: int | None  # Fetch response v4+
+    fetch_offset: int | None  # Fetch request
+    committed_offset: int | None  # OffsetCommit request, OffsetFetch response
+    offset: int | None  # ListOffsets response v1+, DeleteRecords request (delete before it)
+    low_watermark: int | None  # DeleteRecords response
+    end_offset: int | None  # OffsetForLeaderEpoch response
+    timestamp: int | None  # ListOffsets request (the query) and response v1+
+    leader_epoch: int | None  # leader_epoch, or committed_leader_epoch (OffsetCommit, OffsetFetch)
+    current_leader_epoch: int | None  # Fetch, ListOffsets and OffsetForLeaderEpoch requests
+    records_offset: int | None  # where the records field's bytes start in ``buf`` (None if null or absent)
+    record_bytes: int | None  # the records field's length
+
+
+ROW_FIELDS = {name: name for name in PartitionEntry._fields[2:-2]}
+"""Schema field name -> PartitionEntry field it fills."""
+ROW_FIELDS["committed_leader_epoch"] = "leader_epoch"
+
+
+class Extracted(NamedTuple):
+    """What one request or response body contributes to the tables."""
+
+    topics: list[Topic]  # every topic mentioned, in order of first appearance, without repeats
+    partition_count: int  # topic-partition entries (array elements; repeats counted)
+    errors: list[ErrorEntry]  # every non-zero error code of a response, innermost structs first
+    top_error: int | None  # the response's top-level error_code, if the version has one
+    throttle_time_ms: int | None  # the response's top-level throttle_time_ms, wherever it sits
+    partitions: list[PartitionEntry]  # per topic-partition detail, for the APIs PARTITION_APIS names
+    acks: int | None  # Produce requests
+    transactional_id: str | None  # Produce requests v3+
+    complete: bool  # False when ``partial`` extraction stopped at ``end`` (a frame cut short)
+    topic_ids: dict[bytes, str] | None = None  # topic id -> name, from structs that carry both (Metadata v10+)
+    # None, or what the limits left out: [partition rows, error rows, topic mentions] (MAX_PARTITION_ROWS...)
+    left_out: list[int] | None = None
+
+
+TOP_FIELDS = {False: ("acks", "transactional_id"), True: ("error_code", "throttle_time_ms")}
+"""is_response -> top-level fields kept (acks and transactional_id for Produce requests only)."""
+
+
+class Scope(NamedTuple):
+    """Where a struct sits, which decides what its fields mean there."""
+
+    api_key: int
+    is_response: bool
+    path: str  # dotted field names down to this struct ("" at the top level)
+    top: bool
+    element: bool  # an element of an array
+    in_topic: bool  # an enclosing struct names a topic
+
+
+def child_path(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+class StructRules:
+    """The rules applied to one struct in one scope: which field names its topic (by name or id), which is
+    its partition, which are error codes, which top-level values are kept, and what else a report needs."""
+
+    def __init__(self, struct_schema: tuple, scope: Scope, struct_name: str = "struct") -> None:
+        self.fields, self.tagged = struct_schema
+        self.struct_name = struct_name
+        self.scope = scope
+        tagged_entries = [t[1:] for t in self.tagged or ()]
+        everything = [*self.fields, *tagged_entries]
+        self.topic_name = next((e[0] for e in self.fields if len(e) > 3 and e[3] == "topicName"
+                                and e[1].endswith("string")), None)
+        self.topic_id = next((e[0] for e in self.fields if e[0] == "topic_id" and e[1] == "uuid"), None)
+        self.has_topic = self.topic_name is not None or self.topic_id is not None
+        # the topic is reported as soon as the last field that names it is read
+        names_topic = (self.topic_name, self.topic_id)
+        self.topic_ready = next((e[0] for e in reversed(self.fields) if e[0] in names_topic), None)
+        self.in_topic = scope.in_topic or self.has_topic
+        self.partition = None
+        if scope.element and self.in_topic:
+            self.partition = next((e[0] for e in self.fields if e[0] in PARTITION_FIELDS and e[1] == "int32"),
+                                  None)
+        self.rows = self.partition is not None and scope.api_key in PARTITION_APIS
+        self.errors = [e[0] for e in everything if scope.is_response and e[1] == "int16"
+                       and (e[0] == "error_code" or e[0].endswith("_error_code"))]
+        self.top_fields = []
+        if scope.top and (scope.is_response or scope.api_key == PRODUCE):
+            self.top_fields = [e[0] for e in everything if e[0] in TOP_FIELDS[scope.is_response]]
+        self.tag_kept = [e[0] for e in tagged_entries if self.wanted(e[0], e[1])]
+        if any(e[3:] == ("topicName",) or e[0] == "topic_id" for e in tagged_entries):
+            raise ValueError(f"{self.struct_name}: a tagged topic field, which no definition has had so far")
+
+    def wanted(self, name: str, type_name: str) -> bool:
+        """Whether a scalar field's value is used once the struct is read."""
+        if name in (self.topic_name, self.topic_id) or name in self.errors or name in self.top_fields:
+            return True
+        if self.rows and (name in ROW_FIELDS or type_name.endswith("records")):
+            return True
+        code = name.removesuffix("error_message") + "error_code"
+        return name.endswith("error_message") and code in self.errors
+
+    def reports(self) -> bool:
+        """Whether the struct reports anything itself (a topic, a partition, an error, a top-level value)."""
+        return bool(self.has_topic or self.partition is not None or self.errors or self.top_fields)

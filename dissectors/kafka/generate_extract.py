@@ -1,0 +1,621 @@
+"""Write the body extraction as Cython, from the generated schemas and the rules of
+:mod:`dissectors.kafka.extract_rules` (part of ``python -m dissectors.kafka.generate``).
+
+Each struct, in each scope where something in it is needed, becomes one ``cdef`` function reading the bytes
+through a :mod:`dissectors.kafka._wire` cursor: runs of fixed-size fields as one bounds check and the reads of
+the fields kept, strings, bytes and records skipped by their length, arrays of fixed-size elements by count
+times size, structs that hold nothing needed by a generated skipper, tag buffers by their sizes. Structs
+shared between versions and APIs share their function (per struct and scope). A table of function pointers
+indexed by API key, direction and version dispatches to a body kind's top function.
+
+The checks are those of the reference rules: a length or count the bytes cannot hold is a truncation (so a
+frame cut short yields what was read, with ``partial``), a negative one or a null where none is allowed is
+malformed; a string, bytes or fixed-size array nothing needs is stepped over leniently (its length read, the
+position moved, the end checked by the next read). A function that fails records the failure in the
+accumulator and, when the bytes ran out, still reports the partition row and errors read so far.
+
+The output is ``_generated/extract_plans.pxi``, included by ``dissectors/kafka/_extract.pyx`` (the runtime:
+accumulator, string reader, skippers of strings and tag buffers, and the Python entry point): the generated
+part is only what follows from the schemas.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from dissectors.kafka.decoder import FIXED_TYPES
+from dissectors.kafka.extract_rules import (
+    MAX_ERROR_ROWS,
+    MAX_PARTITION_ROWS,
+    PARTITION_APIS,
+    PARTITION_LISTS,
+    ROW_FIELDS,
+    ROW_PARTITION_LISTS,
+    PartitionEntry,
+    Scope,
+    StructRules,
+    child_path,
+)
+
+SIGNATURE = "(Acc acc, Cursor* c, object topic, object partition) except -2"
+SKIP_SIGNATURE = "(Acc acc, Cursor* c) except -2"
+
+# type -> Cython expression reading it from cursor ``c`` (bounds already checked)
+READ_FIXED = {
+    "bool": "rd_u8(c) != 0", "int8": "<int8_t>rd_u8(c)", "int16": "rd_i16(c)", "uint16": "<uint16_t>rd_i16(c)",
+    "int32": "rd_i32(c)", "uint32": "<uint32_t>rd_i32(c)", "int64": "rd_i64(c)", "float64": "rd_f64(c)",
+    "uuid": "rd_uuid(c)",
+}
+
+
+class GenerateError(Exception):
+    """A schema holds something the extraction rules have not met so far."""
+
+
+def _base(type_name: str) -> str:
+    return type_name.removeprefix("compact_").removeprefix("nullable_")
+
+
+def _lit(text: str) -> str:
+    return repr(text)
+
+
+class _Code:
+    """Lines of one function, with the indentation and the failure jumps of the ``while True`` body."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.depth = 2  # inside "def" and "while True"
+        self.loops = 0  # for-loops open inside the while: a failure breaks out of each
+
+    def emit(self, line: str, extra: int = 0) -> None:
+        self.lines.append("    " * (self.depth + extra) + line)
+
+    def fail(self, err: str, where: str, extra: int = 0) -> None:
+        """Record a failure and leave the body (each enclosing loop checks acc.err after it)."""
+        self.emit(f"fail(acc, {err}, {_lit(where)})", extra)
+        self.emit("break", extra)
+
+    def failed(self, extra: int = 0) -> None:
+        """After a call that may have failed (it returned -1 with acc.err set)."""
+        self.emit("break", extra)
+
+    def open_loop(self, header: str) -> None:
+        self.emit(header)
+        self.depth += 1
+        self.loops += 1
+
+    def close_loop(self) -> None:
+        self.depth -= 1
+        self.loops -= 1
+        self.emit("if acc.err:")
+        self.emit("break", 1)
+
+
+def read_uvarint(code: _Code, target: str, where: str) -> None:
+    code.emit(f"{target} = rd_uvarint_wide(c)")
+    code.emit("if c.err:")
+    code.fail("c.err", where, 1)
+
+
+def read_length(code: _Code, target: str, compact: bool, width: int, where: str) -> None:
+    """A length or count as the reference's readers take it: compact (varint N+1, one byte nearly always),
+    else an int16 (string lengths) or int32 in place; truncated when the bytes end first."""
+    if compact:
+        code.emit("if c.pos < c.end and c.buf[c.pos] < 0x80:")
+        code.emit(f"{target} = <Py_ssize_t>c.buf[c.pos] - 1", 1)
+        code.emit("c.pos += 1", 1)
+        code.emit("else:")
+        code.emit(f"{target} = <Py_ssize_t>rd_uvarint_wide(c) - 1", 1)
+        code.emit("if c.err:", 1)
+        code.fail("c.err", where, 2)
+    else:
+        code.emit(f"if c.pos + {width} > c.end:")
+        code.fail("TRUNCATED", where, 1)
+        code.emit(f"{target} = {'rd_i16' if width == 2 else 'rd_i32'}(c)")
+
+
+class ExtractWriter:
+    """The whole generated module: skippers per struct, plans per struct and scope, and the dispatch table."""
+
+    def __init__(self, names: dict[int, str]) -> None:
+        self.names = names  # id(struct) -> its name in schemas.py
+        self.functions: list[str] = []
+        self.plans: dict[tuple[int, Scope], str | None] = {}
+        self.skippers: dict[int, tuple[str | None, int | None]] = {}
+        self.counts: dict[str, int] = {}
+
+    def fresh(self, prefix: str, struct_schema: tuple) -> str:
+        base = f"{prefix}_{self.names.get(id(struct_schema), 'struct')}"
+        n = self.counts[base] = self.counts.get(base, 0) + 1
+        return base if n == 1 else f"{base}_{n}"
+
+    # -- skipping what nothing needs, as the reference's general skippers do
+
+    def struct_skipper(self, struct_schema: tuple) -> tuple[str | None, int | None]:
+        """(function, None) for a struct of variable size, (None, size) for one every instance of which has
+        the same size (no tag buffer, fixed-size fields only)."""
+        key = id(struct_schema)
+        if key in self.skippers:
+            return self.skippers[key]
+        fields, tagged = struct_schema
+        if tagged is None and all(e[1] in FIXED_TYPES for e in fields):
+            found = self.skippers[key] = (None, sum(FIXED_TYPES[e[1]][1] for e in fields))
+            return found
+        name = self.fresh("skip", struct_schema)
+        self.skippers[key] = (name, None)
+        code = _Code()
+        code.depth = 2
+        fixed = 0
+        for entry in fields:
+            type_name, element = entry[1], entry[2] if len(entry) > 2 else None
+            if type_name in FIXED_TYPES:
+                fixed += FIXED_TYPES[type_name][1]
+                continue
+            if fixed:
+                code.emit(f"c.pos += {fixed}")
+                fixed = 0
+            self.skip_field(code, type_name, element)
+        if fixed:
+            code.emit(f"c.pos += {fixed}")
+        code.emit("if c.pos > c.end:")
+        code.fail("TRUNCATED", "struct", 1)
+        if tagged is not None:
+            code.emit("if skip_tag_buffer(acc, c) < 0:")
+            code.failed(1)
+        code.emit("return 0")
+        self.functions.append("\n".join([
+            f"cdef Py_ssize_t {name}{SKIP_SIGNATURE}:",
+            "    cdef Py_ssize_t count, j",
+            "    while True:",
+            *code.lines,
+            "    return -1",
+        ]))
+        return self.skippers[key]
+
+    def skip_field(self, code: _Code, type_name: str, element: Any) -> None:
+        """Skip one field as the reference's field_skipper does (strict lengths and counts)."""
+        if type_name in FIXED_TYPES:
+            code.emit(f"c.pos += {FIXED_TYPES[type_name][1]}")
+            return
+        compact = type_name.startswith("compact_")
+        nullable = "nullable" in type_name
+        base = _base(type_name)
+        if base in ("string", "bytes", "records"):
+            code.emit(f"if skip_sized(acc, c, {compact}, {2 if base == 'string' else 4}, {nullable}) < 0:")
+            code.failed(1)
+        elif base == "struct":
+            skip, size = self.struct_skipper(element)
+            if nullable:
+                skip = skip or self.sized_skipper(element, size)
+                code.emit("if c.pos >= c.end:")
+                code.fail("TRUNCATED", "truncated struct marker", 1)
+                code.emit("if c.buf[c.pos] >= 0x80:")
+                code.emit("c.pos += 1", 1)
+                code.emit("else:")
+                code.emit("c.pos += 1", 1)
+                code.emit(f"if {skip}(acc, c) < 0:", 1)
+                code.failed(2)
+            elif skip is None:
+                code.emit(f"c.pos += {size}")
+            else:
+                code.emit(f"if {skip}(acc, c) < 0:")
+                code.failed(1)
+        elif base == "array":
+            self.skip_array(code, compact, nullable, element)
+        else:
+            raise GenerateError(f"unknown schema type {type_name!r}")
+
+    def sized_skipper(self, struct_schema: tuple, size: int) -> str:
+        """A skipper function for a fixed-size struct behind a nullable marker (no definition has one today)."""
+        name = self.fresh("skip_sized", struct_schema)
+        self.functions.append("\n".join([
+            f"cdef Py_ssize_t {name}{SKIP_SIGNATURE}:",
+            f"    c.pos += {size}",
+            "    if c.pos > c.end:",
+            "        fail(acc, TRUNCATED, 'struct')",
+            "        return -1",
+            "    return 0",
+        ]))
+        return name
+
+    def skip_array(self, code: _Code, compact: bool, nullable: bool, element: Any) -> None:
+        """The reference's array skipper: null only where allowed, the count bounded by the bytes left, then
+        count times the element size, or element by element."""
+        if isinstance(element, tuple):
+            skip, size = self.struct_skipper(element)
+        elif element in FIXED_TYPES:
+            skip, size = None, FIXED_TYPES[element][1]
+        elif _base(element) in ("string", "bytes", "records"):
+            skip, size = "", None
+        else:
+            raise GenerateError(f"an array of {element!r}")
+        read_length(code, "count", compact, 4, "array")
+        code.emit("if count <= 0:")
+        code.emit(f"if count != 0{' and count != -1' if nullable else ''}:", 1)
+        code.fail("MALFORMED", "array", 2)
+        code.emit("elif count > c.end - c.pos:")
+        code.fail("TRUNCATED", "array", 1)
+        if size is not None:
+            code.emit("else:")
+            code.emit(f"c.pos += count * {size}", 1)
+            code.emit("if c.pos > c.end:", 1)
+            code.fail("TRUNCATED", "array", 2)
+            return
+        code.emit("else:")
+        code.depth += 1
+        code.open_loop("for j in range(count):")
+        if skip:
+            code.emit(f"if {skip}(acc, c) < 0:")
+        else:
+            el_compact = element.startswith("compact_")
+            width = 2 if _base(element) == "string" else 4
+            code.emit(f"if skip_sized(acc, c, {el_compact}, {width}, {'nullable' in element}) < 0:")
+        code.failed(1)
+        code.close_loop()
+        code.depth -= 1
+
+    # -- plans
+
+    def plan(self, struct_schema: tuple, scope: Scope) -> str | None:
+        """The function of a struct in a scope, or None when nothing in it is needed."""
+        key = (id(struct_schema), scope)
+        if key not in self.plans:
+            self.plans[key] = _PlanWriter(self, struct_schema, scope).write()
+        return self.plans[key]
+
+    def used(self, roots: set[str]) -> list[str]:
+        """The functions the table reaches (a plan found to need nothing leaves skippers nothing calls)."""
+        by_name = {re.match(r"cdef Py_ssize_t (\w+)\(", f)[1]: f for f in self.functions}
+        seen: set[str] = set()
+        pending = [name for name in roots if name in by_name]
+        while pending:
+            name = pending.pop()
+            if name not in seen:
+                seen.add(name)
+                pending += [n for n in re.findall(r"\b((?:x|skip)_\w+)\(acc", by_name[name]) if n in by_name]
+        return [f for name, f in by_name.items() if name in seen]
+
+    def render(self, tables: dict[bool, dict[int, tuple[int, list]]], header: str) -> str:
+        """The module: every function, then the dispatch table's filling."""
+        entries: list[tuple[int, int, int, str]] = []  # (api_key, is_response, version, function)
+        for is_response in (False, True):
+            for api_key, (min_version, structs) in sorted(tables[is_response].items()):
+                for index, top in enumerate(structs):
+                    scope = Scope(api_key, is_response, "", True, False, False)
+                    function = self.plan(top, scope)
+                    entries.append((api_key, is_response, min_version + index, function or "nothing"))
+        max_key = max(e[0] for e in entries)
+        max_version = max(e[2] for e in entries)
+        out = [header, ""]
+        out.append(f"cdef enum:\n    N_KEYS = {max_key + 1}\n    N_VERSIONS = {max_version + 1}\n")
+        out.append("ctypedef Py_ssize_t (*plan_fn)" + SIGNATURE.replace(" except -2", "") + " except -2\n")
+        out.append("cdef plan_fn PLANS[2][N_KEYS][N_VERSIONS]  # [is_response][api_key][api_version], NULL: unknown\n")
+        out.append("cdef Py_ssize_t nothing" + SIGNATURE + ":")
+        out.append('    """A body kind of which nothing is needed."""')
+        out.append("    return 0\n\n")
+        out.extend(f + "\n\n" for f in self.used({e[3] for e in entries}))
+        out.append("cdef void fill_plans() noexcept:")
+        for api_key, is_response, version, function in entries:
+            out.append(f"    PLANS[{int(is_response)}][{api_key}][{version}] = {function}")
+        out.append("")
+        return "\n".join(out)
+
+
+class _PlanWriter(StructRules):
+    """One struct's function in one scope. Locals: the cursor ``c``; ``topic`` and ``partition``
+    (inherited, then the struct's own once read); ``own`` (0: topic inherited, 1: named by id, 2: by name);
+    ``v_<field>`` for each field kept."""
+
+    def __init__(self, writer: ExtractWriter, struct_schema: tuple, scope: Scope) -> None:
+        super().__init__(struct_schema, scope, writer.names.get(id(struct_schema), "struct"))
+        self.writer = writer
+        self.struct_schema = struct_schema
+        self.code = _Code()
+        self.pending: list[tuple[str, str]] = []
+        self.kept: set[str] = set()
+        self.records: str | None = None
+        self.needed = False
+
+    def var(self, name: str) -> str:
+        return "partition" if name == self.partition else f"v_{name}"
+
+    def emit(self, line: str, extra: int = 0) -> None:
+        self.code.emit(line, extra)
+
+    def flush_fixed(self) -> None:
+        run, self.pending = self.pending, []
+        if not run:
+            return
+        size = sum(FIXED_TYPES[t][1] for _, t in run)
+        kept = [(name, t) for name, t in run if name == self.partition or self.wanted(name, t)]
+        if not kept:
+            self.emit(f"c.pos += {size}")  # unchecked: the next read or the struct's end sees it
+            return
+        self.needed = True
+        self.emit(f"if c.pos + {size} > c.end:")
+        self.code.fail("TRUNCATED", child_path(self.scope.path, run[0][0]), 1)
+        skip = 0
+        for name, t in run:
+            if (name, t) in kept:
+                if skip:
+                    self.emit(f"c.pos += {skip}")
+                    skip = 0
+                self.emit(f"{self.var(name)} = {READ_FIXED[t]}")
+            else:
+                skip += FIXED_TYPES[t][1]
+        if skip:
+            self.emit(f"c.pos += {skip}")
+        self.kept.update(name for name, _ in kept if name != self.partition)
+        if any(name == self.topic_id for name, _ in kept):
+            tid = f"v_{self.topic_id}"
+            if self.topic_name in self.kept:
+                self.emit(f"if v_{self.topic_name} and {tid} != ZERO_UUID:")
+                self.emit(f"acc.name_topic_id({tid}, v_{self.topic_name})", 1)
+            self.emit(f"if own != 2 and {tid} != ZERO_UUID:")
+            self.emit(f"topic = {tid}", 1)
+            self.emit("own = 1", 1)
+            if self.topic_ready == self.topic_id:
+                self.report_topic()
+
+    def report_topic(self) -> None:
+        self.emit("if own and topic not in acc.seen:")
+        self.emit("acc.add_topic(topic)", 1)
+
+    def read_string(self, target: str, type_name: str, where: str) -> None:
+        compact = type_name.startswith("compact_")
+        self.emit(f"{target} = read_str(acc, c, {compact}, {'nullable' in type_name}, {_lit(where)})")
+        self.emit("if acc.err:")
+        self.code.failed(1)
+
+    def field(self, entry: tuple) -> None:
+        name, type_name = entry[0], entry[1]
+        element = entry[2] if len(entry) > 2 else None
+        if type_name in FIXED_TYPES:
+            self.pending.append((name, type_name))
+            return
+        self.flush_fixed()
+        needed_before, self.needed = self.needed, True
+        path = child_path(self.scope.path, name)
+        compact = type_name.startswith("compact_")
+        nullable = "nullable" in type_name
+        child = None
+        if name == self.topic_name:
+            self.read_string(f"v_{name}", type_name, path)
+            self.emit(f"if v_{name}:")
+            self.emit(f"topic = v_{name}", 1)
+            self.emit("own = 2", 1)
+            if self.topic_id in self.kept:
+                self.emit(f"if v_{self.topic_id} != ZERO_UUID:", 1)
+                self.emit(f"acc.name_topic_id(v_{self.topic_id}, v_{name})", 2)
+            self.kept.add(name)
+            if self.topic_ready == name:
+                self.report_topic()
+        elif type_name.endswith("array") and isinstance(element, str) and entry[3:] == ("topicName",):
+            if _base(element) != "string":
+                raise GenerateError(f"{path}: topic names of type {element}")
+            self.emit(f"if read_topic_list(acc, c, {compact}, {element.startswith('compact_')}, "
+                      f"{'nullable' in element}, {_lit(path)}) < 0:")
+            self.code.failed(1)
+        elif type_name.endswith("array") and element == "int32" and name in PARTITION_LISTS and self.in_topic:
+            self.partition_list(name, compact, nullable, path)
+        elif isinstance(element, tuple) and (child := self.child(name, type_name, element)) is not None:
+            if type_name.endswith("array"):
+                self.struct_array(child, compact, nullable, path)
+            elif nullable:
+                self.emit("if c.pos >= c.end:")
+                self.code.fail("TRUNCATED", path, 1)
+                self.emit("if c.buf[c.pos] >= 0x80:")
+                self.emit("c.pos += 1", 1)
+                self.emit("else:")
+                self.emit("c.pos += 1", 1)
+                self.emit(f"if {child}(acc, c, topic, partition) < 0:", 1)
+                self.code.failed(2)
+            else:
+                self.emit(f"if {child}(acc, c, topic, partition) < 0:")
+                self.code.failed(1)
+        elif self.rows and type_name.endswith("records"):
+            read_length(self.code, "n", compact, 4, path)
+            self.emit("if n < 0:")
+            self.emit("if n != -1:", 1)
+            self.code.fail("MALFORMED", path, 2)
+            self.emit("v_records_offset = v_record_bytes = None", 1)
+            self.emit("else:")
+            self.emit("v_records_offset = c.pos", 1)
+            self.emit("v_record_bytes = n", 1)
+            self.emit("c.pos += n", 1)
+            self.emit("if c.pos > c.end:", 1)
+            self.code.fail("TRUNCATED", path, 2)
+            self.records = name
+        elif self.wanted(name, type_name):
+            if _base(type_name) != "string":
+                raise GenerateError(f"{path}: a {type_name} field is needed")
+            self.read_string(f"v_{name}", type_name, path)
+            self.kept.add(name)
+        else:
+            self.skip(type_name, element, path)
+            self.needed = needed_before
+
+    def skip(self, type_name: str, element: Any, path: str) -> None:
+        """A field nothing needs: strings, bytes, records and arrays of fixed-size elements leniently by their
+        length (as the reference's inline step: a negative count is none, the end is the next read's check);
+        anything else as the general skippers."""
+        compact = type_name.startswith("compact_")
+        base = _base(type_name)
+        if isinstance(element, str) and element in FIXED_TYPES and type_name.endswith("array"):
+            size = FIXED_TYPES[element][1]
+        elif base in ("string", "bytes", "records"):
+            size = 1
+        elif base == "struct" and "nullable" not in type_name and self.writer.struct_skipper(element)[0] is None:
+            raise GenerateError(f"{path}: a fixed-size struct skipped")
+        else:
+            self.writer.skip_field(self.code, type_name, element)
+            return
+        if compact:
+            self.emit("if c.pos < c.end and c.buf[c.pos] < 0x80:")
+            self.emit(f"c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * {size} + 1 if c.buf[c.pos] else 1", 1)
+            self.emit("else:")
+            self.code.depth += 1
+            self.writer.skip_field(self.code, type_name, element)
+            self.code.depth -= 1
+            return
+        width = 2 if type_name.endswith("string") else 4
+        self.emit(f"if c.pos + {width} > c.end:")
+        self.code.fail("TRUNCATED", path, 1)
+        self.emit(f"n = {'rd_i16' if width == 2 else 'rd_i32'}(c)")
+        self.emit("if n > 0:")
+        self.emit(f"c.pos += n * {size}" if size != 1 else "c.pos += n", 1)
+
+    def child(self, name: str, type_name: str, element: tuple) -> str | None:
+        scope = self.scope._replace(path=child_path(self.scope.path, name), top=False,
+                                    element=type_name.endswith("array"), in_topic=self.in_topic)
+        return self.writer.plan(element, scope)
+
+    def struct_array(self, child: str, compact: bool, nullable: bool, path: str) -> None:
+        read_length(self.code, "count", compact, 4, path)
+        self.emit("if count > 0:")
+        self.emit("if count > c.end - c.pos:", 1)
+        self.code.fail("TRUNCATED", path, 2)
+        self.code.depth += 1
+        self.code.open_loop("for j in range(count):")
+        self.emit(f"if {child}(acc, c, topic, partition) < 0:")
+        self.code.failed(1)
+        self.code.close_loop()
+        self.code.depth -= 1
+        self.emit(f"elif count < {-1 if nullable else 0}:")
+        self.code.fail("MALFORMED", path, 1)
+
+    def partition_list(self, name: str, compact: bool, nullable: bool, path: str) -> None:
+        read_length(self.code, "count", compact, 4, path)
+        self.emit("if count > 0:")
+        self.emit("if count > (c.end - c.pos) >> 2:", 1)
+        self.code.fail("TRUNCATED", path, 2)
+        self.emit("acc.partition_count += count", 1)
+        if self.scope.api_key in PARTITION_APIS and name in ROW_PARTITION_LISTS:
+            self.emit("partition_rows(acc, c, count, topic)", 1)
+        self.emit("c.pos += 4 * count", 1)
+        self.emit(f"elif count < {-1 if nullable else 0}:")
+        self.code.fail("MALFORMED", path, 1)
+
+    def tags(self) -> None:
+        if self.tagged is None:
+            return
+        handlers = []
+        for tag, *entry in self.tagged:
+            name, type_name = entry[0], entry[1]
+            element = entry[2] if len(entry) > 2 else None
+            if name in self.tag_kept:
+                handlers.append((tag, name, type_name))
+                self.kept.add(name)
+            elif isinstance(element, tuple) and self.child(name, type_name, element) is not None:
+                raise GenerateError(f"{self.struct_name}: the tagged struct {name} holds something needed")
+        self.needed = self.needed or bool(handlers)
+        if not handlers:
+            self.emit("if skip_tag_buffer(acc, c) < 0:")
+            self.code.failed(1)
+            return
+        where = child_path(self.scope.path, "_tagged_fields")
+        self.emit("if c.pos < c.end and c.buf[c.pos] == 0:")
+        self.emit("c.pos += 1", 1)
+        self.emit("else:")
+        self.code.depth += 1
+        read_uvarint(self.code, "count", where)
+        self.emit("if count > (c.end - c.pos) >> 1:")
+        self.code.fail("TRUNCATED", where, 1)
+        self.code.open_loop("for j in range(count):")
+        read_uvarint(self.code, "tag", where)
+        read_uvarint(self.code, "n", where)
+        self.emit("if n > c.end - c.pos:")
+        self.code.fail("TRUNCATED", where, 1)
+        self.emit("stop = c.pos + n")
+        for i, (tag, name, type_name) in enumerate(handlers):
+            self.emit(f"{'if' if i == 0 else 'elif'} tag == {tag}:")
+            if type_name in FIXED_TYPES:
+                self.emit(f"if c.pos + {FIXED_TYPES[type_name][1]} > stop:", 1)
+                self.code.fail("TRUNCATED", where, 2)
+                self.emit(f"v_{name} = {READ_FIXED[type_name]}", 1)
+            elif _base(type_name) == "string":
+                self.emit("sub.buf, sub.pos, sub.end, sub.err = c.buf, c.pos, stop, 0", 1)
+                self.emit(f"v_{name} = read_str(acc, &sub, {type_name.startswith('compact_')}, "
+                          f"{'nullable' in type_name}, {_lit(where)})", 1)
+                self.emit("if acc.err:", 1)
+                self.code.failed(2)
+            else:
+                raise GenerateError(f"{self.struct_name}: a tagged {type_name} field is needed")
+        self.emit("c.pos = stop")
+        self.code.close_loop()
+        self.code.depth -= 1
+
+    def report(self, cut_short: bool) -> list[str]:
+        """The reports after the fields, or, when the bytes ended inside the struct (``cut_short``), of what
+        was read before they did."""
+        out: list[str] = []
+        if self.partition is not None:
+            if cut_short:
+                out.append("if partition is None:")
+                out.append("    return -1")
+            out.append("acc.partition_count += 1")
+        if self.rows:
+            values = {"topic": "topic", "partition": "partition"}
+            for name in self.kept:
+                if name in ROW_FIELDS:
+                    values[ROW_FIELDS[name]] = f"v_{name}"
+            if self.records is not None:
+                values["records_offset"], values["record_bytes"] = "v_records_offset", "v_record_bytes"
+            row = ", ".join(values.get(f, "None") for f in PartitionEntry._fields)
+            out.append(f"if len(acc.partitions) < {MAX_PARTITION_ROWS}:")
+            out.append(f"    acc.partitions.append(new_entry(PartitionEntry, ({row})))")
+            out.append("else:")
+            out.append("    acc.leave_out(0)")
+        for name in self.errors:
+            message = name.removesuffix("error_code") + "error_message"
+            message = f"v_{message}" if message in self.kept else "None"
+            path = child_path(self.scope.path, name)
+            out.append(f"if v_{name}:")
+            out.append(f"    if len(acc.errors) < {MAX_ERROR_ROWS}:")
+            out.append(f"        acc.errors.append(new_entry(ErrorEntry, ({_lit(path)}, topic, partition, "
+                       f"v_{name}, {message})))")
+            out.append("    else:")
+            out.append("        acc.leave_out(1)")
+        for name in self.top_fields:
+            out.append(f"acc.{name} = v_{name}")
+        return out
+
+    def write(self) -> str | None:
+        for entry in self.fields:
+            self.field(entry)
+        self.flush_fixed()
+        self.tags()
+        self.emit("if c.pos > c.end:")
+        self.code.fail("TRUNCATED", self.scope.path or "body", 1)
+        self.emit("break")
+        if not (self.needed or self.reports()):
+            return None
+        name = self.writer.fresh("x", self.struct_schema)
+        kept = sorted(self.kept) + (["records_offset", "record_bytes"] if self.records else [])
+        body = [f"cdef Py_ssize_t {name}{SIGNATURE}:",
+                "    cdef Py_ssize_t n, count, j, stop",
+                "    cdef uint64_t tag",
+                "    cdef Cursor sub",
+                "    cdef int own = 0"]
+        body += [f"    v_{k} = None" for k in kept]
+        body += ["    while True:", *self.code.lines]
+        cut = self.report(cut_short=True)
+        body.append("    if acc.err:")
+        if cut:
+            body.append("        if acc.err == TRUNCATED:")
+            body += ["            " + line for line in cut]
+        body.append("        return -1")
+        body += ["    " + line for line in self.report(cut_short=False)]
+        body.append("    return 0")
+        self.writer.functions.append("\n".join(body))
+        return name
+
+
+def render_extract(namespace: dict[str, Any], header: str) -> str:
+    """The generated Cython of the extraction, from the namespace of a rendered schemas.py."""
+    names = {id(value): key for key, value in namespace.items() if isinstance(value, tuple) and not key.startswith("_")}
+    writer = ExtractWriter(names)
+    return writer.render({False: namespace["REQUESTS"], True: namespace["RESPONSES"]}, header)
+
