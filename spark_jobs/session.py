@@ -28,6 +28,8 @@ JOB_CONF = {
 DEFAULT_CONF = {
     "spark.sql.parquet.compression.codec": "zstd",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # numpy's OpenBLAS would start a spinning thread per core in every Python worker, for nothing kafkacap calls
+    "spark.executorEnv.OPENBLAS_NUM_THREADS": "1",
 }
 
 LOCAL_CONF = {

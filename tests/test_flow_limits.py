@@ -8,6 +8,7 @@ import struct
 import pytest
 
 import analyzer.tcp.flows as flows_module
+from analyzer.tables.schemas import CONNECTION_ROW_FIELDS
 from analyzer.tcp.flows import EVICTED_NOTE, FlowTable
 from tests.craft import heartbeat_request, heartbeat_response
 
@@ -96,11 +97,12 @@ def test_a_held_syn_becomes_the_same_connection_as_without_holding() -> None:
     feed.send(ip, 40000, BROKER, 9092, 1001, 9001, PSH | ACK, heartbeat_request(1))
     feed.send(BROKER, 9092, ip, 40000, 9001, 1001 + len(heartbeat_request(1)), PSH | ACK, heartbeat_response(1))
     assert exchanges(table) == [(1, "ok", None)]
-    (row,) = table.connection_rows
-    assert row[0] == 1  # connection id: the first SYN's packet number
-    assert row[7] == 4 and row[8] == 2  # packets each way
-    assert row[15] == pytest.approx(0.003)  # rtt_ms: first SYN to the handshake's ACK, 1 us apart per packet
-    assert row[16] is True  # syn_seen
+    (values,) = table.connection_rows
+    row = dict(zip(CONNECTION_ROW_FIELDS, values, strict=True))
+    assert row["connection_id"] == 1  # the first SYN's packet number
+    assert (row["packets_to_broker"], row["packets_to_client"]) == (4, 2)
+    assert row["handshake_rtt_ms"] == pytest.approx(0.003)  # first SYN to the handshake's ACK, 1 us per packet
+    assert row["syn_seen"] is True
 
 
 def test_an_evicted_connection_reports_its_request_in_flight() -> None:

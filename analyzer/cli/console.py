@@ -6,6 +6,9 @@ start-up here, against 0.42 s for everything else). No command but ``spark`` (py
 pandas) hands pyarrow pandas objects, so for the others the question is answered before anything else
 runs: pandas is blocked for one conversion, which pyarrow remembers as "no pandas" for the process.
 Commands that never touch pyarrow (``--version``, ``--help``, ``apis``) skip the question and pyarrow with it.
+
+numpy's OpenBLAS starts a thread per CPU at import, and they spin for a while: some 60 ms of CPU per process,
+for matrix routines kafkacap never calls. One thread is asked for (unless the user chose), before any import.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ def _stopped_while_starting(signum, frame) -> None:
 
 
 def main() -> None:
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # inherited by worker processes too
     for signum in (signal.SIGINT, signal.SIGTERM):  # the imports below take a while
         signal.signal(signum, _stopped_while_starting)
     if _asks_pandas_probe(sys.argv[1:]):

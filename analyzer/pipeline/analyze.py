@@ -92,6 +92,11 @@ class FileReport:
     requests_dropped: int = 0  # requests dropped from in-flight queues over their limit (analyzer.session.matching)
     kafka_packets: int = 0  # packets of the Kafka connections in its connection rows (TLS ones excluded)
     tls_packets: int = 0  # packets of its TLS connection rows
+    # The Kafka (not TLS) connection rows' stream bytes, and how they divide: in frames, skipped, lost in gaps.
+    stream_bytes: int = 0
+    framed_bytes: int = 0
+    stream_skipped_bytes: int = 0
+    gap_bytes: int = 0
     continues_in: str | None = None  # name of the next file of its rotated set, when connections run on into it
     handoffs: list[Handoff] = field(default_factory=list)  # the connections that do
 
@@ -271,9 +276,10 @@ def _carry_into(following: Sequence[str], table: FlowTable, stats: CaptureStats,
     return {h.connection_id: snapshots[h.connection_id] for h in report.handoffs}
 
 
-_TO_BROKER, _TO_CLIENT, _TLS = (CONNECTION_ROW_FIELDS.index(f) for f in (
-    "packets_to_broker", "packets_to_client", "tls"))
-_PACKET_COUNTERS = slice(6, 15)  # last_ts .. gaps in CONNECTION_ROW_FIELDS: what the next file counts again
+_TO_BROKER, _TO_CLIENT, _TLS, _STREAM, _FRAMED, _SKIPPED, _GAP = (CONNECTION_ROW_FIELDS.index(f) for f in (
+    "packets_to_broker", "packets_to_client", "tls", "stream_bytes", "framed_bytes", "skipped_bytes", "gap_bytes"))
+# last_ts .. stream_bytes in CONNECTION_ROW_FIELDS: what the next file counts again
+_PACKET_COUNTERS = slice(CONNECTION_ROW_FIELDS.index("last_ts"), CONNECTION_ROW_FIELDS.index("stream_bytes") + 1)
 
 
 def _continued(final: tuple, at_end: tuple) -> tuple:
@@ -320,6 +326,10 @@ def _emit_connections(table: FlowTable, name: str, sink: BatchSink, report: File
             report.tls_packets += row[_TO_BROKER] + row[_TO_CLIENT]
         else:
             report.kafka_packets += row[_TO_BROKER] + row[_TO_CLIENT]
+            report.stream_bytes += row[_STREAM]
+            report.framed_bytes += row[_FRAMED]
+            report.stream_skipped_bytes += row[_SKIPPED]
+            report.gap_bytes += row[_GAP]
     batch = connections_batch(rows, name)
     rows.clear()
     report.connections += batch.num_rows

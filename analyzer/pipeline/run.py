@@ -296,6 +296,10 @@ def merge_shards(reports: list[FileReport]) -> list[FileReport]:
         m.requests_dropped += r.requests_dropped
         m.kafka_packets += r.kafka_packets
         m.tls_packets += r.tls_packets
+        m.stream_bytes += r.stream_bytes
+        m.framed_bytes += r.framed_bytes
+        m.stream_skipped_bytes += r.stream_skipped_bytes
+        m.gap_bytes += r.gap_bytes
         m.seconds = max(m.seconds, r.seconds)
         m.error = m.error or r.error
         m.continues_in = m.continues_in or r.continues_in
@@ -319,10 +323,11 @@ def file_row(r: FileReport) -> tuple:
     s = r.stats
     status, message = file_status(r)
     if s is None:
-        accounted = (0, 0, 0, 0, 0, 0, 0, 0)
+        accounted = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
     else:
         accounted = (r.kafka_packets, r.tls_packets, s.tcp_packets - r.kafka_packets - r.tls_packets,
                      s.non_ip + s.non_tcp, s.ip_fragments + s.unsupported_link + s.short_headers,
+                     r.stream_bytes, r.framed_bytes, r.stream_skipped_bytes, r.gap_bytes,
                      s.damaged_places, s.skipped_bytes, s.skipped_blocks)
     limits = (r.refused_batches, r.connections_evicted, r.requests_dropped)
     return (

@@ -201,8 +201,8 @@ class Stitcher:
 
 
 _SUMMED = ("packets_to_broker", "packets_to_client", "bytes_to_broker", "bytes_to_client", "retransmissions",
-           "out_of_order", "gap_bytes", "gaps", "requests", "responses", "unanswered", "orphan_responses", "malformed",
-           "resyncs", "skipped_bytes", "truncated_frames")
+           "out_of_order", "gap_bytes", "gaps", "stream_bytes", "requests", "responses", "unanswered",
+           "orphan_responses", "malformed", "resyncs", "framed_bytes", "skipped_bytes", "truncated_frames")
 
 
 def merge_connections(table: pa.Table) -> pa.Table:

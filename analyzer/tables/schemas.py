@@ -116,6 +116,9 @@ CONNECTIONS_SCHEMA = pa.schema([
     _f("out_of_order", pa.int64(), "Segments that arrived ahead of a hole (both directions)."),
     _f("gap_bytes", pa.int64(), "Stream bytes missing from the capture (lost packets, snaplen cuts)."),
     _f("gaps", pa.int64(), "Number of holes in the streams."),
+    _f("stream_bytes", pa.int64(), "Bytes of the two byte streams the capture covers, as TCP reassembly put them "
+       "in order: each byte once however often it was sent, the bytes lost in gaps included. Every one of them "
+       "is accounted for: stream_bytes = framed_bytes + skipped_bytes + gap_bytes."),
     _f("handshake_rtt_ms", pa.float64(), "SYN to the ACK of the SYN-ACK, in ms (null without a handshake)."),
     _f("syn_seen", pa.bool_(), "The TCP handshake is in the capture."),
     _f("requests", pa.int64(), "Kafka request frames seen."),
@@ -125,7 +128,10 @@ CONNECTIONS_SCHEMA = pa.schema([
     _f("malformed", pa.int64(), "Frames whose header failed to decode."),
     _f("resyncs", pa.int64(), "Times the framer lost frame alignment (after a gap, a mid-stream start or "
        "garbage) and searched for the next frame."),
-    _f("skipped_bytes", pa.int64(), "Bytes the framer could not place in a frame (while out of sync)."),
+    _f("framed_bytes", pa.int64(), "Stream bytes that arrived inside Kafka frames (complete ones, and the part "
+       "of a frame cut off by the end of the connection or capture)."),
+    _f("skipped_bytes", pa.int64(), "Bytes the framer could not place in a frame (while out of sync, or all of a "
+       "TLS stream's)."),
     _f("truncated_frames", pa.int64(), "Frames cut off by the end of the connection or capture."),
     _f("client_ids", pa.string(), "Distinct client_id values seen on the connection, comma-separated."),
     _f("tls", pa.bool_(), "The connection carried TLS instead of plaintext Kafka (not decoded)."),
@@ -669,6 +675,13 @@ FILES_SCHEMA = pa.schema([
     _f("non_tcp_packets", pa.int64(), "Packets that are not TCP: ARP, LLDP, UDP, ICMP..."),
     _f("undecodable_packets", pa.int64(), "Packets not decoded as far as TCP: IP fragments (not reassembled), "
        "unsupported link types, headers cut short or malformed."),
+    _f("kafka_stream_bytes", pa.int64(), "Bytes of the Kafka connections' byte streams (their stream_bytes in the "
+       "connections table, TLS ones excluded). kafka_stream_bytes = kafka_framed_bytes + kafka_skipped_bytes + "
+       "kafka_gap_bytes: for a rotated set, over the set (a connection running on into the next file is framed "
+       "there up to a frame boundary, its packets counted by the file that holds them)."),
+    _f("kafka_framed_bytes", pa.int64(), "Of those, bytes that arrived inside Kafka frames."),
+    _f("kafka_skipped_bytes", pa.int64(), "Of those, bytes the framer could not place in a frame (resynchronising)."),
+    _f("kafka_gap_bytes", pa.int64(), "Of those, bytes lost from the capture (holes in the streams)."),
     _f("damaged_places", pa.int64(), "Places where the file is damaged (record or block headers that make no "
        "sense, a file cut short): reading went on at the next plausible record after each; message names the "
        "first."),

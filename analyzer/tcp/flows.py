@@ -84,8 +84,8 @@ class _SynSent:
         no, ts = self.packets[0][:2]
         src, dst, sport, dport = split_key(self.client_key)
         return (no, address_text(src), sport, address_text(dst), dport, ts, self.last_ts,
-                len(self.packets) + self.dropped, 0, 0, 0, 0, 0, 0, 0, None, True, 0, 0, 0, 0, 0, 0, 0, 0, None,
-                False, ended)
+                len(self.packets) + self.dropped, 0, 0, 0, 0, 0, 0, 0, 0, None, True, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                None, False, ended)
 
 
 class _AwaitHandshakeAck:
@@ -276,7 +276,7 @@ class FlowTable:
         if seg_len:
             h.segment(ts, no, seq, payload, seg_len)
         if flags & FIN:
-            h.fin()
+            h.fin((seq + seg_len) & MASK32)
             if h.peer.fin_seen:
                 conn.close(ts, "fin")
         if flags & RST:

@@ -55,7 +55,7 @@ class HalfStream:
     """Reassembly state of one direction. ``next_seq`` is -1 until the first segment fixes the origin."""
 
     __slots__ = (
-        "sink", "next_seq", "fin_seen", "ooo", "ooo_bytes", "max_bytes", "max_segments",
+        "sink", "next_seq", "fin_seen", "fin_seq", "ooo", "ooo_bytes", "max_bytes", "max_segments",
         "packets", "retransmitted_bytes", "truncated_bytes", "payload_bytes", "retransmitted", "out_of_order",
         "gap_bytes", "gaps",
         "isn", "syn_ts", "peer", "conn", "last_ts",
@@ -70,6 +70,7 @@ class HalfStream:
         self.sink = sink
         self.next_seq = -1
         self.fin_seen = False
+        self.fin_seq = -1  # the FIN's sequence number: where the stream's data ends
         # Out-of-order segments keyed by their distance ahead of next_seq at arrival, re-based on delivery.
         self.ooo: dict[int, tuple[int, int, memoryview, int]] = {}
         self.ooo_bytes = 0
@@ -148,8 +149,10 @@ class HalfStream:
         d = (ack - nxt) & MASK32
         if d == 0 or d >= HALF32:
             return
-        if self.fin_seen and d == 1:  # the ACK of our FIN covers its sequence number, not data
-            return
+        if self.fin_seq >= 0:  # the ACK of our FIN covers its sequence number, which is not data
+            d = min(d, (self.fin_seq - nxt) & MASK32)
+            if d == 0 or d >= HALF32:
+                return
         if self.ooo:
             lowest = min(self.ooo) - (self.payload_bytes + self.gap_bytes)
             if lowest <= d:
@@ -163,13 +166,22 @@ class HalfStream:
         """TCP payload bytes of the captured segments, as their IP headers declare (repeats included)."""
         return self.payload_bytes + self.truncated_bytes + self.retransmitted_bytes + self.ooo_bytes
 
-    def fin(self) -> None:
+    def fin(self, seq: int) -> None:
+        """A FIN at sequence number ``seq`` (its segment's end): the stream's data ends there."""
         self.fin_seen = True
+        if self.fin_seq < 0:
+            self.fin_seq = seq
 
     def flush(self, ts_ns: int) -> None:
-        """End of stream: deliver what is buffered, declaring the holes before it lost."""
+        """End of stream: deliver what is buffered, declaring the holes before it lost, and the hole before
+        the FIN (its sequence number shows those bytes were sent)."""
         while self.ooo:
             self._skip_to_buffered(ts_ns)
+        nxt = self.next_seq
+        if self.fin_seq >= 0 and nxt >= 0:
+            d = (self.fin_seq - nxt) & MASK32
+            if 0 < d < HALF32:
+                self._lose(ts_ns, d)
 
     # -- internals -------------------------------------------------------------------------------
 

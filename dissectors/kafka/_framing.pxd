@@ -24,6 +24,9 @@ cdef class FrameSplitter(ByteSink):
     # frames cut off by the end of the stream, and whether the stream was found to be TLS.
     cdef readonly int64_t frames, resyncs, skipped_bytes, truncated_frames
     cdef readonly bint tls
+    # Stream bytes that arrived inside frames (complete ones, and the part of one cut off by the end). With
+    # skipped_bytes and the bytes lost in gaps it accounts for every byte of the stream.
+    cdef readonly int64_t framed_bytes
 
     # Bytes of the frame in progress that data() would only count off: a caller may instead count fewer than
     # this many off with skip_body(). 0 when no frame body is being counted.
@@ -39,6 +42,7 @@ cdef class FrameSplitter(ByteSink):
     cdef object first_ts, first_no  # where the frame in progress began
     cdef Py_ssize_t size  # its size prefix
     cdef bint lossy  # part of its body fell in a gap
+    cdef int64_t lost_in_frame  # how many of its bytes did
     cdef list stash  # bytes held at a boundary or while scanning (at most keep)
     cdef Py_ssize_t stash_len
     cdef Py_ssize_t stash_need  # the stash is looked at again once it holds this many bytes

@@ -139,7 +139,9 @@ cdef class FrameSplitter(ByteSink):
                 self.rest = 0
                 self.body_left = left - nbytes
                 self.lossy = True
+                self.lost_in_frame += nbytes
                 return
+            self.lost_in_frame += left
             # The gap swallows the end of the frame: it is complete in length but its last bytes are lost.
             self._complete(ts, 0, True)
             if nbytes == left:
@@ -156,6 +158,8 @@ cdef class FrameSplitter(ByteSink):
         """The stream ended: report a frame still in progress as truncated (it never completed)."""
         if self.mode == BODY:
             self.truncated_frames += 1
+            self.framed_bytes += self.size + 4 - (self.head_missing + self.rest + self.body_left) - self.lost_in_frame
+            self.lost_in_frame = 0
             self.mode = BOUNDARY
             self.rest = self.body_left = self.head_missing = 0
             self.head = None
@@ -175,6 +179,8 @@ cdef class FrameSplitter(ByteSink):
         self.head_missing = self.rest = self.body_left = 0
         self.mode = BOUNDARY
         self.frames += 1
+        self.framed_bytes += self.size + 4 - self.lost_in_frame
+        self.lost_in_frame = 0
         self.on_frame(self.first_ts, self.first_no, ts, no, self.size, memoryview(head).toreadonly(), lossy)
 
     cdef _stash_from(self, const uint8_t* p, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t origin, object ts,
@@ -249,6 +255,7 @@ cdef class FrameSplitter(ByteSink):
                 fts, fno = ts, no
             if avail >= total:
                 self.frames += 1
+                self.framed_bytes += total
                 if ts_obj is None:
                     ts_obj = ts
                 if fts == ts:
