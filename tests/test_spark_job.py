@@ -322,13 +322,25 @@ def test_aggregate_only_on_an_existing_output(spark, samples_run) -> None:
 
 
 def test_the_cli_command_runs_the_job(spark, tmp_path) -> None:
+    from analyzer.cli.commands import main as cli
     from analyzer.cli.spark import spark_command
+    from tests.test_report import _comparable
 
     capture = str(SAMPLES / "tansu_admin.pcap")
-    result = CliRunner().invoke(spark_command, [capture, "-o", str(tmp_path / "out"), "--detect-ports"])
+    page = tmp_path / "spark.html"
+    result = CliRunner().invoke(spark_command, [capture, "-o", str(tmp_path / "out"), "--detect-ports",
+                                                "--report", str(page)])
     assert result.exit_code == 0, result.output
     expected = _cli_export([capture], tmp_path / "cli")["exchanges"]
     assert _rows(_dataset(tmp_path / "out" / "exchanges").drop_columns(["capture_date"])) == _rows(expected)
+    # --report: the page `kafkacap report` makes of the same output folder
+    again = CliRunner().invoke(cli, ["report", str(tmp_path / "out"), "-o", str(tmp_path / "again.html")])
+    assert again.exit_code == 0, again.output
+    assert _comparable(page.read_text(encoding="utf-8")) == _comparable(
+        (tmp_path / "again.html").read_text(encoding="utf-8"))
+    assert "tansu_admin.pcap" in page.read_text(encoding="utf-8")
+    refused = CliRunner().invoke(spark_command, [capture, "-o", "s3://bucket/out", "--report", str(page)])
+    assert refused.exit_code == 2 and "remote" in refused.output
 
 
 def test_remote_listing_folders_and_globs(tmp_path, monkeypatch) -> None:

@@ -38,12 +38,18 @@ from analyzer.cli.terminal import inert
 @click.option("--target-mb", type=click.IntRange(1), default=64, show_default=True,
               help="Small capture files are grouped into tasks of about this many MB.")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Extra Spark setting (repeatable).")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False),
+              help="Also write the HTML report of the output (as `kafkacap report OUTPUT` would); needs a local "
+                   "output folder.")
 def spark_command(paths, out, master, aggregate, aggregate_only, ports, detect_ports, headers_only, verify_crc,
-                  records, max_batch_mb, max_decompressed_mb, separate_files, target_mb, confs) -> None:
+                  records, max_batch_mb, max_decompressed_mb, separate_files, target_mb, confs, report_path) -> None:
     """Run the Spark job: capture files (local, hdfs://, s3://, gs://; folders and globs) to partitioned
     Parquet tables, the same rows as `export`."""
     if not paths and not aggregate_only:
         raise click.UsageError("give capture files or folders (or --aggregate-only on an existing output)")
+    if report_path and "://" in out and not out.startswith("file://"):
+        raise click.UsageError(f"--report reads the output folder from this machine: {inert(out)} is remote "
+                               "(copy it here and run kafkacap report on the copy)")
     try:
         import pandas  # noqa: F401 - pyspark 4.0 checks for it before any mapInArrow
         import pyspark  # noqa: F401
@@ -76,6 +82,26 @@ def spark_command(paths, out, master, aggregate, aggregate_only, ports, detect_p
     say("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items()))
     if result.unreadable == result.files:
         raise click.ClickException("no capture file could be read (see the files table)")
+    if report_path:
+        _write_report(out.removeprefix("file://"), report_path, say)
+
+
+def _write_report(folder: str, path: str, say) -> None:
+    """The report of the job's output folder, from its tables as written (aggregated by the report itself)."""
+    try:
+        import plotly  # noqa: F401
+    except ImportError:
+        raise click.ClickException("plotly is not installed: pip install plotly") from None
+    from analyzer.report.page import write_report
+    from analyzer.report.source import ReportInputError, open_folder
+
+    try:
+        size = write_report(open_folder(folder), path)
+    except ReportInputError as exc:
+        raise click.ClickException(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot write the report to {inert(path)}: {exc.strerror or exc}") from None
+    say(f"wrote {path} ({size / 1e6:.1f} MB)")
 
 
 def register(group: click.Group) -> None:
