@@ -12,8 +12,13 @@ import dataclasses
 import importlib.util
 import json
 import os
+import shutil
+import signal
 import socket
 import struct
+import subprocess
+import threading
+import time
 from pathlib import Path
 
 import dpkt
@@ -51,14 +56,61 @@ def smoke(tmp_path_factory):
     work = tmp_path_factory.mktemp("e2e")
     broker = TansuBroker("127.0.0.1", free_port(), log_dir=work)
     scenario = dataclasses.replace(CI_SMOKE, port=broker.port)
+    piped = None
     try:
         broker.start()
+        piped = _PipedExport(broker.port, work / "piped") if shutil.which("tcpdump") else None
         stats = record_scenario(scenario, broker, work / "capture")
     finally:
         broker.stop()
+        piped_result = piped.finish() if piped else None
     truth = json.loads((work / "capture" / f"{scenario.name}.truth.json").read_text())
     tables = truth_check.export_tables([work / "capture" / truth["capture"]], work / "export", [broker.port])
-    return {"broker": broker, "stats": stats, "truth": truth, "tables": tables}
+    return {"broker": broker, "stats": stats, "truth": truth, "tables": tables, "piped": piped_result}
+
+
+class _PipedExport:
+    """``tcpdump -w - | kafkacap export - -o DIR``, running while the scenario runs (a live capture read from
+    standard input, as ``ssh broker tcpdump -w - | kafkacap export - -o out`` would)."""
+
+    def __init__(self, port: int, out_dir: Path):
+        self.out_dir = out_dir
+        self.tcpdump = subprocess.Popen(
+            ["tcpdump", "-i", "lo", "-s", "0", "-U", "-n", "--immediate-mode", "-B", "32768", "-w", "-",
+             f"tcp port {port}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        self.kafkacap = subprocess.Popen(
+            [*truth_check.kafkacap_command(), "export", "-", "-o", str(out_dir), "--no-progress", "--port", str(port)],
+            stdin=self.tcpdump.stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.tcpdump.stdout.close()  # kafkacap holds the pipe's read end now
+        self.tcpdump_said: list[str] = []
+        listening = threading.Event()
+
+        def read_stderr() -> None:
+            for line in self.tcpdump.stderr:
+                self.tcpdump_said.append(line.decode(errors="replace").rstrip())
+                if b"listening on" in line:
+                    listening.set()
+
+        threading.Thread(target=read_stderr, daemon=True).start()
+        listening.wait(10)
+
+    def finish(self) -> dict:
+        """Stop tcpdump (its end of the pipe closes, kafkacap reads to the end); kafkacap's exit and tables."""
+        import pyarrow.parquet as pq
+
+        time.sleep(0.5)  # the last packets reach the pipe (--immediate-mode, -U)
+        self.tcpdump.send_signal(signal.SIGINT)
+        try:
+            self.tcpdump.wait(10)
+            _, stderr = self.kafkacap.communicate(timeout=120)
+        finally:
+            for proc in (self.tcpdump, self.kafkacap):
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        tables = {path.stem: pq.read_table(path).to_pylist() for path in sorted(self.out_dir.glob("*.parquet"))}
+        return {"returncode": self.kafkacap.returncode, "stderr": stderr, "tables": tables,
+                "tcpdump": " | ".join(self.tcpdump_said)}
 
 
 def _children() -> list[str]:
@@ -99,6 +151,21 @@ def test_every_request_the_clients_sent_is_one_matched_exchange(smoke) -> None:
     assert len(pairs) == len(truth["requests"])
     assert not truth_check.check_statuses(truth, pairs)
     assert all(row["status"] in ("ok", "error") for _, row in pairs)
+
+
+def test_a_live_capture_piped_into_kafkacap_gives_every_exchange(smoke) -> None:
+    """`tcpdump -w - | kafkacap export -`: the same requests as the clients' trace, read from standard input."""
+    piped = smoke["piped"]
+    if piped is None:
+        pytest.skip("tcpdump is not installed: no live capture to pipe")
+    assert piped["returncode"] == 0, piped["stderr"]
+    rows = piped["tables"]["exchanges"]
+    pairs, problems = truth_check.match_requests(smoke["truth"], rows)
+    assert not problems, "\n".join([*problems, f"tcpdump: {piped['tcpdump']}"])
+    assert len(pairs) == len(smoke["truth"]["requests"])
+    assert {row["capture_file"] for row in rows} == {"stdin"}
+    files = piped["tables"]["files"]
+    assert len(files) == 1 and files[0]["packets"] > 0
 
 
 def test_the_top_level_error_is_reported(smoke) -> None:

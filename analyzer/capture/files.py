@@ -38,7 +38,9 @@ from analyzer.capture.linklayer import Buffer
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["Capture", "CaptureError", "CaptureStats", "open_capture"]
+__all__ = ["STDIN", "Capture", "CaptureError", "CaptureStats", "open_capture"]
+
+STDIN = "-"  # the path that names standard input (``tcpdump -w - | kafkacap summary -``)
 
 CHUNK_SIZE = 8 << 20  # decompressed bytes per read-ahead chunk
 RELEASE_STEP = 32 << 20  # how often a memory-mapped file's pages behind the reader are dropped
@@ -169,7 +171,8 @@ def open_capture(path: str | os.PathLike) -> Capture:
     """Open a capture file and read its file header; raise CaptureError when it is not a usable capture."""
     name = os.fspath(path)
     try:
-        file = open(name, "rb")  # owned by the returned Capture
+        # Standard input is read as the stream it is (a pipe cannot be mapped); the descriptor stays open.
+        file = open(0, "rb", closefd=False) if name == STDIN else open(name, "rb")  # owned by the Capture
     except OSError as exc:
         raise CaptureError(f"{name}: cannot open ({exc.strerror or exc})") from None
     try:

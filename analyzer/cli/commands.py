@@ -187,6 +187,9 @@ def _analyse(paths: tuple[str, ...], options: Options, jobs: int, sink, no_progr
     from analyzer.pipeline.run import InputError, expand_paths, run
 
     err = _err()
+    if "-" in paths and sys.stdin.isatty():
+        raise click.UsageError("'-' reads a capture from standard input, which is a terminal here "
+                               "(pipe one in: tcpdump -w - | kafkacap summary -)")
     try:
         files = expand_paths(list(paths))
     except InputError as exc:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analyzer.capture.files import Capture, CaptureError, CaptureStats, open_capture
+from analyzer.capture.files import STDIN, Capture, CaptureError, CaptureStats, open_capture
 from analyzer.pipeline.carry import Handoff, carry_over, continues
 from analyzer.pipeline.collector import collector_tuned
 from analyzer.session.matching import Outputs
@@ -218,7 +218,9 @@ def _stepper(cap: Capture, table: FlowTable, bulk: bool, walked: np.ndarray | No
 def capture_names(paths: Sequence[str]) -> dict[str, str]:
     """A distinct capture_file name per file: its base name, or, where several inputs share one (a folder
     per broker, each with its own capture.pcap), as many parent folders as tell them apart ("b1/capture.pcap").
-    Every table keys its rows by capture_file, so two files must never share one."""
+    Every table keys its rows by capture_file, so two files must never share one. Standard input is "stdin"."""
+    named = {p: "stdin" for p in paths if p == STDIN}
+    paths = [p for p in paths if p != STDIN]
     full = {p: p.rstrip("/") if "://" in p else os.path.normpath(os.path.abspath(p)) for p in paths}
     parts = {p: full[p].replace(os.sep, "/").split("/") for p in paths}
     depth = dict.fromkeys(paths, 1)
@@ -236,7 +238,7 @@ def capture_names(paths: Sequence[str]) -> dict[str, str]:
                 grown = True
         if not grown:
             break
-    return {p: "/".join(parts[p][-depth[p]:]) for p in paths}
+    return {**named, **{p: "/".join(parts[p][-depth[p]:]) for p in paths}}
 
 
 def _carry_into(following: Sequence[str], table: FlowTable, stats: CaptureStats, report: FileReport,

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from analyzer.capture.chunks import joined_walk
-from analyzer.capture.files import CaptureError, open_capture
+from analyzer.capture.files import STDIN, CaptureError, open_capture
 from analyzer.capture.pcap import MAGICS
 from analyzer.pipeline.analyze import BatchSink, FileReport, Options, analyze_file, capture_names
 from analyzer.pipeline.stitch import Stitcher, capture_sets, next_files
@@ -37,7 +37,11 @@ def expand_paths(paths: list[str]) -> list[str]:
     """Files as given; folders searched recursively for capture-looking names (sorted, so runs repeat)."""
     found: list[str] = []
     for p in paths:
-        if os.path.isdir(p):
+        if p == STDIN:
+            if STDIN in found:
+                raise InputError("standard input (-) can be read only once")
+            found.append(p)
+        elif os.path.isdir(p):
             inside = sorted(
                 os.path.join(root, f)
                 for root, _, files in os.walk(p)
