@@ -41,3 +41,22 @@ def test_show_redacts_sasl_tokens_and_token_hmacs(tmp_path):
     assert f"auth_bytes: (redacted: {len(PASSWORD) + 7} bytes)" in text
     assert f"hmac: (redacted: {len(HMAC)} bytes)" in text
     assert "token_id: 'token-1'" in text  # the token's id is not its secret
+
+
+def test_show_json_redacts_the_same_secrets(tmp_path):
+    c = craft.Conversation()
+    c.handshake()
+    c.send(True, craft.request(36, 0, 1, "auth-client", kbytes(b"\x00alice\x00" + PASSWORD)))
+    c.send(False, craft.response(1, struct.pack(">h", 0) + craft.kstring(None) + kbytes(b"")))
+    c.fin()
+    cap = craft.write(tmp_path / "sasl.pcap", c.packets)
+    result = CliRunner().invoke(main, ["show", cap, "--connection", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    for secret in (PASSWORD, b"alice\x00" + PASSWORD):
+        for shown in (secret.hex(), secret.decode("latin-1"), PASSWORD.hex()[:16]):
+            assert shown not in result.stdout
+    import json
+
+    doc = json.loads(result.stdout)
+    assert doc["request"]["body"]["auth_bytes"] == {"redacted_bytes": len(PASSWORD) + 7}
+    assert doc["exchange"]["api_name"] == "SaslAuthenticate" and doc["response"]["correlation_id"] == 1

@@ -94,7 +94,12 @@ def _api_filter(ctx: click.Context, param: click.Parameter, values: tuple[str, .
             if not -(1 << 15) <= int(value) < 1 << 15:
                 raise click.BadParameter(f"{value} is not an API key (keys are 16-bit numbers)")
         elif value.lower() not in names:
-            raise click.BadParameter(f"{value!r} is not an API name (`kafkacap apis` lists them)")
+            import difflib
+
+            spelled = {info.name.lower(): info.name for info in API_BY_KEY if info is not None}
+            close = [spelled[n] for n in difflib.get_close_matches(value.lower(), spelled, n=3, cutoff=0.6)]
+            hint = f"did you mean {' or '.join(close)}? " if close else ""
+            raise click.BadParameter(f"{value!r} is not an API name ({hint}`kafkacap apis` lists them all)")
     return values
 
 
@@ -350,17 +355,27 @@ def main() -> None:
 
 @main.command()
 @_common
-def summary(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progress, separate_files) -> None:
-    """Summarise Kafka traffic: API usage and latency percentiles, errors, clients, connections."""
-    from analyzer.cli.summary import Collector, print_summary
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON document with the same figures (structure: docs/summary-json.md).")
+def summary(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progress, separate_files,
+            as_json) -> None:
+    """Summarise Kafka traffic: capture span and rates, API usage and latency percentiles, slowest service
+    times, errors (protocol steps apart), brokers, clients, topics, connections."""
+    from analyzer.cli.summary import Collector, print_summary, summary_document
     from analyzer.tables.schemas import CONNECTIONS_SCHEMA, EXCHANGES_SCHEMA, PARTITIONS_SCHEMA
 
     sink = Collector()
     reports = _analyse(paths, _options(ports, detect_ports, headers_only, verify_crc, separate_files=separate_files),
                        jobs, sink, no_progress)
-    print_summary(_out(), sink.table("exchanges", EXCHANGES_SCHEMA), sink.table("connections", CONNECTIONS_SCHEMA),
-                  reports, sink.table("partitions", PARTITIONS_SCHEMA), headers_only=headers_only,
-                  verify_crc=verify_crc)
+    tables = (sink.table("exchanges", EXCHANGES_SCHEMA), sink.table("connections", CONNECTIONS_SCHEMA), reports,
+              sink.table("partitions", PARTITIONS_SCHEMA))
+    if as_json:
+        from analyzer.cli.jsonout import dumps
+
+        sys.stdout.write(dumps(summary_document(*tables, headers_only=headers_only, verify_crc=verify_crc),
+                               indent=2) + "\n")
+    else:
+        print_summary(_out(), *tables, headers_only=headers_only, verify_crc=verify_crc)
 
 
 @main.command()
@@ -421,18 +436,45 @@ def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progre
     _err().print(Text(f"wrote {rows:,} exchanges to " + inert(", ".join(written))))
 
 
+def _utc_time(ctx: click.Context, param: click.Parameter, value: str | None):
+    """--since/--until: ISO 8601 (2026-11-21T01:48:03, with a space, a date alone, or an offset); UTC unless
+    the text gives an offset."""
+    if value is None:
+        return None
+    import datetime as dt
+
+    try:
+        t = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not an ISO 8601 time (2026-11-21T01:48:03.5)") from None
+    return t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t.astimezone(dt.UTC)
+
+
+SORTS = {"time": [("request_last_ts", "ascending"), ("response_last_ts", "ascending")],
+         "latency": [("latency_ms", "descending"), ("request_last_ts", "ascending")],
+         "size": [("request_size", "descending"), ("request_last_ts", "ascending")],
+         "response-size": [("response_size", "descending"), ("request_last_ts", "ascending")]}
+
+
 @main.command()
 @_common
 @click.option("--api", "apis", multiple=True, callback=_api_filter,
               help="Only these APIs (name like Produce, or key number).")
 @click.option("--status", "statuses", multiple=True, type=click.Choice(STATUSES), help="Only these statuses.")
 @click.option("--client", help="Only client_id or client address containing this text.")
+@click.option("--broker", help="Only brokers whose address (ip:port, IPv6 as [ip]:port) contains this text.")
+@click.option("--topic", "topics", multiple=True, help="Only exchanges naming this topic (exact name; repeatable).")
+@click.option("--since", callback=_utc_time, help="Only requests completed at or after this time (ISO 8601, UTC).")
+@click.option("--until", callback=_utc_time, help="Only requests completed before this time (ISO 8601, UTC).")
 @click.option("--min-latency", type=click.FloatRange(0), callback=_finite,
               help="Only exchanges at least this slow (ms).")
-@click.option("--limit", type=click.IntRange(0), default=200, show_default=True, help="Rows to print (0: all).")
-@click.option("--json", "as_json", is_flag=True, help="JSON lines instead of a table (all matching rows).")
+@click.option("--sort", type=click.Choice(list(SORTS)), default="time", show_default=True,
+              help="Order: by time, slowest first, or largest request / response first.")
+@click.option("--limit", type=click.IntRange(0), default=None,
+              help="Rows to print, in every format (0: all). Default: 200 in the table, all with --json.")
+@click.option("--json", "as_json", is_flag=True, help="JSON lines (the columns of the exchanges table).")
 def exchanges(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progress, separate_files, apis, statuses,
-              client, min_latency, limit, as_json) -> None:
+              client, broker, topics, since, until, min_latency, sort, limit, as_json) -> None:
     """List exchanges, one per line, with filters."""
     from analyzer.cli.summary import Collector, print_exchanges
     from analyzer.tables.schemas import EXCHANGES_SCHEMA
@@ -440,11 +482,17 @@ def exchanges(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_pro
     sink = Collector()
     _analyse(paths, _options(ports, detect_ports, headers_only, verify_crc, separate_files=separate_files),
              jobs, sink, no_progress)
-    ex = filter_exchanges(sink.table("exchanges", EXCHANGES_SCHEMA), apis, statuses, client, min_latency)
-    ex = ex.sort_by([("request_last_ts", "ascending"), ("response_last_ts", "ascending")])
-    if as_json:  # ASCII JSON: control characters from the capture are \u escapes, inert on a terminal
-        for row in ex.to_pylist():
-            sys.stdout.write(json.dumps(row, default=str, ensure_ascii=True) + "\n")
+    ex = filter_exchanges(sink.table("exchanges", EXCHANGES_SCHEMA), apis, statuses, client, min_latency, broker,
+                          topics, since, until)
+    ex = ex.sort_by(SORTS[sort])
+    if limit is None:
+        limit = 0 if as_json else 200
+    if as_json:
+        from analyzer.cli.jsonout import dumps
+
+        shown = ex.slice(0, limit) if limit else ex
+        for batch in shown.to_batches(4096):
+            sys.stdout.write("".join(dumps(row) + "\n" for row in batch.to_pylist()))
     else:
         print_exchanges(_out(), ex, limit or None)
 
@@ -456,13 +504,15 @@ def exchanges(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_pro
 @click.option("-p", "--port", "ports", type=click.IntRange(1, 65535), multiple=True, help="Kafka port(s).")
 @click.option("--detect-ports", is_flag=True, help="Also find Kafka on any other port.")
 @click.option("--limit", type=click.IntRange(0), default=20, show_default=True, help="Exchanges to show (0: all).")
-def show(path, packet, connection, ports, detect_ports, limit) -> None:
+@click.option("--json", "as_json", is_flag=True, help="JSON lines: per exchange its row and both frames decoded.")
+def show(path, packet, connection, ports, detect_ports, limit, as_json) -> None:
     """Decode chosen exchanges in full and print them as trees."""
     if packet is None and connection is None:
         raise click.UsageError("give --frame N or --connection ID")
     from analyzer.cli.show import show as show_exchanges
 
-    shown, report = show_exchanges(_out(), path, _options(ports, detect_ports), connection, packet, limit)
+    shown, report = show_exchanges(_out(), path, _options(ports, detect_ports), connection, packet, limit,
+                                   as_json=as_json)
     report_files(_err(), [report])
     if _read_nothing(report):
         raise click.ClickException("the capture file could not be read")
@@ -471,11 +521,21 @@ def show(path, packet, connection, ports, detect_ports, limit) -> None:
 
 
 @main.command()
-def apis() -> None:
+@click.option("--json", "as_json", is_flag=True, help="JSON lines: key, name, min_version, max_version, "
+              "flexible_from.")
+def apis(as_json) -> None:
     """The Kafka API keys and versions kafkacap decodes (generated from Kafka's message definitions)."""
     from rich.table import Table
 
     from dissectors.kafka.apis import API_BY_KEY
+
+    if as_json:
+        for info in API_BY_KEY:
+            if info is not None:
+                sys.stdout.write(json.dumps({"key": info.key, "name": info.name, "min_version": info.min_version,
+                                             "max_version": info.max_version,
+                                             "flexible_from": info.flexible_from}) + "\n")
+        return
 
     t = Table(title="Kafka APIs decoded (every version of each, request and response)", title_justify="left")
     for col in ("key", "name", "versions", "flexible from"):
@@ -488,7 +548,8 @@ def apis() -> None:
     _out().print(t)
 
 
-def filter_exchanges(ex: pa.Table, apis, statuses, client, min_latency) -> pa.Table:
+def filter_exchanges(ex: pa.Table, apis, statuses, client, min_latency, broker=None, topics=(), since=None,
+                     until=None) -> pa.Table:
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -512,6 +573,26 @@ def filter_exchanges(ex: pa.Table, apis, statuses, client, min_latency) -> pa.Ta
         mask = both(pc.fill_null(m, False))
     if min_latency is not None:
         mask = both(pc.fill_null(pc.greater_equal(ex["latency_ms"], min_latency), False))
+    if broker:
+        from analyzer.cli.summary import address_column
+
+        mask = both(pc.fill_null(pc.match_substring(address_column(ex["broker_ip"], ex["broker_port"]), broker),
+                                 False))
+    if topics:
+        rows = pc.list_parent_indices(ex["topics"])
+        hit = pc.is_in(pc.list_flatten(ex["topics"]), pa.array(list(topics), pa.string()))
+        named = pc.unique(pc.filter(rows, pc.fill_null(hit, False)))
+        import numpy as np
+
+        m = np.zeros(ex.num_rows, dtype=bool)
+        m[named.to_numpy()] = True
+        mask = both(pa.chunked_array([pa.array(m)]))
+    when = pc.coalesce(ex["request_last_ts"], ex["response_last_ts"])
+    if since is not None:
+        mask = both(pc.fill_null(pc.greater_equal(when, pa.scalar(since, ex.schema.field("request_last_ts").type)),
+                                 False))
+    if until is not None:
+        mask = both(pc.fill_null(pc.less(when, pa.scalar(until, ex.schema.field("request_last_ts").type)), False))
     return ex if mask is None else ex.filter(mask)
 
 

@@ -10,6 +10,7 @@ topic name is shown, never read as markup or sent to the terminal as control cod
 from __future__ import annotations
 
 import struct
+import sys
 import uuid
 from dataclasses import dataclass, field
 
@@ -17,6 +18,7 @@ from rich.console import Console
 from rich.text import Text
 from rich.tree import Tree
 
+from analyzer.cli.jsonout import dumps
 from analyzer.cli.summary import Collector
 from analyzer.cli.terminal import inert
 from analyzer.pipeline.analyze import FileReport, Options, analyze_file
@@ -50,7 +52,7 @@ class Frames:
 
 
 def show(console: Console, path: str, options: Options, connection: int | None, packet: int | None,
-         limit: int) -> tuple[int, FileReport]:
+         limit: int, as_json: bool = False) -> tuple[int, FileReport]:
     """Print the exchanges asked for; returns how many were shown, and what became of the file.
 
     Two passes over the capture, so that memory holds only the frames shown: the first finds the rows and
@@ -86,9 +88,78 @@ def show(console: Console, path: str, options: Options, connection: int | None, 
     analyze_file(path, options, lambda table, batch: None, tap=frames)
     for row in chosen:
         conn = row["connection_id"]
-        console.print(exchange_tree(row, frames.kept.get((conn, row["request_frame"], False)),
-                                    frames.kept.get((conn, row["response_frame"], True))))
+        request = frames.kept.get((conn, row["request_frame"], False))
+        response = frames.kept.get((conn, row["response_frame"], True))
+        if as_json:
+            sys.stdout.write(dumps(exchange_document(row, request, response)) + "\n")
+        else:
+            console.print(exchange_tree(row, request, response))
     return len(chosen), report
+
+
+MAX_JSON_LIST_ITEMS = 10_000  # longer arrays end with {"more": n}: a script gets the structure, memory stays bounded
+
+
+def exchange_document(row: dict, request: tuple | None, response: tuple | None) -> dict:
+    """The exchange for ``show --json``: its exchanges-table row, and each frame's packets, header and body
+    decoded (secrets by size only, as in the tree), or the error that stopped the decoding."""
+    legacy = row["api_key"] is None and row["api_name"] in REQUEST_TYPES.values()
+    out: dict = {"exchange": row}
+    request_07 = None
+    for side, frame in (("request", request), ("response", response)):
+        if frame is None:
+            out[side] = None
+            continue
+        data = frame[3]
+        doc: dict = {"packets": [frame[0], frame[1]], "bytes_kept": len(data)}
+        try:
+            if legacy:
+                doc["body"] = _json_value("", decode_07_tree(data, 4, len(data), request_07, side == "response"))
+                if side == "request":
+                    request_07 = decode_07_request(data, 4, len(data))
+            elif side == "response":
+                doc["length"] = struct.unpack_from(">i", data, 0)[0]
+                if row["api_key"] is None:
+                    doc["correlation_id"] = struct.unpack_from(">i", data, 4)[0]
+                else:
+                    corr, body = decode_response_header(data, 4, len(data), row["api_key"], row["api_version"])
+                    doc["correlation_id"] = corr
+                    doc["body"] = _json_value("", decode(data, body, len(data), row["api_key"], row["api_version"],
+                                                         True))
+            else:
+                doc["length"] = struct.unpack_from(">i", data, 0)[0]
+                h = decode_request_header(data, 4, len(data))
+                doc.update(api_key=h.api_key, api_version=h.api_version, correlation_id=h.correlation_id,
+                           client_id=h.client_id)
+                doc["body"] = _json_value("", decode(data, h.body_offset, len(data), row["api_key"],
+                                                     row["api_version"], False))
+        except (HeaderError, Legacy07Error) as exc:
+            doc["error"] = str(exc)
+        out[side] = doc
+    return out
+
+
+def _json_value(name: str, v):
+    """A decoded value for JSON: bytes in hex (16-byte ids as UUIDs), secrets as their size, records by place."""
+    if isinstance(v, dict):
+        out = {}
+        for k, item in v.items():
+            if k in SECRET_FIELDS and isinstance(item, bytes | bytearray | memoryview):
+                out[str(k)] = {"redacted_bytes": len(item)}
+            else:
+                out[str(k)] = _json_value(str(k), item)
+        return out
+    if isinstance(v, list):
+        items = [_json_value("", item) for item in v[:MAX_JSON_LIST_ITEMS]]
+        if len(v) > MAX_JSON_LIST_ITEMS:
+            items.append({"more": len(v) - MAX_JSON_LIST_ITEMS})
+        return items
+    if isinstance(v, RecordsRef):
+        return {"records_bytes": v.length, "offset": v.offset}
+    if isinstance(v, bytes | bytearray | memoryview):
+        b = bytes(v)
+        return str(uuid.UUID(bytes=b)) if len(b) == 16 and name.endswith("id") else b.hex()
+    return v
 
 
 def exchange_tree(row: dict, request: tuple | None, response: tuple | None) -> Tree:

@@ -16,7 +16,7 @@ from rich.text import Text
 from analyzer.cli.terminal import inert, inert_text
 from analyzer.pipeline.analyze import FileReport
 from analyzer.pipeline.run import file_status
-from dissectors.kafka.errors import is_retriable
+from dissectors.kafka.errors import EXPECTED_ERRORS, is_expected, is_retriable
 
 PERCENTILES = (0.5, 0.95, 0.99)
 
@@ -47,10 +47,14 @@ def print_summary(console: Console, exchanges: pa.Table, connections: pa.Table,
     figures can and cannot include (the summary says so)."""
     _files(console, reports)
     if exchanges.num_rows == 0:
-        console.print("[yellow]No Kafka exchanges found.[/] Kafka on another port? Try --port or --detect-ports.")
+        console.print(Text("No Kafka exchanges found. " + " ".join(hints(exchanges, connections, reports)),
+                           style="yellow"))
     else:
+        _capture(console, capture_span(exchanges))
         _api_usage(console, exchanges)
+        _slowest(console, slowest(exchanges))
         _errors(console, exchanges)
+        _brokers(console, broker_rows(exchanges))
         _clients(console, exchanges)
         if partitions is not None and partitions.num_rows:
             _topics(console, partitions)
@@ -61,6 +65,150 @@ def print_summary(console: Console, exchanges: pa.Table, connections: pa.Table,
         console.print(HEADERS_ONLY_NOTE, style="yellow", markup=False)
 
 
+# The APIs whose latency is mostly a wait the client asked for: a Fetch is held until data arrives or its
+# max_wait_ms passes (a long poll); JoinGroup until the group's members have joined (up to the rebalance
+# timeout); SyncGroup until the leader has sent the assignment. Their latency is not the broker's speed.
+WAIT_APIS = ("Fetch", "JoinGroup", "SyncGroup")
+SLOWEST = 10
+
+
+def expected_mask(ex: pa.Table) -> pa.ChunkedArray:
+    """Per exchange: its error is a protocol step (dissectors.kafka.errors.EXPECTED_ERRORS), not a failure."""
+    out = pc.equal(pc.fill_null(ex["status"], ""), "never")  # all False, the table's chunking
+    for e in EXPECTED_ERRORS:
+        hit = pc.and_(pc.equal(ex["error_name"], e.name), pc.is_in(ex["api_name"], pa.array(e.apis)))
+        out = pc.or_(out, pc.fill_null(hit, False))
+    return out
+
+
+def failure_mask(ex: pa.Table) -> pa.ChunkedArray:
+    return pc.and_(pc.equal(pc.fill_null(ex["status"], ""), "error"), pc.invert(expected_mask(ex)))
+
+
+def capture_span(ex: pa.Table) -> dict:
+    """First and last capture time of any exchange, the span in seconds, and the request rate over it."""
+    lo = hi = None
+    for col in ("request_first_ts", "response_first_ts", "request_last_ts", "response_last_ts"):
+        c = ex[col]
+        if len(c) == c.null_count:
+            continue
+        mm = pc.min_max(c)
+        a, b = mm["min"].as_py(), mm["max"].as_py()
+        lo = a if lo is None or a < lo else lo
+        hi = b if hi is None or b > hi else hi
+    requests = len(ex) - ex["api_key"].null_count
+    span = (hi - lo).total_seconds() if lo is not None and hi is not None else None
+    return {"first": lo, "last": hi, "seconds": span, "exchanges": len(ex), "requests": requests,
+            "requests_per_second": requests / span if span else None}
+
+
+def slowest(ex: pa.Table, n: int = SLOWEST) -> list[dict]:
+    """The ``n`` longest service times: answered exchanges of APIs that are not waits (WAIT_APIS), slowest
+    first, with the packet numbers to open them in Wireshark."""
+    served = ex.filter(pc.and_(pc.is_valid(ex["latency_ms"]),
+                               pc.invert(pc.fill_null(pc.is_in(ex["api_name"], pa.array(WAIT_APIS)), False))))
+    top = served.take(pc.select_k_unstable(served["latency_ms"], n, [("latency_ms", "descending")]))
+    top = top.sort_by([("latency_ms", "descending"), ("request_frame", "ascending")])
+    cols = ("capture_file", "connection_id", "request_frame", "response_frame", "api_name", "api_version",
+            "correlation_id", "client_id", "client_ip", "client_port", "broker_ip", "broker_port", "topics",
+            "latency_ms", "status", "error_name")
+    return top.select(list(cols)).to_pylist()
+
+
+def broker_rows(ex: pa.Table) -> list[dict]:
+    """Per broker address: requests, failures, clients, and service-time percentiles (waits left out)."""
+    ex = ex.append_column("failed", pc.cast(failure_mask(ex), pa.int64()))
+    g = ex.group_by(["broker_ip", "broker_port"]).aggregate([
+        ("api_key", "count"), ("failed", "sum"), ("client_ip", "count_distinct")])
+    served = ex.filter(pc.and_(pc.is_valid(ex["latency_ms"]),
+                               pc.invert(pc.fill_null(pc.is_in(ex["api_name"], pa.array(WAIT_APIS)), False))))
+    lat = {}
+    if served.num_rows:
+        for r in served.group_by(["broker_ip", "broker_port"]).aggregate([
+                ("latency_ms", "tdigest", pc.TDigestOptions(q=[0.5, 0.99]))]).to_pylist():
+            lat[(r["broker_ip"], r["broker_port"])] = r["latency_ms_tdigest"]
+    rows = []
+    for r in g.to_pylist():
+        q = lat.get((r["broker_ip"], r["broker_port"]), [None, None])
+        rows.append({"broker_ip": r["broker_ip"], "broker_port": r["broker_port"], "requests": r["api_key_count"],
+                     "failures": r["failed_sum"] or 0, "client_addresses": r["client_ip_count_distinct"],
+                     "service_p50_ms": q[0], "service_p99_ms": q[1]})
+    rows.sort(key=lambda r: (-r["requests"], r["broker_ip"] or "", r["broker_port"] or 0))
+    return rows
+
+
+def hints(ex: pa.Table, conns: pa.Table, reports: list[FileReport]) -> list[str]:
+    """Why a capture may show no (or few) Kafka exchanges, from what the analysis saw."""
+    out = []
+    tls = pc.sum(pc.cast(conns["tls"], pa.int64())).as_py() or 0 if conns.num_rows else 0
+    if tls:
+        out.append(f"{tls:,} TLS connection(s) on the Kafka ports: their bytes are encrypted.")
+    if any(r.stats is not None and r.stats.damage for r in reports):
+        out.append("Some input is damaged (see the files above).")
+    if not any(r.stats is not None and r.stats.tcp_packets for r in reports):
+        out.append("No TCP packet was read at all.")
+    elif ex.num_rows == 0 and not tls:
+        out.append("Kafka on another port? Try --port or --detect-ports.")
+    return out
+
+
+def address_column(ips: pa.ChunkedArray, ports: pa.ChunkedArray) -> pa.ChunkedArray:
+    """ip:port per row, IPv6 as [ip]:port (as ``_address``)."""
+    v6 = pc.fill_null(pc.match_substring(ips, ":"), False)
+    host = pc.if_else(v6, pc.binary_join_element_wise("[", ips, "]", ""), ips)
+    return pc.binary_join_element_wise(host, pc.cast(ports, pa.string()), ":")
+
+
+def _address(ip: str | None, port: int | None) -> str:
+    """host:port, IPv6 in brackets ([::1]:9092) so the port cannot be read as part of the address."""
+    if ip is None:
+        return "-"
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+def _capture(console: Console, span: dict) -> None:
+    if span["first"] is None:
+        return
+    rate = span["requests_per_second"]
+    console.print(Text.assemble(
+        ("Capture: ", "bold"), f"{span['first']:%Y-%m-%d %H:%M:%S.%f} to {span['last']:%Y-%m-%d %H:%M:%S.%f} UTC "
+        f"({span['seconds']:,.3f} s), {span['requests']:,} requests",
+        f" ({rate:,.1f}/s)" if rate is not None else ""))
+
+
+def _slowest(console: Console, rows: list[dict]) -> None:
+    if not rows:
+        return
+    t = Table(title=f"Slowest service times (top {SLOWEST}; Fetch, JoinGroup and SyncGroup wait by design and "
+                    "are left out)", title_justify="left")
+    for col in ("latency ms", "api", "client_id", "client", "broker", "topics", "file", "packets", "status"):
+        t.add_column(col, justify="right" if col == "latency ms" else "left",
+                     overflow="ellipsis", no_wrap=col in ("client_id", "topics", "file"),
+                     max_width=30 if col in ("client_id", "topics", "file") else None)
+    for r in rows:
+        topics = r["topics"] or []
+        t.add_row(_fmt_ms(r["latency_ms"]), inert_text(f"{r['api_name']} v{r['api_version']}"),
+                  inert_text(r["client_id"], missing="(null)"), inert_text(_address(r["client_ip"], r["client_port"])),
+                  inert_text(_address(r["broker_ip"], r["broker_port"])),
+                  inert_text(", ".join(topics[:3]) + (f" +{len(topics) - 3}" if len(topics) > 3 else "")),
+                  inert_text(r["capture_file"]), f"{r['request_frame']}-{r['response_frame']}",
+                  inert_text(r["status"] if r["status"] != "error" else r["error_name"]))
+    console.print(t)
+
+
+def _brokers(console: Console, rows: list[dict]) -> None:
+    if len(rows) < 1:
+        return
+    t = Table(title="Brokers (service time in ms, waits left out)", title_justify="left")
+    for col in ("broker", "requests", "failures", "client addresses", "p50", "p99"):
+        t.add_column(col, justify="left" if col == "broker" else "right")
+    for r in rows:
+        t.add_row(inert_text(_address(r["broker_ip"], r["broker_port"])), f"{r['requests']:,}",
+                  str(r["failures"] or ""), f"{r['client_addresses']:,}", _fmt_ms(r["service_p50_ms"]),
+                  _fmt_ms(r["service_p99_ms"]))
+    console.print(t)
+
+
 HEADERS_ONLY_NOTE = (
     "Headers only (--headers-only): request and response bodies were not decoded, so there are no topics or "
     "partitions, and the errors counted are only those a response carries at its top level. Errors reported "
@@ -69,11 +217,11 @@ HEADERS_ONLY_NOTE = (
 )
 
 
-def _topics(console: Console, parts: pa.Table, top: int = 15) -> None:
+def topic_rows(parts: pa.Table) -> list[dict]:
     """Who sends what where: records and bytes produced and fetched per topic, codecs, producers, lag."""
     parts = parts.filter(pc.is_valid(parts["records"]))
     if not parts.num_rows:
-        return
+        return []
     produce = parts.filter(pc.equal(parts["api_key"], 0))
     fetch = parts.filter(pc.equal(parts["api_key"], 1))
     rows: dict[str, dict] = {}
@@ -84,13 +232,23 @@ def _topics(console: Console, parts: pa.Table, top: int = 15) -> None:
         ]).to_pylist():
             rows.setdefault(r["topic"], {}).update(
                 produced=r["records_sum"], produced_bytes=r["request_record_bytes_sum"],
-                producers=r["client_id_count_distinct"], codecs=",".join(sorted(c for c in r["codec_distinct"] if c)))
+                producers=r["client_id_count_distinct"], codecs=sorted(c for c in r["codec_distinct"] if c))
     if fetch.num_rows:
         for r in fetch.group_by("topic").aggregate([
             ("records", "sum"), ("response_record_bytes", "sum"), ("consumer_lag", "max"),
         ]).to_pylist():
             rows.setdefault(r["topic"], {}).update(
-                fetched=r["records_sum"], fetched_bytes=r["response_record_bytes_sum"], lag=r["consumer_lag_max"])
+                fetched=r["records_sum"], fetched_bytes=r["response_record_bytes_sum"], max_lag=r["consumer_lag_max"])
+    keys = ("produced", "produced_bytes", "producers", "codecs", "fetched", "fetched_bytes", "max_lag")
+    out = [{"topic": topic, **{k: r.get(k) for k in keys}} for topic, r in rows.items()]
+    out.sort(key=lambda r: (-(r["produced"] or 0), -(r["fetched"] or 0), r["topic"] or ""))
+    return out
+
+
+def _topics(console: Console, parts: pa.Table, top: int = 15) -> None:
+    rows = topic_rows(parts)
+    if not rows:
+        return
     t = Table(title=f"Topics (by records produced, top {top})", title_justify="left")
     for col in ("topic", "produced", "bytes in", "producers", "codecs", "fetched", "bytes out", "max lag"):
         t.add_column(col, justify="left" if col in ("topic", "codecs") else "right")
@@ -98,11 +256,10 @@ def _topics(console: Console, parts: pa.Table, top: int = 15) -> None:
     def num(v) -> str:
         return "-" if v is None else f"{v:,}"
 
-    for topic, r in sorted(rows.items(), key=lambda kv: (-(kv[1].get("produced") or 0), -(kv[1].get("fetched")
-                                                                                              or 0)))[:top]:
-        t.add_row(inert_text(topic), num(r.get("produced")), num(r.get("produced_bytes")), num(r.get("producers")),
-                  inert_text(r.get("codecs") or None), num(r.get("fetched")), num(r.get("fetched_bytes")),
-                  num(r.get("lag")))
+    for r in rows[:top]:
+        t.add_row(inert_text(r["topic"]), num(r["produced"]), num(r["produced_bytes"]), num(r["producers"]),
+                  inert_text(",".join(r["codecs"] or []) or None), num(r["fetched"]), num(r["fetched_bytes"]),
+                  num(r["max_lag"]))
     console.print(t)
 
 
@@ -124,7 +281,9 @@ def _files(console: Console, reports: list[FileReport]) -> None:
     console.print(t)
 
 
-def _api_usage(console: Console, ex: pa.Table) -> None:
+def api_rows(ex: pa.Table, span_seconds: float | None = None) -> list[dict]:
+    """Per API and version: requests (and per second over the capture span), failures, expected protocol
+    errors, unanswered requests, and latency percentiles; ``wait`` marks the APIs whose latency is a wait."""
     answered = ex.filter(pc.is_valid(ex["latency_ms"]))
     lat = {}
     if answered.num_rows:
@@ -134,69 +293,184 @@ def _api_usage(console: Console, ex: pa.Table) -> None:
         ])
         for row in g.to_pylist():
             lat[(row["api_name"], row["api_version"])] = (row["latency_ms_tdigest"], row["latency_ms_max"])
-    counts = ex.group_by(["api_name", "api_version", "status"]).aggregate([("status", "count")]).to_pylist()
-    per: dict[tuple, dict[str, int]] = {}
-    for row in counts:
-        per.setdefault((row["api_name"], row["api_version"]), {})[row["status"]] = row["status_count"]
-    t = Table(title="Requests by API and version (latency in ms)", title_justify="left")
-    for col in ("api", "version", "requests", "errors", "no response", "p50", "p95", "p99", "max"):
+    w = pa.table({"api_name": ex["api_name"], "api_version": ex["api_version"],
+                  "failed": pc.cast(failure_mask(ex), pa.int64()), "expected": pc.cast(expected_mask(ex), pa.int64()),
+                  "unanswered": pc.cast(pc.equal(ex["status"], "no_response"), pa.int64())})
+    g = w.group_by(["api_name", "api_version"]).aggregate([
+        ([], "count_all"), ("failed", "sum"), ("expected", "sum"), ("unanswered", "sum")])
+    rows = []
+    for r in g.to_pylist():
+        q, mx = lat.get((r["api_name"], r["api_version"]), ([None] * len(PERCENTILES), None))
+        rows.append({
+            "api_name": r["api_name"], "api_version": r["api_version"], "requests": r["count_all"],
+            "per_second": r["count_all"] / span_seconds if span_seconds else None,
+            "failures": r["failed_sum"] or 0, "expected_errors": r["expected_sum"] or 0,
+            "no_response": r["unanswered_sum"] or 0, "wait": r["api_name"] in WAIT_APIS,
+            "latency_ms": {**{f"p{round(p * 100)}": v for p, v in zip(PERCENTILES, q, strict=True)}, "max": mx}})
+    rows.sort(key=lambda r: (-r["requests"], r["api_name"] or "~", -1 if r["api_version"] is None
+                             else r["api_version"]))
+    return rows
+
+
+def _api_usage(console: Console, ex: pa.Table) -> None:
+    rows = api_rows(ex, capture_span(ex)["seconds"])
+    t = Table(title="Requests by API and version (latency in ms; * waits by design: long polls, group joins)",
+              title_justify="left")
+    for col in ("api", "version", "requests", "per s", "failures", "expected", "no response", "p50", "p95", "p99",
+                "max"):
         t.add_column(col, justify="left" if col == "api" else "right")
-
-    def order(k: tuple) -> tuple:
-        return (-sum(per[k].values()), k[0] or "~", k[1] if k[1] is not None else -1)
-
-    for key in sorted(per, key=order):
-        st = per[key]
-        name, ver = key
-        q, mx = lat.get(key, ([None] * len(PERCENTILES), None))
-        t.add_row(inert_text(name, missing="(response without request)"), "-" if ver is None else str(ver),
-                  f"{sum(st.values()):,}", str(st.get("error", 0) or ""), str(st.get("no_response", 0) or ""),
-                  *(_fmt_ms(v) for v in q), _fmt_ms(mx))
+    for r in rows:
+        name = inert_text(r["api_name"], missing="(response without request)")
+        if r["wait"]:
+            name.append("*")
+        lat = r["latency_ms"]
+        t.add_row(name, "-" if r["api_version"] is None else str(r["api_version"]), f"{r['requests']:,}",
+                  "-" if r["per_second"] is None else f"{r['per_second']:,.1f}", str(r["failures"] or ""),
+                  str(r["expected_errors"] or ""), str(r["no_response"] or ""),
+                  *(_fmt_ms(lat[f"p{round(p * 100)}"]) for p in PERCENTILES), _fmt_ms(lat["max"]))
     console.print(t)
+
+
+def error_rows(ex: pa.Table) -> list[dict]:
+    errs = ex.filter(pc.fill_null(pc.not_equal(ex["error_code"], 0), False))
+    if not errs.num_rows:
+        return []
+    g = errs.group_by(["error_name", "error_code", "api_name"]).aggregate([("error_code", "count")])
+    rows = [{"error_name": r["error_name"], "error_code": r["error_code"], "api_name": r["api_name"],
+             "count": r["error_code_count"], "retriable": is_retriable(r["error_code"]),
+             "expected": is_expected(r["error_name"], r["api_name"])} for r in g.to_pylist()]
+    rows.sort(key=lambda r: (r["expected"], -r["count"], r["error_name"] or "", r["api_name"] or ""))
+    return rows
 
 
 def _errors(console: Console, ex: pa.Table) -> None:
-    errs = ex.filter(pc.fill_null(pc.not_equal(ex["error_code"], 0), False))
-    if not errs.num_rows:
+    rows = error_rows(ex)
+    if not rows:
         return
-    g = errs.group_by(["error_name", "error_code", "api_name"]).aggregate([("error_code", "count")])
-    t = Table(title="Errors", title_justify="left")
-    for col in ("error", "code", "retriable", "api", "count"):
+    t = Table(title="Errors (expected: a step of the protocol, not a failure)",
+              title_justify="left")
+    for col in ("error", "code", "retriable", "expected", "api", "count"):
         t.add_column(col, justify="right" if col in ("code", "count") else "left")
-    for row in sorted(g.to_pylist(), key=lambda r: -r["error_code_count"]):
-        retriable = is_retriable(row["error_code"])
-        t.add_row(inert_text(row["error_name"]), str(row["error_code"]),
-                  {True: "yes", False: "no"}.get(retriable, "?"), inert_text(row["api_name"]),
-                  f"{row['error_code_count']:,}")
+    for row in rows:
+        t.add_row(inert_text(row["error_name"], style="dim" if row["expected"] else ""), str(row["error_code"]),
+                  {True: "yes", False: "no"}.get(row["retriable"], "?"), "yes" if row["expected"] else "",
+                  inert_text(row["api_name"]), f"{row['count']:,}")
     console.print(t)
+
+
+def client_rows(ex: pa.Table, top: int | None = 10) -> list[dict]:
+    """Per client id and address: requests, request bytes, failures, and how often and how long the brokers
+    throttled it."""
+    has_req = ex.filter(pc.is_valid(ex["api_key"]))
+    if not has_req.num_rows:
+        return []
+    throttle = pc.fill_null(has_req["throttle_time_ms"], 0)
+    w = pa.table({"client_id": has_req["client_id"], "client_ip": has_req["client_ip"],
+                  "api_key": has_req["api_key"], "request_size": has_req["request_size"],
+                  "failed": pc.cast(failure_mask(has_req), pa.int64()),
+                  "throttled": pc.cast(pc.greater(throttle, 0), pa.int64()), "throttle_ms": throttle})
+    g = w.group_by(["client_id", "client_ip"]).aggregate([
+        ("api_key", "count"), ("request_size", "sum"), ("failed", "sum"), ("throttled", "sum"),
+        ("throttle_ms", "max")])
+    rows = [{"client_id": r["client_id"], "client_ip": r["client_ip"], "requests": r["api_key_count"],
+             "request_bytes": r["request_size_sum"] or 0, "failures": r["failed_sum"] or 0,
+             "throttled": r["throttled_sum"] or 0, "max_throttle_ms": r["throttle_ms_max"] or 0}
+            for r in g.to_pylist()]
+    rows.sort(key=lambda r: (-r["requests"], r["client_id"] or "", r["client_ip"] or ""))
+    return rows[:top] if top else rows
 
 
 def _clients(console: Console, ex: pa.Table, top: int = 10) -> None:
-    has_req = ex.filter(pc.is_valid(ex["api_key"]))
-    if not has_req.num_rows:
+    rows = client_rows(ex, top)
+    if not rows:
         return
-    err = pc.fill_null(pc.not_equal(has_req["error_code"], 0), False)
-    has_req = has_req.append_column("is_error", pc.cast(err, pa.int64()))
-    g = has_req.group_by(["client_id", "client_ip"]).aggregate([
-        ("api_key", "count"), ("request_size", "sum"), ("is_error", "sum"),
-    ])
     t = Table(title=f"Top clients (by requests, top {top})", title_justify="left")
-    for col in ("client_id", "address", "requests", "request bytes", "errors"):
+    for col in ("client_id", "address", "requests", "request bytes", "failures", "throttled", "max throttle ms"):
         t.add_column(col, justify="left" if col in ("client_id", "address") else "right")
-    for row in sorted(g.to_pylist(), key=lambda r: -r["api_key_count"])[:top]:
+    for row in rows:
         t.add_row(inert_text(row["client_id"], missing="(null)"), inert_text(row["client_ip"]),
-                  f"{row['api_key_count']:,}", f"{row['request_size_sum'] or 0:,}", str(row["is_error_sum"] or ""))
+                  f"{row['requests']:,}", f"{row['request_bytes']:,}", str(row["failures"] or ""),
+                  str(row["throttled"] or ""), str(row["max_throttle_ms"] or ""))
     console.print(t)
+
+
+def anomaly_counts(conns: pa.Table, ex: pa.Table) -> list[tuple[str, str, int]]:
+    """(key, label, count) of everything unusual about the connections and their exchanges."""
+    def total(col: str) -> int:
+        return (pc.sum(conns[col]).as_py() or 0) if conns.num_rows else 0
+
+    statuses = {r["values"]: r["counts"] for r in pc.value_counts(ex["status"]).to_pylist()} if ex.num_rows else {}
+    tls = (pc.sum(pc.cast(conns["tls"], pa.int64())).as_py() or 0) if conns.num_rows else 0
+    return [
+        ("no_response", "requests without response", statuses.get("no_response", 0)),
+        ("acks0", "acks=0 produce requests", statuses.get("acks0", 0)),
+        ("orphan_response", "responses without request", statuses.get("orphan_response", 0)),
+        ("malformed", "malformed frames", statuses.get("malformed", 0)),
+        ("retransmissions", "retransmitted segments", total("retransmissions")),
+        ("out_of_order", "out-of-order segments", total("out_of_order")),
+        ("gap_bytes", "bytes lost in capture gaps", total("gap_bytes")),
+        ("resyncs", "framing resyncs", total("resyncs")),
+        ("skipped_bytes", "bytes not placed in frames", total("skipped_bytes")),
+        ("truncated_frames", "frames cut by the end", total("truncated_frames")),
+        ("tls_connections", "TLS connections (not decoded)", tls),
+    ]
+
+
+def crc_failure_rows(parts: pa.Table | None) -> list[dict]:
+    """Record batches failing their CRC, per API, topic and partition (most first)."""
+    if parts is None or not parts.num_rows:
+        return []
+    failed = parts.filter(pc.fill_null(pc.greater(parts["crc_failures"], 0), False))
+    if not failed.num_rows:
+        return []
+    per = failed.group_by(["api_name", "topic", "partition"]).aggregate([("crc_failures", "sum")]).to_pylist()
+    per.sort(key=lambda r: (-r["crc_failures_sum"], r["api_name"] or "", r["topic"] or "", r["partition"] or 0))
+    return [{"api_name": r["api_name"], "topic": r["topic"], "partition": r["partition"],
+             "batches": r["crc_failures_sum"]} for r in per]
+
+
+SUMMARY_FORMAT = 1  # the version of summary_document's structure; raised when a key changes meaning or goes
+
+
+def summary_document(exchanges: pa.Table, connections: pa.Table, reports: list[FileReport],
+                     partitions: pa.Table | None = None, *, headers_only: bool = False,
+                     verify_crc: bool = False) -> dict:
+    """What the summary shows, as one JSON-ready structure (``kafkacap summary --json``, documented in
+    docs/summary-json.md): the same figures as the terminal, every row in full (no top-N cut but ``slowest``)."""
+    span = capture_span(exchanges)
+    files = []
+    for r in reports:
+        status, message = file_status(r)
+        s = r.stats
+        files.append({"file": r.name, "format": s.format if s else None, "compression": s.compression if s else None,
+                      "packets": s.packets if s else None, "connections": r.connections, "exchanges": r.exchanges,
+                      "analysis_seconds": round(r.seconds, 3), "status": status, "message": message})
+    ended = ({r["values"]: r["counts"] for r in pc.value_counts(connections["ended"]).to_pylist()}
+             if connections.num_rows else {})
+    return {
+        "format": SUMMARY_FORMAT,
+        "headers_only": headers_only,
+        "crc_checked": verify_crc and not headers_only,
+        "files": files,
+        "capture": span,
+        "apis": api_rows(exchanges, span["seconds"]),
+        "slowest_service": slowest(exchanges),
+        "errors": error_rows(exchanges),
+        "brokers": broker_rows(exchanges),
+        "clients": client_rows(exchanges, None),
+        "topics": topic_rows(partitions) if partitions is not None and partitions.num_rows else [],
+        "connections": {"count": connections.num_rows, "ended": dict(sorted(ended.items())),
+                        **{key: value for key, _, value in anomaly_counts(connections, exchanges)}},
+        "crc_failures": crc_failure_rows(partitions) if verify_crc and not headers_only else None,
+        "hints": hints(exchanges, connections, reports) if exchanges.num_rows == 0 else [],
+        "notes": [HEADERS_ONLY_NOTE] if headers_only else [],
+    }
 
 
 def _connections(console: Console, conns: pa.Table, ex: pa.Table, parts: pa.Table | None,
                  crc_unchecked: str | None) -> None:
     if conns.num_rows == 0:
         return
-
-    def total(col: str) -> int:
-        return pc.sum(conns[col]).as_py() or 0
-
     ended = {r["values"]: r["counts"] for r in pc.value_counts(conns["ended"]).to_pylist()}
     t = Table(title="Connections and anomalies", title_justify="left", show_header=False)
     t.add_column("what")
@@ -208,20 +482,7 @@ def _connections(console: Console, conns: pa.Table, ex: pa.Table, parts: pa.Tabl
     if len(rtt):
         t.add_row("handshake RTT p50 / max (ms)",
                   f"{_fmt_ms(pc.approximate_median(rtt).as_py())} / {_fmt_ms(pc.max(rtt).as_py())}")
-    statuses = {r["values"]: r["counts"] for r in pc.value_counts(ex["status"]).to_pylist()} if ex.num_rows else {}
-    for label, value in (
-        ("requests without response", statuses.get("no_response", 0)),
-        ("acks=0 produce requests", statuses.get("acks0", 0)),
-        ("responses without request", statuses.get("orphan_response", 0)),
-        ("malformed frames", statuses.get("malformed", 0)),
-        ("retransmitted segments", total("retransmissions")),
-        ("out-of-order segments", total("out_of_order")),
-        ("bytes lost in capture gaps", total("gap_bytes")),
-        ("framing resyncs", total("resyncs")),
-        ("bytes not placed in frames", total("skipped_bytes")),
-        ("frames cut by the end", total("truncated_frames")),
-        ("TLS connections (not decoded)", pc.sum(pc.cast(conns["tls"], pa.int64())).as_py() or 0),
-    ):
+    for _, label, value in anomaly_counts(conns, ex):
         style = "yellow" if value else "dim"
         t.add_row(label, f"[{style}]{value:,}[/]")
     _crc_failures(t, parts, crc_unchecked)
@@ -234,29 +495,29 @@ def _crc_failures(t: Table, parts: pa.Table | None, unchecked: str | None, top: 
     if unchecked is not None:
         t.add_row("record batches failing their CRC", Text(unchecked, style="dim"))
         return
-    failed = None
-    if parts is not None and parts.num_rows:
-        failed = parts.filter(pc.fill_null(pc.greater(parts["crc_failures"], 0), False))
-    if failed is None or not failed.num_rows:
+    per = crc_failure_rows(parts)
+    if not per:
         t.add_row("record batches failing their CRC", Text("0", style="dim"))
         return
-    per = failed.group_by(["api_name", "topic", "partition"]).aggregate([("crc_failures", "sum")]).to_pylist()
-    per.sort(key=lambda r: (-r["crc_failures_sum"], r["api_name"] or "", r["topic"] or "", r["partition"] or 0))
     t.add_row("record batches failing their CRC",
-              Text(f"{sum(r['crc_failures_sum'] for r in per):,}", style="yellow"))
+              Text(f"{sum(r['batches'] for r in per):,}", style="yellow"))
     where = Text(", ".join(
         f"{inert(r['api_name'] or '?')} {inert(r['topic']) if r['topic'] is not None else '(unknown topic)'}"
-        f"[{'?' if r['partition'] is None else r['partition']}]: {r['crc_failures_sum']:,}" for r in per[:top]))
+        f"[{'?' if r['partition'] is None else r['partition']}]: {r['batches']:,}" for r in per[:top]))
     if len(per) > top:
         where.append(f", and {len(per) - top:,} more partitions (see the partitions table)")
     t.add_row(Text("  in (API topic[partition]: batches)"), where)
 
 
 def print_exchanges(console: Console, ex: pa.Table, limit: int | None) -> None:
+    """One line per exchange; the columns that hold free text (client id, topics) give way first when the
+    terminal is narrow, and every line names the packets to open in Wireshark."""
     t = Table(title=f"Exchanges ({ex.num_rows:,})", title_justify="left")
-    for col in ("request time (UTC)", "client", "client_id", "broker", "api", "corr", "latency ms", "status",
-                "error"):
-        t.add_column(col, justify="right" if col in ("corr", "latency ms") else "left")
+    for col, just, width in (("request time (UTC)", "left", None), ("client", "left", None),
+                             ("client_id", "left", 24), ("broker", "left", None), ("api", "left", None),
+                             ("corr", "right", None), ("latency ms", "right", None), ("status", "left", None),
+                             ("topics", "left", 30), ("packets", "left", None)):
+        t.add_column(col, justify=just, max_width=width, no_wrap=True, overflow="ellipsis")
     rows = ex.slice(0, limit).to_pylist() if limit else ex.to_pylist()
     for r in rows:
         ts = r["request_last_ts"] or r["response_last_ts"]
@@ -264,11 +525,15 @@ def print_exchanges(console: Console, ex: pa.Table, limit: int | None) -> None:
             f"key {r['api_key']}" if r["api_key"] is not None else "-")
         status = r["status"]
         style = {"ok": "green", "error": "red", "malformed": "red"}.get(status, "yellow")
-        err = r["error_name"] if r["error_code"] else ""
+        shown = r["error_name"] if status == "error" and r["error_name"] else status
+        topics = r["topics"]
+        frames = "-".join(str(f) for f in (r["request_frame"], r["response_frame"]) if f is not None)
         t.add_row(ts.strftime("%Y-%m-%d %H:%M:%S.%f") if ts else "-",
-                  inert_text(f"{r['client_ip']}:{r['client_port']}"), inert_text(r["client_id"], missing="(null)"),
-                  inert_text(f"{r['broker_ip']}:{r['broker_port']}"), inert_text(api),
-                  str(r["correlation_id"]), _fmt_ms(r["latency_ms"]), Text(status, style=style), inert_text(err or ""))
+                  inert_text(_address(r["client_ip"], r["client_port"])), inert_text(r["client_id"], missing="(null)"),
+                  inert_text(_address(r["broker_ip"], r["broker_port"])), inert_text(api),
+                  "-" if r["correlation_id"] is None else str(r["correlation_id"]), _fmt_ms(r["latency_ms"]),
+                  Text(inert(shown), style=style),
+                  inert_text(None if topics is None else ", ".join(topics), missing=""), frames or "-")
     console.print(t)
     if limit and ex.num_rows > limit:
         console.print(f"[dim]{ex.num_rows - limit:,} more rows; use --limit 0 for all, or --json[/]")

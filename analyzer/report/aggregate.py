@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dissectors.kafka.errors import EXPECTED_ERRORS as _EXPECTED
+
 MAX_BINS = 300  # intervals on a time axis, at most
 TOP_N = 8  # series drawn by name; the rest are summed as OTHER
 OTHER = "other"
@@ -23,12 +25,8 @@ HIST_PER_DECADE = 10  # latency histogram buckets per factor of ten (each about 
 WAIT_APIS = ("Fetch", "JoinGroup", "SyncGroup")
 GROUP_APIS = ("FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit", "OffsetFetch",
               "DescribeGroups", "ListGroups", "ConsumerGroupHeartbeat", "ConsumerGroupDescribe", "DeleteGroups")
-# Errors that are steps of the group protocol rather than failures: a first JoinGroup (v4+) is answered
-# MEMBER_ID_REQUIRED by design, and REBALANCE_IN_PROGRESS tells members to rejoin.
-EXPECTED_ERRORS = {
-    "MEMBER_ID_REQUIRED": ("JoinGroup",),
-    "REBALANCE_IN_PROGRESS": ("JoinGroup", "SyncGroup", "Heartbeat", "OffsetCommit"),
-}
+# Errors that are steps of the protocol rather than failures (dissectors.kafka.errors.EXPECTED_ERRORS).
+EXPECTED_ERRORS = {e.name: e.apis for e in _EXPECTED}
 
 _STEPS = [  # (seconds, multiple, unit for floor_temporal, label)
     (0.001, 1, "millisecond", "1 ms"), (0.01, 10, "millisecond", "10 ms"), (0.1, 100, "millisecond", "100 ms"),

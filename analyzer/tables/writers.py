@@ -75,7 +75,7 @@ class _JsonLinesWriter:
 
 def _json_default(value: object) -> str:
     if isinstance(value, dt.datetime):
-        return value.isoformat()
+        return value.isoformat(timespec="microseconds")  # the one timestamp form (analyzer.cli.jsonout)
     return str(value)
 
 

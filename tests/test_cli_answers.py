@@ -1,0 +1,131 @@
+"""What the terminal and the scripts are told: summary --json against the exported tables (computed here again
+with plain Python), the exchanges listing's filters, sorting and limits in every format, one timestamp form,
+IPv6 addresses in brackets, and protocol-step errors kept apart from failures."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from analyzer.cli.commands import main
+from dissectors.kafka.errors import ERRORS, EXPECTED_ERRORS
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_pcaps"
+GROUP = str(SAMPLES / "tansu_consumer_group.pcap")
+WAITS = {"Fetch", "JoinGroup", "SyncGroup"}
+
+
+def run(*args: str) -> str:
+    result = CliRunner().invoke(main, [*args, "--no-progress"] if args[0] != "apis" else list(args))
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def group_rows(tmp_path_factory) -> list[dict]:
+    out = tmp_path_factory.mktemp("export") / "out"
+    run("export", GROUP, "-o", str(out))
+    return pq.read_table(out / "exchanges.parquet").to_pylist()
+
+
+def test_summary_json_holds_the_tables_figures(group_rows):
+    doc = json.loads(run("summary", GROUP, "--json"))
+    assert doc["format"] == 1
+    assert sum(a["requests"] for a in doc["apis"]) == len(group_rows)
+    per_api: dict[tuple, int] = {}
+    for r in group_rows:
+        per_api[(r["api_name"], r["api_version"])] = per_api.get((r["api_name"], r["api_version"]), 0) + 1
+    assert {(a["api_name"], a["api_version"]): a["requests"] for a in doc["apis"]} == per_api
+    stamps = [r[c] for r in group_rows for c in ("request_first_ts", "response_last_ts") if r[c] is not None]
+    assert doc["capture"]["first"] == min(stamps).isoformat(timespec="microseconds")
+    assert doc["capture"]["last"] == max(stamps).isoformat(timespec="microseconds")
+    assert doc["capture"]["seconds"] == pytest.approx((max(stamps) - min(stamps)).total_seconds())
+    # The slowest service times: answered, not a wait, slowest first; recomputed from the rows.
+    served = sorted((r for r in group_rows if r["latency_ms"] is not None and r["api_name"] not in WAITS),
+                    key=lambda r: (-r["latency_ms"], r["request_frame"]))[:10]
+    assert [(s["request_frame"], s["response_frame"], s["latency_ms"]) for s in doc["slowest_service"]] == [
+        (r["request_frame"], r["response_frame"], r["latency_ms"]) for r in served]
+    assert not {s["api_name"] for s in doc["slowest_service"]} & WAITS
+    assert [b["requests"] for b in doc["brokers"]] == [len(group_rows)]
+
+
+def test_rebalance_steps_are_not_failures(group_rows):
+    """The recorded group joins twice with KIP-394's MEMBER_ID_REQUIRED and is told to rejoin once by a
+    Heartbeat's REBALANCE_IN_PROGRESS: protocol steps, counted apart; no JoinGroup failed."""
+    steps = [(r["api_name"], r["error_name"]) for r in group_rows if r["status"] == "error"]
+    assert sorted(steps) == [("Heartbeat", "REBALANCE_IN_PROGRESS"), ("JoinGroup", "MEMBER_ID_REQUIRED"),
+                             ("JoinGroup", "MEMBER_ID_REQUIRED")]
+    doc = json.loads(run("summary", GROUP, "--json"))
+    join = next(a for a in doc["apis"] if a["api_name"] == "JoinGroup")
+    assert (join["failures"], join["expected_errors"]) == (0, 2)
+    assert all(e["expected"] for e in doc["errors"])
+    text = run("summary", GROUP)
+    assert "Slowest service times" in text and "Brokers" in text and "Capture:" in text
+
+
+@pytest.mark.parametrize("entry", EXPECTED_ERRORS, ids=lambda e: e.name)
+def test_each_expected_error_names_its_source(entry):
+    assert entry.name in {info.name for info in ERRORS.values()}
+    assert "KIP-" in entry.source or "protocol guide" in entry.source
+    assert entry.apis
+
+
+def test_exchanges_filters_sort_and_limit_in_every_format(group_rows):
+    lines = run("exchanges", GROUP, "--json").splitlines()
+    assert len(lines) == len(group_rows)  # --json: every row unless --limit says otherwise
+    assert len(run("exchanges", GROUP, "--json", "--limit", "3").splitlines()) == 3
+    slow = [json.loads(line) for line in run("exchanges", GROUP, "--json", "--sort", "latency").splitlines()]
+    latencies = [r["latency_ms"] for r in slow if r["latency_ms"] is not None]
+    assert latencies == sorted(latencies, reverse=True)
+    orders = [json.loads(line) for line in run("exchanges", GROUP, "--json", "--topic", "orders").splitlines()]
+    assert len(orders) == sum(1 for r in group_rows if r["topics"] and "orders" in r["topics"]) > 0
+    middle = sorted(r["request_last_ts"] for r in group_rows)[len(group_rows) // 2]
+    cut = middle.isoformat(timespec="microseconds")
+    since = run("exchanges", GROUP, "--json", "--since", cut).splitlines()
+    until = run("exchanges", GROUP, "--json", "--until", cut).splitlines()
+    assert len(since) == sum(1 for r in group_rows if r["request_last_ts"] >= middle)
+    assert len(since) + len(until) == len(group_rows)
+    table = run("exchanges", GROUP, "--limit", "4")
+    assert "4 more rows" not in table and f"{len(group_rows) - 4} more rows" in table
+
+
+def test_one_timestamp_form_in_exports_and_listings(tmp_path, group_rows):
+    run("export", GROUP, "-o", str(tmp_path / "j"), "--format", "jsonl")
+    exported = [json.loads(line) for line in (tmp_path / "j" / "exchanges.jsonl").read_text().splitlines()]
+    listed = [json.loads(line) for line in run("exchanges", GROUP, "--json").splitlines()]
+    key = ("connection_id", "correlation_id")
+    stamps = {tuple(r[k] for k in key): r["request_last_ts"] for r in exported}
+    assert {tuple(r[k] for k in key): r["request_last_ts"] for r in listed} == stamps
+    for text in stamps.values():  # ISO 8601, microseconds always written, UTC
+        parsed = dt.datetime.fromisoformat(text)
+        assert parsed.utcoffset() == dt.timedelta(0) and len(text.split(".")[1]) == len("123456+00:00")
+
+
+def test_ipv6_addresses_are_bracketed():
+    capture = str(SAMPLES / "tansu_ipv6_confluent.pcapng")
+    truth = json.loads((SAMPLES / "tansu_ipv6_confluent.truth.json").read_text())
+    port = str(truth["broker"]["port"])
+    text = run("exchanges", capture, "--port", port, "--limit", "0")
+    assert f"[::1]:{port}" in text
+    assert json.loads(run("summary", capture, "--port", port, "--json"))["brokers"][0]["broker_ip"] == "::1"
+    assert run("exchanges", capture, "--port", port, "--json", "--broker", f"[::1]:{port}").strip()
+
+
+def test_an_unknown_api_name_is_refused_with_a_suggestion():
+    result = CliRunner().invoke(main, ["exchanges", GROUP, "--api", "Fetchh"])
+    assert result.exit_code == 2
+    assert "did you mean Fetch" in result.output
+
+
+def test_apis_json_lists_every_api_once():
+    from dissectors.kafka.apis import API_BY_KEY
+
+    rows = [json.loads(line) for line in run("apis", "--json").splitlines()]
+    assert [r["key"] for r in rows] == [info.key for info in API_BY_KEY if info is not None]
+    assert {r["name"] for r in rows} >= {"Produce", "Fetch", "JoinGroup", "ConsumerGroupHeartbeat"}
+    assert all(r["min_version"] <= r["max_version"] for r in rows)
