@@ -9,7 +9,8 @@ Three tiers, because a few cases dominate real traffic:
 * `decoder(linktype)` takes the rest: first one-unpack quick paths for IPv6 without extension headers and
   for IPv4 behind one 802.1Q tag, then
 * `decode(...)`, the general walk through the layers: stacked VLAN tags, IPv4 options, IPv6 extension
-  headers, loopback families in either byte order, short or malformed headers. It returns the TCP fields,
+  headers, loopback families in either byte order, tunnels of mirrored traffic (VXLAN, Geneve, GRE,
+  ERSPAN), short or malformed headers. It returns the TCP fields,
   or a reason code the loops count in the stats.
 """
 
@@ -38,6 +39,16 @@ BSD_AF_INET6 = frozenset((24, 28, 30))  # NetBSD/OpenBSD, FreeBSD, Darwin
 IPV6_SKIPPABLE = frozenset((0, 43, 60))  # hop-by-hop, routing, destination options: length in 8-octet units
 IPV6_AH, IPV6_FRAGMENT, PROTO_TCP = 51, 44, 6
 IPV6_EXTENSIONS = IPV6_SKIPPABLE | {IPV6_AH, IPV6_FRAGMENT}
+
+# Tunnels that carry mirrored traffic (cloud traffic mirroring, switch SPAN sessions): VXLAN and Geneve over UDP,
+# GRE with Ethernet or IP inside, and ERSPAN (types I, II and III) over GRE. The packet is read as the TCP
+# segment inside; tunnels inside tunnels are followed up to MAX_TUNNELS deep (each costs a few header bytes, so
+# without a bound a crafted packet could nest thousands).
+PROTO_UDP, PROTO_GRE = 17, 47
+VXLAN_PORT, GENEVE_PORT = 4789, 6081
+TEB = 0x6558  # transparent Ethernet bridging: an Ethernet frame follows
+ERSPAN_II, ERSPAN_III = 0x88BE, 0x22EB
+MAX_TUNNELS = 4
 
 # What the reassembler needs from one TCP packet, with the payload as a [start, stop) range of the buffer.
 Decoded = tuple[bytes, int, int, int, int, int, int]  # key, seq, ack, flags, payload start, stop, seg_len
@@ -169,7 +180,7 @@ def decode(linktype: int, buf: Buffer, start: int, stop: int) -> Decoded | int:
     return UNSUPPORTED_LINK
 
 
-def _ethertype(buf: Buffer, field: int, at: int, stop: int) -> Decoded | int:
+def _ethertype(buf: Buffer, field: int, at: int, stop: int, depth: int = 0) -> Decoded | int:
     """Follow the EtherType at `field` (and any stacked 802.1Q/802.1ad tags at `at`) to the IP header."""
     if stop < at:
         return SHORT
@@ -180,21 +191,67 @@ def _ethertype(buf: Buffer, field: int, at: int, stop: int) -> Decoded | int:
         ethertype = _U16(buf, at + 2)[0]
         at += 4
     if ethertype == ETHERTYPE_IPV4:
-        return _ipv4(buf, at, stop)
+        return _ipv4(buf, at, stop, depth)
     if ethertype == ETHERTYPE_IPV6:
-        return _ipv6(buf, at, stop)
+        return _ipv6(buf, at, stop, depth)
     return NON_IP
 
 
-def _ip_by_version(buf: Buffer, ip: int, stop: int) -> Decoded | int:
+def _ip_by_version(buf: Buffer, ip: int, stop: int, depth: int = 0) -> Decoded | int:
     if stop <= ip:
         return SHORT
     version = buf[ip] >> 4
     if version == 4:
-        return _ipv4(buf, ip, stop)
+        return _ipv4(buf, ip, stop, depth)
     if version == 6:
-        return _ipv6(buf, ip, stop)
+        return _ipv6(buf, ip, stop, depth)
     return NON_IP
+
+
+def _tunnel(protocol: int, buf: Buffer, at: int, stop: int, depth: int) -> Decoded | int:
+    """The TCP segment inside a UDP (VXLAN, Geneve) or GRE (incl. ERSPAN) tunnel starting at ``at``;
+    NON_TCP for any other UDP or GRE packet."""
+    if depth >= MAX_TUNNELS:
+        return NON_TCP
+    depth += 1
+    if protocol == PROTO_UDP:
+        if stop - at < 16:
+            return NON_TCP if stop - at >= 8 else SHORT
+        dst_port = _U16(buf, at + 2)[0]
+        inner = at + 8
+        if dst_port == VXLAN_PORT and buf[inner] & 0x08:  # the I flag: a valid VNI, an Ethernet frame follows
+            return _ethertype(buf, inner + 20, inner + 22, stop, depth)
+        if dst_port == GENEVE_PORT and buf[inner] >> 6 == 0:
+            after = inner + 8 + (buf[inner] & 0x3F) * 4
+            return _inner(_U16(buf, inner + 2)[0], buf, after, stop, depth)
+        return NON_TCP
+    if stop - at < 4:
+        return SHORT
+    flags, inner_type = _U16(buf, at)[0], _U16(buf, at + 2)[0]
+    if flags & 0x4007:  # source routing (RFC 1701) or version 1 (PPTP): no payload we can read
+        return NON_TCP
+    after = at + 4 + 4 * ((flags & 0x8000 != 0) + (flags & 0x2000 != 0) + (flags & 0x1000 != 0))
+    if inner_type == ERSPAN_II:
+        if flags & 0x1000:  # type II has a sequence number and an 8-byte header; type I has neither
+            after += 8
+        return _ethertype(buf, after + 12, after + 14, stop, depth)
+    if inner_type == ERSPAN_III:
+        if stop - after < 12:
+            return SHORT
+        after += 12 + (8 if buf[after + 11] & 0x01 else 0)  # O: a platform-specific subheader follows
+        return _ethertype(buf, after + 12, after + 14, stop, depth)
+    return _inner(inner_type, buf, after, stop, depth)
+
+
+def _inner(ethertype: int, buf: Buffer, at: int, stop: int, depth: int) -> Decoded | int:
+    """What a tunnel header's protocol type says follows: an Ethernet frame, or an IP packet."""
+    if ethertype == TEB:
+        return _ethertype(buf, at + 12, at + 14, stop, depth)
+    if ethertype == ETHERTYPE_IPV4:
+        return _ipv4(buf, at, stop, depth)
+    if ethertype == ETHERTYPE_IPV6:
+        return _ipv6(buf, at, stop, depth)
+    return NON_TCP
 
 
 def _bsd_loopback(linktype: int, buf: Buffer, start: int, stop: int) -> Decoded | int:
@@ -214,7 +271,7 @@ def _bsd_loopback(linktype: int, buf: Buffer, start: int, stop: int) -> Decoded 
     return NON_IP
 
 
-def _ipv4(buf: Buffer, ip: int, stop: int) -> Decoded | int:
+def _ipv4(buf: Buffer, ip: int, stop: int, depth: int = 0) -> Decoded | int:
     if stop - ip < 20:
         return SHORT
     version_ihl, total_length, fragment, protocol = _IPV4(buf, ip)
@@ -224,6 +281,9 @@ def _ipv4(buf: Buffer, ip: int, stop: int) -> Decoded | int:
     if fragment & 0x3FFF:
         return FRAGMENT
     if protocol != PROTO_TCP:
+        if protocol == PROTO_UDP or protocol == PROTO_GRE:
+            end = min(stop, ip + total_length) if total_length >= header_length else stop
+            return _tunnel(protocol, buf, ip + header_length, end, depth)
         return NON_TCP
     if total_length == 0:  # TCP segmentation offload: the length was never filled in
         ip_end = stop
@@ -234,7 +294,7 @@ def _ipv4(buf: Buffer, ip: int, stop: int) -> Decoded | int:
     return _tcp(buf, ip + 12, ip + 20, ip + header_length, ip_end, stop)
 
 
-def _ipv6(buf: Buffer, ip: int, stop: int) -> Decoded | int:
+def _ipv6(buf: Buffer, ip: int, stop: int, depth: int = 0) -> Decoded | int:
     if stop - ip < 40:
         return SHORT
     version_class, payload_length, next_header = _IPV6(buf, ip)
@@ -245,6 +305,8 @@ def _ipv6(buf: Buffer, ip: int, stop: int) -> Decoded | int:
     at = ip + 40
     while next_header != PROTO_TCP:
         if next_header not in IPV6_EXTENSIONS:
+            if next_header == PROTO_UDP or next_header == PROTO_GRE:
+                return _tunnel(next_header, buf, at, min(stop, ip_end), depth)
             return NON_TCP
         if stop - at < 8:  # every extension header is at least 8 bytes long
             return SHORT
