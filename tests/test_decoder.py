@@ -42,6 +42,7 @@ from dissectors.kafka.apis import API_BY_KEY, api_name, is_known
 from dissectors.kafka.decoder import DecodeError, DecodeTruncated, RecordsRef, decode, decode_prefix, schema
 from dissectors.kafka.errors import error_name
 from dissectors.kafka.extract import Extracted, PartitionEntry, extract, plan_source
+from dissectors.kafka.extract_rules import BODY_FIELDS
 from dissectors.kafka.headers import HeaderError, decode_request_header, decode_response_header
 from tests.test_roundtrip import ALL_BODIES, JsonEncoder, by_api, json_message, uvarint
 
@@ -491,6 +492,7 @@ def read_off_the_tree(decoded: dict, top: tuple, api_key: int, is_response: bool
     count = 0
     fields_of_rows = api_key in extract_module.PARTITION_APIS
     top_values = {}
+    body_values: dict = {}
     topic_ids: dict = {}
 
     def add_topic(topic) -> None:
@@ -559,12 +561,16 @@ def read_off_the_tree(decoded: dict, top: tuple, api_key: int, is_response: bool
             wanted = ("error_code", "throttle_time_ms") if is_response else (
                 ("acks", "transactional_id") if api_key == 0 else ())
             top_values.update({name: value.get(name) for name in wanted})
+            kept = BODY_FIELDS.get((api_key, is_response), ())
+            body_values.update({e[0]: value.get(e[0]) for e in entries if e[0] in kept
+                                and not isinstance(e[2] if len(e) > 2 else None, tuple)
+                                and not e[1].endswith("array")})
 
     walk(decoded, top, "", None, None, False, False, True)
     partitions = [PartitionEntry(**{f: row.get(f) for f in PartitionEntry._fields}) for row in rows]
     return Extracted(topics, count, errors, top_values.get("error_code"), top_values.get("throttle_time_ms"),
                      partitions, top_values.get("acks"), top_values.get("transactional_id"), complete=True,
-                     topic_ids=topic_ids or None)
+                     topic_ids=topic_ids or None, fields=body_values or None)
 
 
 @pytest.mark.skipif(not (SPEC / "kafka-messages").exists(), reason="../shared/spec is not available")

@@ -56,6 +56,7 @@ cdef class Acc:
     cdef object error_code, throttle_time_ms, acks, transactional_id
     cdef object topic_ids
     cdef object left_out
+    cdef object fields
     cdef int err
     cdef object where
 
@@ -78,6 +79,12 @@ cdef class Acc:
             self.topics.append(topic)
         else:
             self.leave_out(2)
+
+    cdef void set_field(self, name, value) except *:
+        """A top-level field of BODY_FIELDS, read."""
+        if self.fields is None:
+            self.fields = {}
+        self.fields[name] = value
 
     cdef void name_topic_id(self, topic_id, name) except *:
         if self.topic_ids is None:
@@ -272,7 +279,7 @@ def extract(buf, Py_ssize_t off, Py_ssize_t end, int api_key, int api_version, b
             raise DecodeError(f"body offset {off} outside the buffer")
         acc = Acc()
         if plan == nothing:  # fresh empty lists, as callers may keep them
-            return new_entry(Extracted, ([], 0, [], None, None, [], None, None, True, None, None))
+            return new_entry(Extracted, ([], 0, [], None, None, [], None, None, True, None, None, None))
         c.buf = <const uint8_t*>view.buf
         c.pos = off
         c.end = end
@@ -287,4 +294,4 @@ def extract(buf, Py_ssize_t off, Py_ssize_t end, int api_key, int api_version, b
             raise DecodeTruncated("truncated", acc.where)
     return new_entry(Extracted, (acc.topics, acc.partition_count, acc.errors, acc.error_code, acc.throttle_time_ms,
                                   acc.partitions, acc.acks, acc.transactional_id, status >= 0, acc.topic_ids,
-                                  acc.left_out))
+                                  acc.left_out, acc.fields))

@@ -82,10 +82,39 @@ class Extracted(NamedTuple):
     topic_ids: dict[bytes, str] | None = None  # topic id -> name, from structs that carry both (Metadata v10+)
     # None, or what the limits left out: [partition rows, error rows, topic mentions] (MAX_PARTITION_ROWS...)
     left_out: list[int] | None = None
+    # The top-level fields of BODY_FIELDS that this API and version has, by name (None when it has none)
+    fields: dict[str, object] | None = None
 
 
 TOP_FIELDS = {False: ("acks", "transactional_id"), True: ("error_code", "throttle_time_ms")}
 """is_response -> top-level fields kept (acks and transactional_id for Produce requests only)."""
+
+_GROUP_MEMBER = ("group_id", "generation_id", "member_id", "group_instance_id")
+BODY_FIELDS: dict[tuple[int, bool], tuple[str, ...]] = {
+    (0, False): ("timeout_ms",),  # Produce
+    (1, False): ("max_wait_ms", "min_bytes", "max_bytes", "isolation_level", "session_id", "session_epoch"),
+    (8, False): ("group_id", "generation_id_or_member_epoch", "generation_id", "member_id", "group_instance_id"),
+    (9, False): ("group_id",),  # OffsetFetch before v8 (v8+ asks for several groups)
+    (10, False): ("key", "key_type"),  # FindCoordinator before v4: one key, a group unless key_type says not
+    (11, False): ("group_id", "session_timeout_ms", "rebalance_timeout_ms", "member_id", "group_instance_id",
+                  "protocol_type"),
+    (11, True): ("generation_id", "protocol_type", "protocol_name", "leader", "member_id"),
+    (12, False): _GROUP_MEMBER,  # Heartbeat
+    (13, False): ("group_id", "member_id"),  # LeaveGroup (v3+ names its members in an array)
+    (14, False): (*_GROUP_MEMBER, "protocol_type", "protocol_name"),  # SyncGroup
+    (14, True): ("protocol_type", "protocol_name"),
+    (18, False): ("client_software_name", "client_software_version"),  # ApiVersions v3+
+    (22, False): ("transactional_id",),  # InitProducerId
+    (24, False): ("transactional_id",),  # AddPartitionsToTxn before v4
+    (25, False): ("transactional_id", "group_id"),  # AddOffsetsToTxn
+    (26, False): ("transactional_id",),  # EndTxn
+    (28, False): ("transactional_id", *_GROUP_MEMBER),  # TxnOffsetCommit
+    (68, False): ("group_id", "member_id", "member_epoch", "instance_id", "rebalance_timeout_ms"),
+    (68, True): ("member_id", "member_epoch", "heartbeat_interval_ms"),  # ConsumerGroupHeartbeat
+}
+"""(api key, is_response) -> top-level scalar fields read into ``Extracted.fields``, by their names in the
+message definitions: the request settings an operator asks about (timeouts, waits, isolation, fetch sessions,
+client software) and what places an exchange in a consumer group (group, member, generation)."""
 
 
 class Scope(NamedTuple):
@@ -131,13 +160,19 @@ class StructRules:
         self.top_fields = []
         if scope.top and (scope.is_response or scope.api_key == PRODUCE):
             self.top_fields = [e[0] for e in everything if e[0] in TOP_FIELDS[scope.is_response]]
+        self.body_fields = []
+        if scope.top:
+            wanted = BODY_FIELDS.get((scope.api_key, scope.is_response), ())
+            self.body_fields = [e[0] for e in everything if e[0] in wanted and not isinstance(
+                e[2] if len(e) > 2 else None, tuple) and not e[1].endswith("array")]
         self.tag_kept = [e[0] for e in tagged_entries if self.wanted(e[0], e[1])]
         if any(e[3:] == ("topicName",) or e[0] == "topic_id" for e in tagged_entries):
             raise ValueError(f"{self.struct_name}: a tagged topic field, which no definition has had so far")
 
     def wanted(self, name: str, type_name: str) -> bool:
         """Whether a scalar field's value is used once the struct is read."""
-        if name in (self.topic_name, self.topic_id) or name in self.errors or name in self.top_fields:
+        if name in (self.topic_name, self.topic_id) or name in self.errors or name in self.top_fields \
+                or name in self.body_fields:
             return True
         if self.rows and (name in ROW_FIELDS or type_name.endswith("records")):
             return True
@@ -146,4 +181,5 @@ class StructRules:
 
     def reports(self) -> bool:
         """Whether the struct reports anything itself (a topic, a partition, an error, a top-level value)."""
-        return bool(self.has_topic or self.partition is not None or self.errors or self.top_fields)
+        return bool(self.has_topic or self.partition is not None or self.errors or self.top_fields
+                    or self.body_fields)

@@ -580,6 +580,8 @@ class _PlanWriter(StructRules):
             out.append("        acc.leave_out(1)")
         for name in self.top_fields:
             out.append(f"acc.{name} = v_{name}")
+        for name in self.body_fields:
+            out.append(f"acc.set_field({_lit(name)}, v_{name})")
         return out
 
     def write(self) -> str | None:

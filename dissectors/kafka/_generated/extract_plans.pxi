@@ -116,12 +116,13 @@ cdef Py_ssize_t x_ProduceRequest_v0(Acc acc, Cursor* c, object topic, object par
     cdef Cursor sub
     cdef int own = 0
     v_acks = None
+    v_timeout_ms = None
     while True:
         if c.pos + 6 > c.end:
             fail(acc, TRUNCATED, 'acks')
             break
         v_acks = rd_i16(c)
-        c.pos += 4
+        v_timeout_ms = rd_i32(c)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topic_data')
             break
@@ -145,8 +146,10 @@ cdef Py_ssize_t x_ProduceRequest_v0(Acc acc, Cursor* c, object topic, object par
     if acc.err:
         if acc.err == TRUNCATED:
             acc.acks = v_acks
+            acc.set_field('timeout_ms', v_timeout_ms)
         return -1
     acc.acks = v_acks
+    acc.set_field('timeout_ms', v_timeout_ms)
     return 0
 
 
@@ -156,6 +159,7 @@ cdef Py_ssize_t x_ProduceRequest_v3(Acc acc, Cursor* c, object topic, object par
     cdef Cursor sub
     cdef int own = 0
     v_acks = None
+    v_timeout_ms = None
     v_transactional_id = None
     while True:
         v_transactional_id = read_str(acc, c, False, True, 'transactional_id')
@@ -165,7 +169,7 @@ cdef Py_ssize_t x_ProduceRequest_v3(Acc acc, Cursor* c, object topic, object par
             fail(acc, TRUNCATED, 'acks')
             break
         v_acks = rd_i16(c)
-        c.pos += 4
+        v_timeout_ms = rd_i32(c)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topic_data')
             break
@@ -190,9 +194,11 @@ cdef Py_ssize_t x_ProduceRequest_v3(Acc acc, Cursor* c, object topic, object par
         if acc.err == TRUNCATED:
             acc.transactional_id = v_transactional_id
             acc.acks = v_acks
+            acc.set_field('timeout_ms', v_timeout_ms)
         return -1
     acc.transactional_id = v_transactional_id
     acc.acks = v_acks
+    acc.set_field('timeout_ms', v_timeout_ms)
     return 0
 
 
@@ -304,6 +310,7 @@ cdef Py_ssize_t x_ProduceRequest_v9(Acc acc, Cursor* c, object topic, object par
     cdef Cursor sub
     cdef int own = 0
     v_acks = None
+    v_timeout_ms = None
     v_transactional_id = None
     while True:
         v_transactional_id = read_str(acc, c, True, True, 'transactional_id')
@@ -313,7 +320,7 @@ cdef Py_ssize_t x_ProduceRequest_v9(Acc acc, Cursor* c, object topic, object par
             fail(acc, TRUNCATED, 'acks')
             break
         v_acks = rd_i16(c)
-        c.pos += 4
+        v_timeout_ms = rd_i32(c)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
             c.pos += 1
@@ -344,9 +351,11 @@ cdef Py_ssize_t x_ProduceRequest_v9(Acc acc, Cursor* c, object topic, object par
         if acc.err == TRUNCATED:
             acc.transactional_id = v_transactional_id
             acc.acks = v_acks
+            acc.set_field('timeout_ms', v_timeout_ms)
         return -1
     acc.transactional_id = v_transactional_id
     acc.acks = v_acks
+    acc.set_field('timeout_ms', v_timeout_ms)
     return 0
 
 
@@ -430,8 +439,15 @@ cdef Py_ssize_t x_FetchRequest_v0(Acc acc, Cursor* c, object topic, object parti
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_max_wait_ms = None
+    v_min_bytes = None
     while True:
-        c.pos += 12
+        if c.pos + 12 > c.end:
+            fail(acc, TRUNCATED, 'replica_id')
+            break
+        c.pos += 4
+        v_max_wait_ms = rd_i32(c)
+        v_min_bytes = rd_i32(c)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics')
             break
@@ -453,7 +469,12 @@ cdef Py_ssize_t x_FetchRequest_v0(Acc acc, Cursor* c, object topic, object parti
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('max_wait_ms', v_max_wait_ms)
+            acc.set_field('min_bytes', v_min_bytes)
         return -1
+    acc.set_field('max_wait_ms', v_max_wait_ms)
+    acc.set_field('min_bytes', v_min_bytes)
     return 0
 
 
@@ -462,8 +483,17 @@ cdef Py_ssize_t x_FetchRequest_v3(Acc acc, Cursor* c, object topic, object parti
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_max_bytes = None
+    v_max_wait_ms = None
+    v_min_bytes = None
     while True:
-        c.pos += 16
+        if c.pos + 16 > c.end:
+            fail(acc, TRUNCATED, 'replica_id')
+            break
+        c.pos += 4
+        v_max_wait_ms = rd_i32(c)
+        v_min_bytes = rd_i32(c)
+        v_max_bytes = rd_i32(c)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics')
             break
@@ -485,7 +515,14 @@ cdef Py_ssize_t x_FetchRequest_v3(Acc acc, Cursor* c, object topic, object parti
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('max_wait_ms', v_max_wait_ms)
+            acc.set_field('min_bytes', v_min_bytes)
+            acc.set_field('max_bytes', v_max_bytes)
         return -1
+    acc.set_field('max_wait_ms', v_max_wait_ms)
+    acc.set_field('min_bytes', v_min_bytes)
+    acc.set_field('max_bytes', v_max_bytes)
     return 0
 
 
@@ -494,8 +531,19 @@ cdef Py_ssize_t x_FetchRequest_v4(Acc acc, Cursor* c, object topic, object parti
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_isolation_level = None
+    v_max_bytes = None
+    v_max_wait_ms = None
+    v_min_bytes = None
     while True:
-        c.pos += 17
+        if c.pos + 17 > c.end:
+            fail(acc, TRUNCATED, 'replica_id')
+            break
+        c.pos += 4
+        v_max_wait_ms = rd_i32(c)
+        v_min_bytes = rd_i32(c)
+        v_max_bytes = rd_i32(c)
+        v_isolation_level = <int8_t>rd_u8(c)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics')
             break
@@ -517,7 +565,16 @@ cdef Py_ssize_t x_FetchRequest_v4(Acc acc, Cursor* c, object topic, object parti
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('max_wait_ms', v_max_wait_ms)
+            acc.set_field('min_bytes', v_min_bytes)
+            acc.set_field('max_bytes', v_max_bytes)
+            acc.set_field('isolation_level', v_isolation_level)
         return -1
+    acc.set_field('max_wait_ms', v_max_wait_ms)
+    acc.set_field('min_bytes', v_min_bytes)
+    acc.set_field('max_bytes', v_max_bytes)
+    acc.set_field('isolation_level', v_isolation_level)
     return 0
 
 
@@ -603,8 +660,19 @@ cdef Py_ssize_t x_FetchRequest_v5(Acc acc, Cursor* c, object topic, object parti
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_isolation_level = None
+    v_max_bytes = None
+    v_max_wait_ms = None
+    v_min_bytes = None
     while True:
-        c.pos += 17
+        if c.pos + 17 > c.end:
+            fail(acc, TRUNCATED, 'replica_id')
+            break
+        c.pos += 4
+        v_max_wait_ms = rd_i32(c)
+        v_min_bytes = rd_i32(c)
+        v_max_bytes = rd_i32(c)
+        v_isolation_level = <int8_t>rd_u8(c)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics')
             break
@@ -626,7 +694,16 @@ cdef Py_ssize_t x_FetchRequest_v5(Acc acc, Cursor* c, object topic, object parti
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('max_wait_ms', v_max_wait_ms)
+            acc.set_field('min_bytes', v_min_bytes)
+            acc.set_field('max_bytes', v_max_bytes)
+            acc.set_field('isolation_level', v_isolation_level)
         return -1
+    acc.set_field('max_wait_ms', v_max_wait_ms)
+    acc.set_field('min_bytes', v_min_bytes)
+    acc.set_field('max_bytes', v_max_bytes)
+    acc.set_field('isolation_level', v_isolation_level)
     return 0
 
 
@@ -672,8 +749,23 @@ cdef Py_ssize_t x_FetchRequest_v7(Acc acc, Cursor* c, object topic, object parti
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_isolation_level = None
+    v_max_bytes = None
+    v_max_wait_ms = None
+    v_min_bytes = None
+    v_session_epoch = None
+    v_session_id = None
     while True:
-        c.pos += 25
+        if c.pos + 25 > c.end:
+            fail(acc, TRUNCATED, 'replica_id')
+            break
+        c.pos += 4
+        v_max_wait_ms = rd_i32(c)
+        v_min_bytes = rd_i32(c)
+        v_max_bytes = rd_i32(c)
+        v_isolation_level = <int8_t>rd_u8(c)
+        v_session_id = rd_i32(c)
+        v_session_epoch = rd_i32(c)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics')
             break
@@ -711,7 +803,20 @@ cdef Py_ssize_t x_FetchRequest_v7(Acc acc, Cursor* c, object topic, object parti
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('max_wait_ms', v_max_wait_ms)
+            acc.set_field('min_bytes', v_min_bytes)
+            acc.set_field('max_bytes', v_max_bytes)
+            acc.set_field('isolation_level', v_isolation_level)
+            acc.set_field('session_id', v_session_id)
+            acc.set_field('session_epoch', v_session_epoch)
         return -1
+    acc.set_field('max_wait_ms', v_max_wait_ms)
+    acc.set_field('min_bytes', v_min_bytes)
+    acc.set_field('max_bytes', v_max_bytes)
+    acc.set_field('isolation_level', v_isolation_level)
+    acc.set_field('session_id', v_session_id)
+    acc.set_field('session_epoch', v_session_epoch)
     return 0
 
 
@@ -799,8 +904,23 @@ cdef Py_ssize_t x_FetchRequest_v9(Acc acc, Cursor* c, object topic, object parti
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_isolation_level = None
+    v_max_bytes = None
+    v_max_wait_ms = None
+    v_min_bytes = None
+    v_session_epoch = None
+    v_session_id = None
     while True:
-        c.pos += 25
+        if c.pos + 25 > c.end:
+            fail(acc, TRUNCATED, 'replica_id')
+            break
+        c.pos += 4
+        v_max_wait_ms = rd_i32(c)
+        v_min_bytes = rd_i32(c)
+        v_max_bytes = rd_i32(c)
+        v_isolation_level = <int8_t>rd_u8(c)
+        v_session_id = rd_i32(c)
+        v_session_epoch = rd_i32(c)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics')
             break
@@ -838,7 +958,20 @@ cdef Py_ssize_t x_FetchRequest_v9(Acc acc, Cursor* c, object topic, object parti
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('max_wait_ms', v_max_wait_ms)
+            acc.set_field('min_bytes', v_min_bytes)
+            acc.set_field('max_bytes', v_max_bytes)
+            acc.set_field('isolation_level', v_isolation_level)
+            acc.set_field('session_id', v_session_id)
+            acc.set_field('session_epoch', v_session_epoch)
         return -1
+    acc.set_field('max_wait_ms', v_max_wait_ms)
+    acc.set_field('min_bytes', v_min_bytes)
+    acc.set_field('max_bytes', v_max_bytes)
+    acc.set_field('isolation_level', v_isolation_level)
+    acc.set_field('session_id', v_session_id)
+    acc.set_field('session_epoch', v_session_epoch)
     return 0
 
 
@@ -847,8 +980,23 @@ cdef Py_ssize_t x_FetchRequest_v11(Acc acc, Cursor* c, object topic, object part
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_isolation_level = None
+    v_max_bytes = None
+    v_max_wait_ms = None
+    v_min_bytes = None
+    v_session_epoch = None
+    v_session_id = None
     while True:
-        c.pos += 25
+        if c.pos + 25 > c.end:
+            fail(acc, TRUNCATED, 'replica_id')
+            break
+        c.pos += 4
+        v_max_wait_ms = rd_i32(c)
+        v_min_bytes = rd_i32(c)
+        v_max_bytes = rd_i32(c)
+        v_isolation_level = <int8_t>rd_u8(c)
+        v_session_id = rd_i32(c)
+        v_session_epoch = rd_i32(c)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics')
             break
@@ -892,7 +1040,20 @@ cdef Py_ssize_t x_FetchRequest_v11(Acc acc, Cursor* c, object topic, object part
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('max_wait_ms', v_max_wait_ms)
+            acc.set_field('min_bytes', v_min_bytes)
+            acc.set_field('max_bytes', v_max_bytes)
+            acc.set_field('isolation_level', v_isolation_level)
+            acc.set_field('session_id', v_session_id)
+            acc.set_field('session_epoch', v_session_epoch)
         return -1
+    acc.set_field('max_wait_ms', v_max_wait_ms)
+    acc.set_field('min_bytes', v_min_bytes)
+    acc.set_field('max_bytes', v_max_bytes)
+    acc.set_field('isolation_level', v_isolation_level)
+    acc.set_field('session_id', v_session_id)
+    acc.set_field('session_epoch', v_session_epoch)
     return 0
 
 
@@ -1032,8 +1193,23 @@ cdef Py_ssize_t x_FetchRequest_v12(Acc acc, Cursor* c, object topic, object part
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_isolation_level = None
+    v_max_bytes = None
+    v_max_wait_ms = None
+    v_min_bytes = None
+    v_session_epoch = None
+    v_session_id = None
     while True:
-        c.pos += 25
+        if c.pos + 25 > c.end:
+            fail(acc, TRUNCATED, 'replica_id')
+            break
+        c.pos += 4
+        v_max_wait_ms = rd_i32(c)
+        v_min_bytes = rd_i32(c)
+        v_max_bytes = rd_i32(c)
+        v_isolation_level = <int8_t>rd_u8(c)
+        v_session_id = rd_i32(c)
+        v_session_epoch = rd_i32(c)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
             c.pos += 1
@@ -1086,7 +1262,20 @@ cdef Py_ssize_t x_FetchRequest_v12(Acc acc, Cursor* c, object topic, object part
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('max_wait_ms', v_max_wait_ms)
+            acc.set_field('min_bytes', v_min_bytes)
+            acc.set_field('max_bytes', v_max_bytes)
+            acc.set_field('isolation_level', v_isolation_level)
+            acc.set_field('session_id', v_session_id)
+            acc.set_field('session_epoch', v_session_epoch)
         return -1
+    acc.set_field('max_wait_ms', v_max_wait_ms)
+    acc.set_field('min_bytes', v_min_bytes)
+    acc.set_field('max_bytes', v_max_bytes)
+    acc.set_field('isolation_level', v_isolation_level)
+    acc.set_field('session_id', v_session_id)
+    acc.set_field('session_epoch', v_session_epoch)
     return 0
 
 
@@ -1186,8 +1375,23 @@ cdef Py_ssize_t x_FetchRequest_v13(Acc acc, Cursor* c, object topic, object part
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_isolation_level = None
+    v_max_bytes = None
+    v_max_wait_ms = None
+    v_min_bytes = None
+    v_session_epoch = None
+    v_session_id = None
     while True:
-        c.pos += 25
+        if c.pos + 25 > c.end:
+            fail(acc, TRUNCATED, 'replica_id')
+            break
+        c.pos += 4
+        v_max_wait_ms = rd_i32(c)
+        v_min_bytes = rd_i32(c)
+        v_max_bytes = rd_i32(c)
+        v_isolation_level = <int8_t>rd_u8(c)
+        v_session_id = rd_i32(c)
+        v_session_epoch = rd_i32(c)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
             c.pos += 1
@@ -1240,7 +1444,20 @@ cdef Py_ssize_t x_FetchRequest_v13(Acc acc, Cursor* c, object topic, object part
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('max_wait_ms', v_max_wait_ms)
+            acc.set_field('min_bytes', v_min_bytes)
+            acc.set_field('max_bytes', v_max_bytes)
+            acc.set_field('isolation_level', v_isolation_level)
+            acc.set_field('session_id', v_session_id)
+            acc.set_field('session_epoch', v_session_epoch)
         return -1
+    acc.set_field('max_wait_ms', v_max_wait_ms)
+    acc.set_field('min_bytes', v_min_bytes)
+    acc.set_field('max_bytes', v_max_bytes)
+    acc.set_field('isolation_level', v_isolation_level)
+    acc.set_field('session_id', v_session_id)
+    acc.set_field('session_epoch', v_session_epoch)
     return 0
 
 
@@ -1249,8 +1466,22 @@ cdef Py_ssize_t x_FetchRequest_v15(Acc acc, Cursor* c, object topic, object part
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_isolation_level = None
+    v_max_bytes = None
+    v_max_wait_ms = None
+    v_min_bytes = None
+    v_session_epoch = None
+    v_session_id = None
     while True:
-        c.pos += 21
+        if c.pos + 21 > c.end:
+            fail(acc, TRUNCATED, 'max_wait_ms')
+            break
+        v_max_wait_ms = rd_i32(c)
+        v_min_bytes = rd_i32(c)
+        v_max_bytes = rd_i32(c)
+        v_isolation_level = <int8_t>rd_u8(c)
+        v_session_id = rd_i32(c)
+        v_session_epoch = rd_i32(c)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
             c.pos += 1
@@ -1303,7 +1534,20 @@ cdef Py_ssize_t x_FetchRequest_v15(Acc acc, Cursor* c, object topic, object part
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('max_wait_ms', v_max_wait_ms)
+            acc.set_field('min_bytes', v_min_bytes)
+            acc.set_field('max_bytes', v_max_bytes)
+            acc.set_field('isolation_level', v_isolation_level)
+            acc.set_field('session_id', v_session_id)
+            acc.set_field('session_epoch', v_session_epoch)
         return -1
+    acc.set_field('max_wait_ms', v_max_wait_ms)
+    acc.set_field('min_bytes', v_min_bytes)
+    acc.set_field('max_bytes', v_max_bytes)
+    acc.set_field('isolation_level', v_isolation_level)
+    acc.set_field('session_id', v_session_id)
+    acc.set_field('session_epoch', v_session_epoch)
     return 0
 
 
@@ -1401,8 +1645,22 @@ cdef Py_ssize_t x_FetchRequest_v17(Acc acc, Cursor* c, object topic, object part
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_isolation_level = None
+    v_max_bytes = None
+    v_max_wait_ms = None
+    v_min_bytes = None
+    v_session_epoch = None
+    v_session_id = None
     while True:
-        c.pos += 21
+        if c.pos + 21 > c.end:
+            fail(acc, TRUNCATED, 'max_wait_ms')
+            break
+        v_max_wait_ms = rd_i32(c)
+        v_min_bytes = rd_i32(c)
+        v_max_bytes = rd_i32(c)
+        v_isolation_level = <int8_t>rd_u8(c)
+        v_session_id = rd_i32(c)
+        v_session_epoch = rd_i32(c)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
             c.pos += 1
@@ -1455,7 +1713,20 @@ cdef Py_ssize_t x_FetchRequest_v17(Acc acc, Cursor* c, object topic, object part
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('max_wait_ms', v_max_wait_ms)
+            acc.set_field('min_bytes', v_min_bytes)
+            acc.set_field('max_bytes', v_max_bytes)
+            acc.set_field('isolation_level', v_isolation_level)
+            acc.set_field('session_id', v_session_id)
+            acc.set_field('session_epoch', v_session_epoch)
         return -1
+    acc.set_field('max_wait_ms', v_max_wait_ms)
+    acc.set_field('min_bytes', v_min_bytes)
+    acc.set_field('max_bytes', v_max_bytes)
+    acc.set_field('isolation_level', v_isolation_level)
+    acc.set_field('session_id', v_session_id)
+    acc.set_field('session_epoch', v_session_epoch)
     return 0
 
 
@@ -4915,13 +5186,11 @@ cdef Py_ssize_t x_OffsetCommitRequest_v0(Acc acc, Cursor* c, object topic, objec
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_group_id = None
     while True:
-        if c.pos + 2 > c.end:
-            fail(acc, TRUNCATED, 'group_id')
+        v_group_id = read_str(acc, c, False, False, 'group_id')
+        if acc.err:
             break
-        n = rd_i16(c)
-        if n > 0:
-            c.pos += n
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics')
             break
@@ -4943,7 +5212,10 @@ cdef Py_ssize_t x_OffsetCommitRequest_v0(Acc acc, Cursor* c, object topic, objec
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('group_id', v_group_id)
         return -1
+    acc.set_field('group_id', v_group_id)
     return 0
 
 
@@ -5033,20 +5305,20 @@ cdef Py_ssize_t x_OffsetCommitRequest_v1(Acc acc, Cursor* c, object topic, objec
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_generation_id_or_member_epoch = None
+    v_group_id = None
+    v_member_id = None
     while True:
-        if c.pos + 2 > c.end:
-            fail(acc, TRUNCATED, 'group_id')
+        v_group_id = read_str(acc, c, False, False, 'group_id')
+        if acc.err:
             break
-        n = rd_i16(c)
-        if n > 0:
-            c.pos += n
-        c.pos += 4
-        if c.pos + 2 > c.end:
-            fail(acc, TRUNCATED, 'member_id')
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'generation_id_or_member_epoch')
             break
-        n = rd_i16(c)
-        if n > 0:
-            c.pos += n
+        v_generation_id_or_member_epoch = rd_i32(c)
+        v_member_id = read_str(acc, c, False, False, 'member_id')
+        if acc.err:
+            break
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics')
             break
@@ -5068,7 +5340,14 @@ cdef Py_ssize_t x_OffsetCommitRequest_v1(Acc acc, Cursor* c, object topic, objec
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('group_id', v_group_id)
+            acc.set_field('generation_id_or_member_epoch', v_generation_id_or_member_epoch)
+            acc.set_field('member_id', v_member_id)
         return -1
+    acc.set_field('group_id', v_group_id)
+    acc.set_field('generation_id_or_member_epoch', v_generation_id_or_member_epoch)
+    acc.set_field('member_id', v_member_id)
     return 0
 
 
@@ -5077,20 +5356,20 @@ cdef Py_ssize_t x_OffsetCommitRequest_v2(Acc acc, Cursor* c, object topic, objec
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_generation_id_or_member_epoch = None
+    v_group_id = None
+    v_member_id = None
     while True:
-        if c.pos + 2 > c.end:
-            fail(acc, TRUNCATED, 'group_id')
+        v_group_id = read_str(acc, c, False, False, 'group_id')
+        if acc.err:
             break
-        n = rd_i16(c)
-        if n > 0:
-            c.pos += n
-        c.pos += 4
-        if c.pos + 2 > c.end:
-            fail(acc, TRUNCATED, 'member_id')
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'generation_id_or_member_epoch')
             break
-        n = rd_i16(c)
-        if n > 0:
-            c.pos += n
+        v_generation_id_or_member_epoch = rd_i32(c)
+        v_member_id = read_str(acc, c, False, False, 'member_id')
+        if acc.err:
+            break
         c.pos += 8
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics')
@@ -5113,7 +5392,14 @@ cdef Py_ssize_t x_OffsetCommitRequest_v2(Acc acc, Cursor* c, object topic, objec
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('group_id', v_group_id)
+            acc.set_field('generation_id_or_member_epoch', v_generation_id_or_member_epoch)
+            acc.set_field('member_id', v_member_id)
         return -1
+    acc.set_field('group_id', v_group_id)
+    acc.set_field('generation_id_or_member_epoch', v_generation_id_or_member_epoch)
+    acc.set_field('member_id', v_member_id)
     return 0
 
 
@@ -5122,20 +5408,20 @@ cdef Py_ssize_t x_OffsetCommitRequest_v5(Acc acc, Cursor* c, object topic, objec
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_generation_id_or_member_epoch = None
+    v_group_id = None
+    v_member_id = None
     while True:
-        if c.pos + 2 > c.end:
-            fail(acc, TRUNCATED, 'group_id')
+        v_group_id = read_str(acc, c, False, False, 'group_id')
+        if acc.err:
             break
-        n = rd_i16(c)
-        if n > 0:
-            c.pos += n
-        c.pos += 4
-        if c.pos + 2 > c.end:
-            fail(acc, TRUNCATED, 'member_id')
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'generation_id_or_member_epoch')
             break
-        n = rd_i16(c)
-        if n > 0:
-            c.pos += n
+        v_generation_id_or_member_epoch = rd_i32(c)
+        v_member_id = read_str(acc, c, False, False, 'member_id')
+        if acc.err:
+            break
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics')
             break
@@ -5157,7 +5443,14 @@ cdef Py_ssize_t x_OffsetCommitRequest_v5(Acc acc, Cursor* c, object topic, objec
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('group_id', v_group_id)
+            acc.set_field('generation_id_or_member_epoch', v_generation_id_or_member_epoch)
+            acc.set_field('member_id', v_member_id)
         return -1
+    acc.set_field('group_id', v_group_id)
+    acc.set_field('generation_id_or_member_epoch', v_generation_id_or_member_epoch)
+    acc.set_field('member_id', v_member_id)
     return 0
 
 
@@ -5248,20 +5541,20 @@ cdef Py_ssize_t x_OffsetCommitRequest_v6(Acc acc, Cursor* c, object topic, objec
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_generation_id_or_member_epoch = None
+    v_group_id = None
+    v_member_id = None
     while True:
-        if c.pos + 2 > c.end:
-            fail(acc, TRUNCATED, 'group_id')
+        v_group_id = read_str(acc, c, False, False, 'group_id')
+        if acc.err:
             break
-        n = rd_i16(c)
-        if n > 0:
-            c.pos += n
-        c.pos += 4
-        if c.pos + 2 > c.end:
-            fail(acc, TRUNCATED, 'member_id')
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'generation_id_or_member_epoch')
             break
-        n = rd_i16(c)
-        if n > 0:
-            c.pos += n
+        v_generation_id_or_member_epoch = rd_i32(c)
+        v_member_id = read_str(acc, c, False, False, 'member_id')
+        if acc.err:
+            break
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics')
             break
@@ -5283,7 +5576,14 @@ cdef Py_ssize_t x_OffsetCommitRequest_v6(Acc acc, Cursor* c, object topic, objec
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('group_id', v_group_id)
+            acc.set_field('generation_id_or_member_epoch', v_generation_id_or_member_epoch)
+            acc.set_field('member_id', v_member_id)
         return -1
+    acc.set_field('group_id', v_group_id)
+    acc.set_field('generation_id_or_member_epoch', v_generation_id_or_member_epoch)
+    acc.set_field('member_id', v_member_id)
     return 0
 
 
@@ -5292,26 +5592,24 @@ cdef Py_ssize_t x_OffsetCommitRequest_v7(Acc acc, Cursor* c, object topic, objec
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_generation_id_or_member_epoch = None
+    v_group_id = None
+    v_group_instance_id = None
+    v_member_id = None
     while True:
-        if c.pos + 2 > c.end:
-            fail(acc, TRUNCATED, 'group_id')
+        v_group_id = read_str(acc, c, False, False, 'group_id')
+        if acc.err:
             break
-        n = rd_i16(c)
-        if n > 0:
-            c.pos += n
-        c.pos += 4
-        if c.pos + 2 > c.end:
-            fail(acc, TRUNCATED, 'member_id')
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'generation_id_or_member_epoch')
             break
-        n = rd_i16(c)
-        if n > 0:
-            c.pos += n
-        if c.pos + 2 > c.end:
-            fail(acc, TRUNCATED, 'group_instance_id')
+        v_generation_id_or_member_epoch = rd_i32(c)
+        v_member_id = read_str(acc, c, False, False, 'member_id')
+        if acc.err:
             break
-        n = rd_i16(c)
-        if n > 0:
-            c.pos += n
+        v_group_instance_id = read_str(acc, c, False, True, 'group_instance_id')
+        if acc.err:
+            break
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics')
             break
@@ -5333,7 +5631,16 @@ cdef Py_ssize_t x_OffsetCommitRequest_v7(Acc acc, Cursor* c, object topic, objec
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('group_id', v_group_id)
+            acc.set_field('generation_id_or_member_epoch', v_generation_id_or_member_epoch)
+            acc.set_field('member_id', v_member_id)
+            acc.set_field('group_instance_id', v_group_instance_id)
         return -1
+    acc.set_field('group_id', v_group_id)
+    acc.set_field('generation_id_or_member_epoch', v_generation_id_or_member_epoch)
+    acc.set_field('member_id', v_member_id)
+    acc.set_field('group_instance_id', v_group_instance_id)
     return 0
 
 
@@ -5431,23 +5738,24 @@ cdef Py_ssize_t x_OffsetCommitRequest_v8(Acc acc, Cursor* c, object topic, objec
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_generation_id_or_member_epoch = None
+    v_group_id = None
+    v_group_instance_id = None
+    v_member_id = None
     while True:
-        if c.pos < c.end and c.buf[c.pos] < 0x80:
-            c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
-        else:
-            if skip_sized(acc, c, True, 2, False) < 0:
-                break
-        c.pos += 4
-        if c.pos < c.end and c.buf[c.pos] < 0x80:
-            c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
-        else:
-            if skip_sized(acc, c, True, 2, False) < 0:
-                break
-        if c.pos < c.end and c.buf[c.pos] < 0x80:
-            c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
-        else:
-            if skip_sized(acc, c, True, 2, True) < 0:
-                break
+        v_group_id = read_str(acc, c, True, False, 'group_id')
+        if acc.err:
+            break
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'generation_id_or_member_epoch')
+            break
+        v_generation_id_or_member_epoch = rd_i32(c)
+        v_member_id = read_str(acc, c, True, False, 'member_id')
+        if acc.err:
+            break
+        v_group_instance_id = read_str(acc, c, True, True, 'group_instance_id')
+        if acc.err:
+            break
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
             c.pos += 1
@@ -5475,7 +5783,16 @@ cdef Py_ssize_t x_OffsetCommitRequest_v8(Acc acc, Cursor* c, object topic, objec
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('group_id', v_group_id)
+            acc.set_field('generation_id_or_member_epoch', v_generation_id_or_member_epoch)
+            acc.set_field('member_id', v_member_id)
+            acc.set_field('group_instance_id', v_group_instance_id)
         return -1
+    acc.set_field('group_id', v_group_id)
+    acc.set_field('generation_id_or_member_epoch', v_generation_id_or_member_epoch)
+    acc.set_field('member_id', v_member_id)
+    acc.set_field('group_instance_id', v_group_instance_id)
     return 0
 
 
@@ -5522,13 +5839,11 @@ cdef Py_ssize_t x_OffsetFetchRequest_v0(Acc acc, Cursor* c, object topic, object
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_group_id = None
     while True:
-        if c.pos + 2 > c.end:
-            fail(acc, TRUNCATED, 'group_id')
+        v_group_id = read_str(acc, c, False, False, 'group_id')
+        if acc.err:
             break
-        n = rd_i16(c)
-        if n > 0:
-            c.pos += n
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics')
             break
@@ -5550,7 +5865,10 @@ cdef Py_ssize_t x_OffsetFetchRequest_v0(Acc acc, Cursor* c, object topic, object
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('group_id', v_group_id)
         return -1
+    acc.set_field('group_id', v_group_id)
     return 0
 
 
@@ -5559,13 +5877,11 @@ cdef Py_ssize_t x_OffsetFetchRequest_v2(Acc acc, Cursor* c, object topic, object
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_group_id = None
     while True:
-        if c.pos + 2 > c.end:
-            fail(acc, TRUNCATED, 'group_id')
+        v_group_id = read_str(acc, c, False, False, 'group_id')
+        if acc.err:
             break
-        n = rd_i16(c)
-        if n > 0:
-            c.pos += n
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics')
             break
@@ -5587,7 +5903,10 @@ cdef Py_ssize_t x_OffsetFetchRequest_v2(Acc acc, Cursor* c, object topic, object
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('group_id', v_group_id)
         return -1
+    acc.set_field('group_id', v_group_id)
     return 0
 
 
@@ -5640,12 +5959,11 @@ cdef Py_ssize_t x_OffsetFetchRequest_v6(Acc acc, Cursor* c, object topic, object
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_group_id = None
     while True:
-        if c.pos < c.end and c.buf[c.pos] < 0x80:
-            c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
-        else:
-            if skip_sized(acc, c, True, 2, False) < 0:
-                break
+        v_group_id = read_str(acc, c, True, False, 'group_id')
+        if acc.err:
+            break
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
             c.pos += 1
@@ -5673,7 +5991,10 @@ cdef Py_ssize_t x_OffsetFetchRequest_v6(Acc acc, Cursor* c, object topic, object
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('group_id', v_group_id)
         return -1
+    acc.set_field('group_id', v_group_id)
     return 0
 
 
@@ -5682,12 +6003,11 @@ cdef Py_ssize_t x_OffsetFetchRequest_v7(Acc acc, Cursor* c, object topic, object
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_group_id = None
     while True:
-        if c.pos < c.end and c.buf[c.pos] < 0x80:
-            c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
-        else:
-            if skip_sized(acc, c, True, 2, False) < 0:
-                break
+        v_group_id = read_str(acc, c, True, False, 'group_id')
+        if acc.err:
+            break
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
             c.pos += 1
@@ -5716,7 +6036,10 @@ cdef Py_ssize_t x_OffsetFetchRequest_v7(Acc acc, Cursor* c, object topic, object
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('group_id', v_group_id)
         return -1
+    acc.set_field('group_id', v_group_id)
     return 0
 
 
@@ -5927,6 +6250,1139 @@ cdef Py_ssize_t x_OffsetFetchRequest_v9(Acc acc, Cursor* c, object topic, object
         break
     if acc.err:
         return -1
+    return 0
+
+
+cdef Py_ssize_t x_FindCoordinatorRequest_v0(Acc acc, Cursor* c, object topic, object partition) except -2:
+    cdef Py_ssize_t n, count, j, stop
+    cdef uint64_t tag
+    cdef Cursor sub
+    cdef int own = 0
+    v_key = None
+    while True:
+        v_key = read_str(acc, c, False, False, 'key')
+        if acc.err:
+            break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'body')
+            break
+        break
+    if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('key', v_key)
+        return -1
+    acc.set_field('key', v_key)
+    return 0
+
+
+cdef Py_ssize_t x_FindCoordinatorRequest_v1(Acc acc, Cursor* c, object topic, object partition) except -2:
+    cdef Py_ssize_t n, count, j, stop
+    cdef uint64_t tag
+    cdef Cursor sub
+    cdef int own = 0
+    v_key = None
+    v_key_type = None
+    while True:
+        v_key = read_str(acc, c, False, False, 'key')
+        if acc.err:
+            break
+        if c.pos + 1 > c.end:
+            fail(acc, TRUNCATED, 'key_type')
+            break
+        v_key_type = <int8_t>rd_u8(c)
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'body')
+            break
+        break
+    if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('key', v_key)
+            acc.set_field('key_type', v_key_type)
+        return -1
+    acc.set_field('key', v_key)
+    acc.set_field('key_type', v_key_type)
+    return 0
+
+
+cdef Py_ssize_t x_FindCoordinatorRequest_v3(Acc acc, Cursor* c, object topic, object partition) except -2:
+    cdef Py_ssize_t n, count, j, stop
+    cdef uint64_t tag
+    cdef Cursor sub
+    cdef int own = 0
+    v_key = None
+    v_key_type = None
+    while True:
+        v_key = read_str(acc, c, True, False, 'key')
+        if acc.err:
+            break
+        if c.pos + 1 > c.end:
+            fail(acc, TRUNCATED, 'key_type')
+            break
+        v_key_type = <int8_t>rd_u8(c)
+        if skip_tag_buffer(acc, c) < 0:
+            break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'body')
+            break
+        break
+    if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('key', v_key)
+            acc.set_field('key_type', v_key_type)
+        return -1
+    acc.set_field('key', v_key)
+    acc.set_field('key_type', v_key_type)
+    return 0
+
+
+cdef Py_ssize_t x_FindCoordinatorRequest_v4(Acc acc, Cursor* c, object topic, object partition) except -2:
+    cdef Py_ssize_t n, count, j, stop
+    cdef uint64_t tag
+    cdef Cursor sub
+    cdef int own = 0
+    v_key_type = None
+    while True:
+        if c.pos + 1 > c.end:
+            fail(acc, TRUNCATED, 'key_type')
+            break
+        v_key_type = <int8_t>rd_u8(c)
+        if c.pos < c.end and c.buf[c.pos] < 0x80:
+            count = <Py_ssize_t>c.buf[c.pos] - 1
+            c.pos += 1
+        else:
+            count = <Py_ssize_t>rd_uvarint_wide(c) - 1
+            if c.err:
+                fail(acc, c.err, 'array')
+                break
+        if count <= 0:
+            if count != 0:
+                fail(acc, MALFORMED, 'array')
+                break
+        elif count > c.end - c.pos:
+            fail(acc, TRUNCATED, 'array')
+            break
+        else:
+            for j in range(count):
+                if skip_sized(acc, c, True, 2, False) < 0:
+                    break
+            if acc.err:
+                break
+        if skip_tag_buffer(acc, c) < 0:
+            break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'body')
+            break
+        break
+    if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('key_type', v_key_type)
+        return -1
+    acc.set_field('key_type', v_key_type)
+    return 0
+
+
+cdef Py_ssize_t skip_JoinGroupRequest_Protocol_v0(Acc acc, Cursor* c) except -2:
+    cdef Py_ssize_t count, j
+    while True:
+        if skip_sized(acc, c, False, 2, False) < 0:
+            break
+        if skip_sized(acc, c, False, 4, False) < 0:
+            break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'struct')
+            break
+        return 0
+    return -1
+
+
+cdef Py_ssize_t x_JoinGroupRequest_v0(Acc acc, Cursor* c, object topic, object partition) except -2:
+    cdef Py_ssize_t n, count, j, stop
+    cdef uint64_t tag
+    cdef Cursor sub
+    cdef int own = 0
+    v_group_id = None
+    v_member_id = None
+    v_protocol_type = None
+    v_session_timeout_ms = None
+    while True:
+        v_group_id = read_str(acc, c, False, False, 'group_id')
+        if acc.err:
+            break
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'session_timeout_ms')
+            break
+        v_session_timeout_ms = rd_i32(c)
+        v_member_id = read_str(acc, c, False, False, 'member_id')
+        if acc.err:
+            break
+        v_protocol_type = read_str(acc, c, False, False, 'protocol_type')
+        if acc.err:
+            break
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'array')
+            break
+        count = rd_i32(c)
+        if count <= 0:
+            if count != 0:
+                fail(acc, MALFORMED, 'array')
+                break
+        elif count > c.end - c.pos:
+            fail(acc, TRUNCATED, 'array')
+            break
+        else:
+            for j in range(count):
+                if skip_JoinGroupRequest_Protocol_v0(acc, c) < 0:
+                    break
+            if acc.err:
+                break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'body')
+            break
+        break
+    if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('group_id', v_group_id)
+            acc.set_field('session_timeout_ms', v_session_timeout_ms)
+            acc.set_field('member_id', v_member_id)
+            acc.set_field('protocol_type', v_protocol_type)
+        return -1
+    acc.set_field('group_id', v_group_id)
+    acc.set_field('session_timeout_ms', v_session_timeout_ms)
+    acc.set_field('member_id', v_member_id)
+    acc.set_field('protocol_type', v_protocol_type)
+    return 0
+
+
+cdef Py_ssize_t x_JoinGroupRequest_v1(Acc acc, Cursor* c, object topic, object partition) except -2:
+    cdef Py_ssize_t n, count, j, stop
+    cdef uint64_t tag
+    cdef Cursor sub
+    cdef int own = 0
+    v_group_id = None
+    v_member_id = None
+    v_protocol_type = None
+    v_rebalance_timeout_ms = None
+    v_session_timeout_ms = None
+    while True:
+        v_group_id = read_str(acc, c, False, False, 'group_id')
+        if acc.err:
+            break
+        if c.pos + 8 > c.end:
+            fail(acc, TRUNCATED, 'session_timeout_ms')
+            break
+        v_session_timeout_ms = rd_i32(c)
+        v_rebalance_timeout_ms = rd_i32(c)
+        v_member_id = read_str(acc, c, False, False, 'member_id')
+        if acc.err:
+            break
+        v_protocol_type = read_str(acc, c, False, False, 'protocol_type')
+        if acc.err:
+            break
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'array')
+            break
+        count = rd_i32(c)
+        if count <= 0:
+            if count != 0:
+                fail(acc, MALFORMED, 'array')
+                break
+        elif count > c.end - c.pos:
+            fail(acc, TRUNCATED, 'array')
+            break
+        else:
+            for j in range(count):
+                if skip_JoinGroupRequest_Protocol_v0(acc, c) < 0:
+                    break
+            if acc.err:
+                break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'body')
+            break
+        break
+    if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('group_id', v_group_id)
+            acc.set_field('session_timeout_ms', v_session_timeout_ms)
+            acc.set_field('rebalance_timeout_ms', v_rebalance_timeout_ms)
+            acc.set_field('member_id', v_member_id)
+            acc.set_field('protocol_type', v_protocol_type)
+        return -1
+    acc.set_field('group_id', v_group_id)
+    acc.set_field('session_timeout_ms', v_session_timeout_ms)
+    acc.set_field('rebalance_timeout_ms', v_rebalance_timeout_ms)
+    acc.set_field('member_id', v_member_id)
+    acc.set_field('protocol_type', v_protocol_type)
+    return 0
+
+
+cdef Py_ssize_t x_JoinGroupRequest_v5(Acc acc, Cursor* c, object topic, object partition) except -2:
+    cdef Py_ssize_t n, count, j, stop
+    cdef uint64_t tag
+    cdef Cursor sub
+    cdef int own = 0
+    v_group_id = None
+    v_group_instance_id = None
+    v_member_id = None
+    v_protocol_type = None
+    v_rebalance_timeout_ms = None
+    v_session_timeout_ms = None
+    while True:
+        v_group_id = read_str(acc, c, False, False, 'group_id')
+        if acc.err:
+            break
+        if c.pos + 8 > c.end:
+            fail(acc, TRUNCATED, 'session_timeout_ms')
+            break
+        v_session_timeout_ms = rd_i32(c)
+        v_rebalance_timeout_ms = rd_i32(c)
+        v_member_id = read_str(acc, c, False, False, 'member_id')
+        if acc.err:
+            break
+        v_group_instance_id = read_str(acc, c, False, True, 'group_instance_id')
+        if acc.err:
+            break
+        v_protocol_type = read_str(acc, c, False, False, 'protocol_type')
+        if acc.err:
+            break
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'array')
+            break
+        count = rd_i32(c)
+        if count <= 0:
+            if count != 0:
+                fail(acc, MALFORMED, 'array')
+                break
+        elif count > c.end - c.pos:
+            fail(acc, TRUNCATED, 'array')
+            break
+        else:
+            for j in range(count):
+                if skip_JoinGroupRequest_Protocol_v0(acc, c) < 0:
+                    break
+            if acc.err:
+                break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'body')
+            break
+        break
+    if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('group_id', v_group_id)
+            acc.set_field('session_timeout_ms', v_session_timeout_ms)
+            acc.set_field('rebalance_timeout_ms', v_rebalance_timeout_ms)
+            acc.set_field('member_id', v_member_id)
+            acc.set_field('group_instance_id', v_group_instance_id)
+            acc.set_field('protocol_type', v_protocol_type)
+        return -1
+    acc.set_field('group_id', v_group_id)
+    acc.set_field('session_timeout_ms', v_session_timeout_ms)
+    acc.set_field('rebalance_timeout_ms', v_rebalance_timeout_ms)
+    acc.set_field('member_id', v_member_id)
+    acc.set_field('group_instance_id', v_group_instance_id)
+    acc.set_field('protocol_type', v_protocol_type)
+    return 0
+
+
+cdef Py_ssize_t skip_JoinGroupRequest_Protocol_v6(Acc acc, Cursor* c) except -2:
+    cdef Py_ssize_t count, j
+    while True:
+        if skip_sized(acc, c, True, 2, False) < 0:
+            break
+        if skip_sized(acc, c, True, 4, False) < 0:
+            break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'struct')
+            break
+        if skip_tag_buffer(acc, c) < 0:
+            break
+        return 0
+    return -1
+
+
+cdef Py_ssize_t x_JoinGroupRequest_v6(Acc acc, Cursor* c, object topic, object partition) except -2:
+    cdef Py_ssize_t n, count, j, stop
+    cdef uint64_t tag
+    cdef Cursor sub
+    cdef int own = 0
+    v_group_id = None
+    v_group_instance_id = None
+    v_member_id = None
+    v_protocol_type = None
+    v_rebalance_timeout_ms = None
+    v_session_timeout_ms = None
+    while True:
+        v_group_id = read_str(acc, c, True, False, 'group_id')
+        if acc.err:
+            break
+        if c.pos + 8 > c.end:
+            fail(acc, TRUNCATED, 'session_timeout_ms')
+            break
+        v_session_timeout_ms = rd_i32(c)
+        v_rebalance_timeout_ms = rd_i32(c)
+        v_member_id = read_str(acc, c, True, False, 'member_id')
+        if acc.err:
+            break
+        v_group_instance_id = read_str(acc, c, True, True, 'group_instance_id')
+        if acc.err:
+            break
+        v_protocol_type = read_str(acc, c, True, False, 'protocol_type')
+        if acc.err:
+            break
+        if c.pos < c.end and c.buf[c.pos] < 0x80:
+            count = <Py_ssize_t>c.buf[c.pos] - 1
+            c.pos += 1
+        else:
+            count = <Py_ssize_t>rd_uvarint_wide(c) - 1
+            if c.err:
+                fail(acc, c.err, 'array')
+                break
+        if count <= 0:
+            if count != 0:
+                fail(acc, MALFORMED, 'array')
+                break
+        elif count > c.end - c.pos:
+            fail(acc, TRUNCATED, 'array')
+            break
+        else:
+            for j in range(count):
+                if skip_JoinGroupRequest_Protocol_v6(acc, c) < 0:
+                    break
+            if acc.err:
+                break
+        if skip_tag_buffer(acc, c) < 0:
+            break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'body')
+            break
+        break
+    if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('group_id', v_group_id)
+            acc.set_field('session_timeout_ms', v_session_timeout_ms)
+            acc.set_field('rebalance_timeout_ms', v_rebalance_timeout_ms)
+            acc.set_field('member_id', v_member_id)
+            acc.set_field('group_instance_id', v_group_instance_id)
+            acc.set_field('protocol_type', v_protocol_type)
+        return -1
+    acc.set_field('group_id', v_group_id)
+    acc.set_field('session_timeout_ms', v_session_timeout_ms)
+    acc.set_field('rebalance_timeout_ms', v_rebalance_timeout_ms)
+    acc.set_field('member_id', v_member_id)
+    acc.set_field('group_instance_id', v_group_instance_id)
+    acc.set_field('protocol_type', v_protocol_type)
+    return 0
+
+
+cdef Py_ssize_t x_JoinGroupRequest_v8(Acc acc, Cursor* c, object topic, object partition) except -2:
+    cdef Py_ssize_t n, count, j, stop
+    cdef uint64_t tag
+    cdef Cursor sub
+    cdef int own = 0
+    v_group_id = None
+    v_group_instance_id = None
+    v_member_id = None
+    v_protocol_type = None
+    v_rebalance_timeout_ms = None
+    v_session_timeout_ms = None
+    while True:
+        v_group_id = read_str(acc, c, True, False, 'group_id')
+        if acc.err:
+            break
+        if c.pos + 8 > c.end:
+            fail(acc, TRUNCATED, 'session_timeout_ms')
+            break
+        v_session_timeout_ms = rd_i32(c)
+        v_rebalance_timeout_ms = rd_i32(c)
+        v_member_id = read_str(acc, c, True, False, 'member_id')
+        if acc.err:
+            break
+        v_group_instance_id = read_str(acc, c, True, True, 'group_instance_id')
+        if acc.err:
+            break
+        v_protocol_type = read_str(acc, c, True, False, 'protocol_type')
+        if acc.err:
+            break
+        if c.pos < c.end and c.buf[c.pos] < 0x80:
+            count = <Py_ssize_t>c.buf[c.pos] - 1
+            c.pos += 1
+        else:
+            count = <Py_ssize_t>rd_uvarint_wide(c) - 1
+            if c.err:
+                fail(acc, c.err, 'array')
+                break
+        if count <= 0:
+            if count != 0:
+                fail(acc, MALFORMED, 'array')
+                break
+        elif count > c.end - c.pos:
+            fail(acc, TRUNCATED, 'array')
+            break
+        else:
+            for j in range(count):
+                if skip_JoinGroupRequest_Protocol_v6(acc, c) < 0:
+                    break
+            if acc.err:
+                break
+        if c.pos < c.end and c.buf[c.pos] < 0x80:
+            c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
+        else:
+            if skip_sized(acc, c, True, 2, True) < 0:
+                break
+        if skip_tag_buffer(acc, c) < 0:
+            break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'body')
+            break
+        break
+    if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('group_id', v_group_id)
+            acc.set_field('session_timeout_ms', v_session_timeout_ms)
+            acc.set_field('rebalance_timeout_ms', v_rebalance_timeout_ms)
+            acc.set_field('member_id', v_member_id)
+            acc.set_field('group_instance_id', v_group_instance_id)
+            acc.set_field('protocol_type', v_protocol_type)
+        return -1
+    acc.set_field('group_id', v_group_id)
+    acc.set_field('session_timeout_ms', v_session_timeout_ms)
+    acc.set_field('rebalance_timeout_ms', v_rebalance_timeout_ms)
+    acc.set_field('member_id', v_member_id)
+    acc.set_field('group_instance_id', v_group_instance_id)
+    acc.set_field('protocol_type', v_protocol_type)
+    return 0
+
+
+cdef Py_ssize_t x_HeartbeatRequest_v0(Acc acc, Cursor* c, object topic, object partition) except -2:
+    cdef Py_ssize_t n, count, j, stop
+    cdef uint64_t tag
+    cdef Cursor sub
+    cdef int own = 0
+    v_generation_id = None
+    v_group_id = None
+    v_member_id = None
+    while True:
+        v_group_id = read_str(acc, c, False, False, 'group_id')
+        if acc.err:
+            break
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'generation_id')
+            break
+        v_generation_id = rd_i32(c)
+        v_member_id = read_str(acc, c, False, False, 'member_id')
+        if acc.err:
+            break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'body')
+            break
+        break
+    if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('group_id', v_group_id)
+            acc.set_field('generation_id', v_generation_id)
+            acc.set_field('member_id', v_member_id)
+        return -1
+    acc.set_field('group_id', v_group_id)
+    acc.set_field('generation_id', v_generation_id)
+    acc.set_field('member_id', v_member_id)
+    return 0
+
+
+cdef Py_ssize_t x_HeartbeatRequest_v3(Acc acc, Cursor* c, object topic, object partition) except -2:
+    cdef Py_ssize_t n, count, j, stop
+    cdef uint64_t tag
+    cdef Cursor sub
+    cdef int own = 0
+    v_generation_id = None
+    v_group_id = None
+    v_group_instance_id = None
+    v_member_id = None
+    while True:
+        v_group_id = read_str(acc, c, False, False, 'group_id')
+        if acc.err:
+            break
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'generation_id')
+            break
+        v_generation_id = rd_i32(c)
+        v_member_id = read_str(acc, c, False, False, 'member_id')
+        if acc.err:
+            break
+        v_group_instance_id = read_str(acc, c, False, True, 'group_instance_id')
+        if acc.err:
+            break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'body')
+            break
+        break
+    if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('group_id', v_group_id)
+            acc.set_field('generation_id', v_generation_id)
+            acc.set_field('member_id', v_member_id)
+            acc.set_field('group_instance_id', v_group_instance_id)
+        return -1
+    acc.set_field('group_id', v_group_id)
+    acc.set_field('generation_id', v_generation_id)
+    acc.set_field('member_id', v_member_id)
+    acc.set_field('group_instance_id', v_group_instance_id)
+    return 0
+
+
+cdef Py_ssize_t x_HeartbeatRequest_v4(Acc acc, Cursor* c, object topic, object partition) except -2:
+    cdef Py_ssize_t n, count, j, stop
+    cdef uint64_t tag
+    cdef Cursor sub
+    cdef int own = 0
+    v_generation_id = None
+    v_group_id = None
+    v_group_instance_id = None
+    v_member_id = None
+    while True:
+        v_group_id = read_str(acc, c, True, False, 'group_id')
+        if acc.err:
+            break
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'generation_id')
+            break
+        v_generation_id = rd_i32(c)
+        v_member_id = read_str(acc, c, True, False, 'member_id')
+        if acc.err:
+            break
+        v_group_instance_id = read_str(acc, c, True, True, 'group_instance_id')
+        if acc.err:
+            break
+        if skip_tag_buffer(acc, c) < 0:
+            break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'body')
+            break
+        break
+    if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('group_id', v_group_id)
+            acc.set_field('generation_id', v_generation_id)
+            acc.set_field('member_id', v_member_id)
+            acc.set_field('group_instance_id', v_group_instance_id)
+        return -1
+    acc.set_field('group_id', v_group_id)
+    acc.set_field('generation_id', v_generation_id)
+    acc.set_field('member_id', v_member_id)
+    acc.set_field('group_instance_id', v_group_instance_id)
+    return 0
+
+
+cdef Py_ssize_t x_LeaveGroupRequest_v0(Acc acc, Cursor* c, object topic, object partition) except -2:
+    cdef Py_ssize_t n, count, j, stop
+    cdef uint64_t tag
+    cdef Cursor sub
+    cdef int own = 0
+    v_group_id = None
+    v_member_id = None
+    while True:
+        v_group_id = read_str(acc, c, False, False, 'group_id')
+        if acc.err:
+            break
+        v_member_id = read_str(acc, c, False, False, 'member_id')
+        if acc.err:
+            break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'body')
+            break
+        break
+    if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('group_id', v_group_id)
+            acc.set_field('member_id', v_member_id)
+        return -1
+    acc.set_field('group_id', v_group_id)
+    acc.set_field('member_id', v_member_id)
+    return 0
+
+
+cdef Py_ssize_t skip_LeaveGroupRequest_MemberIdentity_v3(Acc acc, Cursor* c) except -2:
+    cdef Py_ssize_t count, j
+    while True:
+        if skip_sized(acc, c, False, 2, False) < 0:
+            break
+        if skip_sized(acc, c, False, 2, True) < 0:
+            break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'struct')
+            break
+        return 0
+    return -1
+
+
+cdef Py_ssize_t x_LeaveGroupRequest_v3(Acc acc, Cursor* c, object topic, object partition) except -2:
+    cdef Py_ssize_t n, count, j, stop
+    cdef uint64_t tag
+    cdef Cursor sub
+    cdef int own = 0
+    v_group_id = None
+    while True:
+        v_group_id = read_str(acc, c, False, False, 'group_id')
+        if acc.err:
+            break
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'array')
+            break
+        count = rd_i32(c)
+        if count <= 0:
+            if count != 0:
+                fail(acc, MALFORMED, 'array')
+                break
+        elif count > c.end - c.pos:
+            fail(acc, TRUNCATED, 'array')
+            break
+        else:
+            for j in range(count):
+                if skip_LeaveGroupRequest_MemberIdentity_v3(acc, c) < 0:
+                    break
+            if acc.err:
+                break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'body')
+            break
+        break
+    if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('group_id', v_group_id)
+        return -1
+    acc.set_field('group_id', v_group_id)
+    return 0
+
+
+cdef Py_ssize_t skip_LeaveGroupRequest_MemberIdentity_v4(Acc acc, Cursor* c) except -2:
+    cdef Py_ssize_t count, j
+    while True:
+        if skip_sized(acc, c, True, 2, False) < 0:
+            break
+        if skip_sized(acc, c, True, 2, True) < 0:
+            break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'struct')
+            break
+        if skip_tag_buffer(acc, c) < 0:
+            break
+        return 0
+    return -1
+
+
+cdef Py_ssize_t x_LeaveGroupRequest_v4(Acc acc, Cursor* c, object topic, object partition) except -2:
+    cdef Py_ssize_t n, count, j, stop
+    cdef uint64_t tag
+    cdef Cursor sub
+    cdef int own = 0
+    v_group_id = None
+    while True:
+        v_group_id = read_str(acc, c, True, False, 'group_id')
+        if acc.err:
+            break
+        if c.pos < c.end and c.buf[c.pos] < 0x80:
+            count = <Py_ssize_t>c.buf[c.pos] - 1
+            c.pos += 1
+        else:
+            count = <Py_ssize_t>rd_uvarint_wide(c) - 1
+            if c.err:
+                fail(acc, c.err, 'array')
+                break
+        if count <= 0:
+            if count != 0:
+                fail(acc, MALFORMED, 'array')
+                break
+        elif count > c.end - c.pos:
+            fail(acc, TRUNCATED, 'array')
+            break
+        else:
+            for j in range(count):
+                if skip_LeaveGroupRequest_MemberIdentity_v4(acc, c) < 0:
+                    break
+            if acc.err:
+                break
+        if skip_tag_buffer(acc, c) < 0:
+            break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'body')
+            break
+        break
+    if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('group_id', v_group_id)
+        return -1
+    acc.set_field('group_id', v_group_id)
+    return 0
+
+
+cdef Py_ssize_t skip_LeaveGroupRequest_MemberIdentity_v5(Acc acc, Cursor* c) except -2:
+    cdef Py_ssize_t count, j
+    while True:
+        if skip_sized(acc, c, True, 2, False) < 0:
+            break
+        if skip_sized(acc, c, True, 2, True) < 0:
+            break
+        if skip_sized(acc, c, True, 2, True) < 0:
+            break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'struct')
+            break
+        if skip_tag_buffer(acc, c) < 0:
+            break
+        return 0
+    return -1
+
+
+cdef Py_ssize_t x_LeaveGroupRequest_v5(Acc acc, Cursor* c, object topic, object partition) except -2:
+    cdef Py_ssize_t n, count, j, stop
+    cdef uint64_t tag
+    cdef Cursor sub
+    cdef int own = 0
+    v_group_id = None
+    while True:
+        v_group_id = read_str(acc, c, True, False, 'group_id')
+        if acc.err:
+            break
+        if c.pos < c.end and c.buf[c.pos] < 0x80:
+            count = <Py_ssize_t>c.buf[c.pos] - 1
+            c.pos += 1
+        else:
+            count = <Py_ssize_t>rd_uvarint_wide(c) - 1
+            if c.err:
+                fail(acc, c.err, 'array')
+                break
+        if count <= 0:
+            if count != 0:
+                fail(acc, MALFORMED, 'array')
+                break
+        elif count > c.end - c.pos:
+            fail(acc, TRUNCATED, 'array')
+            break
+        else:
+            for j in range(count):
+                if skip_LeaveGroupRequest_MemberIdentity_v5(acc, c) < 0:
+                    break
+            if acc.err:
+                break
+        if skip_tag_buffer(acc, c) < 0:
+            break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'body')
+            break
+        break
+    if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('group_id', v_group_id)
+        return -1
+    acc.set_field('group_id', v_group_id)
+    return 0
+
+
+cdef Py_ssize_t skip_SyncGroupRequest_Assignment_v0(Acc acc, Cursor* c) except -2:
+    cdef Py_ssize_t count, j
+    while True:
+        if skip_sized(acc, c, False, 2, False) < 0:
+            break
+        if skip_sized(acc, c, False, 4, False) < 0:
+            break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'struct')
+            break
+        return 0
+    return -1
+
+
+cdef Py_ssize_t x_SyncGroupRequest_v0(Acc acc, Cursor* c, object topic, object partition) except -2:
+    cdef Py_ssize_t n, count, j, stop
+    cdef uint64_t tag
+    cdef Cursor sub
+    cdef int own = 0
+    v_generation_id = None
+    v_group_id = None
+    v_member_id = None
+    while True:
+        v_group_id = read_str(acc, c, False, False, 'group_id')
+        if acc.err:
+            break
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'generation_id')
+            break
+        v_generation_id = rd_i32(c)
+        v_member_id = read_str(acc, c, False, False, 'member_id')
+        if acc.err:
+            break
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'array')
+            break
+        count = rd_i32(c)
+        if count <= 0:
+            if count != 0:
+                fail(acc, MALFORMED, 'array')
+                break
+        elif count > c.end - c.pos:
+            fail(acc, TRUNCATED, 'array')
+            break
+        else:
+            for j in range(count):
+                if skip_SyncGroupRequest_Assignment_v0(acc, c) < 0:
+                    break
+            if acc.err:
+                break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'body')
+            break
+        break
+    if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('group_id', v_group_id)
+            acc.set_field('generation_id', v_generation_id)
+            acc.set_field('member_id', v_member_id)
+        return -1
+    acc.set_field('group_id', v_group_id)
+    acc.set_field('generation_id', v_generation_id)
+    acc.set_field('member_id', v_member_id)
+    return 0
+
+
+cdef Py_ssize_t x_SyncGroupRequest_v3(Acc acc, Cursor* c, object topic, object partition) except -2:
+    cdef Py_ssize_t n, count, j, stop
+    cdef uint64_t tag
+    cdef Cursor sub
+    cdef int own = 0
+    v_generation_id = None
+    v_group_id = None
+    v_group_instance_id = None
+    v_member_id = None
+    while True:
+        v_group_id = read_str(acc, c, False, False, 'group_id')
+        if acc.err:
+            break
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'generation_id')
+            break
+        v_generation_id = rd_i32(c)
+        v_member_id = read_str(acc, c, False, False, 'member_id')
+        if acc.err:
+            break
+        v_group_instance_id = read_str(acc, c, False, True, 'group_instance_id')
+        if acc.err:
+            break
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'array')
+            break
+        count = rd_i32(c)
+        if count <= 0:
+            if count != 0:
+                fail(acc, MALFORMED, 'array')
+                break
+        elif count > c.end - c.pos:
+            fail(acc, TRUNCATED, 'array')
+            break
+        else:
+            for j in range(count):
+                if skip_SyncGroupRequest_Assignment_v0(acc, c) < 0:
+                    break
+            if acc.err:
+                break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'body')
+            break
+        break
+    if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('group_id', v_group_id)
+            acc.set_field('generation_id', v_generation_id)
+            acc.set_field('member_id', v_member_id)
+            acc.set_field('group_instance_id', v_group_instance_id)
+        return -1
+    acc.set_field('group_id', v_group_id)
+    acc.set_field('generation_id', v_generation_id)
+    acc.set_field('member_id', v_member_id)
+    acc.set_field('group_instance_id', v_group_instance_id)
+    return 0
+
+
+cdef Py_ssize_t skip_SyncGroupRequest_Assignment_v4(Acc acc, Cursor* c) except -2:
+    cdef Py_ssize_t count, j
+    while True:
+        if skip_sized(acc, c, True, 2, False) < 0:
+            break
+        if skip_sized(acc, c, True, 4, False) < 0:
+            break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'struct')
+            break
+        if skip_tag_buffer(acc, c) < 0:
+            break
+        return 0
+    return -1
+
+
+cdef Py_ssize_t x_SyncGroupRequest_v4(Acc acc, Cursor* c, object topic, object partition) except -2:
+    cdef Py_ssize_t n, count, j, stop
+    cdef uint64_t tag
+    cdef Cursor sub
+    cdef int own = 0
+    v_generation_id = None
+    v_group_id = None
+    v_group_instance_id = None
+    v_member_id = None
+    while True:
+        v_group_id = read_str(acc, c, True, False, 'group_id')
+        if acc.err:
+            break
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'generation_id')
+            break
+        v_generation_id = rd_i32(c)
+        v_member_id = read_str(acc, c, True, False, 'member_id')
+        if acc.err:
+            break
+        v_group_instance_id = read_str(acc, c, True, True, 'group_instance_id')
+        if acc.err:
+            break
+        if c.pos < c.end and c.buf[c.pos] < 0x80:
+            count = <Py_ssize_t>c.buf[c.pos] - 1
+            c.pos += 1
+        else:
+            count = <Py_ssize_t>rd_uvarint_wide(c) - 1
+            if c.err:
+                fail(acc, c.err, 'array')
+                break
+        if count <= 0:
+            if count != 0:
+                fail(acc, MALFORMED, 'array')
+                break
+        elif count > c.end - c.pos:
+            fail(acc, TRUNCATED, 'array')
+            break
+        else:
+            for j in range(count):
+                if skip_SyncGroupRequest_Assignment_v4(acc, c) < 0:
+                    break
+            if acc.err:
+                break
+        if skip_tag_buffer(acc, c) < 0:
+            break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'body')
+            break
+        break
+    if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('group_id', v_group_id)
+            acc.set_field('generation_id', v_generation_id)
+            acc.set_field('member_id', v_member_id)
+            acc.set_field('group_instance_id', v_group_instance_id)
+        return -1
+    acc.set_field('group_id', v_group_id)
+    acc.set_field('generation_id', v_generation_id)
+    acc.set_field('member_id', v_member_id)
+    acc.set_field('group_instance_id', v_group_instance_id)
+    return 0
+
+
+cdef Py_ssize_t x_SyncGroupRequest_v5(Acc acc, Cursor* c, object topic, object partition) except -2:
+    cdef Py_ssize_t n, count, j, stop
+    cdef uint64_t tag
+    cdef Cursor sub
+    cdef int own = 0
+    v_generation_id = None
+    v_group_id = None
+    v_group_instance_id = None
+    v_member_id = None
+    v_protocol_name = None
+    v_protocol_type = None
+    while True:
+        v_group_id = read_str(acc, c, True, False, 'group_id')
+        if acc.err:
+            break
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'generation_id')
+            break
+        v_generation_id = rd_i32(c)
+        v_member_id = read_str(acc, c, True, False, 'member_id')
+        if acc.err:
+            break
+        v_group_instance_id = read_str(acc, c, True, True, 'group_instance_id')
+        if acc.err:
+            break
+        v_protocol_type = read_str(acc, c, True, True, 'protocol_type')
+        if acc.err:
+            break
+        v_protocol_name = read_str(acc, c, True, True, 'protocol_name')
+        if acc.err:
+            break
+        if c.pos < c.end and c.buf[c.pos] < 0x80:
+            count = <Py_ssize_t>c.buf[c.pos] - 1
+            c.pos += 1
+        else:
+            count = <Py_ssize_t>rd_uvarint_wide(c) - 1
+            if c.err:
+                fail(acc, c.err, 'array')
+                break
+        if count <= 0:
+            if count != 0:
+                fail(acc, MALFORMED, 'array')
+                break
+        elif count > c.end - c.pos:
+            fail(acc, TRUNCATED, 'array')
+            break
+        else:
+            for j in range(count):
+                if skip_SyncGroupRequest_Assignment_v4(acc, c) < 0:
+                    break
+            if acc.err:
+                break
+        if skip_tag_buffer(acc, c) < 0:
+            break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'body')
+            break
+        break
+    if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('group_id', v_group_id)
+            acc.set_field('generation_id', v_generation_id)
+            acc.set_field('member_id', v_member_id)
+            acc.set_field('group_instance_id', v_group_instance_id)
+            acc.set_field('protocol_type', v_protocol_type)
+            acc.set_field('protocol_name', v_protocol_name)
+        return -1
+    acc.set_field('group_id', v_group_id)
+    acc.set_field('generation_id', v_generation_id)
+    acc.set_field('member_id', v_member_id)
+    acc.set_field('group_instance_id', v_group_instance_id)
+    acc.set_field('protocol_type', v_protocol_type)
+    acc.set_field('protocol_name', v_protocol_name)
+    return 0
+
+
+cdef Py_ssize_t x_ApiVersionsRequest_v3(Acc acc, Cursor* c, object topic, object partition) except -2:
+    cdef Py_ssize_t n, count, j, stop
+    cdef uint64_t tag
+    cdef Cursor sub
+    cdef int own = 0
+    v_client_software_name = None
+    v_client_software_version = None
+    while True:
+        v_client_software_name = read_str(acc, c, True, False, 'client_software_name')
+        if acc.err:
+            break
+        v_client_software_version = read_str(acc, c, True, False, 'client_software_version')
+        if acc.err:
+            break
+        if skip_tag_buffer(acc, c) < 0:
+            break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'body')
+            break
+        break
+    if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('client_software_name', v_client_software_name)
+            acc.set_field('client_software_version', v_client_software_version)
+        return -1
+    acc.set_field('client_software_name', v_client_software_name)
+    acc.set_field('client_software_version', v_client_software_version)
     return 0
 
 
@@ -6605,6 +8061,79 @@ cdef Py_ssize_t x_DeleteRecordsRequest_v2(Acc acc, Cursor* c, object topic, obje
     return 0
 
 
+cdef Py_ssize_t x_InitProducerIdRequest_v0(Acc acc, Cursor* c, object topic, object partition) except -2:
+    cdef Py_ssize_t n, count, j, stop
+    cdef uint64_t tag
+    cdef Cursor sub
+    cdef int own = 0
+    v_transactional_id = None
+    while True:
+        v_transactional_id = read_str(acc, c, False, True, 'transactional_id')
+        if acc.err:
+            break
+        c.pos += 4
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'body')
+            break
+        break
+    if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('transactional_id', v_transactional_id)
+        return -1
+    acc.set_field('transactional_id', v_transactional_id)
+    return 0
+
+
+cdef Py_ssize_t x_InitProducerIdRequest_v2(Acc acc, Cursor* c, object topic, object partition) except -2:
+    cdef Py_ssize_t n, count, j, stop
+    cdef uint64_t tag
+    cdef Cursor sub
+    cdef int own = 0
+    v_transactional_id = None
+    while True:
+        v_transactional_id = read_str(acc, c, True, True, 'transactional_id')
+        if acc.err:
+            break
+        c.pos += 4
+        if skip_tag_buffer(acc, c) < 0:
+            break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'body')
+            break
+        break
+    if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('transactional_id', v_transactional_id)
+        return -1
+    acc.set_field('transactional_id', v_transactional_id)
+    return 0
+
+
+cdef Py_ssize_t x_InitProducerIdRequest_v3(Acc acc, Cursor* c, object topic, object partition) except -2:
+    cdef Py_ssize_t n, count, j, stop
+    cdef uint64_t tag
+    cdef Cursor sub
+    cdef int own = 0
+    v_transactional_id = None
+    while True:
+        v_transactional_id = read_str(acc, c, True, True, 'transactional_id')
+        if acc.err:
+            break
+        c.pos += 14
+        if skip_tag_buffer(acc, c) < 0:
+            break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'body')
+            break
+        break
+    if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('transactional_id', v_transactional_id)
+        return -1
+    acc.set_field('transactional_id', v_transactional_id)
+    return 0
+
+
 cdef Py_ssize_t x_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v0(Acc acc, Cursor* c, object topic, object partition) except -2:
     cdef Py_ssize_t n, count, j, stop
     cdef uint64_t tag
@@ -7255,6 +8784,114 @@ cdef Py_ssize_t x_AddPartitionsToTxnRequest_v4(Acc acc, Cursor* c, object topic,
     return 0
 
 
+cdef Py_ssize_t x_AddOffsetsToTxnRequest_v0(Acc acc, Cursor* c, object topic, object partition) except -2:
+    cdef Py_ssize_t n, count, j, stop
+    cdef uint64_t tag
+    cdef Cursor sub
+    cdef int own = 0
+    v_group_id = None
+    v_transactional_id = None
+    while True:
+        v_transactional_id = read_str(acc, c, False, False, 'transactional_id')
+        if acc.err:
+            break
+        c.pos += 10
+        v_group_id = read_str(acc, c, False, False, 'group_id')
+        if acc.err:
+            break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'body')
+            break
+        break
+    if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('transactional_id', v_transactional_id)
+            acc.set_field('group_id', v_group_id)
+        return -1
+    acc.set_field('transactional_id', v_transactional_id)
+    acc.set_field('group_id', v_group_id)
+    return 0
+
+
+cdef Py_ssize_t x_AddOffsetsToTxnRequest_v3(Acc acc, Cursor* c, object topic, object partition) except -2:
+    cdef Py_ssize_t n, count, j, stop
+    cdef uint64_t tag
+    cdef Cursor sub
+    cdef int own = 0
+    v_group_id = None
+    v_transactional_id = None
+    while True:
+        v_transactional_id = read_str(acc, c, True, False, 'transactional_id')
+        if acc.err:
+            break
+        c.pos += 10
+        v_group_id = read_str(acc, c, True, False, 'group_id')
+        if acc.err:
+            break
+        if skip_tag_buffer(acc, c) < 0:
+            break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'body')
+            break
+        break
+    if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('transactional_id', v_transactional_id)
+            acc.set_field('group_id', v_group_id)
+        return -1
+    acc.set_field('transactional_id', v_transactional_id)
+    acc.set_field('group_id', v_group_id)
+    return 0
+
+
+cdef Py_ssize_t x_EndTxnRequest_v0(Acc acc, Cursor* c, object topic, object partition) except -2:
+    cdef Py_ssize_t n, count, j, stop
+    cdef uint64_t tag
+    cdef Cursor sub
+    cdef int own = 0
+    v_transactional_id = None
+    while True:
+        v_transactional_id = read_str(acc, c, False, False, 'transactional_id')
+        if acc.err:
+            break
+        c.pos += 11
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'body')
+            break
+        break
+    if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('transactional_id', v_transactional_id)
+        return -1
+    acc.set_field('transactional_id', v_transactional_id)
+    return 0
+
+
+cdef Py_ssize_t x_EndTxnRequest_v3(Acc acc, Cursor* c, object topic, object partition) except -2:
+    cdef Py_ssize_t n, count, j, stop
+    cdef uint64_t tag
+    cdef Cursor sub
+    cdef int own = 0
+    v_transactional_id = None
+    while True:
+        v_transactional_id = read_str(acc, c, True, False, 'transactional_id')
+        if acc.err:
+            break
+        c.pos += 11
+        if skip_tag_buffer(acc, c) < 0:
+            break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'body')
+            break
+        break
+    if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('transactional_id', v_transactional_id)
+        return -1
+    acc.set_field('transactional_id', v_transactional_id)
+    return 0
+
+
 cdef Py_ssize_t x_StopReplicaRequest_TopicV1_v1_3(Acc acc, Cursor* c, object topic, object partition) except -2:
     cdef Py_ssize_t n, count, j, stop
     cdef uint64_t tag
@@ -7551,19 +9188,15 @@ cdef Py_ssize_t x_TxnOffsetCommitRequest_v0(Acc acc, Cursor* c, object topic, ob
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_group_id = None
+    v_transactional_id = None
     while True:
-        if c.pos + 2 > c.end:
-            fail(acc, TRUNCATED, 'transactional_id')
+        v_transactional_id = read_str(acc, c, False, False, 'transactional_id')
+        if acc.err:
             break
-        n = rd_i16(c)
-        if n > 0:
-            c.pos += n
-        if c.pos + 2 > c.end:
-            fail(acc, TRUNCATED, 'group_id')
+        v_group_id = read_str(acc, c, False, False, 'group_id')
+        if acc.err:
             break
-        n = rd_i16(c)
-        if n > 0:
-            c.pos += n
         c.pos += 10
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics')
@@ -7586,7 +9219,12 @@ cdef Py_ssize_t x_TxnOffsetCommitRequest_v0(Acc acc, Cursor* c, object topic, ob
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('transactional_id', v_transactional_id)
+            acc.set_field('group_id', v_group_id)
         return -1
+    acc.set_field('transactional_id', v_transactional_id)
+    acc.set_field('group_id', v_group_id)
     return 0
 
 
@@ -7666,19 +9304,15 @@ cdef Py_ssize_t x_TxnOffsetCommitRequest_v2(Acc acc, Cursor* c, object topic, ob
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_group_id = None
+    v_transactional_id = None
     while True:
-        if c.pos + 2 > c.end:
-            fail(acc, TRUNCATED, 'transactional_id')
+        v_transactional_id = read_str(acc, c, False, False, 'transactional_id')
+        if acc.err:
             break
-        n = rd_i16(c)
-        if n > 0:
-            c.pos += n
-        if c.pos + 2 > c.end:
-            fail(acc, TRUNCATED, 'group_id')
+        v_group_id = read_str(acc, c, False, False, 'group_id')
+        if acc.err:
             break
-        n = rd_i16(c)
-        if n > 0:
-            c.pos += n
         c.pos += 10
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics')
@@ -7701,7 +9335,12 @@ cdef Py_ssize_t x_TxnOffsetCommitRequest_v2(Acc acc, Cursor* c, object topic, ob
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('transactional_id', v_transactional_id)
+            acc.set_field('group_id', v_group_id)
         return -1
+    acc.set_field('transactional_id', v_transactional_id)
+    acc.set_field('group_id', v_group_id)
     return 0
 
 
@@ -7788,28 +9427,29 @@ cdef Py_ssize_t x_TxnOffsetCommitRequest_v3(Acc acc, Cursor* c, object topic, ob
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_generation_id = None
+    v_group_id = None
+    v_group_instance_id = None
+    v_member_id = None
+    v_transactional_id = None
     while True:
-        if c.pos < c.end and c.buf[c.pos] < 0x80:
-            c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
-        else:
-            if skip_sized(acc, c, True, 2, False) < 0:
-                break
-        if c.pos < c.end and c.buf[c.pos] < 0x80:
-            c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
-        else:
-            if skip_sized(acc, c, True, 2, False) < 0:
-                break
-        c.pos += 14
-        if c.pos < c.end and c.buf[c.pos] < 0x80:
-            c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
-        else:
-            if skip_sized(acc, c, True, 2, False) < 0:
-                break
-        if c.pos < c.end and c.buf[c.pos] < 0x80:
-            c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
-        else:
-            if skip_sized(acc, c, True, 2, True) < 0:
-                break
+        v_transactional_id = read_str(acc, c, True, False, 'transactional_id')
+        if acc.err:
+            break
+        v_group_id = read_str(acc, c, True, False, 'group_id')
+        if acc.err:
+            break
+        if c.pos + 14 > c.end:
+            fail(acc, TRUNCATED, 'producer_id')
+            break
+        c.pos += 10
+        v_generation_id = rd_i32(c)
+        v_member_id = read_str(acc, c, True, False, 'member_id')
+        if acc.err:
+            break
+        v_group_instance_id = read_str(acc, c, True, True, 'group_instance_id')
+        if acc.err:
+            break
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
             c.pos += 1
@@ -7837,7 +9477,18 @@ cdef Py_ssize_t x_TxnOffsetCommitRequest_v3(Acc acc, Cursor* c, object topic, ob
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('transactional_id', v_transactional_id)
+            acc.set_field('group_id', v_group_id)
+            acc.set_field('generation_id', v_generation_id)
+            acc.set_field('member_id', v_member_id)
+            acc.set_field('group_instance_id', v_group_instance_id)
         return -1
+    acc.set_field('transactional_id', v_transactional_id)
+    acc.set_field('group_id', v_group_id)
+    acc.set_field('generation_id', v_generation_id)
+    acc.set_field('member_id', v_member_id)
+    acc.set_field('group_instance_id', v_group_instance_id)
     return 0
 
 
@@ -10869,29 +12520,34 @@ cdef Py_ssize_t x_ConsumerGroupHeartbeatRequest_v0(Acc acc, Cursor* c, object to
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_group_id = None
+    v_instance_id = None
+    v_member_epoch = None
+    v_member_id = None
+    v_rebalance_timeout_ms = None
     while True:
-        if c.pos < c.end and c.buf[c.pos] < 0x80:
-            c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
-        else:
-            if skip_sized(acc, c, True, 2, False) < 0:
-                break
-        if c.pos < c.end and c.buf[c.pos] < 0x80:
-            c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
-        else:
-            if skip_sized(acc, c, True, 2, False) < 0:
-                break
-        c.pos += 4
+        v_group_id = read_str(acc, c, True, False, 'group_id')
+        if acc.err:
+            break
+        v_member_id = read_str(acc, c, True, False, 'member_id')
+        if acc.err:
+            break
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'member_epoch')
+            break
+        v_member_epoch = rd_i32(c)
+        v_instance_id = read_str(acc, c, True, True, 'instance_id')
+        if acc.err:
+            break
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
         else:
             if skip_sized(acc, c, True, 2, True) < 0:
                 break
-        if c.pos < c.end and c.buf[c.pos] < 0x80:
-            c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
-        else:
-            if skip_sized(acc, c, True, 2, True) < 0:
-                break
-        c.pos += 4
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'rebalance_timeout_ms')
+            break
+        v_rebalance_timeout_ms = rd_i32(c)
         if read_topic_list(acc, c, True, True, False, 'subscribed_topic_names') < 0:
             break
         if c.pos < c.end and c.buf[c.pos] < 0x80:
@@ -10926,7 +12582,18 @@ cdef Py_ssize_t x_ConsumerGroupHeartbeatRequest_v0(Acc acc, Cursor* c, object to
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('group_id', v_group_id)
+            acc.set_field('member_id', v_member_id)
+            acc.set_field('member_epoch', v_member_epoch)
+            acc.set_field('instance_id', v_instance_id)
+            acc.set_field('rebalance_timeout_ms', v_rebalance_timeout_ms)
         return -1
+    acc.set_field('group_id', v_group_id)
+    acc.set_field('member_id', v_member_id)
+    acc.set_field('member_epoch', v_member_epoch)
+    acc.set_field('instance_id', v_instance_id)
+    acc.set_field('rebalance_timeout_ms', v_rebalance_timeout_ms)
     return 0
 
 
@@ -10935,29 +12602,34 @@ cdef Py_ssize_t x_ConsumerGroupHeartbeatRequest_v1(Acc acc, Cursor* c, object to
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_group_id = None
+    v_instance_id = None
+    v_member_epoch = None
+    v_member_id = None
+    v_rebalance_timeout_ms = None
     while True:
-        if c.pos < c.end and c.buf[c.pos] < 0x80:
-            c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
-        else:
-            if skip_sized(acc, c, True, 2, False) < 0:
-                break
-        if c.pos < c.end and c.buf[c.pos] < 0x80:
-            c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
-        else:
-            if skip_sized(acc, c, True, 2, False) < 0:
-                break
-        c.pos += 4
+        v_group_id = read_str(acc, c, True, False, 'group_id')
+        if acc.err:
+            break
+        v_member_id = read_str(acc, c, True, False, 'member_id')
+        if acc.err:
+            break
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'member_epoch')
+            break
+        v_member_epoch = rd_i32(c)
+        v_instance_id = read_str(acc, c, True, True, 'instance_id')
+        if acc.err:
+            break
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
         else:
             if skip_sized(acc, c, True, 2, True) < 0:
                 break
-        if c.pos < c.end and c.buf[c.pos] < 0x80:
-            c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
-        else:
-            if skip_sized(acc, c, True, 2, True) < 0:
-                break
-        c.pos += 4
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'rebalance_timeout_ms')
+            break
+        v_rebalance_timeout_ms = rd_i32(c)
         if read_topic_list(acc, c, True, True, False, 'subscribed_topic_names') < 0:
             break
         if c.pos < c.end and c.buf[c.pos] < 0x80:
@@ -10997,7 +12669,18 @@ cdef Py_ssize_t x_ConsumerGroupHeartbeatRequest_v1(Acc acc, Cursor* c, object to
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('group_id', v_group_id)
+            acc.set_field('member_id', v_member_id)
+            acc.set_field('member_epoch', v_member_epoch)
+            acc.set_field('instance_id', v_instance_id)
+            acc.set_field('rebalance_timeout_ms', v_rebalance_timeout_ms)
         return -1
+    acc.set_field('group_id', v_group_id)
+    acc.set_field('member_id', v_member_id)
+    acc.set_field('member_epoch', v_member_epoch)
+    acc.set_field('instance_id', v_instance_id)
+    acc.set_field('rebalance_timeout_ms', v_rebalance_timeout_ms)
     return 0
 
 
@@ -18656,30 +20339,25 @@ cdef Py_ssize_t x_JoinGroupResponse_v0(Acc acc, Cursor* c, object topic, object 
     cdef Cursor sub
     cdef int own = 0
     v_error_code = None
+    v_generation_id = None
+    v_leader = None
+    v_member_id = None
+    v_protocol_name = None
     while True:
         if c.pos + 6 > c.end:
             fail(acc, TRUNCATED, 'error_code')
             break
         v_error_code = rd_i16(c)
-        c.pos += 4
-        if c.pos + 2 > c.end:
-            fail(acc, TRUNCATED, 'protocol_name')
+        v_generation_id = rd_i32(c)
+        v_protocol_name = read_str(acc, c, False, False, 'protocol_name')
+        if acc.err:
             break
-        n = rd_i16(c)
-        if n > 0:
-            c.pos += n
-        if c.pos + 2 > c.end:
-            fail(acc, TRUNCATED, 'leader')
+        v_leader = read_str(acc, c, False, False, 'leader')
+        if acc.err:
             break
-        n = rd_i16(c)
-        if n > 0:
-            c.pos += n
-        if c.pos + 2 > c.end:
-            fail(acc, TRUNCATED, 'member_id')
+        v_member_id = read_str(acc, c, False, False, 'member_id')
+        if acc.err:
             break
-        n = rd_i16(c)
-        if n > 0:
-            c.pos += n
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'array')
             break
@@ -18709,6 +20387,10 @@ cdef Py_ssize_t x_JoinGroupResponse_v0(Acc acc, Cursor* c, object topic, object 
                 else:
                     acc.leave_out(1)
             acc.error_code = v_error_code
+            acc.set_field('generation_id', v_generation_id)
+            acc.set_field('protocol_name', v_protocol_name)
+            acc.set_field('leader', v_leader)
+            acc.set_field('member_id', v_member_id)
         return -1
     if v_error_code:
         if len(acc.errors) < 100000:
@@ -18716,6 +20398,10 @@ cdef Py_ssize_t x_JoinGroupResponse_v0(Acc acc, Cursor* c, object topic, object 
         else:
             acc.leave_out(1)
     acc.error_code = v_error_code
+    acc.set_field('generation_id', v_generation_id)
+    acc.set_field('protocol_name', v_protocol_name)
+    acc.set_field('leader', v_leader)
+    acc.set_field('member_id', v_member_id)
     return 0
 
 
@@ -18725,6 +20411,10 @@ cdef Py_ssize_t x_JoinGroupResponse_v2(Acc acc, Cursor* c, object topic, object 
     cdef Cursor sub
     cdef int own = 0
     v_error_code = None
+    v_generation_id = None
+    v_leader = None
+    v_member_id = None
+    v_protocol_name = None
     v_throttle_time_ms = None
     while True:
         if c.pos + 10 > c.end:
@@ -18732,25 +20422,16 @@ cdef Py_ssize_t x_JoinGroupResponse_v2(Acc acc, Cursor* c, object topic, object 
             break
         v_throttle_time_ms = rd_i32(c)
         v_error_code = rd_i16(c)
-        c.pos += 4
-        if c.pos + 2 > c.end:
-            fail(acc, TRUNCATED, 'protocol_name')
+        v_generation_id = rd_i32(c)
+        v_protocol_name = read_str(acc, c, False, False, 'protocol_name')
+        if acc.err:
             break
-        n = rd_i16(c)
-        if n > 0:
-            c.pos += n
-        if c.pos + 2 > c.end:
-            fail(acc, TRUNCATED, 'leader')
+        v_leader = read_str(acc, c, False, False, 'leader')
+        if acc.err:
             break
-        n = rd_i16(c)
-        if n > 0:
-            c.pos += n
-        if c.pos + 2 > c.end:
-            fail(acc, TRUNCATED, 'member_id')
+        v_member_id = read_str(acc, c, False, False, 'member_id')
+        if acc.err:
             break
-        n = rd_i16(c)
-        if n > 0:
-            c.pos += n
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'array')
             break
@@ -18781,6 +20462,10 @@ cdef Py_ssize_t x_JoinGroupResponse_v2(Acc acc, Cursor* c, object topic, object 
                     acc.leave_out(1)
             acc.throttle_time_ms = v_throttle_time_ms
             acc.error_code = v_error_code
+            acc.set_field('generation_id', v_generation_id)
+            acc.set_field('protocol_name', v_protocol_name)
+            acc.set_field('leader', v_leader)
+            acc.set_field('member_id', v_member_id)
         return -1
     if v_error_code:
         if len(acc.errors) < 100000:
@@ -18789,6 +20474,10 @@ cdef Py_ssize_t x_JoinGroupResponse_v2(Acc acc, Cursor* c, object topic, object 
             acc.leave_out(1)
     acc.throttle_time_ms = v_throttle_time_ms
     acc.error_code = v_error_code
+    acc.set_field('generation_id', v_generation_id)
+    acc.set_field('protocol_name', v_protocol_name)
+    acc.set_field('leader', v_leader)
+    acc.set_field('member_id', v_member_id)
     return 0
 
 
@@ -18814,6 +20503,10 @@ cdef Py_ssize_t x_JoinGroupResponse_v5(Acc acc, Cursor* c, object topic, object 
     cdef Cursor sub
     cdef int own = 0
     v_error_code = None
+    v_generation_id = None
+    v_leader = None
+    v_member_id = None
+    v_protocol_name = None
     v_throttle_time_ms = None
     while True:
         if c.pos + 10 > c.end:
@@ -18821,25 +20514,16 @@ cdef Py_ssize_t x_JoinGroupResponse_v5(Acc acc, Cursor* c, object topic, object 
             break
         v_throttle_time_ms = rd_i32(c)
         v_error_code = rd_i16(c)
-        c.pos += 4
-        if c.pos + 2 > c.end:
-            fail(acc, TRUNCATED, 'protocol_name')
+        v_generation_id = rd_i32(c)
+        v_protocol_name = read_str(acc, c, False, False, 'protocol_name')
+        if acc.err:
             break
-        n = rd_i16(c)
-        if n > 0:
-            c.pos += n
-        if c.pos + 2 > c.end:
-            fail(acc, TRUNCATED, 'leader')
+        v_leader = read_str(acc, c, False, False, 'leader')
+        if acc.err:
             break
-        n = rd_i16(c)
-        if n > 0:
-            c.pos += n
-        if c.pos + 2 > c.end:
-            fail(acc, TRUNCATED, 'member_id')
+        v_member_id = read_str(acc, c, False, False, 'member_id')
+        if acc.err:
             break
-        n = rd_i16(c)
-        if n > 0:
-            c.pos += n
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'array')
             break
@@ -18870,6 +20554,10 @@ cdef Py_ssize_t x_JoinGroupResponse_v5(Acc acc, Cursor* c, object topic, object 
                     acc.leave_out(1)
             acc.throttle_time_ms = v_throttle_time_ms
             acc.error_code = v_error_code
+            acc.set_field('generation_id', v_generation_id)
+            acc.set_field('protocol_name', v_protocol_name)
+            acc.set_field('leader', v_leader)
+            acc.set_field('member_id', v_member_id)
         return -1
     if v_error_code:
         if len(acc.errors) < 100000:
@@ -18878,6 +20566,10 @@ cdef Py_ssize_t x_JoinGroupResponse_v5(Acc acc, Cursor* c, object topic, object 
             acc.leave_out(1)
     acc.throttle_time_ms = v_throttle_time_ms
     acc.error_code = v_error_code
+    acc.set_field('generation_id', v_generation_id)
+    acc.set_field('protocol_name', v_protocol_name)
+    acc.set_field('leader', v_leader)
+    acc.set_field('member_id', v_member_id)
     return 0
 
 
@@ -18905,6 +20597,10 @@ cdef Py_ssize_t x_JoinGroupResponse_v6(Acc acc, Cursor* c, object topic, object 
     cdef Cursor sub
     cdef int own = 0
     v_error_code = None
+    v_generation_id = None
+    v_leader = None
+    v_member_id = None
+    v_protocol_name = None
     v_throttle_time_ms = None
     while True:
         if c.pos + 10 > c.end:
@@ -18912,22 +20608,16 @@ cdef Py_ssize_t x_JoinGroupResponse_v6(Acc acc, Cursor* c, object topic, object 
             break
         v_throttle_time_ms = rd_i32(c)
         v_error_code = rd_i16(c)
-        c.pos += 4
-        if c.pos < c.end and c.buf[c.pos] < 0x80:
-            c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
-        else:
-            if skip_sized(acc, c, True, 2, False) < 0:
-                break
-        if c.pos < c.end and c.buf[c.pos] < 0x80:
-            c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
-        else:
-            if skip_sized(acc, c, True, 2, False) < 0:
-                break
-        if c.pos < c.end and c.buf[c.pos] < 0x80:
-            c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
-        else:
-            if skip_sized(acc, c, True, 2, False) < 0:
-                break
+        v_generation_id = rd_i32(c)
+        v_protocol_name = read_str(acc, c, True, False, 'protocol_name')
+        if acc.err:
+            break
+        v_leader = read_str(acc, c, True, False, 'leader')
+        if acc.err:
+            break
+        v_member_id = read_str(acc, c, True, False, 'member_id')
+        if acc.err:
+            break
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
             c.pos += 1
@@ -18964,6 +20654,10 @@ cdef Py_ssize_t x_JoinGroupResponse_v6(Acc acc, Cursor* c, object topic, object 
                     acc.leave_out(1)
             acc.throttle_time_ms = v_throttle_time_ms
             acc.error_code = v_error_code
+            acc.set_field('generation_id', v_generation_id)
+            acc.set_field('protocol_name', v_protocol_name)
+            acc.set_field('leader', v_leader)
+            acc.set_field('member_id', v_member_id)
         return -1
     if v_error_code:
         if len(acc.errors) < 100000:
@@ -18972,6 +20666,10 @@ cdef Py_ssize_t x_JoinGroupResponse_v6(Acc acc, Cursor* c, object topic, object 
             acc.leave_out(1)
     acc.throttle_time_ms = v_throttle_time_ms
     acc.error_code = v_error_code
+    acc.set_field('generation_id', v_generation_id)
+    acc.set_field('protocol_name', v_protocol_name)
+    acc.set_field('leader', v_leader)
+    acc.set_field('member_id', v_member_id)
     return 0
 
 
@@ -18981,6 +20679,11 @@ cdef Py_ssize_t x_JoinGroupResponse_v7(Acc acc, Cursor* c, object topic, object 
     cdef Cursor sub
     cdef int own = 0
     v_error_code = None
+    v_generation_id = None
+    v_leader = None
+    v_member_id = None
+    v_protocol_name = None
+    v_protocol_type = None
     v_throttle_time_ms = None
     while True:
         if c.pos + 10 > c.end:
@@ -18988,27 +20691,19 @@ cdef Py_ssize_t x_JoinGroupResponse_v7(Acc acc, Cursor* c, object topic, object 
             break
         v_throttle_time_ms = rd_i32(c)
         v_error_code = rd_i16(c)
-        c.pos += 4
-        if c.pos < c.end and c.buf[c.pos] < 0x80:
-            c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
-        else:
-            if skip_sized(acc, c, True, 2, True) < 0:
-                break
-        if c.pos < c.end and c.buf[c.pos] < 0x80:
-            c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
-        else:
-            if skip_sized(acc, c, True, 2, True) < 0:
-                break
-        if c.pos < c.end and c.buf[c.pos] < 0x80:
-            c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
-        else:
-            if skip_sized(acc, c, True, 2, False) < 0:
-                break
-        if c.pos < c.end and c.buf[c.pos] < 0x80:
-            c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
-        else:
-            if skip_sized(acc, c, True, 2, False) < 0:
-                break
+        v_generation_id = rd_i32(c)
+        v_protocol_type = read_str(acc, c, True, True, 'protocol_type')
+        if acc.err:
+            break
+        v_protocol_name = read_str(acc, c, True, True, 'protocol_name')
+        if acc.err:
+            break
+        v_leader = read_str(acc, c, True, False, 'leader')
+        if acc.err:
+            break
+        v_member_id = read_str(acc, c, True, False, 'member_id')
+        if acc.err:
+            break
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
             c.pos += 1
@@ -19045,6 +20740,11 @@ cdef Py_ssize_t x_JoinGroupResponse_v7(Acc acc, Cursor* c, object topic, object 
                     acc.leave_out(1)
             acc.throttle_time_ms = v_throttle_time_ms
             acc.error_code = v_error_code
+            acc.set_field('generation_id', v_generation_id)
+            acc.set_field('protocol_type', v_protocol_type)
+            acc.set_field('protocol_name', v_protocol_name)
+            acc.set_field('leader', v_leader)
+            acc.set_field('member_id', v_member_id)
         return -1
     if v_error_code:
         if len(acc.errors) < 100000:
@@ -19053,6 +20753,11 @@ cdef Py_ssize_t x_JoinGroupResponse_v7(Acc acc, Cursor* c, object topic, object 
             acc.leave_out(1)
     acc.throttle_time_ms = v_throttle_time_ms
     acc.error_code = v_error_code
+    acc.set_field('generation_id', v_generation_id)
+    acc.set_field('protocol_type', v_protocol_type)
+    acc.set_field('protocol_name', v_protocol_name)
+    acc.set_field('leader', v_leader)
+    acc.set_field('member_id', v_member_id)
     return 0
 
 
@@ -19062,6 +20767,11 @@ cdef Py_ssize_t x_JoinGroupResponse_v9(Acc acc, Cursor* c, object topic, object 
     cdef Cursor sub
     cdef int own = 0
     v_error_code = None
+    v_generation_id = None
+    v_leader = None
+    v_member_id = None
+    v_protocol_name = None
+    v_protocol_type = None
     v_throttle_time_ms = None
     while True:
         if c.pos + 10 > c.end:
@@ -19069,28 +20779,20 @@ cdef Py_ssize_t x_JoinGroupResponse_v9(Acc acc, Cursor* c, object topic, object 
             break
         v_throttle_time_ms = rd_i32(c)
         v_error_code = rd_i16(c)
-        c.pos += 4
-        if c.pos < c.end and c.buf[c.pos] < 0x80:
-            c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
-        else:
-            if skip_sized(acc, c, True, 2, True) < 0:
-                break
-        if c.pos < c.end and c.buf[c.pos] < 0x80:
-            c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
-        else:
-            if skip_sized(acc, c, True, 2, True) < 0:
-                break
-        if c.pos < c.end and c.buf[c.pos] < 0x80:
-            c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
-        else:
-            if skip_sized(acc, c, True, 2, False) < 0:
-                break
+        v_generation_id = rd_i32(c)
+        v_protocol_type = read_str(acc, c, True, True, 'protocol_type')
+        if acc.err:
+            break
+        v_protocol_name = read_str(acc, c, True, True, 'protocol_name')
+        if acc.err:
+            break
+        v_leader = read_str(acc, c, True, False, 'leader')
+        if acc.err:
+            break
         c.pos += 1
-        if c.pos < c.end and c.buf[c.pos] < 0x80:
-            c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
-        else:
-            if skip_sized(acc, c, True, 2, False) < 0:
-                break
+        v_member_id = read_str(acc, c, True, False, 'member_id')
+        if acc.err:
+            break
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
             c.pos += 1
@@ -19127,6 +20829,11 @@ cdef Py_ssize_t x_JoinGroupResponse_v9(Acc acc, Cursor* c, object topic, object 
                     acc.leave_out(1)
             acc.throttle_time_ms = v_throttle_time_ms
             acc.error_code = v_error_code
+            acc.set_field('generation_id', v_generation_id)
+            acc.set_field('protocol_type', v_protocol_type)
+            acc.set_field('protocol_name', v_protocol_name)
+            acc.set_field('leader', v_leader)
+            acc.set_field('member_id', v_member_id)
         return -1
     if v_error_code:
         if len(acc.errors) < 100000:
@@ -19135,6 +20842,11 @@ cdef Py_ssize_t x_JoinGroupResponse_v9(Acc acc, Cursor* c, object topic, object 
             acc.leave_out(1)
     acc.throttle_time_ms = v_throttle_time_ms
     acc.error_code = v_error_code
+    acc.set_field('generation_id', v_generation_id)
+    acc.set_field('protocol_type', v_protocol_type)
+    acc.set_field('protocol_name', v_protocol_name)
+    acc.set_field('leader', v_leader)
+    acc.set_field('member_id', v_member_id)
     return 0
 
 
@@ -19647,6 +21359,8 @@ cdef Py_ssize_t x_SyncGroupResponse_v5(Acc acc, Cursor* c, object topic, object 
     cdef Cursor sub
     cdef int own = 0
     v_error_code = None
+    v_protocol_name = None
+    v_protocol_type = None
     v_throttle_time_ms = None
     while True:
         if c.pos + 6 > c.end:
@@ -19654,16 +21368,12 @@ cdef Py_ssize_t x_SyncGroupResponse_v5(Acc acc, Cursor* c, object topic, object 
             break
         v_throttle_time_ms = rd_i32(c)
         v_error_code = rd_i16(c)
-        if c.pos < c.end and c.buf[c.pos] < 0x80:
-            c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
-        else:
-            if skip_sized(acc, c, True, 2, True) < 0:
-                break
-        if c.pos < c.end and c.buf[c.pos] < 0x80:
-            c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
-        else:
-            if skip_sized(acc, c, True, 2, True) < 0:
-                break
+        v_protocol_type = read_str(acc, c, True, True, 'protocol_type')
+        if acc.err:
+            break
+        v_protocol_name = read_str(acc, c, True, True, 'protocol_name')
+        if acc.err:
+            break
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
         else:
@@ -19684,6 +21394,8 @@ cdef Py_ssize_t x_SyncGroupResponse_v5(Acc acc, Cursor* c, object topic, object 
                     acc.leave_out(1)
             acc.throttle_time_ms = v_throttle_time_ms
             acc.error_code = v_error_code
+            acc.set_field('protocol_type', v_protocol_type)
+            acc.set_field('protocol_name', v_protocol_name)
         return -1
     if v_error_code:
         if len(acc.errors) < 100000:
@@ -19692,6 +21404,8 @@ cdef Py_ssize_t x_SyncGroupResponse_v5(Acc acc, Cursor* c, object topic, object 
             acc.leave_out(1)
     acc.throttle_time_ms = v_throttle_time_ms
     acc.error_code = v_error_code
+    acc.set_field('protocol_type', v_protocol_type)
+    acc.set_field('protocol_name', v_protocol_name)
     return 0
 
 
@@ -32075,6 +33789,9 @@ cdef Py_ssize_t x_ConsumerGroupHeartbeatResponse_v0(Acc acc, Cursor* c, object t
     cdef int own = 0
     v_error_code = None
     v_error_message = None
+    v_heartbeat_interval_ms = None
+    v_member_epoch = None
+    v_member_id = None
     v_throttle_time_ms = None
     while True:
         if c.pos + 6 > c.end:
@@ -32085,12 +33802,14 @@ cdef Py_ssize_t x_ConsumerGroupHeartbeatResponse_v0(Acc acc, Cursor* c, object t
         v_error_message = read_str(acc, c, True, True, 'error_message')
         if acc.err:
             break
-        if c.pos < c.end and c.buf[c.pos] < 0x80:
-            c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
-        else:
-            if skip_sized(acc, c, True, 2, True) < 0:
-                break
-        c.pos += 8
+        v_member_id = read_str(acc, c, True, True, 'member_id')
+        if acc.err:
+            break
+        if c.pos + 8 > c.end:
+            fail(acc, TRUNCATED, 'member_epoch')
+            break
+        v_member_epoch = rd_i32(c)
+        v_heartbeat_interval_ms = rd_i32(c)
         if c.pos >= c.end:
             fail(acc, TRUNCATED, 'assignment')
             break
@@ -32115,6 +33834,9 @@ cdef Py_ssize_t x_ConsumerGroupHeartbeatResponse_v0(Acc acc, Cursor* c, object t
                     acc.leave_out(1)
             acc.throttle_time_ms = v_throttle_time_ms
             acc.error_code = v_error_code
+            acc.set_field('member_id', v_member_id)
+            acc.set_field('member_epoch', v_member_epoch)
+            acc.set_field('heartbeat_interval_ms', v_heartbeat_interval_ms)
         return -1
     if v_error_code:
         if len(acc.errors) < 100000:
@@ -32123,6 +33845,9 @@ cdef Py_ssize_t x_ConsumerGroupHeartbeatResponse_v0(Acc acc, Cursor* c, object t
             acc.leave_out(1)
     acc.throttle_time_ms = v_throttle_time_ms
     acc.error_code = v_error_code
+    acc.set_field('member_id', v_member_id)
+    acc.set_field('member_epoch', v_member_epoch)
+    acc.set_field('heartbeat_interval_ms', v_heartbeat_interval_ms)
     return 0
 
 
@@ -35735,40 +37460,40 @@ cdef void fill_plans() noexcept:
     PLANS[0][9][7] = x_OffsetFetchRequest_v7
     PLANS[0][9][8] = x_OffsetFetchRequest_v8
     PLANS[0][9][9] = x_OffsetFetchRequest_v9
-    PLANS[0][10][0] = nothing
-    PLANS[0][10][1] = nothing
-    PLANS[0][10][2] = nothing
-    PLANS[0][10][3] = nothing
-    PLANS[0][10][4] = nothing
-    PLANS[0][10][5] = nothing
-    PLANS[0][10][6] = nothing
-    PLANS[0][11][0] = nothing
-    PLANS[0][11][1] = nothing
-    PLANS[0][11][2] = nothing
-    PLANS[0][11][3] = nothing
-    PLANS[0][11][4] = nothing
-    PLANS[0][11][5] = nothing
-    PLANS[0][11][6] = nothing
-    PLANS[0][11][7] = nothing
-    PLANS[0][11][8] = nothing
-    PLANS[0][11][9] = nothing
-    PLANS[0][12][0] = nothing
-    PLANS[0][12][1] = nothing
-    PLANS[0][12][2] = nothing
-    PLANS[0][12][3] = nothing
-    PLANS[0][12][4] = nothing
-    PLANS[0][13][0] = nothing
-    PLANS[0][13][1] = nothing
-    PLANS[0][13][2] = nothing
-    PLANS[0][13][3] = nothing
-    PLANS[0][13][4] = nothing
-    PLANS[0][13][5] = nothing
-    PLANS[0][14][0] = nothing
-    PLANS[0][14][1] = nothing
-    PLANS[0][14][2] = nothing
-    PLANS[0][14][3] = nothing
-    PLANS[0][14][4] = nothing
-    PLANS[0][14][5] = nothing
+    PLANS[0][10][0] = x_FindCoordinatorRequest_v0
+    PLANS[0][10][1] = x_FindCoordinatorRequest_v1
+    PLANS[0][10][2] = x_FindCoordinatorRequest_v1
+    PLANS[0][10][3] = x_FindCoordinatorRequest_v3
+    PLANS[0][10][4] = x_FindCoordinatorRequest_v4
+    PLANS[0][10][5] = x_FindCoordinatorRequest_v4
+    PLANS[0][10][6] = x_FindCoordinatorRequest_v4
+    PLANS[0][11][0] = x_JoinGroupRequest_v0
+    PLANS[0][11][1] = x_JoinGroupRequest_v1
+    PLANS[0][11][2] = x_JoinGroupRequest_v1
+    PLANS[0][11][3] = x_JoinGroupRequest_v1
+    PLANS[0][11][4] = x_JoinGroupRequest_v1
+    PLANS[0][11][5] = x_JoinGroupRequest_v5
+    PLANS[0][11][6] = x_JoinGroupRequest_v6
+    PLANS[0][11][7] = x_JoinGroupRequest_v6
+    PLANS[0][11][8] = x_JoinGroupRequest_v8
+    PLANS[0][11][9] = x_JoinGroupRequest_v8
+    PLANS[0][12][0] = x_HeartbeatRequest_v0
+    PLANS[0][12][1] = x_HeartbeatRequest_v0
+    PLANS[0][12][2] = x_HeartbeatRequest_v0
+    PLANS[0][12][3] = x_HeartbeatRequest_v3
+    PLANS[0][12][4] = x_HeartbeatRequest_v4
+    PLANS[0][13][0] = x_LeaveGroupRequest_v0
+    PLANS[0][13][1] = x_LeaveGroupRequest_v0
+    PLANS[0][13][2] = x_LeaveGroupRequest_v0
+    PLANS[0][13][3] = x_LeaveGroupRequest_v3
+    PLANS[0][13][4] = x_LeaveGroupRequest_v4
+    PLANS[0][13][5] = x_LeaveGroupRequest_v5
+    PLANS[0][14][0] = x_SyncGroupRequest_v0
+    PLANS[0][14][1] = x_SyncGroupRequest_v0
+    PLANS[0][14][2] = x_SyncGroupRequest_v0
+    PLANS[0][14][3] = x_SyncGroupRequest_v3
+    PLANS[0][14][4] = x_SyncGroupRequest_v4
+    PLANS[0][14][5] = x_SyncGroupRequest_v5
     PLANS[0][15][0] = nothing
     PLANS[0][15][1] = nothing
     PLANS[0][15][2] = nothing
@@ -35787,8 +37512,8 @@ cdef void fill_plans() noexcept:
     PLANS[0][18][0] = nothing
     PLANS[0][18][1] = nothing
     PLANS[0][18][2] = nothing
-    PLANS[0][18][3] = nothing
-    PLANS[0][18][4] = nothing
+    PLANS[0][18][3] = x_ApiVersionsRequest_v3
+    PLANS[0][18][4] = x_ApiVersionsRequest_v3
     PLANS[0][19][0] = x_CreateTopicsRequest_v0
     PLANS[0][19][1] = x_CreateTopicsRequest_v1
     PLANS[0][19][2] = x_CreateTopicsRequest_v1
@@ -35807,12 +37532,12 @@ cdef void fill_plans() noexcept:
     PLANS[0][21][0] = x_DeleteRecordsRequest_v0
     PLANS[0][21][1] = x_DeleteRecordsRequest_v0
     PLANS[0][21][2] = x_DeleteRecordsRequest_v2
-    PLANS[0][22][0] = nothing
-    PLANS[0][22][1] = nothing
-    PLANS[0][22][2] = nothing
-    PLANS[0][22][3] = nothing
-    PLANS[0][22][4] = nothing
-    PLANS[0][22][5] = nothing
+    PLANS[0][22][0] = x_InitProducerIdRequest_v0
+    PLANS[0][22][1] = x_InitProducerIdRequest_v0
+    PLANS[0][22][2] = x_InitProducerIdRequest_v2
+    PLANS[0][22][3] = x_InitProducerIdRequest_v3
+    PLANS[0][22][4] = x_InitProducerIdRequest_v3
+    PLANS[0][22][5] = x_InitProducerIdRequest_v3
     PLANS[0][23][0] = x_OffsetForLeaderEpochRequest_v0
     PLANS[0][23][1] = x_OffsetForLeaderEpochRequest_v0
     PLANS[0][23][2] = x_OffsetForLeaderEpochRequest_v2
@@ -35824,17 +37549,17 @@ cdef void fill_plans() noexcept:
     PLANS[0][24][3] = x_AddPartitionsToTxnRequest_v3
     PLANS[0][24][4] = x_AddPartitionsToTxnRequest_v4
     PLANS[0][24][5] = x_AddPartitionsToTxnRequest_v4
-    PLANS[0][25][0] = nothing
-    PLANS[0][25][1] = nothing
-    PLANS[0][25][2] = nothing
-    PLANS[0][25][3] = nothing
-    PLANS[0][25][4] = nothing
-    PLANS[0][26][0] = nothing
-    PLANS[0][26][1] = nothing
-    PLANS[0][26][2] = nothing
-    PLANS[0][26][3] = nothing
-    PLANS[0][26][4] = nothing
-    PLANS[0][26][5] = nothing
+    PLANS[0][25][0] = x_AddOffsetsToTxnRequest_v0
+    PLANS[0][25][1] = x_AddOffsetsToTxnRequest_v0
+    PLANS[0][25][2] = x_AddOffsetsToTxnRequest_v0
+    PLANS[0][25][3] = x_AddOffsetsToTxnRequest_v3
+    PLANS[0][25][4] = x_AddOffsetsToTxnRequest_v3
+    PLANS[0][26][0] = x_EndTxnRequest_v0
+    PLANS[0][26][1] = x_EndTxnRequest_v0
+    PLANS[0][26][2] = x_EndTxnRequest_v0
+    PLANS[0][26][3] = x_EndTxnRequest_v3
+    PLANS[0][26][4] = x_EndTxnRequest_v3
+    PLANS[0][26][5] = x_EndTxnRequest_v3
     PLANS[0][27][0] = x_WriteTxnMarkersRequest_v0
     PLANS[0][27][1] = x_WriteTxnMarkersRequest_v1
     PLANS[0][28][0] = x_TxnOffsetCommitRequest_v0
