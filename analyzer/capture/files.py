@@ -167,8 +167,11 @@ class Capture:
         self.close()
 
 
-def open_capture(path: str | os.PathLike) -> Capture:
-    """Open a capture file and read its file header; raise CaptureError when it is not a usable capture."""
+def open_capture(path: str | os.PathLike, eager: bool = False) -> Capture:
+    """Open a capture file and read its file header; raise CaptureError when it is not a usable capture.
+
+    ``eager``: a stream (a pipe) hands on what each read returns instead of filling a chunk first, so packets
+    come out as they arrive (``kafkacap live -r -``)."""
     name = os.fspath(path)
     try:
         # Standard input is read as the stream it is (a pipe cannot be mapped); the descriptor stays open.
@@ -176,13 +179,13 @@ def open_capture(path: str | os.PathLike) -> Capture:
     except OSError as exc:
         raise CaptureError(f"{name}: cannot open ({exc.strerror or exc})") from None
     try:
-        return _open(name, file)
+        return _open(name, file, eager)
     except BaseException:
         file.close()
         raise
 
 
-def _open(name: str, file: BinaryIO) -> Capture:
+def _open(name: str, file: BinaryIO, eager: bool = False) -> Capture:
     try:
         size = os.fstat(file.fileno()).st_size
         head = file.peek(16)[:16]  # type: ignore[attr-defined]
@@ -195,10 +198,10 @@ def _open(name: str, file: BinaryIO) -> Capture:
     source: _MappedSource | _StreamSource
     if compression is None:
         _check_capture_magic(name, head, "")
-        source = _mapped_or_streamed(name, file)
+        source = _mapped_or_streamed(name, file, eager)
     else:
         stats.compression = compression
-        source = _StreamSource(name, _decompressed_chunks(name, file, compression), file, compression)
+        source = _StreamSource(name, _decompressed_chunks(name, file, compression, eager), file, compression)
     try:
         first = source.peek()
         if compression is not None:
@@ -227,44 +230,48 @@ def _check_capture_magic(name: str, head: Buffer, where: str) -> None:
     raise CaptureError(f"{name}: not a pcap or pcapng file{where} (starts with {magic!r})")
 
 
-def _mapped_or_streamed(name: str, file: BinaryIO) -> _MappedSource | _StreamSource:
-    """Map regular files; pipes and other unmappable files are read as a stream."""
-    try:
-        return _MappedSource(file)
-    except (OSError, ValueError, OverflowError):
-        return _StreamSource(name, _file_chunks(file, CHUNK_SIZE), file, None)
+def _mapped_or_streamed(name: str, file: BinaryIO, eager: bool = False) -> _MappedSource | _StreamSource:
+    """Map regular files; pipes and other unmappable files are read as a stream (``eager``: a read at a time)."""
+    if not eager:
+        try:
+            return _MappedSource(file)
+        except (OSError, ValueError, OverflowError):
+            pass
+    return _StreamSource(name, _file_chunks(file, CHUNK_SIZE, eager), file, None)
 
 
-def _decompressed_chunks(name: str, file: BinaryIO, compression: str) -> Iterator[bytes]:
+def _decompressed_chunks(name: str, file: BinaryIO, compression: str, eager: bool = False) -> Iterator[bytes]:
     if compression == "gzip":
-        return _gzip_chunks(file, CHUNK_SIZE)
+        return _gzip_chunks(file, CHUNK_SIZE, eager)
     if compression == "bzip2":
-        return _file_chunks(bz2.BZ2File(file, mode="rb"), CHUNK_SIZE)
+        return _file_chunks(bz2.BZ2File(file, mode="rb"), CHUNK_SIZE, eager)
     if compression == "xz":
-        return _file_chunks(lzma.LZMAFile(file, mode="rb"), CHUNK_SIZE)
+        return _file_chunks(lzma.LZMAFile(file, mode="rb"), CHUNK_SIZE, eager)
     try:
         import zstandard
     except ImportError:
         raise CaptureError(f"{name}: zstd-compressed; install the 'zstandard' package to read it") from None
     reader = zstandard.ZstdDecompressor().stream_reader(file, read_across_frames=True, closefd=False)
-    return _file_chunks(reader, CHUNK_SIZE)
+    return _file_chunks(reader, CHUNK_SIZE, eager)
 
 
-def _gzip_chunks(raw: BinaryIO, size: int) -> Iterator[bytes]:
-    """Decompressed gzip data in chunks of `size` bytes (the last one shorter).
+def _gzip_chunks(raw: BinaryIO, size: int, eager: bool = False) -> Iterator[bytes]:
+    """Decompressed gzip data in chunks of `size` bytes (the last one shorter; ``eager``: whatever each read
+    of the compressed stream gives, as soon as it gives it).
 
     zlib directly rather than the gzip module: a third faster, and on damage (EOFError when the data is
     cut short, zlib.error when it is corrupt) everything decompressed before it is yielded first.
     Concatenated members are followed; bytes after the last member that do not start another are ignored.
     """
     inflater = zlib.decompressobj(wbits=31)  # gzip wrapper, CRC and length checked at each member end
+    read = getattr(raw, "read1", raw.read) if eager else raw.read
     pending: list[bytes] = []
     have = 0
     data = b""
     try:
         while True:
             if not data or (inflater.eof and len(data) < 2):
-                block = raw.read(COMPRESSED_BLOCK)
+                block = read(COMPRESSED_BLOCK)
                 if not block:
                     break
                 data += block
@@ -282,7 +289,7 @@ def _gzip_chunks(raw: BinaryIO, size: int) -> Iterator[bytes]:
             if out:
                 pending.append(out)
                 have += len(out)
-                if have >= size:
+                if have >= size or (eager and not data):
                     chunk, pending, have = b"".join(pending), [], 0
                     yield chunk
         if not inflater.eof:
@@ -314,9 +321,10 @@ def _salvage(inflater: zlib._Decompress, data: bytes) -> list[bytes]:
     return salvaged
 
 
-def _file_chunks(stream: BinaryIO, size: int) -> Iterator[bytes]:
-    """Chunks of `size` bytes from a file or decompressing reader. read1 steps keep the data that came
-    before a decompression error: it is yielded before the error propagates."""
+def _file_chunks(stream: BinaryIO, size: int, eager: bool = False) -> Iterator[bytes]:
+    """Chunks of `size` bytes from a file or decompressing reader (``eager``: what each read returns, as soon
+    as it returns it: a pipe's packets as they arrive). read1 steps keep the data that came before a
+    decompression error: it is yielded before the error propagates."""
     read1 = getattr(stream, "read1", stream.read)
     pending: list[bytes] = []
     have = 0
@@ -327,7 +335,7 @@ def _file_chunks(stream: BinaryIO, size: int) -> Iterator[bytes]:
                 break
             pending.append(part)
             have += len(part)
-            if have >= size:
+            if have >= size or eager:
                 chunk, pending, have = b"".join(pending), [], 0
                 yield chunk
     except Exception:

@@ -1,0 +1,239 @@
+"""Live packet sources for ``kafkacap live``: a network interface read through a Linux packet socket, or a capture
+stream on a pipe (``tcpdump -w - | kafkacap live -r -``), handed on in batches as they arrive.
+
+Both give what the file readers give, (frame_no, ts_ns, key, seq, ack, flags, payload, seg_len) per TCP packet,
+so the same flow table analyses them; ``poll(timeout)`` returns the packets that arrived (possibly none) within
+the timeout, so the caller keeps its own clock (the screen, rotation) when the link is quiet.
+
+The interface source is an ``AF_PACKET`` socket bound to one interface, with the kernel filter (BPF) compiled
+from the Kafka ports by libpcap through scapy when that is available (else every packet comes up and the flow
+table drops what is not Kafka), kernel timestamps (``SO_TIMESTAMPNS``), a large receive buffer, and the
+kernel's own count of packets it dropped because the reader fell behind (``PACKET_STATISTICS``). On a loopback
+interface each packet is seen twice (leaving and arriving); the leaving copy is skipped, as libpcap does.
+"""
+
+from __future__ import annotations
+
+import queue
+import select
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+from analyzer.capture.files import Capture, CaptureError, open_capture
+from analyzer.capture.linklayer import ETHERNET, RAW, decoder
+
+ETH_P_ALL = 0x0003
+SOL_PACKET = 263
+PACKET_STATISTICS = 6
+SO_ATTACH_FILTER = 26
+SO_TIMESTAMPNS = 35
+SO_RCVBUFFORCE = 33
+ARPHRD_ETHER, ARPHRD_LOOPBACK, ARPHRD_NONE = 1, 772, 65534
+PACKET_OUTGOING = 4
+SNAPLEN = 262_144
+RECEIVE_BUFFER = 64 << 20  # what the kernel may queue while the analysis catches up
+MAX_BATCH = 4096  # packets handed on per poll at most (the caller's clock still ticks under a flood)
+QUEUED_PACKETS = 1 << 16  # read but not yet analysed; past it the reader waits (and the pipe's writer with it)
+_TIMESPEC = struct.Struct("qq")
+_STATS = struct.Struct("II")
+
+
+class LiveError(Exception):
+    """The live source cannot be opened (no such interface, not permitted, unsupported link type)."""
+
+
+class LiveSource(Protocol):
+    linktype: int
+
+    def poll(self, timeout: float) -> list[tuple]: ...
+
+    def health(self) -> LiveHealth: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class LiveHealth:
+    """What the source knows about what it saw and missed."""
+
+    packets: int = 0  # captured packets handed on or counted (all of them, not only TCP)
+    tcp_packets: int = 0
+    kernel_drops: int | None = None  # packets the kernel dropped because the reader fell behind (None: unknown)
+    filtered_in_kernel: bool | None = None  # whether a BPF filter runs in the kernel
+    ended: bool = False  # a stream source reached its end
+    error: str | None = None
+
+
+def ports_filter(ports: tuple[int, ...], detect_ports: bool) -> str | None:
+    """The capture filter for the Kafka ports (None when any port may carry Kafka)."""
+    if detect_ports or not ports:
+        return None
+    return "tcp and (" + " or ".join(f"port {p}" for p in sorted(set(ports))) + ")"
+
+
+CAPTURE_PERMISSION_HINT = (
+    "capturing packets needs root or the CAP_NET_RAW capability; without root: "
+    "sudo setcap cap_net_raw,cap_net_admin=eip \"$(readlink -f \"$(command -v python3)\")\" "
+    "(gives that Python interpreter the right to capture), or pipe a capture in: "
+    "sudo tcpdump -i IFACE -w - -U port 9092 | kafkacap live -r -")
+
+
+class InterfaceSource:
+    """Packets of one network interface, read from a packet socket."""
+
+    def __init__(self, iface: str, capture_filter: str | None) -> None:
+        try:
+            self._sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        except PermissionError:
+            raise LiveError(f"{iface}: permission denied: {CAPTURE_PERMISSION_HINT}") from None
+        except (OSError, AttributeError) as exc:
+            raise LiveError(f"{iface}: cannot open a packet socket ({exc}); on systems other than Linux, "
+                            "pipe a capture in: tcpdump -w - | kafkacap live -r -") from None
+        try:
+            self._sock.bind((iface, 0))
+        except OSError as exc:
+            self._sock.close()
+            raise LiveError(f"{iface}: no such interface ({exc.strerror or exc})") from None
+        hatype = self._sock.getsockname()[3]
+        if hatype in (ARPHRD_ETHER, ARPHRD_LOOPBACK):
+            self.linktype = ETHERNET
+        elif hatype == ARPHRD_NONE:  # tun devices and the like: IP packets with no link header
+            self.linktype = RAW
+        else:
+            self._sock.close()
+            raise LiveError(f"{iface}: link type {hatype} is not supported live; capture with tcpdump -w - and "
+                            "pipe it in (kafkacap live -r -)")
+        self._loopback = hatype == ARPHRD_LOOPBACK
+        self._decode = decoder(self.linktype)
+        self._health = LiveHealth(kernel_drops=0)
+        for option, value in ((SO_RCVBUFFORCE, RECEIVE_BUFFER), (socket.SO_RCVBUF, RECEIVE_BUFFER)):
+            try:
+                self._sock.setsockopt(socket.SOL_SOCKET, option, value)
+                break
+            except OSError:
+                continue
+        self._sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        self._health.filtered_in_kernel = capture_filter is not None and self._attach(iface, capture_filter)
+        self._sock.setblocking(False)
+        self._frame = 0
+        self._cmsg_space = socket.CMSG_SPACE(_TIMESPEC.size)
+
+    def _attach(self, iface: str, capture_filter: str) -> bool:
+        """Compile ``capture_filter`` with libpcap (through scapy) and attach it; False when that is not
+        possible here (the flow table then drops what is not Kafka, at some cost in CPU)."""
+        try:
+            import ctypes
+
+            from scapy.arch.common import compile_filter
+
+            program = compile_filter(capture_filter, iface=iface)
+            fprog = struct.pack("HL", program.bf_len, ctypes.addressof(program.bf_insns.contents))
+            self._sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
+            self._program = program  # keep the instructions alive while the kernel may read them
+            return True
+        except Exception:  # noqa: BLE001 - no libpcap or tcpdump to compile with: filter in user space
+            return False
+
+    def poll(self, timeout: float) -> list[tuple]:
+        out: list[tuple] = []
+        ready, _, _ = select.select([self._sock], [], [], max(timeout, 0))
+        if not ready:
+            return out
+        health = self._health
+        decode = self._decode
+        while len(out) < MAX_BATCH:
+            try:
+                data, ancillary, _flags, address = self._sock.recvmsg(SNAPLEN, self._cmsg_space)
+            except BlockingIOError:
+                break
+            if self._loopback and address[2] == PACKET_OUTGOING:
+                continue
+            ts_ns = None
+            for level, kind, value in ancillary:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= _TIMESPEC.size:
+                    sec, nsec = _TIMESPEC.unpack_from(value)
+                    ts_ns = sec * 1_000_000_000 + nsec
+            if ts_ns is None:
+                ts_ns = time.time_ns()
+            self._frame += 1
+            health.packets += 1
+            decoded = decode(data, 0, len(data))
+            if decoded.__class__ is int:
+                continue
+            key, seq, ack, flags, start, stop, seg_len = decoded
+            health.tcp_packets += 1
+            out.append((self._frame, ts_ns, key, seq, ack, flags, memoryview(data)[start:stop], seg_len))
+        return out
+
+    def health(self) -> LiveHealth:
+        try:
+            received, dropped = _STATS.unpack(self._sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, _STATS.size))
+            self._health.kernel_drops = (self._health.kernel_drops or 0) + dropped  # the kernel resets on read
+        except OSError:
+            self._health.kernel_drops = None
+        return self._health
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+class StreamSource:
+    """Packets of a capture stream (pcap or pcapng, possibly compressed) on a pipe or in a file, read by a
+    thread so that ``poll`` can return when nothing arrives."""
+
+    def __init__(self, path: str) -> None:
+        try:
+            self._capture: Capture = open_capture(path, eager=True)
+        except CaptureError as exc:
+            raise LiveError(str(exc)) from None
+        self.linktype = self._capture.stats.link_types[0] if self._capture.stats.link_types else ETHERNET
+        self._queue: queue.Queue[tuple | None] = queue.Queue(maxsize=QUEUED_PACKETS)
+        self._health = LiveHealth()
+        self._tcp_packets = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read, daemon=True, name="kafkacap live reader")
+        self._thread.start()
+
+    def _read(self) -> None:
+        put = self._queue.put
+        try:
+            for packet in self._capture.packets():
+                put(packet)  # one at a time: the reader cannot know whether more are coming soon
+                self._tcp_packets += 1
+                if self._stop.is_set():
+                    return
+        except Exception as exc:  # noqa: BLE001 - reported as the source's error, the rows so far are kept
+            self._health.error = f"{type(exc).__name__}: {exc}"
+        put(None)
+
+    def poll(self, timeout: float) -> list[tuple]:
+        out: list[tuple] = []
+        get = self._queue.get
+        try:
+            item = get(timeout=max(timeout, 0))
+            while item is not None:
+                out.append(item)
+                if len(out) >= MAX_BATCH:
+                    return out
+                item = self._queue.get_nowait()
+            self._health.ended = True
+        except queue.Empty:
+            pass
+        return out
+
+    def health(self) -> LiveHealth:
+        stats = self._capture.stats
+        # the readers count every record at their end; until then the TCP packets handed on are what is known
+        self._health.packets = max(stats.packets, self._tcp_packets)
+        self._health.tcp_packets = self._tcp_packets
+        if stats.damage and not self._health.error:
+            self._health.error = stats.damage
+        return self._health
+
+    def close(self) -> None:
+        self._stop.set()
+        self._capture.close()
