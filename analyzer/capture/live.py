@@ -170,11 +170,13 @@ class InterfaceSource:
         return out
 
     def health(self) -> LiveHealth:
-        try:
-            received, dropped = _STATS.unpack(self._sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, _STATS.size))
-            self._health.kernel_drops = (self._health.kernel_drops or 0) + dropped  # the kernel resets on read
-        except OSError:
-            self._health.kernel_drops = None
+        if self._sock.fileno() >= 0:  # once closed, the counts as they were
+            try:
+                _received, dropped = _STATS.unpack(self._sock.getsockopt(SOL_PACKET, PACKET_STATISTICS,
+                                                                         _STATS.size))
+                self._health.kernel_drops = (self._health.kernel_drops or 0) + dropped  # reset by each read
+            except OSError:
+                self._health.kernel_drops = None
         return self._health
 
     def close(self) -> None:

@@ -602,3 +602,6 @@ register(main)
 from analyzer.cli.report import register as register_report  # noqa: E402 - as the spark command
 
 register_report(main)
+from analyzer.cli.live import register as register_live  # noqa: E402 - as the spark command
+
+register_live(main)

@@ -336,3 +336,17 @@ def _emit_connections(table: FlowTable, name: str, sink: BatchSink, report: File
     rows.clear()
     report.connections += batch.num_rows
     sink("connections", batch)
+
+
+def flow_table(options: Options) -> FlowTable:
+    """A flow table set up as for a file, for a caller that feeds it packets itself (``kafkacap live``)."""
+    return FlowTable(options.ports, options.detect_ports, None, options.frame_keep, options.max_frame,
+                     options.bodies, options.verify_crc, options.records and options.bodies,
+                     Limits(options.max_batch_mb << 20, options.max_decompressed_mb << 20))
+
+
+def drain(table: FlowTable, name: str, sink: BatchSink, report: FileReport) -> None:
+    """Hand every row the table holds to ``sink`` as batches now (exchanges and theirs, then connections)."""
+    _emit_exchanges(table, name, sink, report)
+    table.retire_closed()
+    _emit_connections(table, name, sink, report)

@@ -283,3 +283,46 @@ class TableFolder:
         self._writers.clear()
         self._gathered.clear()
         shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+class RollingTables:
+    """Tables written a part at a time, for a run that never ends (``kafkacap live --write DIR``).
+
+    Batches are gathered per table and written out when ``rotate`` is called (by time or size, the caller's
+    choice) as ``DIR/<table>/part-<UTC start>-<n>.parquet``: a folder per table, which pyarrow, Spark and
+    ``kafkacap report DIR`` read as one table. Each part is written under a hidden name and renamed into place
+    when complete, so a reader never sees half a file.
+    """
+
+    def __init__(self, folder: str) -> None:
+        check_replaceable(folder)
+        os.makedirs(folder, exist_ok=True)
+        self.folder = folder
+        self._gathered: dict[str, list[pa.RecordBatch]] = {}
+        self.pending_bytes = 0
+        self.parts = 0
+        with open(os.path.join(folder, MARKER), "w", encoding="utf-8") as f:
+            json.dump({"format": "parquet", "layout": "rolling"}, f)
+
+    def write(self, table: str, batch: pa.RecordBatch) -> None:
+        if batch.num_rows:
+            self._gathered.setdefault(table, []).append(batch)
+            self.pending_bytes += batch.nbytes
+
+    def rotate(self, started: dt.datetime) -> list[str]:
+        """Write what was gathered since the last rotation; the paths written."""
+        written = []
+        stamp = started.astimezone(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        for table, batches in sorted(self._gathered.items()):
+            schema = (SCHEMAS | OPTIONAL_SCHEMAS)[table]
+            folder = os.path.join(self.folder, table)
+            os.makedirs(folder, exist_ok=True)
+            self.parts += 1
+            name = f"part-{stamp}-{self.parts:06d}.parquet"
+            hidden = os.path.join(folder, f".{name}.tmp")
+            pq.write_table(pa.Table.from_batches(batches, schema=schema), hidden, compression="zstd")
+            os.replace(hidden, os.path.join(folder, name))
+            written.append(os.path.join(folder, name))
+        self._gathered.clear()
+        self.pending_bytes = 0
+        return written

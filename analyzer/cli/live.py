@@ -1,0 +1,62 @@
+"""``kafkacap live``: a Kafka "top" on the wire, with rolling tables (the screen and its loop:
+``analyzer.cli.live_view``, loaded when the command runs, so that other commands start quickly)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+
+import click
+from rich.console import Console
+from rich.text import Text
+
+
+@click.command("live")
+@click.option("-i", "--interface", "iface", help="Network interface to capture on (Linux; root or CAP_NET_RAW).")
+@click.option("-r", "--read", "read_path", help="Read a capture stream instead: '-' for standard input "
+              "(tcpdump -w - -U | kafkacap live -r -), or a file.")
+@click.option("-p", "--port", "ports", type=click.IntRange(1, 65535), multiple=True,
+              help="Kafka broker port (repeatable). Default: 9092.")
+@click.option("--detect-ports", is_flag=True, help="Also find Kafka on any other port (no kernel filter then).")
+@click.option("--headers-only", is_flag=True, help="Decode headers and top-level errors only.")
+@click.option("-w", "--write", "write_dir", type=click.Path(file_okay=False),
+              help="Rolling Parquet tables in this folder: DIR/<table>/part-*.parquet, one part per rotation.")
+@click.option("--rotate", help="When to start a new part: a time (60s, 5m) or a size of gathered rows "
+              "(100MB). Default with --write: 60s.")
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), help="Stop after this many seconds.")
+@click.option("--no-screen", is_flag=True, help="No live screen: only the final figures (for logs and scripts).")
+@click.option("--snapshot", type=click.Path(dir_okay=False), help="Also write the final screen as text here.")
+def live(iface, read_path, ports, detect_ports, headers_only, write_dir, rotate, duration, no_screen,
+         snapshot) -> None:
+    """Watch Kafka traffic live: requests, errors and service times per API, refreshed every second."""
+    from analyzer.capture.live import InterfaceSource, LiveError, StreamSource, ports_filter
+    from analyzer.cli.live_view import parse_rotation, run_live
+    from analyzer.pipeline.analyze import Options
+
+    if (iface is None) == (read_path is None):
+        raise click.UsageError("give -i IFACE (capture) or -r PATH|- (a capture stream), one of them")
+    if read_path == "-" and sys.stdin.isatty():
+        raise click.UsageError("-r - reads a capture from standard input, which is a terminal here "
+                               "(pipe one in: tcpdump -w - -U | kafkacap live -r -)")
+    parse_rotation(rotate)
+    options = Options(ports=tuple(ports) or (9092,), detect_ports=detect_ports, bodies=not headers_only)
+    started = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    try:
+        if iface is not None:
+            source = InterfaceSource(iface, ports_filter(options.ports, detect_ports))
+            label, name = f"on {iface}", f"live-{iface}-{started}"
+        else:
+            source = StreamSource(read_path)
+            label, name = f"reading {'standard input' if read_path == '-' else read_path}", f"live-{started}"
+    except LiveError as exc:
+        raise click.ClickException(str(exc)) from None
+    filtered = source.health().filtered_in_kernel
+    where = Text(f"listening {label}" + ("" if filtered is not False else
+                                         " (no kernel filter: every packet is read and sorted here)"))
+    Console(stderr=True).print(where)
+    run_live(source, options, name=name, label=label, duration=duration, write_dir=write_dir, rotate=rotate,
+             snapshot=snapshot, screen=not no_screen)
+
+
+def register(group: click.Group) -> None:
+    group.add_command(live)

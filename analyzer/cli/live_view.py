@@ -1,0 +1,361 @@
+"""The screen of ``kafkacap live`` and its loop (the command is ``analyzer.cli.live``).
+
+The analysis is ``analyzer.pipeline.live``; here are the figures kept for the screen (bounded: a window of
+recent exchanges and, since the start, a latency histogram per API), the screen itself (rich), its keys, and
+the rotation of the rolling tables. Every string from the capture is shown through ``inert``.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import datetime as dt
+import math
+import os
+import select
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+import click
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from analyzer.cli.summary import WAIT_APIS, _address, _fmt_ms
+from analyzer.cli.terminal import inert, inert_text
+from dissectors.kafka.errors import is_expected
+
+WINDOW_SECONDS = 60  # how far back "recent" reaches (slowest exchanges, failing clients)
+RECENT_MAX = 20_000  # exchanges kept for that window at most (the slowest and the failures are kept first)
+BUCKETS_PER_DECADE = 20  # the since-start latency histogram: buckets about 12 % wide
+SORTS = ("requests", "errors", "p99")
+
+
+def _bucket(ms: np.ndarray) -> np.ndarray:
+    return np.floor(np.log10(np.maximum(ms, 1e-3)) * BUCKETS_PER_DECADE).astype(np.int64)
+
+
+def _quantile_from_histogram(hist: dict[int, int], q: float) -> float | None:
+    total = sum(hist.values())
+    if not total:
+        return None
+    rank = q * (total - 1)
+    seen = 0
+    for b in sorted(hist):
+        seen += hist[b]
+        if seen > rank:
+            return 10 ** ((b + 0.5) / BUCKETS_PER_DECADE)  # the bucket's middle (log scale)
+    return None
+
+
+@dataclass
+class ApiFigures:
+    requests: int = 0
+    failures: int = 0
+    expected: int = 0
+    last_requests: int = 0  # in the last interval
+    last_failures: int = 0
+    last_latencies: list = field(default_factory=list)  # arrays of this interval's latencies (ms)
+    interval_latencies: np.ndarray | None = None  # the last complete interval's
+    histogram: collections.Counter = field(default_factory=collections.Counter)  # since the start
+
+
+class LiveStats:
+    """What the screen shows, updated from the exchanges and connections batches as they come."""
+
+    def __init__(self) -> None:
+        self.apis: dict[str, ApiFigures] = {}
+        self.current: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
+        self.recent: collections.deque = collections.deque()  # (monotonic time, row) of slow or failed ones
+        self.exchanges = 0
+        self.connections_opened = 0
+        self.connections_closed = collections.Counter()
+        self.gap_bytes = 0
+        self.resyncs = 0
+        self.interval_started = time.monotonic()
+        self.last_interval = 1.0
+
+    def exchanges_batch(self, batch: pa.RecordBatch) -> None:
+        self.exchanges += batch.num_rows
+        t = pa.Table.from_batches([batch]).select(
+            ["api_name", "status", "error_name", "latency_ms", "client_id", "client_ip", "client_port", "broker_ip",
+             "broker_port", "topics", "request_frame", "response_frame", "correlation_id", "api_version"])
+        names = t["api_name"].to_pylist()
+        statuses = t["status"].to_pylist()
+        errors = t["error_name"].to_pylist()
+        latencies = t["latency_ms"].to_numpy(zero_copy_only=False)
+        for i, name in enumerate(names):
+            name = name or "(response without request)"
+            api = self.apis.get(name)
+            if api is None:
+                api = self.apis[name] = ApiFigures()
+            api.requests += 1
+            api.last_requests += 1
+            if statuses[i] == "error":
+                if is_expected(errors[i], name):
+                    api.expected += 1
+                else:
+                    api.failures += 1
+                    api.last_failures += 1
+        answered = ~np.isnan(latencies.astype(float))
+        if answered.any():
+            by_api = pa.table({"api": pa.array(names, pa.string()), "ms": pa.array(latencies, pa.float64())})
+            by_api = by_api.filter(pa.array(answered))
+            for name in set(by_api["api"].to_pylist()):
+                ms = by_api.filter(pc.equal(by_api["api"], name))["ms"].to_numpy()
+                api = self.apis[name or "(response without request)"]
+                api.last_latencies.append(ms)
+                api.histogram.update(_bucket(ms).tolist())
+        now = time.monotonic()
+        rows = t.to_pylist()
+        for row, ms in zip(rows, latencies, strict=True):
+            slow = not math.isnan(ms) and row["api_name"] not in WAIT_APIS
+            failed = row["status"] == "error" and not is_expected(row["error_name"], row["api_name"])
+            if slow or failed:
+                self.recent.append((now, row))
+        while self.recent and (self.recent[0][0] < now - WINDOW_SECONDS or len(self.recent) > RECENT_MAX):
+            self.recent.popleft()
+
+    def connections_batch(self, batch: pa.RecordBatch) -> None:
+        t = pa.Table.from_batches([batch])
+        self.connections_opened += pc.sum(pc.cast(t["syn_seen"], pa.int64())).as_py() or 0
+        self.connections_closed.update(v for v in t["ended"].to_pylist() if v not in (None, "capture_end"))
+        self.gap_bytes += pc.sum(t["gap_bytes"]).as_py() or 0
+        self.resyncs += pc.sum(t["resyncs"]).as_py() or 0
+
+    def tick(self) -> None:
+        """Close the interval: its counts and latencies become the 'last interval' figures."""
+        now = time.monotonic()
+        self.last_interval = max(now - self.interval_started, 1e-3)
+        self.interval_started = now
+        for api in self.apis.values():
+            api.interval_latencies = np.concatenate(api.last_latencies) if api.last_latencies else None
+            api.last_latencies = []
+            api.per_second = api.last_requests / self.last_interval
+            api.failures_per_second = api.last_failures / self.last_interval
+            api.last_requests = api.last_failures = 0
+
+    def slowest(self, n: int = 10) -> list[dict]:
+        rows = [row for _, row in self.recent if row["latency_ms"] is not None and row["api_name"] not in WAIT_APIS]
+        return sorted(rows, key=lambda r: -r["latency_ms"])[:n]
+
+    def failing_clients(self, n: int = 8) -> list[tuple[tuple, int, str]]:
+        counts: collections.Counter = collections.Counter()
+        last: dict[tuple, str] = {}
+        for _, row in self.recent:
+            if row["status"] == "error" and not is_expected(row["error_name"], row["api_name"]):
+                key = (row["client_id"], row["client_ip"])
+                counts[key] += 1
+                last[key] = f"{row['api_name']} {row['error_name']}"
+        return [(key, count, last[key]) for key, count in counts.most_common(n)]
+
+
+def render(stats: LiveStats, *, source: str, health, open_connections: int, sort: str, started: float,
+           written_parts: int, rotating: str | None) -> Group:
+    """One screen of the live view."""
+    elapsed = time.monotonic() - started
+    drops = "unknown" if health.kernel_drops is None else f"{health.kernel_drops:,}"
+    status = Text.assemble(
+        ("kafkacap live ", "bold"), inert(source), f"  {elapsed:,.0f} s  packets {health.packets:,}  "
+        f"exchanges {stats.exchanges:,}  open connections {open_connections:,}  ",
+        ("kernel drops " + drops, "red" if health.kernel_drops else "dim"),
+        f"  gaps {stats.gap_bytes:,} B  resyncs {stats.resyncs:,}",
+        f"  rolling tables: {written_parts} parts ({rotating})" if rotating else "",
+        "\nkeys: s sort by " + "/".join(SORTS) + f" (now {sort}), q quit", style=None)
+    apis = Table(title=f"Requests per API (last {stats.last_interval:.1f} s, and since start; latency in ms, "
+                       "* waits by design)", title_justify="left", expand=False)
+    for col in ("api", "req/s", "fail/s", "p50", "p99", "requests", "failures", "expected", "p50 all", "p99 all"):
+        apis.add_column(col, justify="left" if col == "api" else "right")
+
+    def key(item):
+        name, a = item
+        if sort == "errors":
+            return (-a.failures, -a.requests, name)
+        if sort == "p99":
+            return (-(_quantile_from_histogram(a.histogram, 0.99) or 0), name)
+        return (-a.requests, name)
+
+    for name, a in sorted(stats.apis.items(), key=key)[:25]:
+        lat = a.interval_latencies
+        p50, p99 = (np.percentile(lat, [50, 99]).tolist() if lat is not None and len(lat) else (None, None))
+        label = inert_text(name)
+        if name in WAIT_APIS:
+            label.append("*")
+        apis.add_row(label, f"{getattr(a, 'per_second', 0):,.1f}", f"{getattr(a, 'failures_per_second', 0):,.1f}",
+                     _fmt_ms(p50), _fmt_ms(p99), f"{a.requests:,}", str(a.failures or ""), str(a.expected or ""),
+                     _fmt_ms(_quantile_from_histogram(a.histogram, 0.5)),
+                     _fmt_ms(_quantile_from_histogram(a.histogram, 0.99)))
+    slow = Table(title=f"Slowest service times (last {WINDOW_SECONDS} s; waits left out)", title_justify="left")
+    for col in ("ms", "api", "client_id", "client", "broker", "topics", "packets"):
+        slow.add_column(col, justify="right" if col == "ms" else "left", no_wrap=True, overflow="ellipsis",
+                        max_width=28 if col in ("client_id", "topics") else None)
+    for r in stats.slowest():
+        slow.add_row(_fmt_ms(r["latency_ms"]), inert_text(f"{r['api_name']} v{r['api_version']}"),
+                     inert_text(r["client_id"], missing="(null)"),
+                     inert_text(_address(r["client_ip"], r["client_port"])),
+                     inert_text(_address(r["broker_ip"], r["broker_port"])), inert_text(", ".join(r["topics"] or [])),
+                     f"{r['request_frame']}-{r['response_frame']}")
+    failing = Table(title=f"Failing clients (last {WINDOW_SECONDS} s)", title_justify="left")
+    for col in ("client_id", "address", "failures", "last failure"):
+        failing.add_column(col, justify="right" if col == "failures" else "left")
+    for (client_id, ip), count, last in stats.failing_clients():
+        failing.add_row(inert_text(client_id, missing="(null)"), inert_text(ip), f"{count:,}", inert_text(last))
+    closed = ", ".join(f"{k} {v:,}" for k, v in sorted(stats.connections_closed.items())) or "none"
+    conns = Text(f"connections: {stats.connections_opened:,} opened (SYN seen), closed: {closed}")
+    return Group(status, apis, slow, failing, conns)
+
+
+class Keys:
+    """Single keys read from the terminal (cbreak mode) by a thread; nothing when stdin is not a terminal."""
+
+    def __init__(self) -> None:
+        self.pressed: collections.deque = collections.deque()
+        self._restore = None
+        if sys.stdin.isatty():
+            import termios
+            import tty
+
+            fd = sys.stdin.fileno()
+            saved = termios.tcgetattr(fd)
+            tty.setcbreak(fd)
+            self._restore = lambda: termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+            threading.Thread(target=self._read, args=(fd,), daemon=True).start()
+
+    def _read(self, fd: int) -> None:
+        while True:
+            ready, _, _ = select.select([fd], [], [], 0.5)
+            if ready:
+                char = os.read(fd, 1)
+                if not char:
+                    return
+                self.pressed.append(char.decode(errors="replace"))
+
+    def close(self) -> None:
+        if self._restore is not None:
+            self._restore()
+
+
+def parse_rotation(value: str | None) -> tuple[float | None, int | None]:
+    """60s, 5m, 1h -> seconds; 100MB, 1GB -> bytes of gathered rows (in memory, before compression)."""
+    if value is None:
+        return None, None
+    text = value.strip().lower()
+    units = {"s": 1, "m": 60, "h": 3600, "kb": 1e3, "mb": 1e6, "gb": 1e9}
+    for unit in ("kb", "mb", "gb", "s", "m", "h"):
+        if text.endswith(unit):
+            try:
+                number = float(text[:-len(unit)])
+            except ValueError:
+                break
+            if number <= 0 or not math.isfinite(number):
+                break
+            return (number * units[unit], None) if unit in ("s", "m", "h") else (None, int(number * units[unit]))
+    raise click.BadParameter(f"{value!r}: give a time (60s, 5m, 1h) or a size (100MB, 1GB)")
+
+
+def _console(record: bool) -> Console:
+    """Standard output; a pipe or a file gets wide lines rather than a squeezed 80 columns."""
+    console = Console(record=record)
+    return console if console.is_terminal else Console(record=record, width=160)
+
+
+def run_live(source, options, *, name: str, label: str, duration: float | None, write_dir: str | None,
+             rotate: str | None, snapshot: str | None, screen: bool) -> int:
+    """The live loop: analysis, screen, rotation; returns the number of exchanges seen."""
+    from analyzer.pipeline.live import LiveAnalysis
+    from analyzer.tables.writers import RollingTables
+
+    rotate_s, rotate_bytes = parse_rotation(rotate)
+    if write_dir is not None and rotate_s is None and rotate_bytes is None:
+        rotate_s = 60.0
+    rolling = RollingTables(write_dir) if write_dir is not None else None
+    stats = LiveStats()
+    part_started = dt.datetime.now(dt.UTC)
+    part_clock = time.monotonic()
+    written = [0]
+
+    def sink(table: str, batch: pa.RecordBatch) -> None:
+        if table == "exchanges":
+            stats.exchanges_batch(batch)
+        elif table == "connections":
+            stats.connections_batch(batch)
+        if rolling is not None:
+            rolling.write(table, batch)
+
+    analysis = LiveAnalysis(source, options, sink, name)
+    started = time.monotonic()
+    console = _console(snapshot is not None)
+    keys = Keys() if screen else None
+    sort = [SORTS[0]]
+    stop = [False]
+    rotating = f"every {rotate}" if rolling is not None else None
+
+    def rotate_now() -> None:
+        nonlocal part_started, part_clock
+        if rolling is None:
+            return
+        written[0] += len(rolling.rotate(part_started))
+        part_started, part_clock = dt.datetime.now(dt.UTC), time.monotonic()
+
+    def view():
+        return render(stats, source=label, health=source.health(), open_connections=analysis.open_connections,
+                      sort=sort[0], started=started, written_parts=written[0], rotating=rotating)
+
+    def until() -> bool:
+        return stop[0] or (duration is not None and time.monotonic() - started >= duration)
+
+    def tick() -> None:
+        stats.tick()
+        while keys is not None and keys.pressed:
+            k = keys.pressed.popleft()
+            if k in ("q", "Q"):
+                stop[0] = True
+            elif k in ("s", "S"):
+                sort[0] = SORTS[(SORTS.index(sort[0]) + 1) % len(SORTS)]
+        if rolling is not None and ((rotate_s is not None and time.monotonic() - part_clock >= rotate_s) or (
+                rotate_bytes is not None and rolling.pending_bytes >= rotate_bytes)):
+            rotate_now()
+        if live_view is not None:
+            live_view.update(view())
+
+    live_view = None
+    interrupted = False
+    try:
+        if screen:
+            from rich.live import Live
+
+            with Live(view(), console=console, screen=console.is_terminal, auto_refresh=False,
+                      transient=False) as live_view:
+                def refresh() -> None:
+                    tick()
+                    live_view.refresh()
+
+                analysis.run(until, refresh)
+        else:
+            analysis.run(until, tick)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        if keys is not None:
+            keys.close()
+        health = analysis.finish()
+        stats.tick()
+        rotate_now()
+    final = _console(snapshot is not None)
+    with contextlib.suppress(BrokenPipeError):
+        final.print(view())
+        note = f"{stats.exchanges:,} exchanges from {health.packets:,} packets"
+        if health.kernel_drops:
+            note += f"; the kernel dropped {health.kernel_drops:,} packets (the analysis fell behind)"
+        if health.error:
+            note += f"; the source stopped: {inert(health.error)}"
+        final.print(Text(note + (" (stopped by Ctrl-C)" if interrupted else "")))
+    if snapshot is not None:
+        with open(snapshot, "w", encoding="utf-8") as f:
+            f.write(final.export_text())
+    return stats.exchanges

@@ -1,0 +1,114 @@
+"""`kafkacap live`: a real broker and real clients watched on the loopback interface, with rolling tables that
+must hold every request the clients logged; a capture stream read as it arrives; rotation settings."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import click
+import pyarrow.parquet as pq
+import pytest
+
+from analyzer.capture.live import StreamSource
+from analyzer.cli.live_view import parse_rotation
+from sample_pcaps import truth_check
+from sample_pcaps.brokers import TansuBroker, free_port
+from sample_pcaps.record import record_scenario
+from sample_pcaps.scenarios import CI_SMOKE
+from tests.test_e2e_record import _unavailable
+
+SAMPLE = Path(__file__).resolve().parents[1] / "sample_pcaps" / "tansu_consumer_group.pcap"
+pytestmark = pytest.mark.filterwarnings(r"ignore:(read|open)_text is deprecated:DeprecationWarning")
+
+
+def test_live_on_loopback_sees_every_request_the_clients_sent(tmp_path):
+    reason = _unavailable()
+    if reason:
+        pytest.skip(reason)
+    broker = TansuBroker("127.0.0.1", free_port(), log_dir=tmp_path)
+    scenario = dataclasses.replace(CI_SMOKE, port=broker.port)
+    rolling, snapshot = tmp_path / "rolling", tmp_path / "screen.txt"
+    command = [*truth_check.kafkacap_command(), "live", "-i", "lo", "--port", str(broker.port), "--write",
+               str(rolling), "--rotate", "1s", "--duration", "120", "--snapshot", str(snapshot)]
+    live = None
+    try:
+        broker.start()
+        live = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        said: list[str] = []
+        listening = threading.Event()
+
+        def read_stderr() -> None:
+            for line in live.stderr:
+                said.append(line)
+                if "listening on lo" in line:
+                    listening.set()
+
+        threading.Thread(target=read_stderr, daemon=True).start()
+        assert listening.wait(30), "".join(said)
+        record_scenario(scenario, broker, tmp_path / "capture")
+        time.sleep(1.5)  # the last responses reach the analysis and a rotation
+        live.send_signal(signal.SIGINT)  # Ctrl-C: the final figures, the last part written
+        out, _ = live.communicate(timeout=60)
+    finally:
+        broker.stop()
+        if live is not None and live.poll() is None:
+            live.kill()
+            live.wait()
+    assert live.returncode == 0, "".join(said)
+    truth = json.loads((tmp_path / "capture" / f"{scenario.name}.truth.json").read_text())
+    parts = sorted((rolling / "exchanges").glob("part-*.parquet"))
+    assert len(parts) >= 2  # rotated while it ran, and once more at the end
+    assert not list(rolling.rglob(".*.tmp"))  # every part was renamed into place whole
+    rows = pq.read_table(rolling / "exchanges").to_pylist()
+    pairs, problems = truth_check.match_requests(truth, rows)
+    assert not problems, "\n".join(problems)
+    assert len(pairs) == len(truth["requests"])
+    screen = snapshot.read_text()
+    assert "Requests per API" in screen and "Produce" in screen and "kernel drops 0" in screen
+    assert f"{len(rows):,} exchanges" in out
+
+
+def test_a_capture_stream_is_analysed_as_it_arrives():
+    read, write = os.pipe()
+    data = SAMPLE.read_bytes()
+    first = 24 + 2000  # the file header and the first packets; the rest a second later
+
+    def writer() -> None:
+        os.write(write, data[:first])
+        time.sleep(1.0)
+        os.write(write, data[first:])
+        os.close(write)
+
+    saved = os.dup(0)
+    os.dup2(read, 0)
+    try:
+        threading.Thread(target=writer, daemon=True).start()
+        source = StreamSource("-")
+        started = time.monotonic()
+        early = source.poll(0.5)
+        assert early and time.monotonic() - started < 0.9  # before the writer's second write
+        total = len(early)
+        while not source.health().ended:
+            total += len(source.poll(0.5))
+        assert total == 292 == source.health().tcp_packets
+        source.close()
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+        os.close(read)
+
+
+def test_rotation_settings():
+    assert parse_rotation("60s") == (60.0, None)
+    assert parse_rotation("5m") == (300.0, None)
+    assert parse_rotation("100MB") == (None, 100_000_000)
+    for bad in ("0s", "fast", "-5m", "nanMB"):
+        with pytest.raises(click.BadParameter):
+            parse_rotation(bad)
