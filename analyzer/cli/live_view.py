@@ -81,42 +81,42 @@ class LiveStats:
         self.last_interval = 1.0
 
     def exchanges_batch(self, batch: pa.RecordBatch) -> None:
+        """Counts and latencies per API with Arrow; only the rows the screen may list become Python objects
+        (failures, and the batch's slowest service times)."""
+        from analyzer.cli.summary import expected_mask, failure_mask
+
         self.exchanges += batch.num_rows
-        t = pa.Table.from_batches([batch]).select(
-            ["api_name", "status", "error_name", "latency_ms", "client_id", "client_ip", "client_port", "broker_ip",
-             "broker_port", "topics", "request_frame", "response_frame", "correlation_id", "api_version"])
-        names = t["api_name"].to_pylist()
-        statuses = t["status"].to_pylist()
-        errors = t["error_name"].to_pylist()
-        latencies = t["latency_ms"].to_numpy(zero_copy_only=False)
-        for i, name in enumerate(names):
-            name = name or "(response without request)"
-            api = self.apis.get(name)
+        t = pa.Table.from_batches([batch])
+        name = pc.fill_null(t["api_name"], "(response without request)")
+        failed, expected = failure_mask(t), expected_mask(t)
+        w = pa.table({"api": name, "failed": pc.cast(failed, pa.int64()), "expected": pc.cast(expected, pa.int64())})
+        for r in w.group_by("api").aggregate([([], "count_all"), ("failed", "sum"), ("expected", "sum")]).to_pylist():
+            api = self.apis.get(r["api"])
             if api is None:
-                api = self.apis[name] = ApiFigures()
-            api.requests += 1
-            api.last_requests += 1
-            if statuses[i] == "error":
-                if is_expected(errors[i], name):
-                    api.expected += 1
-                else:
-                    api.failures += 1
-                    api.last_failures += 1
-        answered = ~np.isnan(latencies.astype(float))
-        if answered.any():
-            by_api = pa.table({"api": pa.array(names, pa.string()), "ms": pa.array(latencies, pa.float64())})
-            by_api = by_api.filter(pa.array(answered))
-            for name in set(by_api["api"].to_pylist()):
-                ms = by_api.filter(pc.equal(by_api["api"], name))["ms"].to_numpy()
-                api = self.apis[name or "(response without request)"]
-                api.last_latencies.append(ms)
-                api.histogram.update(_bucket(ms).tolist())
+                api = self.apis[r["api"]] = ApiFigures()
+            api.requests += r["count_all"]
+            api.last_requests += r["count_all"]
+            api.failures += r["failed_sum"] or 0
+            api.last_failures += r["failed_sum"] or 0
+            api.expected += r["expected_sum"] or 0
+        answered = t.filter(pc.is_valid(t["latency_ms"]))
+        if answered.num_rows:
+            names = pc.fill_null(answered["api_name"], "(response without request)")
+            ms = answered["latency_ms"].to_numpy()
+            buckets = pa.table({"api": names, "bucket": pa.array(_bucket(ms))})
+            for r in buckets.group_by(["api", "bucket"]).aggregate([([], "count_all")]).to_pylist():
+                self.apis[r["api"]].histogram[r["bucket"]] += r["count_all"]
+            for api_name in pc.unique(names).to_pylist():
+                self.apis[api_name].last_latencies.append(ms[pc.equal(names, api_name).to_numpy(
+                    zero_copy_only=False)])
+        served = answered.filter(pc.invert(pc.fill_null(pc.is_in(answered["api_name"], pa.array(WAIT_APIS)), False)))
+        listed = [served.take(pc.select_k_unstable(served["latency_ms"], 10, [("latency_ms", "descending")]))
+                  if served.num_rows else served, t.filter(failed).slice(0, 100)]
         now = time.monotonic()
-        rows = t.to_pylist()
-        for row, ms in zip(rows, latencies, strict=True):
-            slow = not math.isnan(ms) and row["api_name"] not in WAIT_APIS
-            failed = row["status"] == "error" and not is_expected(row["error_name"], row["api_name"])
-            if slow or failed:
+        columns = ["api_name", "status", "error_name", "latency_ms", "client_id", "client_ip", "client_port",
+                   "broker_ip", "broker_port", "topics", "request_frame", "response_frame", "api_version"]
+        for part in listed:
+            for row in part.select(columns).to_pylist():
                 self.recent.append((now, row))
         while self.recent and (self.recent[0][0] < now - WINDOW_SECONDS or len(self.recent) > RECENT_MAX):
             self.recent.popleft()
