@@ -31,6 +31,7 @@ from analyzer.tables.schemas import (
 )
 from analyzer.tcp.bulk import feed_chunk
 from analyzer.tcp.flows import FlowTable
+from analyzer.tls.keylog import KeyLog
 from dissectors.kafka.framing import DEFAULT_KEEP, DEFAULT_MAX_FRAME
 from dissectors.kafka.records import Limits
 
@@ -65,6 +66,9 @@ class Options:
     # Memory-mapped pcaps read in chunks, runs of ordinary packets handled in bulk (analyzer.tcp.bulk); False:
     # packet by packet, the reference the bulk path is tested against.
     bulk: bool = True
+    # TLS session secrets to decrypt TLS connections with (--tls-keylog; a pcapng's own Decryption Secrets
+    # Blocks are added per file). Its repr names no secret.
+    tls_keys: KeyLog | None = None
 
     @property
     def frame_keep(self) -> int:
@@ -144,6 +148,7 @@ def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap,
                           options.bodies, options.verify_crc, options.records and options.bodies,
                           Limits(options.max_batch_mb << 20, options.max_decompressed_mb << 20), balance_shards)
         table.out.tap = tap
+        table.out.tls_keys = options.tls_keys
         if table.out.records is not None:  # a batch of millions of records reaches the sink in slices
             table.out.records.spill = lambda: _emit_records(table.out, name, sink)
             table.out.records.spill_at = options.batch_rows
@@ -276,8 +281,9 @@ def _carry_into(following: Sequence[str], table: FlowTable, stats: CaptureStats,
     return {h.connection_id: snapshots[h.connection_id] for h in report.handoffs}
 
 
-_TO_BROKER, _TO_CLIENT, _TLS, _STREAM, _FRAMED, _SKIPPED, _GAP = (CONNECTION_ROW_FIELDS.index(f) for f in (
-    "packets_to_broker", "packets_to_client", "tls", "stream_bytes", "framed_bytes", "skipped_bytes", "gap_bytes"))
+_TO_BROKER, _TO_CLIENT, _TLS, _STREAM, _FRAMED, _SKIPPED, _GAP, _DECRYPTED = (
+    CONNECTION_ROW_FIELDS.index(f) for f in ("packets_to_broker", "packets_to_client", "tls", "stream_bytes",
+                                             "framed_bytes", "skipped_bytes", "gap_bytes", "tls_decrypted"))
 # last_ts .. stream_bytes in CONNECTION_ROW_FIELDS: what the next file counts again
 _PACKET_COUNTERS = slice(CONNECTION_ROW_FIELDS.index("last_ts"), CONNECTION_ROW_FIELDS.index("stream_bytes") + 1)
 
@@ -322,7 +328,7 @@ def _emit_connections(table: FlowTable, name: str, sink: BatchSink, report: File
     if not rows:
         return
     for row in rows:
-        if row[_TLS]:
+        if row[_TLS] and not (len(row) == len(CONNECTION_ROW_FIELDS) and row[_DECRYPTED]):  # TLS only counted
             report.tls_packets += row[_TO_BROKER] + row[_TO_CLIENT]
         else:
             report.kafka_packets += row[_TO_BROKER] + row[_TO_CLIENT]
