@@ -220,12 +220,29 @@ def _connections(console: Console, conns: pa.Table, ex: pa.Table, parts: pa.Tabl
         ("framing resyncs", total("resyncs")),
         ("bytes not placed in frames", total("skipped_bytes")),
         ("frames cut by the end", total("truncated_frames")),
-        ("TLS connections (not decoded)", pc.sum(pc.cast(conns["tls"], pa.int64())).as_py() or 0),
     ):
         style = "yellow" if value else "dim"
         t.add_row(label, f"[{style}]{value:,}[/]")
+    _tls_rows(t, conns)
     _crc_failures(t, parts, crc_unchecked)
     console.print(t)
+
+
+def _tls_rows(t: Table, conns: pa.Table) -> None:
+    """TLS connections: how many were decrypted, and for the others why not (each reason with its count)."""
+    tls = pc.fill_null(conns["tls"], False)
+    decrypted = pc.fill_null(conns["tls_decrypted"], False) if "tls_decrypted" in conns.column_names else None
+    n_tls = pc.sum(pc.cast(tls, pa.int64())).as_py() or 0
+    n_dec = pc.sum(pc.cast(pc.and_(tls, decrypted), pa.int64())).as_py() or 0 if decrypted is not None else 0
+    if n_tls:
+        t.add_row("TLS connections decrypted", f"[dim]{n_dec:,}[/]" if not n_dec else f"{n_dec:,}")
+    t.add_row("TLS connections (not decoded)", f"[{'yellow' if n_tls - n_dec else 'dim'}]{n_tls - n_dec:,}[/]")
+    if decrypted is None or n_tls == n_dec:
+        return
+    undecoded = conns.filter(pc.and_(tls, pc.invert(decrypted)))
+    notes = pc.fill_null(undecoded["tls_note"], "not decrypted")
+    for item in sorted(pc.value_counts(notes).to_pylist(), key=lambda r: -r["counts"]):
+        t.add_row(Text(f"  {item['values']}"), Text(f"{item['counts']:,}", style="yellow"))
 
 
 def _crc_failures(t: Table, parts: pa.Table | None, unchecked: str | None, top: int = 10) -> None:

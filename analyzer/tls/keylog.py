@@ -120,6 +120,15 @@ class KeyLog:
         return hash(len(self._secrets))
 
 
+def read_keylog(path: str | os.PathLike) -> KeyLog:
+    """The key log in a file (``KeyLogError`` when it cannot be read, or holds no session secret)."""
+    log = KeyLog.from_file(path)
+    if not len(log):
+        raise KeyLogError(f"{os.fspath(path)}: no TLS session secret in it (lines like CLIENT_RANDOM or "
+                          "CLIENT_TRAFFIC_SECRET_0 followed by two hex strings)")
+    return log
+
+
 def _from_lines(data: bytes) -> KeyLog:
     log = KeyLog()
     log.add(data)

@@ -17,7 +17,12 @@ headers, tags, handshake, records that could not be opened), so the connection's
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dissectors._sink import ByteSink
+
+if TYPE_CHECKING:
+    from analyzer.tls.protection import Protection
 
 from analyzer.tls.handshake import (
     CLIENT_HELLO,
@@ -41,7 +46,6 @@ from analyzer.tls.keylog import (
     KeyLog,
 )
 from analyzer.tls.keys import keys12, keys13, next_secret13
-from analyzer.tls.protection import Protection, protection
 from analyzer.tls.suites import Suite, suite, suite_name
 
 CHANGE_CIPHER_SPEC, ALERT, HANDSHAKE, APPLICATION_DATA = 20, 21, 22, 23
@@ -146,6 +150,8 @@ class TlsSession:
         if master is None or len(master) != 48:
             self.fail(NO_KEY)
             return None
+        from analyzer.tls.protection import protection  # cryptography (OpenSSL) loads with the first TLS key
+
         ckeys, skeys = keys12(self.suite, master, self.client_random, self.server_random)
         return protection(self.suite, ckeys if client else skeys, self.etm)
 
@@ -406,6 +412,8 @@ class TlsDirection(ByteSink):
         self.state = PROTECTED
 
     def _rekey(self, secret: bytes) -> None:
+        from analyzer.tls.protection import protection
+
         self.secret = secret
         self.prot = protection(self.session.suite, keys13(self.session.suite, secret))
 
