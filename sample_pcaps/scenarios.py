@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import scenarios_errors, scenarios_legacy, scenarios_steady, scenarios_traffic
+from . import scenarios_errors, scenarios_legacy, scenarios_steady, scenarios_tls, scenarios_traffic
 from .clients import Context
 
 
@@ -15,7 +15,7 @@ class Scenario:
     description: str
     run: Callable[[Context], None]
     clients: tuple[str, ...]
-    broker: str = "tansu"  # or "kafka09"
+    broker: str = "tansu"  # or "kafka09", or "tansu-tls" (Tansu behind stunnel; the clients write a key log)
     host: str = "127.0.0.1"
     port: int = 9092
     capture_format: str = "pcap"  # "pcap" (µs), "pcap-ns" (ns) or "pcapng"
@@ -23,6 +23,14 @@ class Scenario:
     @property
     def capture_name(self) -> str:
         return f"{self.name}.pcapng" if self.capture_format == "pcapng" else f"{self.name}.pcap"
+
+    @property
+    def tls(self) -> bool:
+        return self.broker == "tansu-tls"
+
+    @property
+    def keylog_name(self) -> str:
+        return f"{self.name}.keys.log"
 
     @property
     def legacy(self) -> bool:
@@ -55,6 +63,10 @@ SCENARIOS: tuple[Scenario, ...] = (
              "span many TCP segments", scenarios_traffic.large_messages, (CK, KP)),
     Scenario("tansu_ipv6_confluent", "confluent-kafka over IPv6 loopback ([::1]) with lz4 and a consumer group; "
              "pcapng", scenarios_traffic.ipv6_confluent, (CK,), host="::1", capture_format="pcapng"),
+    Scenario("tansu_tls", "Kafka over TLS (stunnel in front of Tansu): kafka-python on TLS 1.3 (AES-256-GCM) and "
+             "TLS 1.2 (AES-128-GCM, AES-256-CBC-SHA), aiokafka on TLS 1.2 ChaCha20-Poly1305, keys in "
+             "tansu_tls.keys.log; a kafka-python client on TLS 1.3 and confluent-kafka whose keys are not logged",
+             scenarios_tls.tls_clients, (KP, AK, CK), broker="tansu-tls", port=9094),
     Scenario("kafka09_legacy", "Apache Kafka 0.9.0.1: message sets v0 with none/gzip/snappy/lz4 from kafka-python "
              "and librdkafka, 0.9-era groups, INVALID_SESSION_TIMEOUT, an ApiVersions request left unanswered",
              scenarios_legacy.legacy_clients, (KP, CK), broker="kafka09"),
