@@ -1,0 +1,115 @@
+"""Kafka over TLS, decrypted from a key log, against tshark and against the secrets it must never show.
+
+The sample capture ``tansu_tls.pcap`` holds real clients talking TLS 1.3 and TLS 1.2 (AES-GCM, AES-CBC with
+encrypt-then-MAC, ChaCha20-Poly1305) through stunnel to Tansu, with the key log the clients wrote. tshark, given
+the same key log, decrypts and dissects the Kafka inside on its own (Wireshark's TLS and Kafka dissectors): every
+Kafka PDU it finds must be an exchange of kafkacap's with the same client port, correlation id and API key, and
+kafkacap's request and response times must be those of the packets in which tshark completed the PDUs.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from analyzer.pipeline.analyze import Options, analyze_file
+from analyzer.tls.keylog import KeyLog
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_pcaps"
+CAPTURE = SAMPLES / "tansu_tls.pcap"
+KEYLOG = SAMPLES / "tansu_tls.keys.log"
+PORT = 9094
+
+
+def analyse(path: Path, keys: KeyLog | None, **options) -> tuple[dict[str, pa.Table], object]:
+    batches: dict[str, list] = {}
+    report = analyze_file(str(path), Options(ports=(PORT,), tls_keys=keys, **options),
+                          lambda name, batch: batches.setdefault(name, []).append(batch))
+    return {name: pa.Table.from_batches(b) for name, b in batches.items()}, report
+
+
+def tshark_pdus(path: Path, keylog: Path) -> tuple[dict[tuple[int, int], tuple[int, int]], dict[tuple, int],
+                                                   dict[int, int]]:
+    """tshark's Kafka PDUs: requests {(client port, correlation id): (api key, frame)}, responses {(client port,
+    correlation id): frame}, and each frame's capture time (ns)."""
+    out = subprocess.run(
+        ["tshark", "-r", str(path), "-o", f"tls.keylog_file:{keylog}", "-d", f"tcp.port=={PORT},tls",
+         "-d", f"tls.port=={PORT},kafka", "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=;",
+         "-e", "frame.number", "-e", "frame.time_epoch", "-e", "tcp.srcport", "-e", "tcp.dstport",
+         "-e", "kafka.request_key", "-e", "kafka.correlation_id"],
+        capture_output=True, text=True, timeout=300, check=True).stdout
+    requests: dict[tuple[int, int], tuple[int, int]] = {}
+    responses: dict[tuple[int, int], int] = {}
+    times: dict[int, int] = {}
+    for line in out.splitlines():
+        frame, when, sport, dport, keys, corrs = (line.split("\t") + [""] * 6)[:6]
+        seconds, _, fraction = when.partition(".")
+        times[int(frame)] = int(seconds) * 10**9 + int((fraction + "000000000")[:9])
+        if not corrs:
+            continue
+        if int(dport) == PORT:
+            for key, corr in zip(keys.split(";"), corrs.split(";"), strict=True):
+                requests[(int(sport), int(corr))] = (int(key), int(frame))
+        else:
+            for corr in corrs.split(";"):
+                responses[(int(dport), int(corr))] = int(frame)
+    return requests, responses, times
+
+
+@pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed")
+def test_every_pdu_tshark_decrypts_is_an_exchange_with_its_times() -> None:
+    requests, responses, times = tshark_pdus(CAPTURE, KEYLOG)
+    assert len(requests) > 40 and len(responses) > 40  # tshark did decrypt: the test compares something
+    tables, _ = analyse(CAPTURE, KeyLog.from_file(KEYLOG))
+    rows = {(r["client_port"], r["correlation_id"]): r for r in tables["exchanges"].to_pylist()}
+    assert set(rows) == set(requests) | set(responses)
+    for key, (api_key, frame) in requests.items():
+        row = rows[key]
+        assert row["api_key"] == api_key
+        assert int(row["request_last_ts"].timestamp() * 1e6) == times[frame] // 1000, key
+    for key, frame in responses.items():
+        row = rows[key]
+        assert row["response_frame"] == frame, key
+        assert int(row["response_last_ts"].timestamp() * 1e6) == times[frame] // 1000, key
+        if key in requests:
+            expected = (times[frame] - times[requests[key][1]]) / 1e6
+            assert row["latency_ms"] == pytest.approx(expected, abs=1e-3)
+
+
+def test_the_bulk_path_and_the_packet_loop_decrypt_alike() -> None:
+    keys = KeyLog.from_file(KEYLOG)
+    bulk, _ = analyse(CAPTURE, keys)
+    loop, _ = analyse(CAPTURE, keys, bulk=False)
+    for name in ("exchanges", "connections"):
+        key = ["connection_id", "correlation_id"] if name == "exchanges" else ["connection_id"]
+        assert bulk[name].sort_by([(k, "ascending") for k in key]).equals(
+            loop[name].sort_by([(k, "ascending") for k in key]))
+
+
+def test_without_keys_tls_is_counted_with_the_reason_and_bytes_add_up() -> None:
+    tables, report = analyse(CAPTURE, None)
+    assert "exchanges" not in tables or tables["exchanges"].num_rows == 0
+    conns = tables["connections"].to_pylist()
+    assert conns and all(c["tls"] and not c["tls_decrypted"] for c in conns)
+    assert {c["tls_note"] for c in conns} == {"no key log given (--tls-keylog, or secrets in the pcapng)"}
+    assert {c["tls_version"] for c in conns} == {"TLS 1.2", "TLS 1.3"}
+    assert report.kafka_packets == 0 and report.tls_packets > 0
+    keyed, report = analyse(CAPTURE, KeyLog.from_file(KEYLOG))
+    for c in keyed["connections"].to_pylist():
+        assert c["stream_bytes"] == c["framed_bytes"] + c["skipped_bytes"] + c["gap_bytes"]
+    assert report.kafka_packets > 0 and report.tls_packets > 0  # the withheld clients' connections
+
+
+def test_the_suites_of_the_sample_are_the_ones_recorded() -> None:
+    tables, _ = analyse(CAPTURE, KeyLog.from_file(KEYLOG))
+    decrypted = {(c["tls_version"], c["tls_cipher"]) for c in tables["connections"].to_pylist() if c["tls_decrypted"]}
+    assert decrypted == {
+        ("TLS 1.3", "TLS_AES_256_GCM_SHA384"),
+        ("TLS 1.2", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"),
+        ("TLS 1.2", "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA"),
+        ("TLS 1.2", "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256"),
+    }
