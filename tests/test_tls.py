@@ -113,3 +113,49 @@ def test_the_suites_of_the_sample_are_the_ones_recorded() -> None:
         ("TLS 1.2", "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA"),
         ("TLS 1.2", "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256"),
     }
+
+
+def secret_forms(keylog: Path) -> list[bytes]:
+    """Every secret of a key log as it could leak: hex (either case) and raw bytes."""
+    forms = []
+    for line in keylog.read_bytes().splitlines():
+        parts = line.split()
+        if len(parts) == 3 and not line.startswith(b"#"):
+            secret = bytes.fromhex(parts[2].decode())
+            forms += [parts[2].lower(), parts[2].upper(), secret]
+    assert forms
+    return forms
+
+
+def test_no_output_shows_a_tls_secret(tmp_path: Path) -> None:
+    """Tables in every format, the summary, the exchange list, the show trees, the HTML report and the options'
+    repr: none holds a secret of the key log, in hex or raw."""
+    from sample_pcaps.truth_check import kafkacap_command
+
+    forms = secret_forms(KEYLOG)
+    cli = kafkacap_command()
+    common = [str(CAPTURE), "--port", str(PORT), "--tls-keylog", str(KEYLOG), "--no-progress"]
+    texts: list[bytes] = []
+    runs = [["export", *common, "-o", str(tmp_path / "csv"), "-f", "csv", "--summary", "--records"],
+            ["export", *common, "-o", str(tmp_path / "jsonl"), "-f", "jsonl"],
+            ["export", *common, "-o", str(tmp_path / "parquet")],
+            ["summary", *common],
+            ["exchanges", *common, "--json"],
+            ["report", *common, "-o", str(tmp_path / "page.html")],
+            ["show", str(CAPTURE), "--port", str(PORT), "--tls-keylog", str(KEYLOG), "--connection", "1",
+             "--limit", "0"]]
+    for args in runs:
+        done = subprocess.run([*cli, *args], capture_output=True, timeout=300, check=False)
+        assert done.returncode == 0, (args, done.stderr[-2000:])
+        texts += [done.stdout, done.stderr]
+    assert b"Produce" in b"".join(texts)  # the runs did decode something
+    import pyarrow.parquet as pq
+
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            texts.append(path.read_bytes())
+            if path.suffix == ".parquet":
+                texts.append(repr(pq.read_table(path).to_pylist()).encode())
+    texts.append(repr(Options(tls_keys=KeyLog.from_file(KEYLOG))).encode())
+    leaked = [form for form in forms for text in texts if form in text]
+    assert not leaked
