@@ -159,3 +159,24 @@ def test_no_output_shows_a_tls_secret(tmp_path: Path) -> None:
     texts.append(repr(Options(tls_keys=KeyLog.from_file(KEYLOG))).encode())
     leaked = [form for form in forms for text in texts if form in text]
     assert not leaked
+
+
+@pytest.mark.skipif(shutil.which("editcap") is None, reason="editcap (Wireshark) is not installed")
+def test_pcapng_decryption_secrets_blocks_decrypt_without_the_flag(tmp_path: Path) -> None:
+    """``editcap --inject-secrets`` puts the key log into the capture: the same exchanges as with --tls-keylog,
+    in one process and across shard processes."""
+    from analyzer.pipeline.run import run
+
+    injected = tmp_path / "tls.pcapng"
+    subprocess.run(["editcap", "--inject-secrets", f"tls,{KEYLOG}", str(CAPTURE), str(injected)], check=True,
+                   capture_output=True, timeout=60)
+    flagged, _ = analyse(CAPTURE, KeyLog.from_file(KEYLOG))
+    own, report = analyse(injected, None)
+    key = [("client_port", "ascending"), ("correlation_id", "ascending")]
+    columns = ["client_port", "correlation_id", "api_key", "status", "latency_ms", "record_count"]
+    assert own["exchanges"].select(columns).sort_by(key).equals(flagged["exchanges"].select(columns).sort_by(key))
+    assert report.stats.tls_secret_blocks == 1 and report.stats.on_tls_secrets is None
+    batches: dict[str, list] = {}
+    run([str(injected)], Options(ports=(PORT,)), lambda name, b: batches.setdefault(name, []).append(b), jobs=2)
+    sharded = pa.Table.from_batches(batches["exchanges"])
+    assert sharded.select(columns).sort_by(key).equals(flagged["exchanges"].select(columns).sort_by(key))

@@ -149,6 +149,7 @@ def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap,
                           Limits(options.max_batch_mb << 20, options.max_decompressed_mb << 20), balance_shards)
         table.out.tap = tap
         table.out.tls_keys = options.tls_keys
+        cap.stats.on_tls_secrets = _file_secrets(table.out, options.tls_keys)
         if table.out.records is not None:  # a batch of millions of records reaches the sink in slices
             table.out.records.spill = lambda: _emit_records(table.out, name, sink)
             table.out.records.spill_at = options.batch_rows
@@ -194,8 +195,19 @@ def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap,
         report.refused_batches = table.out.limits.refused
         report.connections_evicted = table.evicted + table.probes_evicted
         report.requests_dropped = table.out.requests_dropped
+        cap.stats.on_tls_secrets = None  # the stats travel back from worker processes: no closure in them
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _file_secrets(out: Outputs, run_keys: KeyLog | None) -> Callable[[bytes], None]:
+    """Where a pcapng's Decryption Secrets Blocks go: this file's own key log (the run's, if any, plus the
+    file's), made at the first block, in time for the connections whose handshakes follow it."""
+    def add(text: bytes) -> None:
+        if out.tls_keys is None or out.tls_keys is run_keys:
+            out.tls_keys = run_keys.merged(None) if run_keys is not None else KeyLog()
+        out.tls_keys.add(text)
+    return add
 
 
 def _stepper(cap: Capture, table: FlowTable, bulk: bool, walked: np.ndarray | None = None) -> Callable[[], bool]:

@@ -132,7 +132,7 @@ class Connection:
         half, framer = (self.to_broker, self.requests) if to_broker else (self.to_client, self.responses)
         if tls:
             if self.tls is None:
-                self.tls = TlsSession(self.matcher.out.tls_keys)
+                self.tls = TlsSession(self.matcher.out)
             half.sink = TlsDirection(self.tls, to_broker, framer)
         else:
             half.sink = framer

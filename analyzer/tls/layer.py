@@ -72,11 +72,13 @@ def looks_like_record(head: bytes | memoryview) -> bool:
 class TlsSession:
     """What the two directions of a TLS connection share: the hellos' fields, the keys, and the verdict."""
 
-    __slots__ = ("keylog", "client", "server", "client_random", "server_random", "sni", "suite_number", "suite",
+    __slots__ = ("out", "client", "server", "client_random", "server_random", "sni", "suite_number", "suite",
                  "version", "etm", "retry", "resumed", "session_id", "hello", "note", "opened")
 
-    def __init__(self, keylog: KeyLog | None) -> None:
-        self.keylog = keylog
+    def __init__(self, out) -> None:
+        # The flow table's outputs, whose tls_keys (a KeyLog, or None) is read when keys are needed: a pcapng's
+        # secrets blocks may add to it while the capture is read.
+        self.out = out
         self.client: TlsDirection | None = None
         self.server: TlsDirection | None = None
         self.client_random: bytes | None = None
@@ -134,10 +136,11 @@ class TlsSession:
     # -- keys ------------------------------------------------------------------------------------------
 
     def secrets(self) -> dict[str, bytes] | None:
-        if self.keylog is None:
+        keylog: KeyLog | None = self.out.tls_keys
+        if keylog is None:
             self.fail(NO_KEYLOG)
             return None
-        found = self.keylog.secrets(self.client_random) if self.client_random is not None else None
+        found = keylog.secrets(self.client_random) if self.client_random is not None else None
         if not found:
             self.fail(NO_KEY)
         return found
