@@ -10,6 +10,7 @@ import struct
 from functools import lru_cache
 
 from analyzer.session.matching import ExchangeMatcher, Outputs
+from analyzer.session.sasl import SaslWatch
 from analyzer.tcp.reassembly import HalfStream
 from analyzer.tls.layer import StreamStart, TlsDirection, TlsSession
 from dissectors.kafka.framing import FIND_SPAN, FrameSplitter
@@ -95,7 +96,7 @@ class Connection:
 
     __slots__ = ("conn_id", "client_key", "broker_key", "client_ip", "client_port", "broker_ip", "broker_port",
                  "first_ts", "to_broker", "to_client", "requests", "responses", "matcher", "ended", "syn_ts",
-                 "handshake_ts", "closing_ts", "tls")
+                 "handshake_ts", "closing_ts", "tls", "sasl")
 
     def __init__(self, conn_id: int, client_key: bytes, ts: int, out: Outputs, keep: int,
                  max_frame: int) -> None:
@@ -111,8 +112,10 @@ class Connection:
         self.matcher = m = ExchangeMatcher(
             out, (conn_id, self.client_ip, self.client_port, self.broker_ip, self.broker_port))
         resync = RequestResync(m)
-        self.requests = FrameSplitter(m.request, resync.validate, resync.find, keep, max_frame)
-        self.responses = FrameSplitter(m.response, m.response_plausible, m.find_response, keep, max_frame)
+        self.sasl = sasl = SaslWatch(m)  # SASL's requests (and raw tokens) are looked at before the matcher
+        self.requests = FrameSplitter(sasl.request_frame, resync.validate, resync.find, keep, max_frame)
+        self.responses = sasl.framer = FrameSplitter(m.response, m.response_plausible, m.find_response, keep,
+                                                     max_frame)
         m.connection = self
         self.to_broker = b = HalfStream(self.requests)
         self.to_client = c = HalfStream(self.responses)
@@ -205,5 +208,6 @@ class Connection:
             ",".join(sorted(c for c in m.client_ids if c is not None)) or None,
             tls is not None or self.requests.tls or self.responses.tls,
             *(_NO_TLS if tls is None else (tls.version_text, tls.cipher_text, tls.sni, tls.decrypted, tls.why_not)),
+            *self.sasl.row(),
             self.ended,
         )

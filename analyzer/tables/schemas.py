@@ -147,14 +147,21 @@ CONNECTIONS_SCHEMA = pa.schema([
     _f("tls_note", pa.string(), "Why a TLS connection was not decrypted (no key log, no key for its client "
        "random, cipher suite not supported, handshake not in the capture, records that do not decrypt), or "
        "where decryption stopped (bytes of the TLS stream lost from the capture)."),
+    _f("sasl_mechanism", pa.string(), "The SASL mechanism the client asked for in SaslHandshake (PLAIN, "
+       "SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, GSSAPI, ...)."),
+    _f("sasl_principal", pa.string(), "Who authenticated: PLAIN's authentication identity, SCRAM's user name, "
+       "OAUTHBEARER's sub claim when the token's payload is readable (never a password, proof or token)."),
+    _f("sasl_outcome", pa.string(), "authenticated, failed: ERROR_NAME (from SaslHandshake or SaslAuthenticate), "
+       "or not confirmed when the connection ended before a response showed it."),
     _f("ended", pa.string(), "How it ended: fin, rst, reused (a new SYN on the same ports), capture_end, "
        "evicted (dropped from the flow table over its limits, see the files table's connections_evicted; "
        "later packets of it start a new connection), or continued (it runs on into the next file of a rotated "
        "set; only in the per-file rows the stitch stage adds up into one)."),
 ])
 
-# Columns a row may leave out, just before its last (rows of connections that never had a TLS layer): null.
-_CONN_OPTIONAL = ("tls_version", "tls_cipher", "tls_sni", "tls_decrypted", "tls_note")
+# Columns a row may leave out, just before its last (rows of connections that never carried a byte): null.
+_CONN_OPTIONAL = ("tls_version", "tls_cipher", "tls_sni", "tls_decrypted", "tls_note", "sasl_mechanism",
+                  "sasl_principal", "sasl_outcome")
 _NO_TLS = (None,) * len(_CONN_OPTIONAL)
 
 CONNECTION_ROW_FIELDS = tuple(f.name for f in CONNECTIONS_SCHEMA)[1:]
