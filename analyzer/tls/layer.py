@@ -61,7 +61,10 @@ BAD_HELLO = "handshake not understood"
 FAILED = "records do not decrypt with the logged key"
 LOST_SYNC = "bytes of the TLS stream lost from the capture: not decrypted after the loss"
 
-CLEAR, PROTECTED, WAITING, OPAQUE = 0, 1, 2, 3
+CLEAR, PROTECTED, WAITING, OPAQUE, RESYNC = 0, 1, 2, 3, 4
+MAX_RESYNC_HELD = 4 * MAX_RECORD  # bytes searched for the next record after a loss before giving up
+MAX_LOST_RECORDS = 512  # records a loss may have swallowed (sequence numbers tried on a candidate record)
+RESYNC_BUDGET = 1 << 15  # decryption attempts a direction may spend finding its place again, in all
 
 
 def looks_like_record(head: bytes | memoryview) -> bool:
@@ -202,7 +205,8 @@ class TlsDirection(ByteSink):
     """One direction of a TLS connection as a byte sink in front of the Kafka framer (``sink``)."""
 
     __slots__ = ("session", "is_client", "sink", "state", "prot", "parts", "held", "need", "handshake",
-                 "secret", "next_secret", "skipped_bytes", "waiting", "waiting_bytes", "begun", "drop", "last_ts")
+                 "secret", "next_secret", "skipped_bytes", "waiting", "waiting_bytes", "begun", "drop", "last_ts",
+                 "lost", "budget")
 
     body_left = 0  # the bulk path (analyzer.tcp.bulk) hands every segment to a decrypting direction
     head_missing = 0
@@ -225,6 +229,8 @@ class TlsDirection(ByteSink):
         self.begun = False  # the framer was told the plaintext starts with a frame
         self.drop = 0  # bytes of a record damaged by a gap still to pass over
         self.last_ts = 0  # of the last bytes seen: when a loss is told to the framer
+        self.lost = 0  # while resynchronising: stream bytes since the last record opened (lost or passed over)
+        self.budget = RESYNC_BUDGET
         if is_client:
             session.client = self
         else:
@@ -259,17 +265,23 @@ class TlsDirection(ByteSink):
             pos = 0
         else:
             buf = chunk
-        self._records(ts, no, buf, pos, len(buf))
+        if self.state == RESYNC:
+            self._resync(ts, no, buf, pos, len(buf))
+        else:
+            self._records(ts, no, buf, pos, len(buf))
 
     def gap(self, ts, nbytes: int) -> None:
         self.last_ts = ts
         if self.state == OPAQUE:
             return
+        if self.state == RESYNC:
+            self.lost += nbytes
+            return
         if self.drop:  # already passing over a damaged record
             if nbytes <= self.drop:
                 self.drop -= nbytes
                 return
-            self._lose_sync(ts)
+            self._lose_sync(nbytes - self.drop)
             return
         if self.held >= 5 and self.state == PROTECTED:
             left = self.need - self.held  # of the record in progress, whose length is known
@@ -280,7 +292,7 @@ class TlsDirection(ByteSink):
                 self.drop = left - nbytes
                 self._lost_record(ts, self.need)
                 return
-        self._lose_sync(ts)
+        self._lose_sync(self.held + nbytes)
 
     def finish(self, ts) -> None:
         self.skipped_bytes += self.held + self.waiting_bytes
@@ -304,7 +316,11 @@ class TlsDirection(ByteSink):
             typ = buf[pos]
             length = (buf[pos + 3] << 8) | buf[pos + 4]
             if not 20 <= typ <= 23 or buf[pos + 1] != 3 or length > MAX_RECORD:
-                self.session.fail(LOST_SYNC if self.state == PROTECTED else BAD_HELLO)
+                if self.state == PROTECTED:
+                    self._start_resync(0)
+                    self._resync(ts, no, buf, pos, n)
+                    return
+                self.session.fail(BAD_HELLO)
                 self._opaque(n - pos)
                 return
             end = pos + 5 + length
@@ -331,24 +347,7 @@ class TlsDirection(ByteSink):
                 self.session.fail(FAILED if not self.session.opened else LOST_SYNC)
                 self._opaque(size)
                 return
-            self.session.opened += 1
-            inner, plain = opened
-            if inner == APPLICATION_DATA:
-                self.skipped_bytes += size - len(plain)
-                if not self.begun:
-                    self.begun = True
-                    self.sink.begin()
-                if plain:
-                    self.sink.data(ts, no, plain)
-                return
-            self.skipped_bytes += size
-            if inner == HANDSHAKE and self.secret is not None:  # TLS 1.3 post-handshake or handshake messages
-                for kind, body in self.handshake.feed(plain):
-                    if kind == FINISHED and self.next_secret is not None:
-                        self._rekey(self.next_secret)
-                        self.next_secret = None
-                    elif kind == KEY_UPDATE and body is not None:
-                        self._rekey(next_secret13(self.session.suite, self.secret))
+            self._opened(ts, no, size, *opened)
             return
         if state == WAITING:
             self._wait(ts, no, typ, version, payload)
@@ -389,6 +388,27 @@ class TlsDirection(ByteSink):
                 return
             session.fail(NO_HANDSHAKE if session.client_random is None else FAILED)
             self._opaque(0)
+
+    def _opened(self, ts, no: int, size: int, inner: int, plain) -> None:
+        """A record of ``size`` bytes opened: application data to the framer, TLS 1.3 handshake messages read
+        for the key changes (Finished, KeyUpdate), the rest counted."""
+        self.session.opened += 1
+        if inner == APPLICATION_DATA:
+            self.skipped_bytes += size - len(plain)
+            if not self.begun:
+                self.begun = True
+                self.sink.begin()
+            if plain:
+                self.sink.data(ts, no, plain)
+            return
+        self.skipped_bytes += size
+        if inner == HANDSHAKE and self.secret is not None:  # TLS 1.3 post-handshake or handshake messages
+            for kind, body in self.handshake.feed(plain):
+                if kind == FINISHED and self.next_secret is not None:
+                    self._rekey(self.next_secret)
+                    self.next_secret = None
+                elif kind == KEY_UPDATE and body is not None:
+                    self._rekey(next_secret13(self.session.suite, self.secret))
 
     def _protect(self) -> None:
         """Take up this direction's first protected keys (the session's verdict if there are none)."""
@@ -466,12 +486,87 @@ class TlsDirection(ByteSink):
             overhead = prot.overhead
             self.sink.gap(ts, size - overhead if overhead is not None and size > overhead else LOST)
 
-    def _lose_sync(self, ts) -> None:
+    def _lose_sync(self, lost: int) -> None:
+        """Bytes lost where a record header was (``lost``: the stream bytes from the end of the last record to the
+        end of the loss): search for the next record (``_resync``), or give up."""
         if self.state == PROTECTED:
-            self.session.fail(LOST_SYNC)
-        elif self.state == CLEAR and self.session.hello is None:
+            self._start_resync(lost)
+            return
+        if self.state == CLEAR and self.session.hello is None:
             self.session.fail(NO_HANDSHAKE)
         self._opaque(0)
+
+    def _start_resync(self, lost: int) -> None:
+        self.skipped_bytes += self.held
+        self.parts.clear()
+        self.held = 0
+        self.need = 5
+        self.lost = lost
+        self.drop = 0
+        self.state = RESYNC
+
+    def _resync(self, ts, no: int, buf, pos: int, n: int) -> None:
+        """Find the next whole record in buf[pos:n] that opens under the direction's key with a sequence number
+        a little past the last one (the records lost are not known; each is tried, within bounds), then carry
+        on from it. The framer is told the plaintext lost: exact for the AEAD suites (a fixed overhead per
+        record), unknown for CBC (the framer then resynchronises on its own)."""
+        prot = self.prot
+        start = pos
+        while n - pos >= 5:
+            length = (buf[pos + 3] << 8) | buf[pos + 4]
+            if not (buf[pos] == APPLICATION_DATA and buf[pos + 1] == 3 and buf[pos + 2] == 3
+                    and 17 <= length <= MAX_RECORD):
+                pos += 1
+                continue
+            end = pos + 5 + length
+            if end > n:
+                break  # a candidate not yet whole: wait for the rest of it
+            lost = self.lost + pos - start
+            first = prot.seq
+            hint = prot.explicit_seq(buf[pos + 5:end])
+            found = None
+            for seq in ([hint] if hint is not None and first <= hint <= first + MAX_LOST_RECORDS else []) + list(
+                    range(first, first + min(MAX_LOST_RECORDS, lost // 21 + 1) + 1)):
+                if self.budget <= 0:
+                    break
+                self.budget -= 1
+                prot.seq = seq
+                opened = prot.open(APPLICATION_DATA, 0x0303, buf[pos + 5:end])
+                if opened is not None:
+                    found = seq, opened
+                    break
+            if found is None:
+                prot.seq = first
+                if self.budget <= 0:
+                    self.skipped_bytes += pos - start
+                    self.session.fail(LOST_SYNC)
+                    self._opaque(n - pos)
+                    return
+                pos += 1
+                continue
+            seq, (inner, plain) = found
+            records = seq - first
+            self.skipped_bytes += pos - start
+            self.state = PROTECTED
+            self.lost = 0
+            if self.begun:
+                overhead = prot.overhead
+                plain_lost = lost - records * overhead if overhead is not None else -1
+                self.sink.gap(ts, plain_lost if plain_lost >= 0 else LOST)
+            self.handshake = HandshakeReader()  # a message in progress was cut by the loss
+            self._opened(ts, no, 5 + length, inner, plain)
+            self._records(ts, no, buf, end, n)
+            return
+        self.skipped_bytes += pos - start
+        self.lost += pos - start
+        if pos < n:
+            if self.lost + n - pos > MAX_RESYNC_HELD:
+                self.session.fail(LOST_SYNC)
+                self._opaque(n - pos)
+                return
+            self.parts.append(bytes(buf[pos:n]))
+            self.held = n - pos
+            self.need = 5 if n - pos < 5 else 5 + ((buf[pos + 3] << 8) | buf[pos + 4])
 
 
 class StreamStart(ByteSink):

@@ -48,6 +48,10 @@ class Protection:
     def open(self, typ: int, version: int, payload: Buffer) -> tuple[int, Buffer] | None:
         raise NotImplementedError
 
+    def explicit_seq(self, payload: Buffer) -> int | None:
+        """The sequence number a record itself suggests (after a loss), if its format carries one."""
+        return None
+
 
 class Aead13(Protection):
     """TLS 1.3: nonce = iv XOR seq, the record header is the additional data, the content type is inside."""
@@ -99,6 +103,10 @@ class Gcm12(Protection):
             return None
         self.seq += 1
         return typ, plain
+
+    def explicit_seq(self, payload: Buffer) -> int | None:
+        # OpenSSL (and most stacks) send the sequence number as the explicit nonce.
+        return int.from_bytes(payload[:8], "big") if len(payload) >= 8 else None
 
 
 class Chacha12(Protection):
