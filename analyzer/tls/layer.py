@@ -57,6 +57,7 @@ LOST = 1 << 62  # a plaintext gap of unknown length: the framer gives up the fra
 NO_KEYLOG = "no key log given (--tls-keylog, or secrets in the pcapng)"
 NO_KEY = "no key for this client random in the key log"
 NO_HANDSHAKE = "handshake not in the capture (the connection began before it)"
+HANDSHAKE_LOST = "handshake bytes lost from the capture"
 BAD_HELLO = "handshake not understood"
 FAILED = "records do not decrypt with the logged key"
 LOST_SYNC = "bytes of the TLS stream lost from the capture: not decrypted after the loss"
@@ -492,8 +493,8 @@ class TlsDirection(ByteSink):
         if self.state == PROTECTED:
             self._start_resync(lost)
             return
-        if self.state == CLEAR and self.session.hello is None:
-            self.session.fail(NO_HANDSHAKE)
+        if self.state in (CLEAR, WAITING):
+            self.session.fail(HANDSHAKE_LOST)
         self._opaque(0)
 
     def _start_resync(self, lost: int) -> None:
