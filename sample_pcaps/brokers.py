@@ -152,9 +152,10 @@ class StunnelTansu:
 
     software = "tansu"
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 9094) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 9094, curves: str | None = None) -> None:
         self.host = host
         self.port = port
+        self.curves = curves  # the key exchange groups stunnel accepts (one the clients do not offer first: HRR)
         self._work: tempfile.TemporaryDirectory | None = None
         self._tansu: TansuBroker | None = None
         self._stunnel: subprocess.Popen | None = None
@@ -188,7 +189,8 @@ class StunnelTansu:
         config = work / "stunnel.conf"
         config.write_text("\n".join([
             "foreground = yes", "pid =", "debug = 4", "[kafka]", f"accept = {self.host}:{self.port}",
-            f"connect = {self.host}:{plain}", f"cert = {work / 'cert.pem'}", f"key = {work / 'key.pem'}", ""]))
+            f"connect = {self.host}:{plain}", f"cert = {work / 'cert.pem'}", f"key = {work / 'key.pem'}",
+            *([f"curves = {self.curves}"] if self.curves else []), ""]))
         log = (work / "stunnel.log").open("w")
         self._stunnel = subprocess.Popen([stunnel, str(config)], stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True)
@@ -215,7 +217,7 @@ class StunnelTansu:
 
     def describe(self) -> dict:
         return {"software": "tansu", "version": self.version, "host": self.host, "port": self.port,
-                "tls": f"stunnel {self.stunnel_version}"}
+                "tls": f"stunnel {self.stunnel_version}" + (f", groups {self.curves}" if self.curves else "")}
 
     def __enter__(self) -> StunnelTansu:
         return self.start()

@@ -134,7 +134,7 @@ def run(scenarios: list[Scenario], out_dir: Path, tool: str, cache_dir: Path) ->
     for scenario in (s for s in scenarios if not s.legacy):
         if scenario.tls:
             print(f"{scenario.name} (Tansu behind stunnel, TLS on {scenario.host} port {scenario.port})", flush=True)
-            with StunnelTansu(scenario.host, scenario.port) as broker:
+            with StunnelTansu(scenario.host, scenario.port, curves=scenario.tls_curves) as broker:
                 _report(scenario, record_scenario(scenario, broker, out_dir, tool=tool), out_dir)
             continue
         print(f"{scenario.name} (Tansu on {scenario.host} port {scenario.port})", flush=True)

@@ -29,6 +29,11 @@ class Scenario:
         return self.broker == "tansu-tls"
 
     @property
+    def tls_curves(self) -> str | None:
+        """The groups the TLS proxy accepts (secp384r1 alone: clients offering X25519 first get an HRR)."""
+        return "secp384r1" if self.name == "tansu_tls_resume" else None
+
+    @property
     def keylog_name(self) -> str:
         return f"{self.name}.keys.log"
 
@@ -67,6 +72,11 @@ SCENARIOS: tuple[Scenario, ...] = (
              "TLS 1.2 (AES-128-GCM, AES-256-CBC-SHA), aiokafka on TLS 1.2 ChaCha20-Poly1305, keys in "
              "tansu_tls.keys.log; a kafka-python client on TLS 1.3 and confluent-kafka whose keys are not logged",
              scenarios_tls.tls_clients, (KP, AK, CK), broker="tansu-tls", port=9094),
+    Scenario("tansu_tls_resume", "TLS handshakes beyond the plain one (stunnel accepting secp384r1 only, so every "
+             "TLS 1.3 client gets a HelloRetryRequest): kafka-python on TLS 1.3; a hand-written client sending "
+             "ApiVersions over OpenSSL with KeyUpdates both ways, then resuming its session (TLS 1.3 PSK), and on "
+             "TLS 1.2 resuming by session ticket; keys in tansu_tls_resume.keys.log",
+             scenarios_tls.resumption_and_key_update, (KP,), broker="tansu-tls", port=9096),
     Scenario("kafka09_legacy", "Apache Kafka 0.9.0.1: message sets v0 with none/gzip/snappy/lz4 from kafka-python "
              "and librdkafka, 0.9-era groups, INVALID_SESSION_TIMEOUT, an ApiVersions request left unanswered",
              scenarios_legacy.legacy_clients, (KP, CK), broker="kafka09"),

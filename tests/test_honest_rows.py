@@ -178,8 +178,8 @@ def test_undefined_request_headers_take_a_client_id_only_when_it_reads_cleanly(t
 def full_and_headers_only(path) -> list[tuple[dict, dict]]:
     keylog = path.with_name(path.name.split(".")[0] + ".keys.log")  # a TLS sample's own key log
     keys = KeyLog.from_file(keylog) if keylog.exists() else None
-    full = analyse(path, ports=(9092, 19092, 9094), tls_keys=keys)["exchanges"]
-    fast = analyse(path, ports=(9092, 19092, 9094), bodies=False, tls_keys=keys)["exchanges"]
+    full = analyse(path, ports=(9092, 19092, 9094, 9096), tls_keys=keys)["exchanges"]
+    fast = analyse(path, ports=(9092, 19092, 9094, 9096), bodies=False, tls_keys=keys)["exchanges"]
 
     def key(r):
         return r["connection_id"], r["correlation_id"], r["request_frame"], r["response_frame"]

@@ -23,48 +23,57 @@ SAMPLES = Path(__file__).resolve().parents[1] / "sample_pcaps"
 CAPTURE = SAMPLES / "tansu_tls.pcap"
 KEYLOG = SAMPLES / "tansu_tls.keys.log"
 PORT = 9094
+# tansu_tls_resume: every TLS 1.3 handshake with a HelloRetryRequest, KeyUpdates both ways, TLS 1.3 PSK and
+# TLS 1.2 ticket resumption.
+RESUME, RESUME_KEYLOG, RESUME_PORT = SAMPLES / "tansu_tls_resume.pcap", SAMPLES / "tansu_tls_resume.keys.log", 9096
+TLS_SAMPLES = [(CAPTURE, KEYLOG, PORT), (RESUME, RESUME_KEYLOG, RESUME_PORT)]
 
 
-def analyse(path: Path, keys: KeyLog | None, **options) -> tuple[dict[str, pa.Table], object]:
+def analyse(path: Path, keys: KeyLog | None, port: int = PORT, **options) -> tuple[dict[str, pa.Table], object]:
     batches: dict[str, list] = {}
-    report = analyze_file(str(path), Options(ports=(PORT,), tls_keys=keys, **options),
+    report = analyze_file(str(path), Options(ports=(port,), tls_keys=keys, **options),
                           lambda name, batch: batches.setdefault(name, []).append(batch))
     return {name: pa.Table.from_batches(b) for name, b in batches.items()}, report
 
 
-def tshark_pdus(path: Path, keylog: Path) -> tuple[dict[tuple[int, int], tuple[int, int]], dict[tuple, int],
-                                                   dict[int, int]]:
+def tshark_pdus(path: Path, keylog: Path, port: int = PORT) -> tuple[dict[tuple[int, int], tuple[int, int]],
+                                                                     dict[tuple, int], dict[int, int], set[int]]:
     """tshark's Kafka PDUs: requests {(client port, correlation id): (api key, frame)}, responses {(client port,
-    correlation id): frame}, and each frame's capture time (ns)."""
+    correlation id): frame}, each frame's capture time (ns), and the TLS handshake message types it saw."""
     out = subprocess.run(
-        ["tshark", "-r", str(path), "-o", f"tls.keylog_file:{keylog}", "-d", f"tcp.port=={PORT},tls",
-         "-d", f"tls.port=={PORT},kafka", "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=;",
+        ["tshark", "-r", str(path), "-o", f"tls.keylog_file:{keylog}", "-d", f"tcp.port=={port},tls",
+         "-d", f"tls.port=={port},kafka", "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=;",
          "-e", "frame.number", "-e", "frame.time_epoch", "-e", "tcp.srcport", "-e", "tcp.dstport",
-         "-e", "kafka.request_key", "-e", "kafka.correlation_id"],
+         "-e", "kafka.request_key", "-e", "kafka.correlation_id", "-e", "tls.handshake.type"],
         capture_output=True, text=True, timeout=300, check=True).stdout
     requests: dict[tuple[int, int], tuple[int, int]] = {}
     responses: dict[tuple[int, int], int] = {}
     times: dict[int, int] = {}
+    handshakes: set[int] = set()
     for line in out.splitlines():
-        frame, when, sport, dport, keys, corrs = (line.split("\t") + [""] * 6)[:6]
+        frame, when, sport, dport, keys, corrs, kinds = (line.split("\t") + [""] * 7)[:7]
+        handshakes |= {int(k) for k in kinds.replace(",", ";").split(";") if k}
         seconds, _, fraction = when.partition(".")
         times[int(frame)] = int(seconds) * 10**9 + int((fraction + "000000000")[:9])
         if not corrs:
             continue
-        if int(dport) == PORT:
+        if int(dport) == port:
             for key, corr in zip(keys.split(";"), corrs.split(";"), strict=True):
                 requests[(int(sport), int(corr))] = (int(key), int(frame))
         else:
             for corr in corrs.split(";"):
                 responses[(int(dport), int(corr))] = int(frame)
-    return requests, responses, times
+    return requests, responses, times, handshakes
 
 
 @pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed")
-def test_every_pdu_tshark_decrypts_is_an_exchange_with_its_times() -> None:
-    requests, responses, times = tshark_pdus(CAPTURE, KEYLOG)
-    assert len(requests) > 40 and len(responses) > 40  # tshark did decrypt: the test compares something
-    tables, _ = analyse(CAPTURE, KeyLog.from_file(KEYLOG))
+@pytest.mark.parametrize(("capture", "keylog", "port"), TLS_SAMPLES, ids=lambda v: getattr(v, "stem", v))
+def test_every_pdu_tshark_decrypts_is_an_exchange_with_its_times(capture: Path, keylog: Path, port: int) -> None:
+    requests, responses, times, handshakes = tshark_pdus(capture, keylog, port)
+    assert len(requests) >= 15 and len(responses) >= 15  # tshark did decrypt: the test compares something
+    if capture == RESUME:
+        assert 24 in handshakes  # the KeyUpdates tshark decrypted are in the capture (the HRRs, in the clear)
+    tables, _ = analyse(capture, KeyLog.from_file(keylog), port)
     rows = {(r["client_port"], r["correlation_id"]): r for r in tables["exchanges"].to_pylist()}
     assert set(rows) == set(requests) | set(responses)
     for key, (api_key, frame) in requests.items():
