@@ -213,3 +213,42 @@ def test_damaged_tls_streams_decrypt_what_they_can_and_account_for_every_byte(tm
         assert len(read) > len(intact) // 3  # most of the capture is still read
     key = [("connection_id", "ascending"), ("correlation_id", "ascending")]
     assert results[0]["exchanges"].sort_by(key).equals(results[1]["exchanges"].sort_by(key))
+
+
+def _mutated(source: Path, out: Path, seed: int) -> Path:
+    """A copy of the TLS sample with random TCP payload bytes overwritten, some record headers among them."""
+    import random
+
+    import dpkt
+
+    rnd = random.Random(seed)
+    with open(source, "rb") as f:
+        reader = dpkt.pcap.Reader(f)
+        linktype, packets = reader.datalink(), list(reader)
+    with open(out, "wb") as f:
+        writer = dpkt.pcap.Writer(f, linktype=linktype)
+        for ts, data in packets:
+            buf = bytearray(data)
+            if len(buf) > 80 and rnd.random() < 0.3:
+                for _ in range(rnd.randint(1, 6)):
+                    at = rnd.randrange(66, len(buf))  # past Ethernet, IP and TCP (with timestamps) headers
+                    buf[at] = rnd.choice((0x00, 0xFF, 0x16, 0x17, 0x03, rnd.randrange(256)))
+            writer.writepkt(bytes(buf), ts)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_hostile_tls_bytes_never_crash_and_every_byte_is_accounted_for(tmp_path: Path, seed: int) -> None:
+    """Bytes overwritten anywhere in the records (headers, handshake, ciphertext): the analysis ends without an
+    internal error, each connection's bytes add up, and only exchanges of the intact capture are read."""
+    path = _mutated(CAPTURE, tmp_path / "mutated.pcap", seed)
+    clean, _ = analyse(CAPTURE, KeyLog.from_file(KEYLOG))
+    intact = {(r["client_port"], r["correlation_id"], r["api_key"]) for r in clean["exchanges"].to_pylist()}
+    for bulk in (True, False):
+        tables, report = analyse(path, KeyLog.from_file(KEYLOG), bulk=bulk)
+        assert report.error is None
+        for c in tables["connections"].to_pylist():
+            assert c["stream_bytes"] == c["framed_bytes"] + c["skipped_bytes"] + c["gap_bytes"], c
+        rows = tables["exchanges"].to_pylist() if "exchanges" in tables else []
+        assert {(r["client_port"], r["correlation_id"], r["api_key"]) for r in rows
+                if r["status"] in ("ok", "error")} <= intact
