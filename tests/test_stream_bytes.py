@@ -32,7 +32,10 @@ MASK32 = 0xFFFFFFFF
 SYN, FIN, RST, ACK = 0x02, 0x01, 0x04, 0x10
 
 
-def export(path: Path, ports: tuple[int, ...] = (9092, 19092, 9094, 9096), bulk: bool = True) -> tuple[list[dict], dict]:
+SAMPLE_PORTS = (9092, 19092, 9094, 9096)
+
+
+def export(path: Path, ports: tuple[int, ...] = SAMPLE_PORTS, bulk: bool = True) -> tuple[list[dict], dict]:
     keylog = path.with_name(path.name.split(".")[0] + ".keys.log")  # a TLS sample's own key log
     sink = Collector()
     run([str(path)], Options(ports=ports, bulk=bulk, tls_keys=KeyLog.from_file(keylog) if keylog.exists() else None),
