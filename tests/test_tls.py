@@ -252,3 +252,15 @@ def test_hostile_tls_bytes_never_crash_and_every_byte_is_accounted_for(tmp_path:
         rows = tables["exchanges"].to_pylist() if "exchanges" in tables else []
         assert {(r["client_port"], r["correlation_id"], r["api_key"]) for r in rows
                 if r["status"] in ("ok", "error")} <= intact
+
+
+def test_a_stream_joined_midway_is_taken_for_tls_only_on_record_headers_in_a_row() -> None:
+    from analyzer.tls.layer import starts_tls
+
+    record = bytes((23, 3, 3, 0, 20)) + bytes(20)
+    assert starts_tls(record + bytes((23, 3, 3, 0, 1)), from_start=False)
+    assert starts_tls(record, from_start=False)  # nothing after it to contradict
+    assert not starts_tls(record + b"\x00\x00\x01\x00 plaintext record data", from_start=False)
+    assert not starts_tls(bytes((23, 3, 3, 0xFF, 0xFF)) + bytes(40), from_start=False)  # longer than TLS allows
+    assert starts_tls(bytes((22, 3, 1, 0xFF, 0xFF)), from_start=True)  # a stream's first byte: a header decides
+    assert not starts_tls(b"\x00\x00\x00\x10\x00\x12\x00\x03", from_start=True)  # a Kafka request

@@ -73,6 +73,22 @@ def looks_like_record(head: bytes | memoryview) -> bool:
     return len(head) >= 3 and 20 <= head[0] <= 23 and head[1] == 3 and head[2] <= 4
 
 
+def starts_tls(chunk, from_start: bool) -> bool:
+    """Whether a direction whose first bytes are ``chunk`` carries TLS. From the stream's start a record header
+    decides (a Kafka frame cannot begin with one: its size would exceed any frame limit); joined midway, where
+    a segment of plaintext record data could begin with those bytes by chance, the record's length must be one
+    TLS allows and, when the chunk holds what follows it, another record header must follow."""
+    if not looks_like_record(chunk[:3]):
+        return False
+    if from_start or len(chunk) < 5:
+        return True
+    length = (chunk[3] << 8) | chunk[4]
+    if length > MAX_RECORD:
+        return False
+    after = 5 + length
+    return len(chunk) < after + 3 or looks_like_record(chunk[after:after + 3])
+
+
 class TlsSession:
     """What the two directions of a TLS connection share: the hellos' fields, the keys, and the verdict."""
 
@@ -601,7 +617,7 @@ class StreamStart(ByteSink):
     def data(self, ts, no: int, chunk) -> None:
         target = self.target
         if target is None:
-            target = self._decide(looks_like_record(chunk[:3]))
+            target = self._decide(starts_tls(chunk, self.begun))
         target.data(ts, no, chunk)
 
     def gap(self, ts, nbytes: int) -> None:
