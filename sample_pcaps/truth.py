@@ -24,6 +24,8 @@ Layout of ``<name>.truth.json`` (all counts come from the clients' side, never f
   the client exposes it), timed_out (only when librdkafka reported the request timed out)}.
 - ``max_in_flight``: most requests outstanding on one connection, in the order the clients logged them.
 - ``capture_stats``: tool, packets, kernel drops, size in bytes.
+- ``tls`` (TLS scenarios only): ``keylog`` (the key log file next to the capture) and ``withheld_clients`` (client
+  ids whose session secrets are not in it: their requests cannot be decoded and are expected not to be).
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ class ScenarioTruth:
     acks0: bool = False
     expectations: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # TLS scenarios: {"keylog": file name, "withheld_clients": client ids whose session keys are not in it}
+    tls: dict[str, Any] = field(default_factory=dict)
 
     def _topic(self, topic: str) -> dict[str, Any]:
         return self.topics.setdefault(topic, {
@@ -97,7 +101,8 @@ class ScenarioTruth:
                                 "expected_status": expected_status, "why": why})
 
     def to_json(self, trace: ClientTrace, capture_stats: dict[str, Any]) -> dict[str, Any]:
-        return {
+        tls = {"tls": self.tls} if self.tls else {}
+        return {**tls,
             "scenario": self.name,
             "description": self.description,
             "capture": self.capture,

@@ -32,9 +32,21 @@ def _index(rows: Iterable[Row]) -> dict[tuple, list[Row]]:
     return index
 
 
+def withheld_clients(truth: dict) -> set[str]:
+    """Client ids of a TLS scenario whose session keys were not logged: nothing of theirs can be decoded."""
+    return set(truth.get("tls", {}).get("withheld_clients", ()))
+
+
+def decodable_requests(truth: dict) -> list[dict]:
+    withheld = withheld_clients(truth)
+    return [r for r in truth["requests"] if r["client_id"] not in withheld]
+
+
 def match_requests(truth: dict, rows: list[Row]) -> tuple[list[tuple[dict, Row]], list[str]]:
-    """Pair every request a client logged with its exchange row; problems for missing, doubled or extra."""
-    client_ids = {r["client_id"] for r in truth["requests"]}
+    """Pair every request a client logged with its exchange row; problems for missing, doubled or extra (the
+    requests of clients whose TLS keys were withheld are left out: none of theirs may be an exchange)."""
+    truth = {**truth, "requests": decodable_requests(truth)}
+    client_ids = {r["client_id"] for r in truth["requests"]} | withheld_clients(truth)
     candidates = _request_rows(rows, client_ids)
     problems: list[str] = []
     pairs: list[tuple[dict, Row]] = []
@@ -182,11 +194,18 @@ def kafkacap_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "analyzer.cli.commands"]
 
 
-def export_tables(captures: list[Path], out_dir: Path, ports: Iterable[int]) -> dict[str, list[Row]]:
-    """Run ``kafkacap export`` on the captures; every table it wrote, by name (``exchanges``, ...)."""
+def export_tables(captures: list[Path], out_dir: Path, ports: Iterable[int],
+                  keylogs: Iterable[Path] = ()) -> dict[str, list[Row]]:
+    """Run ``kafkacap export`` on the captures (TLS ones decrypted with the key logs, given together in one
+    file); every table it wrote, by name (``exchanges``, ...)."""
     import pyarrow.parquet as pq
 
     command = [*kafkacap_command(), "export", *map(str, captures), "-o", str(out_dir), "--no-progress"]
+    keylogs = list(keylogs)
+    if keylogs:
+        combined = Path(out_dir).with_name(Path(out_dir).name + ".keys.log")
+        combined.write_bytes(b"\n".join(Path(k).read_bytes() for k in keylogs))
+        command += ["--tls-keylog", str(combined)]
     for port in sorted(set(ports)):
         command += ["--port", str(port)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)

@@ -40,6 +40,7 @@ from analyzer.pipeline.analyze import FileReport, Options, capture_names
 from analyzer.pipeline.run import FOLLOW_FILES, InputError, file_row
 from analyzer.pipeline.stitch import Stitcher, capture_sets, merge_connections, next_files
 from analyzer.tables.schemas import FILES_SCHEMA, files_batch
+from analyzer.tls.keylog import KeyLog, KeyLogError, read_keylog
 from spark_jobs.analyse_task import analyse_partition
 from spark_jobs.envelope import ENVELOPE_DDL, REPORT, unpack_batches, unpack_report
 from spark_jobs.inputs import CaptureInput, group_files, list_captures
@@ -297,15 +298,18 @@ def parser() -> argparse.ArgumentParser:
                    help="analyse every file on its own, even the files of a rotated set (tcpdump -C/-G)")
     p.add_argument("--target-mb", type=int, default=TARGET_TASK_MB, help="capture MB per task for small files")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting")
+    p.add_argument("--tls-keylog", metavar="FILE", help="decrypt TLS connections with this NSS key log's secrets")
     return p
 
 
 def options_from(ports: list[int] | tuple[int, ...], detect_ports: bool, headers_only: bool, verify_crc: bool,
-                 records: bool, max_batch_mb: int, max_decompressed_mb: int, separate_files: bool) -> Options:
-    """The analysis options, as ``kafkacap export`` builds them from the same flags."""
+                 records: bool, max_batch_mb: int, max_decompressed_mb: int, separate_files: bool,
+                 tls_keys: KeyLog | None = None) -> Options:
+    """The analysis options, as ``kafkacap export`` builds them from the same flags. The key log travels to
+    the executors inside the options (as its text, never through a repr)."""
     return Options(ports=tuple(ports) or (9092,), detect_ports=detect_ports, bodies=not headers_only,
                    verify_crc=verify_crc, records=records, max_batch_mb=max_batch_mb,
-                   max_decompressed_mb=max_decompressed_mb, stitch=not separate_files)
+                   max_decompressed_mb=max_decompressed_mb, stitch=not separate_files, tls_keys=tls_keys)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -317,8 +321,14 @@ def main(argv: list[str] | None = None) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     try:
+        keys = None
+        if args.tls_keylog:
+            try:
+                keys = read_keylog(args.tls_keylog)
+            except KeyLogError as exc:
+                raise JobError(str(exc)) from None
         options = options_from(args.ports, args.detect_ports, args.headers_only, args.verify_crc, args.records,
-                               args.max_batch_mb, args.max_decompressed_mb, args.separate_files)
+                               args.max_batch_mb, args.max_decompressed_mb, args.separate_files, keys)
         started = time.perf_counter()
         spark = build_session(args.master, "kafkacap-export", _parse_conf(args.conf))
         say(f"Spark session: {time.perf_counter() - started:.1f} s")

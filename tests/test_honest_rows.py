@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 from analyzer.pipeline.analyze import Options, analyze_file
+from analyzer.tls.keylog import KeyLog
 from dissectors.kafka.apis import API_BY_KEY
 from dissectors.kafka.extract import extract
 from dissectors.kafka.headers import decode_request_header
@@ -175,8 +176,10 @@ def test_undefined_request_headers_take_a_client_id_only_when_it_reads_cleanly(t
 # Headers only: unknown is null, and nested errors unread are not "ok"
 
 def full_and_headers_only(path) -> list[tuple[dict, dict]]:
-    full = analyse(path, ports=(9092, 19092))["exchanges"]
-    fast = analyse(path, ports=(9092, 19092), bodies=False)["exchanges"]
+    keylog = path.with_name(path.name.split(".")[0] + ".keys.log")  # a TLS sample's own key log
+    keys = KeyLog.from_file(keylog) if keylog.exists() else None
+    full = analyse(path, ports=(9092, 19092, 9094, 9096), tls_keys=keys)["exchanges"]
+    fast = analyse(path, ports=(9092, 19092, 9094, 9096), bodies=False, tls_keys=keys)["exchanges"]
 
     def key(r):
         return r["connection_id"], r["correlation_id"], r["request_frame"], r["response_frame"]

@@ -45,7 +45,8 @@ def tables(tmp_path_factory) -> dict[str, list[dict]]:
     truths = [_load(path) for path in TRUTH_FILES]
     captures = [SAMPLES / truth["capture"] for truth in truths]
     out_dir = tmp_path_factory.mktemp("sample-export")
-    return truth_check.export_tables(captures, out_dir, [truth["broker"]["port"] for truth in truths])
+    keylogs = [SAMPLES / truth["tls"]["keylog"] for truth in truths if "tls" in truth]
+    return truth_check.export_tables(captures, out_dir, [truth["broker"]["port"] for truth in truths], keylogs)
 
 
 def _rows(tables: dict[str, list[dict]], truth: dict) -> list[dict]:
@@ -81,7 +82,30 @@ def test_every_logged_request_is_exactly_one_exchange(tables, truth_path: Path) 
     truth = _load(truth_path)
     pairs, problems = truth_check.match_requests(truth, _rows(tables, truth))
     assert not problems, "\n".join(problems[:20])
-    assert len(pairs) == len(truth["requests"])
+    assert len(pairs) == len(truth_check.decodable_requests(truth))
+
+
+TLS_TRUTHS = _with(lambda truth: bool(truth.get("tls", {}).get("withheld_clients")))
+
+
+@pytest.mark.parametrize("truth_path", TLS_TRUTHS, ids=_name)
+def test_tls_connections_without_keys_are_counted_not_decoded(tables, truth_path: Path) -> None:
+    """The clients whose keys were withheld sent requests (they logged them), yet none is an exchange, no
+    connection carries their client id, and their connections are TLS rows that say why they were not read;
+    the others' connections were all decrypted."""
+    truth = _load(truth_path)
+    withheld = truth_check.withheld_clients(truth)
+    assert withheld and any(r["client_id"] in withheld for r in truth["requests"])
+    assert not [r for r in _rows(tables, truth) if r["client_id"] in withheld]
+    conns = [c for c in tables["connections"] if c["capture_file"] == truth["capture"]]
+    assert all(c["tls"] for c in conns)
+    withheld_ports = {r["client_port"] for r in truth["requests"] if r["client_id"] in withheld and r["client_port"]}
+    dark = [c for c in conns if not c["tls_decrypted"]]
+    assert withheld_ports <= {c["client_port"] for c in dark}
+    assert {c["tls_note"] for c in dark} == {"no key for this client random in the key log"}
+    assert not {c["client_ids"] for c in dark} - {None}
+    keyed_ports = {r["client_port"] for r in truth_check.decodable_requests(truth) if r["client_port"]}
+    assert keyed_ports <= {c["client_port"] for c in conns if c["tls_decrypted"]}
 
 
 @pytest.mark.parametrize("truth_path", TRUTH_FILES, ids=_name)

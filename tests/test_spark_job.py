@@ -437,3 +437,21 @@ def test_an_attempt_that_dies_mid_write_spoils_nothing(tmp_path, monkeypatch) ->
             if p.is_file()] == [f"capture_date={d}/part-00003.zstd.parquet" for d in
                                 sorted({ts.date().isoformat() for ts in rows.column("request_first_ts").to_pylist()})]
     assert _rows(_dataset(tmp_path / "exchanges").drop_columns(["capture_date"])) == _rows(rows)
+
+
+def test_the_job_decrypts_tls_with_the_key_log(spark, tmp_path) -> None:
+    """--tls-keylog reaches the executors (inside the options): the job's rows are the CLI export's, decrypted."""
+    from analyzer.cli.spark import spark_command
+
+    capture, keylog = str(SAMPLES / "tansu_tls.pcap"), str(SAMPLES / "tansu_tls.keys.log")
+    result = CliRunner().invoke(spark_command, [capture, "-o", str(tmp_path / "out"), "--port", "9094",
+                                                "--tls-keylog", keylog])
+    assert result.exit_code == 0, result.output
+    cli_run = CliRunner().invoke(cli, ["export", capture, "-o", str(tmp_path / "cli"), "--port", "9094",
+                                       "--tls-keylog", keylog, "--no-progress"])
+    assert cli_run.exit_code == 0, cli_run.output
+    for table in ("exchanges", "connections"):
+        expected = pq.read_table(tmp_path / "cli" / f"{table}.parquet")
+        assert _rows(_dataset(tmp_path / "out" / table).drop_columns(["capture_date"])) == _rows(expected)
+    decrypted = pq.read_table(tmp_path / "cli" / "connections.parquet").column("tls_decrypted").to_pylist()
+    assert sum(bool(d) for d in decrypted) > 10

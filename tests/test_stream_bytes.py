@@ -21,6 +21,7 @@ import pytest
 from analyzer.cli.summary import Collector
 from analyzer.pipeline.analyze import Options
 from analyzer.pipeline.run import run
+from analyzer.tls.keylog import KeyLog
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = sorted(p for p in (ROOT / "sample_pcaps").iterdir() if p.suffix in (".pcap", ".pcapng"))
@@ -31,9 +32,14 @@ MASK32 = 0xFFFFFFFF
 SYN, FIN, RST, ACK = 0x02, 0x01, 0x04, 0x10
 
 
-def export(path: Path, ports: tuple[int, ...] = (9092, 19092), bulk: bool = True) -> tuple[list[dict], dict]:
+SAMPLE_PORTS = (9092, 19092, 9094, 9096)
+
+
+def export(path: Path, ports: tuple[int, ...] = SAMPLE_PORTS, bulk: bool = True) -> tuple[list[dict], dict]:
+    keylog = path.with_name(path.name.split(".")[0] + ".keys.log")  # a TLS sample's own key log
     sink = Collector()
-    run([str(path)], Options(ports=ports, bulk=bulk), sink)
+    run([str(path)], Options(ports=ports, bulk=bulk, tls_keys=KeyLog.from_file(keylog) if keylog.exists() else None),
+        sink)
     tables = {name: pa.Table.from_batches(batches) for name, batches in sink.batches.items()}
     (files_row,) = tables["files"].to_pylist()
     conns = tables["connections"].to_pylist() if "connections" in tables else []
@@ -133,7 +139,7 @@ def assert_accounted(path: Path, conns: list[dict], files_row: dict, exact_oracl
     for c in conns:
         assert c["stream_bytes"] == c["framed_bytes"] + c["skipped_bytes"] + c["gap_bytes"], (path.name, c)
         assert min(c["stream_bytes"], c["framed_bytes"], c["skipped_bytes"], c["gap_bytes"]) >= 0
-    kafka = [c for c in conns if not c["tls"]]
+    kafka = [c for c in conns if not c["tls"] or c["tls_decrypted"]]  # the files table's Kafka connections
     for column in ("stream_bytes", "framed_bytes", "skipped_bytes", "gap_bytes"):
         assert files_row[f"kafka_{column}"] == sum(c[column] for c in kafka), column
     if exact_oracle:

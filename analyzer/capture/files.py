@@ -26,7 +26,7 @@ import os
 import queue
 import threading
 import zlib
-from collections.abc import Container, Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -87,6 +87,10 @@ class CaptureStats:
     damaged_places: int = 0  # places where damage was found: each passed over, or the end of what was read
     skipped_bytes: int = 0  # bytes passed over there (decompressed bytes for compressed files)
     skipped_blocks: int = 0  # pcapng packet blocks passed over whole (on an interface no IDB declared)
+    tls_secret_blocks: int = 0  # pcapng Decryption Secrets Blocks holding a TLS key log
+    # Where the TLS key log text of those blocks goes as the reader meets them (before the packets they unlock);
+    # set by the analysis for the time of its read.
+    on_tls_secrets: Callable[[bytes], None] | None = field(default=None, repr=False, compare=False)
 
 
 class Capture:

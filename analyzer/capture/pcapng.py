@@ -31,7 +31,8 @@ from analyzer.capture.pcap import RUNS_PAST_END, SCAN_WINDOW, SCAN_WINDOW_MAX, B
 if TYPE_CHECKING:
     from analyzer.capture.files import CaptureStats
 
-SHB, IDB, PB, SPB, EPB = 0x0A0D0D0A, 1, 2, 3, 6
+SHB, IDB, PB, SPB, EPB, DSB = 0x0A0D0D0A, 1, 2, 3, 6, 0x0A
+TLS_KEY_LOG = 0x544C534B  # a Decryption Secrets Block's secrets type for an NSS key log ("TLSK")
 # Block types a search after damage may land on: the above, name resolution, interface statistics,
 # systemd journal export, decryption secrets, and the two custom block types.
 KNOWN_BLOCKS = (SHB, IDB, PB, SPB, 4, 5, EPB, 9, 0x0A, 0x0BAD, 0x40000BAD)
@@ -358,6 +359,8 @@ def pcapng_packets(source: BufferSource, buf: Buffer, pos: int, stats: CaptureSt
                         interfaces.append(interface)
                         if interface.linktype not in stats.link_types:
                             stats.link_types.append(interface.linktype)
+                elif block_type == DSB:
+                    _secrets(order, buf, pos, nxt, stats)
                 elif block_type in (EPB, PB, SPB):
                     if block_type == SPB:
                         if_id, stamp = 0, None
@@ -412,6 +415,19 @@ def pcapng_packets(source: BufferSource, buf: Buffer, pos: int, stats: CaptureSt
     finally:
         store_counts(stats, frame, counts)
         stats.first_ts_ns, stats.last_ts_ns = first_ts, ts
+
+
+def _secrets(order: str, buf: Buffer, pos: int, block_end: int, stats: CaptureStats) -> None:
+    """A Decryption Secrets Block: its TLS key log text, bounds-checked, to the analysis (other kinds of secrets
+    and blocks too short for what they declare are passed over)."""
+    if block_end - pos < 20:
+        return
+    kind, length = struct.unpack_from(order + "II", buf, pos + 8)
+    if kind != TLS_KEY_LOG or length > block_end - pos - 20:
+        return
+    stats.tls_secret_blocks += 1
+    if stats.on_tls_secrets is not None:
+        stats.on_tls_secrets(bytes(buf[pos + 16:pos + 16 + length]))
 
 
 def _undeclared(resync: Resync, stats: CaptureStats, if_id: int, pos: int, block_len: int) -> None:

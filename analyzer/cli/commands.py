@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.text import Text
 
 from analyzer.cli.terminal import inert
+from analyzer.cli.tls import TLS_KEYS, tls_keylog_option
 from analyzer.tables.formats import FORMATS
 
 if TYPE_CHECKING:
@@ -110,6 +111,7 @@ def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> 
 
 
 def _common(f: Callable) -> Callable:
+    f = tls_keylog_option(f)
     f = click.option("--separate-files", is_flag=True,
                      help="Analyse every file on its own, even the files of a rotated set (tcpdump -C/-G), "
                           "which are otherwise stitched into one capture.")(f)
@@ -182,9 +184,11 @@ def _options(ports: tuple[int, ...], detect_ports: bool, headers_only: bool = Fa
              separate_files: bool = False) -> Options:
     from analyzer.pipeline.analyze import Options
 
+    ctx = click.get_current_context(silent=True)
     return Options(ports=tuple(ports) or (9092,), detect_ports=detect_ports, bodies=not headers_only,
                    verify_crc=verify_crc, records=records, max_batch_mb=max_batch_mb,
-                   max_decompressed_mb=max_decompressed_mb, stitch=not separate_files)
+                   max_decompressed_mb=max_decompressed_mb, stitch=not separate_files,
+                   tls_keys=ctx.meta.get(TLS_KEYS) if ctx is not None else None)
 
 
 def _analyse(paths: tuple[str, ...], options: Options, jobs: int, sink, no_progress: bool) -> list[FileReport]:
@@ -505,6 +509,7 @@ def exchanges(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_pro
 @click.option("--detect-ports", is_flag=True, help="Also find Kafka on any other port.")
 @click.option("--limit", type=click.IntRange(0), default=20, show_default=True, help="Exchanges to show (0: all).")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines: per exchange its row and both frames decoded.")
+@tls_keylog_option
 def show(path, packet, connection, ports, detect_ports, limit, as_json) -> None:
     """Decode chosen exchanges in full and print them as trees."""
     if packet is None and connection is None:

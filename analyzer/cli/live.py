@@ -10,6 +10,8 @@ import click
 from rich.console import Console
 from rich.text import Text
 
+from analyzer.cli.tls import TLS_KEYS, tls_keylog_option
+
 
 @click.command("live")
 @click.option("-i", "--interface", "iface", help="Network interface to capture on (Linux; root or CAP_NET_RAW).")
@@ -26,6 +28,7 @@ from rich.text import Text
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), help="Stop after this many seconds.")
 @click.option("--no-screen", is_flag=True, help="No live screen: only the final figures (for logs and scripts).")
 @click.option("--snapshot", type=click.Path(dir_okay=False), help="Also write the final screen as text here.")
+@tls_keylog_option
 def live(iface, read_path, ports, detect_ports, headers_only, write_dir, rotate, duration, no_screen,
          snapshot) -> None:
     """Watch Kafka traffic live: requests, errors and service times per API, refreshed every second."""
@@ -39,7 +42,8 @@ def live(iface, read_path, ports, detect_ports, headers_only, write_dir, rotate,
         raise click.UsageError("-r - reads a capture from standard input, which is a terminal here "
                                "(pipe one in: tcpdump -w - -U | kafkacap live -r -)")
     parse_rotation(rotate)
-    options = Options(ports=tuple(ports) or (9092,), detect_ports=detect_ports, bodies=not headers_only)
+    options = Options(ports=tuple(ports) or (9092,), detect_ports=detect_ports, bodies=not headers_only,
+                      tls_keys=click.get_current_context().meta.get(TLS_KEYS))
     started = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     try:
         if iface is not None:

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.text import Text
 
 from analyzer.cli.terminal import inert
+from analyzer.cli.tls import TLS_KEYS, tls_keylog_option
 
 
 @click.command("spark")
@@ -41,6 +42,7 @@ from analyzer.cli.terminal import inert
 @click.option("--report", "report_path", type=click.Path(dir_okay=False),
               help="Also write the HTML report of the output (as `kafkacap report OUTPUT` would); needs a local "
                    "output folder.")
+@tls_keylog_option
 def spark_command(paths, out, master, aggregate, aggregate_only, ports, detect_ports, headers_only, verify_crc,
                   records, max_batch_mb, max_decompressed_mb, separate_files, target_mb, confs, report_path) -> None:
     """Run the Spark job: capture files (local, hdfs://, s3://, gs://; folders and globs) to partitioned
@@ -67,7 +69,7 @@ def spark_command(paths, out, master, aggregate, aggregate_only, ports, detect_p
     try:
         conf = _parse_conf(list(confs))
         options = options_from(ports, detect_ports, headers_only, verify_crc, records, max_batch_mb,
-                               max_decompressed_mb, separate_files)
+                               max_decompressed_mb, separate_files, click.get_current_context().meta.get(TLS_KEYS))
         started = time.perf_counter()
         with err.status("starting Spark"):
             spark = build_session(master, "kafkacap", conf)

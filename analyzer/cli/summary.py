@@ -140,9 +140,12 @@ def broker_rows(ex: pa.Table) -> list[dict]:
 def hints(ex: pa.Table, conns: pa.Table, reports: list[FileReport]) -> list[str]:
     """Why a capture may show no (or few) Kafka exchanges, from what the analysis saw."""
     out = []
-    tls = pc.sum(pc.cast(conns["tls"], pa.int64())).as_py() or 0 if conns.num_rows else 0
-    if tls:
-        out.append(f"{tls:,} TLS connection(s) on the Kafka ports: their bytes are encrypted.")
+    counts = {key: value for key, _, value in anomaly_counts(conns, ex)}
+    hidden = counts["tls_connections"] - counts["tls_decrypted"]
+    tls = counts["tls_connections"]
+    if hidden:
+        out.append(f"{hidden:,} TLS connection(s) on the Kafka ports were not decrypted: give the clients' key "
+                   "log with --tls-keylog (see the connections table's tls_note for why each was not).")
     if any(r.stats is not None and r.stats.damage for r in reports):
         out.append("Some input is damaged (see the files above).")
     if not any(r.stats is not None and r.stats.tcp_packets for r in reports):
@@ -401,6 +404,8 @@ def anomaly_counts(conns: pa.Table, ex: pa.Table) -> list[tuple[str, str, int]]:
 
     statuses = {r["values"]: r["counts"] for r in pc.value_counts(ex["status"]).to_pylist()} if ex.num_rows else {}
     tls = (pc.sum(pc.cast(conns["tls"], pa.int64())).as_py() or 0) if conns.num_rows else 0
+    decrypted = (pc.sum(pc.cast(pc.fill_null(conns["tls_decrypted"], False), pa.int64())).as_py() or 0
+                 if conns.num_rows and "tls_decrypted" in conns.column_names else 0)
     return [
         ("no_response", "requests without response", statuses.get("no_response", 0)),
         ("acks0", "acks=0 produce requests", statuses.get("acks0", 0)),
@@ -412,7 +417,8 @@ def anomaly_counts(conns: pa.Table, ex: pa.Table) -> list[tuple[str, str, int]]:
         ("resyncs", "framing resyncs", total("resyncs")),
         ("skipped_bytes", "bytes not placed in frames", total("skipped_bytes")),
         ("truncated_frames", "frames cut by the end", total("truncated_frames")),
-        ("tls_connections", "TLS connections (not decoded)", tls),
+        ("tls_connections", "TLS connections", tls),
+        ("tls_decrypted", "TLS connections decrypted", decrypted),
     ]
 
 
@@ -482,11 +488,31 @@ def _connections(console: Console, conns: pa.Table, ex: pa.Table, parts: pa.Tabl
     if len(rtt):
         t.add_row("handshake RTT p50 / max (ms)",
                   f"{_fmt_ms(pc.approximate_median(rtt).as_py())} / {_fmt_ms(pc.max(rtt).as_py())}")
-    for _, label, value in anomaly_counts(conns, ex):
+    for key, label, value in anomaly_counts(conns, ex):
+        if key == "tls_connections":  # said in detail below
+            continue
         style = "yellow" if value else "dim"
         t.add_row(label, f"[{style}]{value:,}[/]")
+    _tls_rows(t, conns)
     _crc_failures(t, parts, crc_unchecked)
     console.print(t)
+
+
+def _tls_rows(t: Table, conns: pa.Table) -> None:
+    """TLS connections: how many were decrypted, and for the others why not (each reason with its count)."""
+    tls = pc.fill_null(conns["tls"], False)
+    decrypted = pc.fill_null(conns["tls_decrypted"], False) if "tls_decrypted" in conns.column_names else None
+    n_tls = pc.sum(pc.cast(tls, pa.int64())).as_py() or 0
+    n_dec = pc.sum(pc.cast(pc.and_(tls, decrypted), pa.int64())).as_py() or 0 if decrypted is not None else 0
+    if n_tls:
+        t.add_row("TLS connections decrypted", f"[dim]{n_dec:,}[/]" if not n_dec else f"{n_dec:,}")
+    t.add_row("TLS connections (not decoded)", f"[{'yellow' if n_tls - n_dec else 'dim'}]{n_tls - n_dec:,}[/]")
+    if decrypted is None or n_tls == n_dec:
+        return
+    undecoded = conns.filter(pc.and_(tls, pc.invert(decrypted)))
+    notes = pc.fill_null(undecoded["tls_note"], "not decrypted")
+    for item in sorted(pc.value_counts(notes).to_pylist(), key=lambda r: -r["counts"]):
+        t.add_row(Text(f"  {item['values']}"), Text(f"{item['counts']:,}", style="yellow"))
 
 
 def _crc_failures(t: Table, parts: pa.Table | None, unchecked: str | None, top: int = 10) -> None:

@@ -31,6 +31,7 @@ from analyzer.tables.schemas import (
 )
 from analyzer.tcp.bulk import feed_chunk
 from analyzer.tcp.flows import FlowTable
+from analyzer.tls.keylog import KeyLog
 from dissectors.kafka.framing import DEFAULT_KEEP, DEFAULT_MAX_FRAME
 from dissectors.kafka.records import Limits
 
@@ -65,6 +66,9 @@ class Options:
     # Memory-mapped pcaps read in chunks, runs of ordinary packets handled in bulk (analyzer.tcp.bulk); False:
     # packet by packet, the reference the bulk path is tested against.
     bulk: bool = True
+    # TLS session secrets to decrypt TLS connections with (--tls-keylog; a pcapng's own Decryption Secrets
+    # Blocks are added per file). Its repr names no secret.
+    tls_keys: KeyLog | None = None
 
     @property
     def frame_keep(self) -> int:
@@ -144,6 +148,8 @@ def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap,
                           options.bodies, options.verify_crc, options.records and options.bodies,
                           Limits(options.max_batch_mb << 20, options.max_decompressed_mb << 20), balance_shards)
         table.out.tap = tap
+        table.out.tls_keys = options.tls_keys
+        cap.stats.on_tls_secrets = _file_secrets(table.out, options.tls_keys)
         if table.out.records is not None:  # a batch of millions of records reaches the sink in slices
             table.out.records.spill = lambda: _emit_records(table.out, name, sink)
             table.out.records.spill_at = options.batch_rows
@@ -189,8 +195,19 @@ def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap,
         report.refused_batches = table.out.limits.refused
         report.connections_evicted = table.evicted + table.probes_evicted
         report.requests_dropped = table.out.requests_dropped
+        cap.stats.on_tls_secrets = None  # the stats travel back from worker processes: no closure in them
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _file_secrets(out: Outputs, run_keys: KeyLog | None) -> Callable[[bytes], None]:
+    """Where a pcapng's Decryption Secrets Blocks go: this file's own key log (the run's, if any, plus the
+    file's), made at the first block, in time for the connections whose handshakes follow it."""
+    def add(text: bytes) -> None:
+        if out.tls_keys is None or out.tls_keys is run_keys:
+            out.tls_keys = run_keys.merged(None) if run_keys is not None else KeyLog()
+        out.tls_keys.add(text)
+    return add
 
 
 def _stepper(cap: Capture, table: FlowTable, bulk: bool, walked: np.ndarray | None = None) -> Callable[[], bool]:
@@ -278,8 +295,9 @@ def _carry_into(following: Sequence[str], table: FlowTable, stats: CaptureStats,
     return {h.connection_id: snapshots[h.connection_id] for h in report.handoffs}
 
 
-_TO_BROKER, _TO_CLIENT, _TLS, _STREAM, _FRAMED, _SKIPPED, _GAP = (CONNECTION_ROW_FIELDS.index(f) for f in (
-    "packets_to_broker", "packets_to_client", "tls", "stream_bytes", "framed_bytes", "skipped_bytes", "gap_bytes"))
+_TO_BROKER, _TO_CLIENT, _TLS, _STREAM, _FRAMED, _SKIPPED, _GAP, _DECRYPTED = (
+    CONNECTION_ROW_FIELDS.index(f) for f in ("packets_to_broker", "packets_to_client", "tls", "stream_bytes",
+                                             "framed_bytes", "skipped_bytes", "gap_bytes", "tls_decrypted"))
 # last_ts .. stream_bytes in CONNECTION_ROW_FIELDS: what the next file counts again
 _PACKET_COUNTERS = slice(CONNECTION_ROW_FIELDS.index("last_ts"), CONNECTION_ROW_FIELDS.index("stream_bytes") + 1)
 
@@ -324,7 +342,7 @@ def _emit_connections(table: FlowTable, name: str, sink: BatchSink, report: File
     if not rows:
         return
     for row in rows:
-        if row[_TLS]:
+        if row[_TLS] and not (len(row) == len(CONNECTION_ROW_FIELDS) and row[_DECRYPTED]):  # TLS only counted
             report.tls_packets += row[_TO_BROKER] + row[_TO_CLIENT]
         else:
             report.kafka_packets += row[_TO_BROKER] + row[_TO_CLIENT]
@@ -340,9 +358,11 @@ def _emit_connections(table: FlowTable, name: str, sink: BatchSink, report: File
 
 def flow_table(options: Options) -> FlowTable:
     """A flow table set up as for a file, for a caller that feeds it packets itself (``kafkacap live``)."""
-    return FlowTable(options.ports, options.detect_ports, None, options.frame_keep, options.max_frame,
-                     options.bodies, options.verify_crc, options.records and options.bodies,
-                     Limits(options.max_batch_mb << 20, options.max_decompressed_mb << 20))
+    table = FlowTable(options.ports, options.detect_ports, None, options.frame_keep, options.max_frame,
+                      options.bodies, options.verify_crc, options.records and options.bodies,
+                      Limits(options.max_batch_mb << 20, options.max_decompressed_mb << 20))
+    table.out.tls_keys = options.tls_keys
+    return table
 
 
 def drain(table: FlowTable, name: str, sink: BatchSink, report: FileReport) -> None:

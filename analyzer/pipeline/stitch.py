@@ -228,5 +228,10 @@ def merge_connections(table: pa.Table) -> pa.Table:
             prev["client_ids"] = ",".join(sorted(ids)) or None
         if "tls" in prev:
             prev["tls"] = bool(prev["tls"] or r["tls"])
+        if "tls_decrypted" in prev:  # the handshake (and so the verdict) is in the first file
+            prev["tls_decrypted"] = prev["tls_decrypted"] or r["tls_decrypted"]
+            for col in ("tls_version", "tls_cipher", "tls_sni", "tls_note", "sasl_mechanism", "sasl_principal"):
+                prev[col] = prev[col] if prev[col] is not None else r[col]
+            prev["sasl_outcome"] = r["sasl_outcome"] or prev["sasl_outcome"]
         prev["ended"] = r["ended"]
     return pa.Table.from_pylist(out, schema=table.schema)

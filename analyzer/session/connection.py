@@ -10,7 +10,9 @@ import struct
 from functools import lru_cache
 
 from analyzer.session.matching import ExchangeMatcher, Outputs
+from analyzer.session.sasl import SaslWatch
 from analyzer.tcp.reassembly import HalfStream
+from analyzer.tls.layer import StreamStart, TlsDirection, TlsSession
 from dissectors.kafka.framing import FIND_SPAN, FrameSplitter
 from dissectors.kafka.headers import looks_like_request
 
@@ -22,6 +24,7 @@ _REQUEST_CANDIDATE = re.compile(rb"\x00[\x00-\xff]{3}\x00[\x00-\x7f]\x00[\x00-\x
 _INT32 = struct.Struct(">i")
 _INT16 = struct.Struct(">h")
 CORRELATION_WINDOW = 1 << 20  # how far past the last seen correlation id a client may have gone
+_NO_TLS = (None,) * 5  # the TLS columns of a plaintext connection's row
 
 
 def find_request(buf, start: int, end: int) -> int:
@@ -93,7 +96,7 @@ class Connection:
 
     __slots__ = ("conn_id", "client_key", "broker_key", "client_ip", "client_port", "broker_ip", "broker_port",
                  "first_ts", "to_broker", "to_client", "requests", "responses", "matcher", "ended", "syn_ts",
-                 "handshake_ts", "closing_ts")
+                 "handshake_ts", "closing_ts", "tls", "sasl")
 
     def __init__(self, conn_id: int, client_key: bytes, ts: int, out: Outputs, keep: int,
                  max_frame: int) -> None:
@@ -109,17 +112,34 @@ class Connection:
         self.matcher = m = ExchangeMatcher(
             out, (conn_id, self.client_ip, self.client_port, self.broker_ip, self.broker_port))
         resync = RequestResync(m)
-        self.requests = FrameSplitter(m.request, resync.validate, resync.find, keep, max_frame)
-        self.responses = FrameSplitter(m.response, m.response_plausible, m.find_response, keep, max_frame)
+        self.sasl = sasl = SaslWatch(m)  # SASL's requests (and raw tokens) are looked at before the matcher
+        self.requests = FrameSplitter(sasl.request_frame, resync.validate, resync.find, keep, max_frame)
+        self.responses = sasl.framer = FrameSplitter(m.response, m.response_plausible, m.find_response, keep,
+                                                     max_frame)
         m.connection = self
         self.to_broker = b = HalfStream(self.requests)
         self.to_client = c = HalfStream(self.responses)
+        # Each direction's first bytes say whether it is TLS (analyzer.tls), and the sink is chosen then.
+        self.tls: TlsSession | None = None
+        b.sink = StreamStart(self, True, self.requests)
+        c.sink = StreamStart(self, False, self.responses)
         b.peer, c.peer = c, b
         b.conn = c.conn = self
         self.ended: str | None = None
         self.syn_ts = -1
         self.handshake_ts = -1
         self.closing_ts = -1
+
+    def start_stream(self, to_broker: bool, tls: bool):
+        """The sink of a direction whose first bytes were just seen: its framer, or a TLS layer in front of it."""
+        half, framer = (self.to_broker, self.requests) if to_broker else (self.to_client, self.responses)
+        if tls:
+            if self.tls is None:
+                self.tls = TlsSession(self.matcher.out)
+            half.sink = TlsDirection(self.tls, to_broker, framer)
+        else:
+            half.sink = framer
+        return half.sink
 
     def speaks_07(self) -> None:
         """Kafka 0.7: a response may be a bare 2-byte error code."""
@@ -156,8 +176,8 @@ class Connection:
             self.closing_ts = ts
         self.to_broker.flush(ts)
         self.to_client.flush(ts)
-        self.requests.finish(ts)
-        self.responses.finish(ts)
+        self.to_broker.sink.finish(ts)
+        self.to_client.sink.finish(ts)
         self.matcher.close("capture ended" if how == "capture_end" else note)
 
     def release(self) -> None:
@@ -167,11 +187,13 @@ class Connection:
         connections come and go by the hundred thousand."""
         b, c = self.to_broker, self.to_client
         b.peer = c.peer = b.conn = c.conn = None
+        b.sink = self.requests  # a direction that never carried a byte still holds its StreamStart
+        c.sink = self.responses
         self.matcher.connection = None
 
     def row(self) -> tuple:
         """The connections-table row (CONNECTION_ROW_FIELDS order)."""
-        b, c, m = self.to_broker, self.to_client, self.matcher
+        b, c, m, tls = self.to_broker, self.to_client, self.matcher, self.tls
         rtt = (self.handshake_ts - self.syn_ts) / 1e6 if self.syn_ts >= 0 and self.handshake_ts >= 0 else None
         return (
             self.conn_id, self.client_ip, self.client_port, self.broker_ip, self.broker_port,
@@ -181,8 +203,11 @@ class Connection:
             self.requests.frames, self.responses.frames,
             m.unanswered, m.orphans, m.malformed, self.requests.resyncs + self.responses.resyncs,
             self.requests.framed_bytes + self.responses.framed_bytes,
-            self.requests.skipped_bytes + self.responses.skipped_bytes,
+            self.requests.skipped_bytes + self.responses.skipped_bytes + (tls.skipped_bytes() if tls else 0),
             self.requests.truncated_frames + self.responses.truncated_frames,
             ",".join(sorted(c for c in m.client_ids if c is not None)) or None,
-            self.requests.tls or self.responses.tls, self.ended,
+            tls is not None or self.requests.tls or self.responses.tls,
+            *(_NO_TLS if tls is None else (tls.version_text, tls.cipher_text, tls.sni, tls.decrypted, tls.why_not)),
+            *self.sasl.row(),
+            self.ended,
         )

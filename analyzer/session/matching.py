@@ -134,7 +134,8 @@ class Outputs:
     """
 
     __slots__ = ("exchanges", "errors", "partitions", "topic_names", "bodies", "tap", "limits", "verify_crc",
-                 "records", "max_in_flight", "in_flight_note", "held_rows", "drain", "requests_dropped")
+                 "records", "max_in_flight", "in_flight_note", "held_rows", "drain", "requests_dropped",
+                 "tls_keys")
 
     def __init__(self, bodies: bool = True, verify_crc: bool = False, records: bool = False,
                  limits: Limits | None = None, max_in_flight: int = MAX_IN_FLIGHT) -> None:
@@ -145,6 +146,8 @@ class Outputs:
         self.bodies = bodies  # decode bodies (topics, partitions, nested errors) or headers only
         # tap(connection_id, is_response, first_no, last_no, frame): sees every frame (kafkacap show).
         self.tap = None
+        # The TLS session secrets (analyzer.tls.keylog.KeyLog) TLS connections are decrypted with; None: none.
+        self.tls_keys = None
         self.exchanges: list[tuple] = []
         self.errors: list[tuple] = []
         self.partitions: list[tuple] = []

@@ -130,16 +130,39 @@ CONNECTIONS_SCHEMA = pa.schema([
        "garbage) and searched for the next frame."),
     _f("framed_bytes", pa.int64(), "Stream bytes that arrived inside Kafka frames (complete ones, and the part "
        "of a frame cut off by the end of the connection or capture)."),
-    _f("skipped_bytes", pa.int64(), "Bytes the framer could not place in a frame (while out of sync, or all of a "
-       "TLS stream's)."),
+    _f("skipped_bytes", pa.int64(), "Bytes not placed in a frame: by the framer while out of sync; on a TLS "
+       "connection also the TLS records' own bytes (headers, handshake, tags, padding) and all of a stream that "
+       "was not decrypted."),
     _f("truncated_frames", pa.int64(), "Frames cut off by the end of the connection or capture."),
     _f("client_ids", pa.string(), "Distinct client_id values seen on the connection, comma-separated."),
-    _f("tls", pa.bool_(), "The connection carried TLS instead of plaintext Kafka (not decoded)."),
+    _f("tls", pa.bool_(), "The connection carried TLS instead of plaintext Kafka (decoded only when "
+       "tls_decrypted)."),
+    _f("tls_version", pa.string(), "TLS 1.2 or TLS 1.3, as the ServerHello agreed (null: not TLS, or the "
+       "handshake is not in the capture)."),
+    _f("tls_cipher", pa.string(), "The agreed cipher suite (its IANA name, or its number when kafkacap cannot "
+       "decrypt it)."),
+    _f("tls_sni", pa.string(), "The server name the client asked for (ClientHello SNI)."),
+    _f("tls_decrypted", pa.bool_(), "The connection's TLS records were decrypted with secrets from the key log "
+       "(--tls-keylog, or a pcapng's Decryption Secrets Blocks) and its Kafka traffic decoded."),
+    _f("tls_note", pa.string(), "Why a TLS connection was not decrypted (no key log, no key for its client "
+       "random, cipher suite not supported, handshake not in the capture, records that do not decrypt), or "
+       "where decryption stopped (bytes of the TLS stream lost from the capture)."),
+    _f("sasl_mechanism", pa.string(), "The SASL mechanism the client asked for in SaslHandshake (PLAIN, "
+       "SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, GSSAPI, ...)."),
+    _f("sasl_principal", pa.string(), "Who authenticated: PLAIN's authentication identity, SCRAM's user name, "
+       "OAUTHBEARER's sub claim when the token's payload is readable (never a password, proof or token)."),
+    _f("sasl_outcome", pa.string(), "authenticated, failed: ERROR_NAME (from SaslHandshake or SaslAuthenticate), "
+       "or not confirmed when the connection ended before a response showed it."),
     _f("ended", pa.string(), "How it ended: fin, rst, reused (a new SYN on the same ports), capture_end, "
        "evicted (dropped from the flow table over its limits, see the files table's connections_evicted; "
        "later packets of it start a new connection), or continued (it runs on into the next file of a rotated "
        "set; only in the per-file rows the stitch stage adds up into one)."),
 ])
+
+# Columns a row may leave out, just before its last (rows of connections that never carried a byte): null.
+_CONN_OPTIONAL = ("tls_version", "tls_cipher", "tls_sni", "tls_decrypted", "tls_note", "sasl_mechanism",
+                  "sasl_principal", "sasl_outcome")
+_NO_TLS = (None,) * len(_CONN_OPTIONAL)
 
 CONNECTION_ROW_FIELDS = tuple(f.name for f in CONNECTIONS_SCHEMA)[1:]
 
@@ -644,7 +667,10 @@ _CONN_TYPES = {f.name: f.type for f in CONNECTIONS_SCHEMA}
 def connections_batch(rows: list[tuple], capture_file: str) -> pa.RecordBatch:
     """Rows in CONNECTION_ROW_FIELDS order (timestamps as integer ns) to a batch of CONNECTIONS_SCHEMA."""
     n = len(rows)
-    cols = list(zip(*rows, strict=True)) if rows else [()] * len(CONNECTION_ROW_FIELDS)
+    width = len(CONNECTION_ROW_FIELDS)
+    short = width - len(_CONN_OPTIONAL)
+    rows = [(*r[:-1], *_NO_TLS, r[-1]) if len(r) == short else r for r in rows]
+    cols = list(zip(*rows, strict=True)) if rows else [()] * width
     arrays = [pa.array([capture_file] * n, pa.string())]
     for name, values in zip(CONNECTION_ROW_FIELDS, cols, strict=True):
         typ = _CONN_TYPES[name]
