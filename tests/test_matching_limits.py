@@ -6,12 +6,10 @@ from __future__ import annotations
 import time
 
 from analyzer.session.matching import MAX_IN_FLIGHT, ExchangeMatcher, Outputs
-from analyzer.tables.schemas import EXCHANGE_ROW_FIELDS
 from tests.craft import heartbeat_request, heartbeat_response
 from tests.test_legacy07 import fetch
 from tests.test_legacy07 import response as response_07
 
-AT = {name: i for i, name in enumerate(EXCHANGE_ROW_FIELDS)}
 CONN = (1, "10.0.0.1", 40000, "10.0.0.2", 9092)
 
 
@@ -32,7 +30,7 @@ class Wire:
         self.matcher.response(self.no * 1000, self.no, self.no * 1000, self.no, len(frame) - 4, frame, False)
 
     def rows(self, *fields: str) -> list[tuple]:
-        return [tuple(r[AT[f]] for f in fields) for r in self.out.exchanges]
+        return [tuple(r[f] for f in fields) for r in self.out.exchanges]
 
 
 def test_requests_past_the_in_flight_limit_are_reported_unanswered_with_a_note() -> None:

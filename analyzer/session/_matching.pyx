@@ -10,9 +10,10 @@ result and the text of its error are exactly the reference's.
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int16_t, int32_t, uint8_t, uint64_t
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint64_t
 from libc.string cimport memcmp
 
+from analyzer.tables._columns cimport Endpoints, ErrorColumns, ExchangeColumns, PartitionColumns
 from dissectors.kafka._wire cimport Cursor, cursor_init, rd_i16, rd_i32
 
 from analyzer.session import matching as _m
@@ -157,11 +158,14 @@ cdef bint read_request_header(const uint8_t* buf, Py_ssize_t n, RequestStart* h)
 
 
 cdef class ExchangeMatcher:
-    """Pairs the requests and responses of one connection and appends finished rows to ``out``."""
+    """Pairs the requests and responses of one connection and writes finished rows into ``out``'s tables."""
 
     cdef public object out
-    cdef public list rows
+    cdef public ExchangeColumns rows
+    cdef ErrorColumns errors
+    cdef PartitionColumns partitions
     cdef public tuple conn_fields
+    cdef Endpoints conn
     cdef public list pending
     cdef public Py_ssize_t front
     cdef public object by_corr
@@ -180,8 +184,11 @@ cdef class ExchangeMatcher:
     def __init__(self, out, tuple conn_fields):
         self.out = out
         self.rows = out.exchanges
+        self.errors = out.errors
+        self.partitions = out.partitions
         # (connection_id, client_ip, client_port, broker_ip, broker_port): shared by every row.
         self.conn_fields = conn_fields
+        self.conn = Endpoints(*conn_fields)
         # Requests in flight, oldest first, from ``pending[front]`` on (a list emptied when the last one goes,
         # which frees its storage: an idle connection keeps no queue).
         self.pending = []
@@ -212,10 +219,10 @@ cdef class ExchangeMatcher:
         cdef bint common
         cdef Py_ssize_t end
         out = self.out
-        if len(self.rows) >= out.held_rows:
+        if self._room_wanted(out.held_rows):
             out.make_room()
         if out.tap is not None:
-            out.tap(self.conn_fields[0], False, first_no, last_no, head)
+            out.tap(self.conn.connection_id, False, first_no, last_no, head)
         PyObject_GetBuffer(head, &view, PyBUF_SIMPLE)
         try:
             end = view.len
@@ -308,8 +315,8 @@ cdef class ExchangeMatcher:
         self.malformed += 1
         key = _m._unpack_int16(head, 4)[0] if end >= 6 else None
         ver = _m._unpack_int16(head, 6)[0] if end >= 8 else None
-        self._emit(key, ver, None, None, first_ts, last_ts, None, None, size + 4, None, None, None,
-                   MALFORMED, first_no, None, note, None, None, None)
+        self._row(key, ver, None, None, first_ts, last_ts, None, None, size + 4, None, None, None,
+                  MALFORMED, first_no, None, note, None, None, None)
 
     def _undefined_request(self, first_ts, first_no, last_ts, last_no, Py_ssize_t size, key, ver, corr,
                            client_id, note):
@@ -405,10 +412,10 @@ cdef class ExchangeMatcher:
         cdef list pending
         cdef tuple req
         out = self.out
-        if len(self.rows) >= out.held_rows:
+        if self._room_wanted(out.held_rows):
             out.make_room()
         if out.tap is not None:
-            out.tap(self.conn_fields[0], True, first_no, last_no, head)
+            out.tap(self.conn.connection_id, True, first_no, last_no, head)
         if self.legacy is not None:
             self.legacy.response(first_ts, first_no, last_ts, last_no, size, head)
             return
@@ -439,9 +446,9 @@ cdef class ExchangeMatcher:
                 self._settle(req, None)
         else:
             self.orphans += 1
-            self._emit(None, None, corr, None, None, None, first_ts, last_ts, None, size + 4, None, None,
-                       ORPHAN, None, last_no, ORPHAN_AFTER_DROPS_NOTE if self.dropped else ORPHAN_NOTE,
-                       None, None, None)
+            self._row(None, None, corr, None, None, None, first_ts, last_ts, None, size + 4, None, None,
+                      ORPHAN, None, last_no, ORPHAN_AFTER_DROPS_NOTE if self.dropped else ORPHAN_NOTE,
+                      None, None, None)
             return
         _, key, ver, client_id, rq_first, rq_frame, rq_last, _, rq_size, _, note, rx, bad, recs = req
         if rx is _UNDEFINED or (key == API_VERSIONS and unsupported):
@@ -503,7 +510,7 @@ cdef class ExchangeMatcher:
                     note = _join(note, f"topics: the first {MAX_TOPICS:,} names of request and response kept, "
                                        f"{len(topics) - MAX_TOPICS:,} more left out")
                     topics = topics[:MAX_TOPICS]
-            topics, partition_count, error_count = (*topics,), max(rx.partition_count, x.partition_count), len(x.errors)
+            partition_count, error_count = max(rx.partition_count, x.partition_count), len(x.errors)
             if x.left_out is not None or rx.left_out is not None:  # a limit kept rows out: say which
                 note = _join(note, _left_out_note("request", rx.left_out))
                 note = _join(note, _left_out_note("response", x.left_out))
@@ -515,9 +522,9 @@ cdef class ExchangeMatcher:
                     note = _join(note, "record_count and record_bytes unknown: partitions left out")
         else:  # headers only: what the bodies hold is unknown, not empty
             topics = partition_count = None
-        self.rows.append((*self.conn_fields, key, ver, corr, client_id, rq_first, rq_last, first_ts, last_ts,
-                          rq_size, size + 4, error_code, throttle, status, rq_frame, last_no, note, topics,
-                          partition_count, error_count, record_count, record_bytes, None))
+        self.rows.add(self.conn, key, ver, corr, client_id, rq_first, rq_last, first_ts, last_ts, rq_size, size + 4,
+                      error_code, throttle, status, rq_frame, last_no, note, topics, partition_count, error_count,
+                      record_count, record_bytes, None)
         if x.errors:
             self._emit_errors(req, last_ts, x)
         if key in PARTITION_APIS and (rx.partitions or x.partitions):
@@ -561,8 +568,8 @@ cdef class ExchangeMatcher:
             self.malformed += 1
         if lossy:
             note = _join(note, "response bytes lost in capture")
-        self._emit(key, ver, req[0], client_id, rq_first, rq_last, first_ts, last_ts, rq_size, size + 4,
-                   error_code, None, status, rq_frame, last_no, note, topics, partition_count, error_count)
+        self._row(key, ver, req[0], client_id, rq_first, rq_last, first_ts, last_ts, rq_size, size + 4,
+                  error_code, None, status, rq_frame, last_no, note, topics, partition_count, error_count)
         if x.errors:
             self._emit_errors(req, last_ts, x)
 
@@ -572,7 +579,7 @@ cdef class ExchangeMatcher:
             self.legacy.close(reason)
         while self.pending:
             self._settle(self._pop_oldest(), reason)
-        if len(self.rows) >= self.out.held_rows:
+        if self._room_wanted(self.out.held_rows):
             self.out.make_room()
 
     def forget_in_flight(self):
@@ -648,20 +655,30 @@ cdef class ExchangeMatcher:
             if rx.left_out[0] and recs:
                 totals = _NO_TOTALS
                 note = _join(note, "record_count and record_bytes unknown: partitions left out")
-        self._emit(req[1], req[2], req[0], req[3], req[4], req[6], None, None, req[8],
-                   None, None, None, status, req[5], None, note, topics, partition_count, 0, *totals)
+        self._row(req[1], req[2], req[0], req[3], req[4], req[6], None, None, req[8],
+                  None, None, None, status, req[5], None, note, topics, partition_count, 0, totals[0], totals[1])
         if rx.partitions and req[1] in PARTITION_APIS:
             self._emit_partitions(req, None, [], req[13])
 
-    def _emit(self, api_key, api_version, corr, client_id, rq_first, rq_last, rs_first, rs_last, rq_size,
-              rs_size, error_code, throttle, status, rq_frame, rs_frame, note, topics, partition_count,
+    cdef bint _room_wanted(self, Py_ssize_t held_rows) noexcept:
+        """Some table holds its batch of rows, or so much text that it must be drained first."""
+        return (self.rows.rows >= held_rows or self.partitions.rows >= held_rows or self.errors.rows >= held_rows
+                or self.rows.full() or self.partitions.full() or self.errors.full())
+
+    cdef _row(self, api_key, api_version, corr, client_id, rq_first, rq_last, rs_first, rs_last, rq_size,
+              rs_size, error_code, throttle, str status, rq_frame, rs_frame, note, topics, partition_count,
               error_count, record_count=None, record_bytes=None, api_name=None):
-        # Topics as a tuple: a row of only ints, strings and tuples of them drops out of the garbage
-        # collector's view, which otherwise walks every row waiting for the next batch again and again.
-        self.rows.append((*self.conn_fields, api_key, api_version, corr, client_id, rq_first, rq_last,
-                          rs_first, rs_last, rq_size, rs_size, error_code, throttle, status, rq_frame,
-                          rs_frame, note, topics if topics is None else (*topics,), partition_count, error_count,
-                          record_count, record_bytes, api_name))
+        self.rows.add(self.conn, api_key, api_version, corr, client_id, rq_first, rq_last, rs_first, rs_last,
+                      rq_size, rs_size, error_code, throttle, status, rq_frame, rs_frame, note, topics,
+                      partition_count, error_count, record_count, record_bytes, api_name)
+
+    def emit(self, *, api_name, request_first_ts, request_last_ts, response_first_ts, response_last_ts,
+             request_size, response_size, status, request_frame, response_frame, note, topics, partition_count,
+             error_code=None, error_count=0):
+        """An exchange row of a connection that speaks Kafka 0.7 (no api key, version or correlation id)."""
+        self._row(None, None, None, None, request_first_ts, request_last_ts, response_first_ts, response_last_ts,
+                  request_size, response_size, error_code, None, status, request_frame, response_frame, note,
+                  topics, partition_count, error_count, None, None, api_name)
 
     def _crc_note(self, recs):
         return _m.crc_note(recs, self.out.topic_names)
@@ -681,28 +698,31 @@ cdef class ExchangeMatcher:
                     found[p[:2]] = records_summary(head, at, p[-1] if p[-1] < length else length, verify_crc,
                                                    limits)
             return found
-        return _m.record_rows(o, self.conn_fields[0], head, x, corr, key, ver, client_id, ts)
+        return _m.record_rows(o, self.conn.connection_id, head, x, corr, key, ver, client_id, ts)
 
     cdef _emit_errors(self, tuple req, rs_last, x):
-        """One row per non-zero error field (tables.ERROR_ROW_FIELDS order)."""
-        head = (self.conn_fields[0], req[0], req[1], req[2], req[3], rs_last)
-        out = self.out
-        append = out.errors.append
+        """One row per non-zero error field (an ErrorEntry)."""
+        cdef ErrorColumns errors = self.errors
+        cdef int64_t connection_id = self.conn.connection_id
+        corr, key, ver, client_id = req[0], req[1], req[2], req[3]
         for e in x.errors:
-            append((*head, e.field_path, e.topic, e.partition, e.error_code, e.error_message))
-        if len(out.errors) >= out.held_rows:
+            errors.add(connection_id, corr, key, ver, client_id, rs_last, e)
+        out = self.out
+        if self._room_wanted(out.held_rows):
             out.make_room()
 
     cdef _emit_partitions(self, tuple req, rs_last, list answered, recs):
-        """One row per topic-partition, request and response entries paired: (head, asked, answered,
-        summary), the pieces tables.PARTITION_ROW_FIELDS are read from (see tables.partitions_batch)."""
+        """One row per topic-partition, the request's and the response's entries of it paired, with the
+        summary of its records field (see analyzer.tables._columns.PartitionColumns)."""
         cdef list asked = req[11].partitions
-        head = (self.conn_fields[0], req[0], req[1], req[2], req[3], req[6], rs_last)
+        cdef PartitionColumns partitions = self.partitions
+        cdef int64_t connection_id = self.conn.connection_id
+        corr, key, ver, client_id, rq_last = req[0], req[1], req[2], req[3], req[6]
         out = self.out
-        append = out.partitions.append
         if len(asked) == 1 and len(answered) == 1 and asked[0][:2] == answered[0][:2]:
             rq = asked[0]  # the common case: one partition, asked and answered
-            append((head, rq, answered[0], recs.get(rq[:2]) if recs else None))
+            partitions.add(connection_id, corr, key, ver, client_id, rq_last, rs_last, rq, answered[0],
+                           recs.get(rq[:2]) if recs else None)
             return
         merged = {}
         for p in asked:
@@ -711,7 +731,8 @@ cdef class ExchangeMatcher:
             slot = merged.setdefault(p[:2], [None, None])
             if slot[1] is None:
                 slot[1] = p
-        for key, (rq, rs) in merged.items():
-            append((head, rq, rs, recs.get(key) if recs else None))
-        if len(out.partitions) >= out.held_rows:
+        for where, (rq, rs) in merged.items():
+            partitions.add(connection_id, corr, key, ver, client_id, rq_last, rs_last, rq, rs,
+                           recs.get(where) if recs else None)
+        if self._room_wanted(out.held_rows):
             out.make_room()

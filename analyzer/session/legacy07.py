@@ -88,6 +88,7 @@ class Legacy07Matcher:
 
     def _row(self, name, rq_first, rq_last, rs_first, rs_last, rq_size, rs_size, status, rq_frame, rs_frame,
              note, topics, partition_count, error_code=None) -> None:
-        self.owner._emit(None, None, None, None, rq_first, rq_last, rs_first, rs_last, rq_size, rs_size,
-                         error_code, None, status, rq_frame, rs_frame, note, topics, partition_count,
-                         1 if error_code else 0, api_name=name)
+        self.owner.emit(api_name=name, request_first_ts=rq_first, request_last_ts=rq_last, response_first_ts=rs_first,
+                        response_last_ts=rs_last, request_size=rq_size, response_size=rs_size, status=status,
+                        request_frame=rq_frame, response_frame=rs_frame, note=note, topics=topics,
+                        partition_count=partition_count, error_code=error_code, error_count=1 if error_code else 0)
