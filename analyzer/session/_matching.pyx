@@ -157,6 +157,44 @@ cdef bint read_request_header(const uint8_t* buf, Py_ssize_t n, RequestStart* h)
     return True
 
 
+cdef class Request:
+    """A request in flight, waiting for its response: what its exchange and partition rows take from it."""
+
+    cdef readonly int32_t correlation_id
+    cdef readonly object api_key, api_version, client_id
+    cdef readonly object first_ts, first_no, last_ts, last_no  # its first and last packets (times in ns)
+    cdef readonly object size  # frame bytes, the size prefix included
+    cdef readonly bint acks0  # a Produce with acks=0: it owes no answer
+    cdef readonly object note
+    cdef readonly object body  # its Extracted (_NOTHING: not read, _UNDEFINED: no layout to read it by)
+    cdef readonly bint malformed
+    cdef readonly object records  # (topic, partition) -> its records field's summary, or None
+
+    def __repr__(self):
+        return (f"Request(correlation_id={self.correlation_id}, api_key={self.api_key}, "
+                f"api_version={self.api_version}, first_no={self.first_no})")
+
+
+cdef Request new_request(int32_t correlation_id, api_key, api_version, client_id, first_ts, first_no, last_ts,
+                         last_no, size, bint acks0, note, body, bint malformed, records):
+    cdef Request r = Request.__new__(Request)
+    r.correlation_id = correlation_id
+    r.api_key = api_key
+    r.api_version = api_version
+    r.client_id = client_id
+    r.first_ts = first_ts
+    r.first_no = first_no
+    r.last_ts = last_ts
+    r.last_no = last_no
+    r.size = size
+    r.acks0 = acks0
+    r.note = note
+    r.body = body
+    r.malformed = malformed
+    r.records = records
+    return r
+
+
 cdef class ExchangeMatcher:
     """Pairs the requests and responses of one connection and writes finished rows into ``out``'s tables."""
 
@@ -284,8 +322,8 @@ cdef class ExchangeMatcher:
         self.last_request_corr = corr
         recs = self._records(head, x, corr, key, ver, client_id, last_ts) if key == PRODUCE and x.partitions else None
         pending = self.pending
-        pending.append((corr, key, ver, client_id, first_ts, first_no, last_ts, last_no, size + 4, acks0,
-                        note, x, bad, recs))
+        pending.append(new_request(corr, key, ver, client_id, first_ts, first_no, last_ts, last_no, size + 4, acks0,
+                                   note, x, bad, recs))
         if self.by_corr is not None or len(pending) > SCAN_IN_FLIGHT:
             self._indexed(corr)
 
@@ -309,8 +347,8 @@ cdef class ExchangeMatcher:
         note = _join(note, f"request header: {exc}")
         if end >= 12:
             key, ver, corr = unpack_request_start(head, 4)
-            self._pend((corr, key, ver, None, first_ts, first_no, last_ts, last_no, size + 4, False, note,
-                        _NOTHING, True, None))
+            self._pend(new_request(corr, key, ver, None, first_ts, first_no, last_ts, last_no, size + 4, False, note,
+                                   _NOTHING, True, None))
             return
         self.malformed += 1
         key = _m._unpack_int16(head, 4)[0] if end >= 6 else None
@@ -326,16 +364,17 @@ cdef class ExchangeMatcher:
         if client_id not in self.client_ids:
             self._new_client_id(client_id, None, 0)
         self.last_request_corr = corr
-        self._pend((corr, key, ver, client_id, first_ts, first_no, last_ts, last_no, size + 4, False,
-                    _join(note, undefined_note(key, ver)), _UNDEFINED, False, None))
+        self._pend(new_request(corr, key, ver, client_id, first_ts, first_no, last_ts, last_no, size + 4, False,
+                               _join(note, undefined_note(key, ver)), _UNDEFINED, False, None))
 
-    cdef _pend(self, tuple entry):
-        self.pending.append(entry)
-        self._indexed(entry[0])
+    cdef _pend(self, Request request):
+        self.pending.append(request)
+        self._indexed(request.correlation_id)
 
-    cdef _indexed(self, corr):
+    cdef _indexed(self, int32_t corr):
         """The request just appended with id ``corr`` goes into the index (built once the queue outgrows a
         scan), and the oldest request leaves unanswered if the queue is over its limit."""
+        cdef Request req
         pending = self.pending
         index = self.by_corr
         if index is not None:
@@ -343,22 +382,22 @@ cdef class ExchangeMatcher:
         elif len(pending) - self.front > SCAN_IN_FLIGHT:
             index = self.by_corr = {}
             for req in self.in_flight():
-                index[req[0]] = index.get(req[0], 0) + 1
+                index[req.correlation_id] = index.get(req.correlation_id, 0) + 1
         if len(pending) - self.front > self.out.max_in_flight:
             req = self._pop_oldest()
             self.dropped += 1
             self.out.requests_dropped += 1
-            self._settle(req, None if req[9] else self.out.in_flight_note)  # acks=0 owed nothing
+            self._settle(req, None if req.acks0 else self.out.in_flight_note)  # acks=0 owed nothing
 
     def in_flight(self):
         """The requests in flight, oldest first."""
         return self.pending[self.front:]
 
-    cdef tuple _pop_oldest(self):
+    cdef Request _pop_oldest(self):
         """Take the oldest request in flight off the queue: O(1), the list compacted now and then."""
         cdef list pending = self.pending
         cdef Py_ssize_t front = self.front
-        cdef tuple req = pending[front]
+        cdef Request req = pending[front]
         front += 1
         if front == len(pending):
             pending.clear()
@@ -372,7 +411,7 @@ cdef class ExchangeMatcher:
         self.front = front
         index = self.by_corr
         if index is not None:
-            corr = req[0]
+            corr = req.correlation_id
             n = index[corr]
             if n == 1:
                 del index[corr]
@@ -380,7 +419,7 @@ cdef class ExchangeMatcher:
                 index[corr] = n - 1
         return req
 
-    cdef bint _waiting(self, corr) except -1:
+    cdef bint _waiting(self, int32_t corr) except -1:
         """Whether a request with this correlation id is in flight: O(1)."""
         cdef Py_ssize_t i
         index = self.by_corr
@@ -388,7 +427,7 @@ cdef class ExchangeMatcher:
             return corr in index
         pending = self.pending
         for i in range(self.front, len(pending)):
-            if pending[i][0] == corr:
+            if (<Request>pending[i]).correlation_id == corr:
                 return True
         return False
 
@@ -410,7 +449,7 @@ cdef class ExchangeMatcher:
         cdef int key_c = -1, ver_c = -1
         cdef bint plain_v1
         cdef list pending
-        cdef tuple req
+        cdef Request req
         out = self.out
         if self._room_wanted(out.held_rows):
             out.make_room()
@@ -432,16 +471,16 @@ cdef class ExchangeMatcher:
             PyBuffer_Release(&view)
         corr = corr_c
         pending = self.pending
-        if len(pending) == 1 and pending[0][0] == corr:  # the common case: one request in flight
+        if len(pending) == 1 and (<Request>pending[0]).correlation_id == corr_c:  # the common case: one in flight
             req = pending.pop()
             self.by_corr = None
-        elif pending and pending[self.front][0] == corr:
+        elif pending and (<Request>pending[self.front]).correlation_id == corr_c:
             req = self._pop_oldest()
-        elif self._waiting(corr):
+        elif self._waiting(corr_c):
             # Kafka answers in order: everything sent before this one went unanswered
             while True:
                 req = self._pop_oldest()
-                if req[0] == corr:
+                if req.correlation_id == corr_c:
                     break
                 self._settle(req, None)
         else:
@@ -450,11 +489,11 @@ cdef class ExchangeMatcher:
                       ORPHAN, None, last_no, ORPHAN_AFTER_DROPS_NOTE if self.dropped else ORPHAN_NOTE,
                       None, None, None)
             return
-        _, key, ver, client_id, rq_first, rq_frame, rq_last, _, rq_size, _, note, rx, bad, recs = req
+        key, ver, client_id, note, rx, recs = req.api_key, req.api_version, req.client_id, req.note, req.body, req.records
         if rx is _UNDEFINED or (key == API_VERSIONS and unsupported):
             self._unread_response(req, first_ts, last_ts, last_no, size, head, lossy)
             return
-        status = MALFORMED if bad else OK
+        status = MALFORMED if req.malformed else OK
         error_code = throttle = None
         x = _NOTHING
         try:
@@ -522,15 +561,15 @@ cdef class ExchangeMatcher:
                     note = _join(note, "record_count and record_bytes unknown: partitions left out")
         else:  # headers only: what the bodies hold is unknown, not empty
             topics = partition_count = None
-        self.rows.add(self.conn, key, ver, corr, client_id, rq_first, rq_last, first_ts, last_ts, rq_size, size + 4,
-                      error_code, throttle, status, rq_frame, last_no, note, topics, partition_count, error_count,
-                      record_count, record_bytes, None)
+        self.rows.add(self.conn, key, ver, corr, client_id, req.first_ts, req.last_ts, first_ts, last_ts, req.size,
+                      size + 4, error_code, throttle, status, req.first_no, last_no, note, topics, partition_count,
+                      error_count, record_count, record_bytes, None)
         if x.errors:
             self._emit_errors(req, last_ts, x)
         if key in PARTITION_APIS and (rx.partitions or x.partitions):
             self._emit_partitions(req, last_ts, x.partitions, recs)
 
-    cdef _unread_response(self, tuple req, first_ts, last_ts, last_no, Py_ssize_t size, head, bint lossy):
+    cdef _unread_response(self, Request req, first_ts, last_ts, last_no, Py_ssize_t size, head, bint lossy):
         """The response to a request of an undefined API or version, or an ApiVersions UNSUPPORTED_VERSION.
 
         A broker answers an ApiVersions version it does not support in the v0 layout with UNSUPPORTED_VERSION
@@ -539,7 +578,7 @@ cdef class ExchangeMatcher:
         the v0 layout when that says UNSUPPORTED_VERSION. Any other undefined version has no known layout:
         answered, its errors unknown (status unchecked).
         """
-        _, key, ver, client_id, rq_first, rq_frame, rq_last, _, rq_size, _, note, rx, bad, _ = req
+        key, ver, note = req.api_key, req.api_version, req.note
         out = self.out
         end = len(head)
         x = _NOTHING
@@ -563,13 +602,14 @@ cdef class ExchangeMatcher:
                 x = x._replace(errors=[ErrorEntry("error_code", None, None, error_code, None)])
             if not out.bodies:
                 topics = partition_count = None
-        if bad:
+        if req.malformed:
             status = MALFORMED
             self.malformed += 1
         if lossy:
             note = _join(note, "response bytes lost in capture")
-        self._row(key, ver, req[0], client_id, rq_first, rq_last, first_ts, last_ts, rq_size, size + 4,
-                  error_code, None, status, rq_frame, last_no, note, topics, partition_count, error_count)
+        self._row(key, ver, req.correlation_id, req.client_id, req.first_ts, req.last_ts, first_ts, last_ts, req.size,
+                  size + 4, error_code, None, status, req.first_no, last_no, note, topics, partition_count,
+                  error_count)
         if x.errors:
             self._emit_errors(req, last_ts, x)
 
@@ -615,7 +655,7 @@ cdef class ExchangeMatcher:
         cdef int32_t v, lo, hi
         if not self.pending:
             return -1
-        ids = self.by_corr if self.by_corr is not None else {req[0] for req in self.pending[self.front:]}
+        ids = self.by_corr if self.by_corr is not None else {(<Request>req).correlation_id for req in self.pending[self.front:]}
         lo, hi = min(ids), max(ids)
         PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
         try:
@@ -633,16 +673,16 @@ cdef class ExchangeMatcher:
 
     # -- rows ----------------------------------------------------------------------------------------
 
-    cdef _settle(self, tuple req, note):
-        status = ACKS0 if req[9] else NO_RESPONSE
-        if req[12]:
+    cdef _settle(self, Request req, note):
+        status = ACKS0 if req.acks0 else NO_RESPONSE
+        if req.malformed:
             status = MALFORMED
             self.malformed += 1
         elif status is NO_RESPONSE:
             self.unanswered += 1
-        rx = req[11]
-        note = _join(req[10], note)
-        recs = req[13]
+        rx = req.body
+        note = _join(req.note, note)
+        recs = req.records
         if recs and self.out.verify_crc:
             note = _join(note, self._crc_note(recs))
         if self.out.bodies and rx is not _UNDEFINED:
@@ -655,10 +695,11 @@ cdef class ExchangeMatcher:
             if rx.left_out[0] and recs:
                 totals = _NO_TOTALS
                 note = _join(note, "record_count and record_bytes unknown: partitions left out")
-        self._row(req[1], req[2], req[0], req[3], req[4], req[6], None, None, req[8],
-                  None, None, None, status, req[5], None, note, topics, partition_count, 0, totals[0], totals[1])
-        if rx.partitions and req[1] in PARTITION_APIS:
-            self._emit_partitions(req, None, [], req[13])
+        self._row(req.api_key, req.api_version, req.correlation_id, req.client_id, req.first_ts, req.last_ts, None,
+                  None, req.size, None, None, None, status, req.first_no, None, note, topics, partition_count, 0,
+                  totals[0], totals[1])
+        if rx.partitions and req.api_key in PARTITION_APIS:
+            self._emit_partitions(req, None, [], recs)
 
     cdef bint _room_wanted(self, Py_ssize_t held_rows) noexcept:
         """Some table holds its batch of rows, or so much text that it must be drained first."""
@@ -700,24 +741,24 @@ cdef class ExchangeMatcher:
             return found
         return _m.record_rows(o, self.conn.connection_id, head, x, corr, key, ver, client_id, ts)
 
-    cdef _emit_errors(self, tuple req, rs_last, x):
+    cdef _emit_errors(self, Request req, rs_last, x):
         """One row per non-zero error field (an ErrorEntry)."""
         cdef ErrorColumns errors = self.errors
         cdef int64_t connection_id = self.conn.connection_id
-        corr, key, ver, client_id = req[0], req[1], req[2], req[3]
+        corr, key, ver, client_id = req.correlation_id, req.api_key, req.api_version, req.client_id
         for e in x.errors:
             errors.add(connection_id, corr, key, ver, client_id, rs_last, e)
         out = self.out
         if self._room_wanted(out.held_rows):
             out.make_room()
 
-    cdef _emit_partitions(self, tuple req, rs_last, list answered, recs):
+    cdef _emit_partitions(self, Request req, rs_last, list answered, recs):
         """One row per topic-partition, the request's and the response's entries of it paired, with the
         summary of its records field (see analyzer.tables._columns.PartitionColumns)."""
-        cdef list asked = req[11].partitions
+        cdef list asked = req.body.partitions
         cdef PartitionColumns partitions = self.partitions
         cdef int64_t connection_id = self.conn.connection_id
-        corr, key, ver, client_id, rq_last = req[0], req[1], req[2], req[3], req[6]
+        corr, key, ver, client_id, rq_last = req.correlation_id, req.api_key, req.api_version, req.client_id, req.last_ts
         out = self.out
         if len(asked) == 1 and len(answered) == 1 and asked[0][:2] == answered[0][:2]:
             rq = asked[0]  # the common case: one partition, asked and answered

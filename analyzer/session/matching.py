@@ -61,9 +61,6 @@ UNCHECKED = "unchecked"
 API_VERSIONS = 18
 UNSUPPORTED_VERSION = 35
 
-# Fields of an in-flight request (a tuple, cheap to build and to keep).
-_CORR, _KEY, _VER, _CLIENT, _FTS, _FNO, _LTS, _LNO, _SIZE, _ACKS0, _NOTE, _X, _BAD, _RECS = range(14)
-
 _NOTHING = Extracted([], 0, [], None, None, [], None, None, False)
 # The in-flight entry's extraction result for a request of an API or version no known release defines: its
 # identity says the exchange's body cannot be decoded, whether or not bodies are.
