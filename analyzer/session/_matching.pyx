@@ -202,8 +202,7 @@ cdef class ExchangeMatcher:
     cdef public ExchangeColumns rows
     cdef ErrorColumns errors
     cdef PartitionColumns partitions
-    cdef public tuple conn_fields
-    cdef Endpoints conn
+    cdef readonly Endpoints conn
     cdef public list pending
     cdef public Py_ssize_t front
     cdef public object by_corr
@@ -225,7 +224,6 @@ cdef class ExchangeMatcher:
         self.errors = out.errors
         self.partitions = out.partitions
         # (connection_id, client_ip, client_port, broker_ip, broker_port): shared by every row.
-        self.conn_fields = conn_fields
         self.conn = Endpoints(*conn_fields)
         # Requests in flight, oldest first, from ``pending[front]`` on (a list emptied when the last one goes,
         # which frees its storage: an idle connection keeps no queue).

@@ -91,6 +91,7 @@ cdef class Table:
     cdef list strings  # the string columns (topic names included), whose data bounds a batch
     cdef dict by_name
     cdef void cut(self) noexcept
+    cdef void reset(self) noexcept
     cdef bint full(self) noexcept
 
 

@@ -11,14 +11,15 @@ OverflowError. Capture times are the exception: beyond int64 nanoseconds they ar
 StampColumn), since the tables layer gives them an exact treatment of their own.
 """
 
+cimport cython
 from cpython.buffer cimport PyBuffer_FillInfo
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.float cimport PyFloat_AsDouble
 from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.mem cimport PyMem_RawFree, PyMem_RawRealloc
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport INT32_MAX, int8_t, int16_t, int32_t, int64_t, uint8_t
-from libc.stdlib cimport free
 from libc.string cimport memcpy
 
 import pyarrow as pa
@@ -37,11 +38,7 @@ from dissectors.kafka.extract_rules import ErrorEntry, PartitionEntry
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object text, Py_ssize_t* size) except NULL
 
-cdef extern from "stdlib.h":
-    int posix_memalign(void** memptr, size_t alignment, size_t size) nogil
-
 cdef enum:
-    ALIGN = 64  # Arrow's own allocations are 64-byte aligned; its kernels may assume it
     FIRST_CAP = 256
     FULL_BYTES = 1 << 30  # a string column this large asks for a drain: its offsets are int32
 
@@ -67,17 +64,17 @@ cdef Py_ssize_t E_FIELDS = len(ErrorEntry._fields)
 # -- buffers ---------------------------------------------------------------------------------------------------
 
 cdef int grow(Buf* b, Py_ssize_t need) except -1:
+    """Room for ``need`` bytes. The raw allocator (malloc's alignment, 16 bytes, more than any value here
+    needs) keeps the buffers in tracemalloc's view, as the rows' Python objects were."""
     cdef Py_ssize_t cap = b.cap if b.cap else FIRST_CAP
-    cdef void* p = NULL
+    cdef void* p
     while cap < need:
         if cap > (<Py_ssize_t>1 << 40):
             raise MemoryError("column buffer over 1 TiB")
         cap *= 2
-    if posix_memalign(&p, ALIGN, <size_t>cap) != 0:
+    p = PyMem_RawRealloc(b.data, <size_t>cap)
+    if p == NULL:
         raise MemoryError()
-    if b.size:
-        memcpy(p, b.data, <size_t>b.size)
-    free(b.data)
     b.data = <uint8_t*>p
     b.cap = cap
     return 0
@@ -91,7 +88,7 @@ cdef inline int reserve(Buf* b, Py_ssize_t extra) except -1:
 
 
 cdef inline void release(Buf* b) noexcept:
-    free(b.data)
+    PyMem_RawFree(b.data)
     b.data = NULL
     b.size = b.cap = 0
 
@@ -109,7 +106,7 @@ cdef class Block:
         pass
 
     def __dealloc__(self):
-        free(self.data)
+        PyMem_RawFree(self.data)
 
 
 cdef object take(Buf* b):
@@ -619,6 +616,7 @@ cdef Column column_of(str name, typ):
 
 # -- endpoints and tables ------------------------------------------------------------------------------------------
 
+@cython.no_gc  # it holds two strings only: nothing for the cycle collector to find
 cdef class Endpoints:
     def __cinit__(self, int64_t connection_id, str client_ip, int32_t client_port, str broker_ip,
                   int32_t broker_port):
@@ -666,12 +664,15 @@ cdef class Table:
     def is_full(self) -> bool:
         return self.full()
 
-    def clear(self) -> None:
-        """Drop the rows held."""
+    cdef void reset(self) noexcept:
         cdef Column column
         for column in self.columns:
             column.reset()
         self.rows = 0
+
+    def clear(self) -> None:
+        """Drop the rows held, and the memory they took (drained into arrays nothing keeps)."""
+        self.drain(bytes.hex)
 
     def drain(self, resolve) -> dict:
         """The rows held as one Arrow array per row field (capture times as int64 ns, or as a list of Python
@@ -680,12 +681,12 @@ cdef class Table:
         cdef Column column
         for column in self.columns:
             if column.n != self.rows:
-                self.clear()
+                self.reset()
                 raise RuntimeError("a row was added to some columns only")
         try:
             arrays = {name: column.to_array(resolve) for name, column in zip(self.names, self.columns)}
         finally:
-            self.clear()
+            self.reset()
         return arrays
 
     def append(self, dict row) -> None:
