@@ -63,11 +63,13 @@ cdef class StringColumn(Column):
     cdef Buf data
     cdef bint topics  # values are topics: a bytes value is a topic id, made text (a name or UUID) when drained
     cdef Buf ids  # int32 row numbers of the values that are topic ids, ascending
+    cdef bint big  # holds full_bytes of text or more: its table wants draining
     cdef int add_utf8(self, const char* s, Py_ssize_t length) except -1
     cdef int add_bytes(self, bytes raw, bint topic_id) except -1
     cdef Py_ssize_t start(self, Py_ssize_t i) noexcept
     cdef bint is_id(self, Py_ssize_t i) noexcept
     cdef int name_ids(self, object resolve) except -1
+    cdef void weigh(self) noexcept
 
 
 cdef class TopicsColumn(Column):

@@ -40,7 +40,19 @@ cdef extern from "Python.h":
 
 cdef enum:
     FIRST_CAP = 256
-    FULL_BYTES = 1 << 30  # a string column this large asks for a drain: its offsets are int32
+
+# A string column holding this much text asks for a drain (its offsets are int32); the string columns (of any
+# table) holding that much: while none does, no table need look.
+cdef Py_ssize_t full_bytes = 1 << 30
+cdef Py_ssize_t big_columns = 0
+
+
+def set_full_bytes(Py_ssize_t n) -> int:
+    """Set the text a string column holds before its table asks for a drain (tests make it small); returns the
+    previous value. Only between analyses: the columns are weighed again as they fill."""
+    global full_bytes
+    previous, full_bytes = full_bytes, max(n, 1)
+    return previous
 
 # Where a PartitionEntry and an ErrorEntry hold what the rows take (checked by name, not assumed).
 cdef Py_ssize_t P_TOPIC = PartitionEntry._fields.index("topic")
@@ -405,6 +417,15 @@ cdef class StringColumn(Column):
         release(&self.offsets)
         release(&self.data)
         release(&self.ids)
+        self.weigh()
+
+    cdef void weigh(self) noexcept:
+        """Keep ``big`` (and the count of big columns) up to date with the data held."""
+        global big_columns
+        cdef bint big = self.data.size >= full_bytes
+        if big != self.big:
+            self.big = big
+            big_columns += 1 if big else -1
 
     cdef int add_utf8(self, const char* s, Py_ssize_t length) except -1:
         if self.offsets.size == 0:
@@ -413,6 +434,8 @@ cdef class StringColumn(Column):
         memcpy(self.data.data + self.data.size, s, <size_t>length)
         put_offset(&self.offsets, self.data.size + length)
         self.data.size += length
+        if self.data.size >= full_bytes:
+            self.weigh()
         self.mark(True)
         self.n += 1
         return 0
@@ -522,6 +545,7 @@ cdef class StringColumn(Column):
         self.data.size = 0
         self.offsets.size = 0  # the first offset, 0, is written with the first value
         self.ids.size = 0
+        self.weigh()
 
     cdef void cut(self, Py_ssize_t n) noexcept:
         Column.cut(self, n)
@@ -532,6 +556,7 @@ cdef class StringColumn(Column):
             self.data.size = self.start(self.n)
         while self.ids.size and (<int32_t*>(self.ids.data + self.ids.size))[-1] >= self.n:
             self.ids.size -= 4
+        self.weigh()
 
 
 cdef class TopicsColumn(Column):
@@ -655,8 +680,10 @@ cdef class Table:
     cdef bint full(self) noexcept:
         """Some string column holds so much text that the next rows might overflow its int32 offsets."""
         cdef StringColumn column
+        if big_columns == 0:
+            return False
         for column in self.strings:
-            if column.data.size >= FULL_BYTES:
+            if column.big:
                 return True
         return False
 
