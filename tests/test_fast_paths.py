@@ -2,8 +2,8 @@
 
 - ``records.summary_at`` (one pass over v2 batch headers) against ``summarize(batches(...))`` on every records
   field of the sample and public captures, whole, cut at every kind of place, and with bytes damaged;
-- the batch builders (rows read as Arrow structs, offsets coalesced per column) against a plain
-  column-by-column build written here, on the rows of real captures, with topic ids mixed in;
+- the batch builders (rows written into column buffers, drained as Arrow arrays, offsets coalesced per column)
+  against a plain column-by-column build written here, on the rows of real captures, with topic ids mixed in;
 - a frame head collected by the packet loop (``FlowTable.feed`` appends segments itself) against the
   frames cut directly from the TCP byte stream, for frames split over many segments.
 """
@@ -14,14 +14,18 @@ import json
 import random
 import struct
 import uuid
+from functools import partial
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from analyzer.pipeline.analyze import Options, analyze_file
 from analyzer.session.matching import RecordRows
 from analyzer.tables import schemas as tables
+from analyzer.tables._columns import ErrorColumns, ExchangeColumns, PartitionColumns
 from dissectors.kafka.extract import PartitionEntry
 from dissectors.kafka.records import NO_SUMMARY, Limits, RecordsError, batches, summarize, summary_at
 from tests import craft
@@ -100,9 +104,13 @@ def test_summary_outside_the_buffer_is_no_summary():
 # Batch builders
 
 
-def column_by_column(rows: list[tuple], fields: tuple[str, ...], schema: pa.Schema, topic_names: dict) -> dict:
-    """The expected column values, built one field at a time with plain Python (an independent build)."""
-    cols = {name: [r[i] for r in rows] for i, name in enumerate(fields)}
+def column_by_column(rows: list, fields: tuple[str, ...], schema: pa.Schema, topic_names: dict) -> dict:
+    """The expected column values, built one field at a time with plain Python (an independent build); rows as
+    tuples in ``fields`` order or as dicts by field name."""
+    if rows and isinstance(rows[0], dict):
+        cols = {name: [r[name] for r in rows] for name in fields}
+    else:
+        cols = {name: [r[i] for r in rows] for i, name in enumerate(fields)}
 
     def text(t):
         if t is None or isinstance(t, str):
@@ -131,65 +139,47 @@ def column_by_column(rows: list[tuple], fields: tuple[str, ...], schema: pa.Sche
     return out
 
 
+TABLES = {"exchanges": ExchangeColumns, "partitions": PartitionColumns, "errors": ErrorColumns}
+
+
 @pytest.fixture(scope="module")
-def captured_rows() -> dict[str, list]:
-    """The row tuples the core hands to the batch builders, for a few sample captures."""
-    seen: dict[str, list] = {"exchanges": [], "partitions": [], "errors": []}
-    originals = {name: getattr(tables, f"{name}_batch") for name in seen}
+def captured_rows() -> dict[str, list[dict]]:
+    """The rows the core wrote into the column tables (read back by field name, before each drain), for a few
+    sample captures."""
+    seen: dict[str, list] = {name: [] for name in TABLES}
     import analyzer.pipeline.analyze as analyze
 
-    def spy(name):
-        def build(rows, *args):
-            seen[name].extend(rows)
-            return originals[name](rows, *args)
-        return build
+    original = analyze._emit_exchanges
 
-    saved = {name: getattr(analyze, f"{name}_batch") for name in seen}
-    try:
+    def spy(table, *args):
         for name in seen:
-            setattr(analyze, f"{name}_batch", spy(name))
+            seen[name].extend(getattr(table.out, name))
+        return original(table, *args)
+
+    analyze._emit_exchanges = spy
+    try:
         for capture in ("tansu_consumer_group.pcap", "tansu_broker_errors.pcap", "tansu_confluent_codecs.pcap"):
             analyze_file(str(SAMPLES / capture), Options(), lambda table, batch: None)
     finally:
-        for name, function in saved.items():
-            setattr(analyze, f"{name}_batch", function)
+        analyze._emit_exchanges = original
     assert all(seen.values())
     return seen
 
 
-def with_topic_ids(rows: list[tuple], index: int, as_list: bool) -> list[tuple]:
+def with_topic_ids(rows: list[dict], field: str) -> list[dict]:
     """Every third row names its topic(s) by a 16-byte id instead."""
     out = []
     for i, r in enumerate(rows):
         topic = bytes([i % 7]) * 16
         if i % 3 == 0:
-            r = (*r[:index], [topic, "plain"] if as_list else topic, *r[index + 1:])
+            r = {**r, field: (topic, "plain") if field == "topics" else topic}
         out.append(r)
     return out
 
 
-def partition_rows_with_topic_ids(rows: list[tuple]) -> list[tuple]:
-    """Every third partition row names its topic by a 16-byte id instead, on both sides."""
-    out = []
-    for i, (head, asked, answered, summary_) in enumerate(rows):
-        if i % 3 == 0:
-            topic = bytes([i % 7]) * 16
-            asked = asked and asked._replace(topic=topic)
-            answered = answered and answered._replace(topic=topic)
-        out.append((head, asked, answered, summary_))
-    return out
-
-
-def flat_partition_row(row: tuple) -> tuple:
-    """A partition row's pieces (head, asked, answered, summary) as one tuple in PARTITION_ROW_FIELDS order:
-    topic and partition from either side, the error from the response, each side's offsets and record bytes
-    in its own columns, Nones for a missing side or summary."""
-    head, asked, answered, summary_ = row
-    missing = (None,) * len(PartitionEntry._fields)
-    rq, rs = asked or missing, answered or missing
-    named = answered or asked
-    return (*head, named.topic, named.partition, rs[2], *rq[3:-2], *rs[3:-2], rq[-1], rs[-1],
-            *(summary_ or NO_SUMMARY))
+def answered_only(row: dict) -> dict:
+    """A partition row as if only the response named the topic-partition."""
+    return {**row, **{f"asked_{name}": None for name in tables.PARTITION_OFFSET_FIELDS}, "request_record_bytes": None}
 
 
 @pytest.mark.parametrize("with_ids", [False, True])
@@ -201,22 +191,113 @@ def test_batches_equal_a_column_by_column_build(captured_rows, with_ids):
     for name, fields, schema, topic_field in cases:
         rows = captured_rows[name]
         if name == "partitions":  # and rows only a response names (the captures have none)
-            answered_only = [(head, None, rs, sm) for head, _rq, rs, sm in rows if rs is not None][:5]
-            assert answered_only
-            rows = rows + answered_only
+            answered = [answered_only(r) for r in rows if r["error_code"] is not None][:5]
+            assert answered
+            rows = rows + answered
         if with_ids:
-            rows = partition_rows_with_topic_ids(rows) if name == "partitions" else \
-                with_topic_ids(rows, fields.index(topic_field), topic_field == "topics")
-        batch = getattr(tables, f"{name}_batch")(rows, "file.pcap", names)
+            rows = with_topic_ids(rows, topic_field)
+        table = TABLES[name]()
+        for row in rows:
+            table.append(row)
+        assert [*table] == rows  # read back as written
+        batch = getattr(tables, f"{name}_batch")(table.drain(partial(tables.topic_text, topic_names=names)),
+                                                 "file.pcap")
+        assert len(table) == 0
         assert batch.schema.equals(schema, check_metadata=True)
-        flat = [flat_partition_row(r) for r in rows] if name == "partitions" else rows
-        expected = column_by_column(flat, fields, schema, names)
+        expected = column_by_column(rows, fields, schema, names)
         for column, values in expected.items():
             assert batch.column(column).equals(values), (name, column)
         assert batch.column("capture_file").to_pylist() == ["file.pcap"] * len(rows)
-    partitions = tables.partitions_batch(captured_rows["partitions"], "f", {})
+    partitions = tables.partitions_batch(_drained(PartitionColumns, captured_rows["partitions"]), "f")
     assert pc.sum(pc.is_valid(partitions.column("committed_offset"))).as_py() > 0  # request-side values kept
     assert pc.sum(pc.is_valid(partitions.column("base_offset"))).as_py() > 0  # response-side values kept
+
+
+def _drained(kind, rows: list[dict]) -> dict:
+    table = kind()
+    for row in rows:
+        table.append(row)
+    return table.drain(str)
+
+
+def _value_strategy(name: str, typ: pa.DataType):
+    """Any value a row field of Arrow type ``typ`` may hold, nulls included (capture times within int64 ns:
+    beyond it see test_capture_times_beyond_int64_ns_are_kept_exactly; record times within what the plain
+    build's ms-to-us product holds)."""
+    topic = st.text(max_size=12) | st.binary(min_size=16, max_size=16)
+    if name in tables.CAPTURE_TIME_FIELDS:
+        return st.none() | st.integers(0, (1 << 63) - 1)
+    if name in ("first_record_ts", "max_record_ts"):
+        return st.none() | st.integers(-(1 << 50), 1 << 50)
+    if name in ("uncompressed_bytes", "request_record_bytes", "response_record_bytes"):  # the ratio's doubles
+        return st.none() | st.integers(0, 1 << 53)
+    if name == "topics":
+        return st.none() | st.lists(topic, max_size=4).map(tuple)
+    if name == "topic":
+        return st.none() | topic
+    if pa.types.is_string(typ):
+        return st.none() | st.text(max_size=20)
+    if pa.types.is_boolean(typ):
+        return st.none() | st.booleans()
+    bits = typ.bit_width
+    return st.none() | st.integers(-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+
+
+def _rows_strategy(fields: tuple[str, ...]):
+    types = tables.ROW_TYPES[fields]
+    return st.lists(st.fixed_dictionaries({name: _value_strategy(name, types[name]) for name in fields}),
+                    max_size=40)
+
+
+@settings(max_examples=60, deadline=None)
+@given(exchanges=_rows_strategy(tables.EXCHANGE_ROW_FIELDS), partitions=_rows_strategy(tables.PARTITION_ROW_FIELDS),
+       errors=_rows_strategy(tables.ERROR_ROW_FIELDS))
+def test_any_rows_drain_as_a_column_by_column_build_gives_them(exchanges, partitions, errors):
+    """Random rows of every table (nulls anywhere, topic ids among names, every integer range) through the column
+    buffers, against the plain build; twice through the same tables (drained buffers start afresh)."""
+    names = {bytes(16): "zero-named"}
+    cases = (("exchanges", exchanges, tables.EXCHANGE_ROW_FIELDS, tables.EXCHANGES_SCHEMA),
+             ("partitions", partitions, tables.PARTITION_ROW_FIELDS, tables.PARTITIONS_SCHEMA),
+             ("errors", errors, tables.ERROR_ROW_FIELDS, tables.ERRORS_SCHEMA))
+    for name, rows, fields, schema in cases:
+        table = TABLES[name]()
+        for _ in range(2):
+            for row in rows:
+                table.append(row)
+            assert [*table] == rows
+            batch = getattr(tables, f"{name}_batch")(table.drain(partial(tables.topic_text, topic_names=names)), "f")
+            assert batch.schema.equals(schema, check_metadata=True)
+            for column, values in column_by_column(rows, fields, schema, names).items():
+                assert batch.column(column).equals(values), (name, column)
+
+
+def test_a_row_that_fails_half_way_leaves_no_trace(captured_rows):
+    row = captured_rows["exchanges"][0]
+    table = ExchangeColumns()
+    table.append(row)
+    for field, bad in (("partition_count", 1 << 40), ("note", b"not text"), ("topics", ["a", 5]),
+                       ("response_frame", "7")):
+        with pytest.raises((OverflowError, TypeError)):
+            table.append({**row, field: bad})
+        assert len(table) == 1
+    table.append(row)
+    assert [*table] == [row, row]
+    batch = tables.exchanges_batch(table.drain(str), "f")
+    assert batch.num_rows == 2 and batch.slice(0, 1).equals(batch.slice(1, 1))
+
+
+def test_capture_times_beyond_int64_ns_are_kept_exactly(captured_rows):
+    """A capture time past 2262 (beyond int64 ns) keeps its microseconds; one beyond even those is null."""
+    past_2262, beyond = (1 << 64) + 1_234_567, 1 << 80
+    first = captured_rows["errors"][0]
+    table = ErrorColumns()
+    for ts in (first["response_last_ts"], past_2262, beyond):
+        table.append({**first, "response_last_ts": ts})
+    assert [row["response_last_ts"] for row in table] == [first["response_last_ts"], past_2262, beyond]
+    cols = table.drain(str)
+    assert cols["response_last_ts"] == [first["response_last_ts"], past_2262, beyond]
+    column = tables.errors_batch(cols, "f").column("response_last_ts")
+    assert column.cast(pa.int64()).to_pylist() == [first["response_last_ts"] // 1000, past_2262 // 1000, None]
 
 
 def test_record_rows_shared_per_partition_equal_whole_rows():
@@ -258,9 +339,11 @@ def test_partition_rows_name_the_offsets_in_partition_entry_order():
 
 def test_empty_batches_have_the_schemas():
     for name, schema in (("exchanges", tables.EXCHANGES_SCHEMA), ("partitions", tables.PARTITIONS_SCHEMA),
-                         ("errors", tables.ERRORS_SCHEMA), ("records", tables.RECORDS_SCHEMA)):
-        batch = getattr(tables, f"{name}_batch")([], "f", {})
+                         ("errors", tables.ERRORS_SCHEMA)):
+        batch = getattr(tables, f"{name}_batch")(TABLES[name]().drain(str), "f")
         assert batch.num_rows == 0 and batch.schema.equals(schema, check_metadata=True)
+    batch = tables.records_batch([], "f", {})
+    assert batch.num_rows == 0 and batch.schema.equals(tables.RECORDS_SCHEMA, check_metadata=True)
 
 
 # ---------------------------------------------------------------------------------------------------------

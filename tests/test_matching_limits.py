@@ -6,12 +6,10 @@ from __future__ import annotations
 import time
 
 from analyzer.session.matching import MAX_IN_FLIGHT, ExchangeMatcher, Outputs
-from analyzer.tables.schemas import EXCHANGE_ROW_FIELDS
 from tests.craft import heartbeat_request, heartbeat_response
 from tests.test_legacy07 import fetch
 from tests.test_legacy07 import response as response_07
 
-AT = {name: i for i, name in enumerate(EXCHANGE_ROW_FIELDS)}
 CONN = (1, "10.0.0.1", 40000, "10.0.0.2", 9092)
 
 
@@ -32,7 +30,7 @@ class Wire:
         self.matcher.response(self.no * 1000, self.no, self.no * 1000, self.no, len(frame) - 4, frame, False)
 
     def rows(self, *fields: str) -> list[tuple]:
-        return [tuple(r[AT[f]] for f in fields) for r in self.out.exchanges]
+        return [tuple(r[f] for f in fields) for r in self.out.exchanges]
 
 
 def test_requests_past_the_in_flight_limit_are_reported_unanswered_with_a_note() -> None:
@@ -204,3 +202,33 @@ def test_an_idle_connection_keeps_no_empty_queues() -> None:
     of the broker's address; 2.9 KB without (the rest: the two half-streams and framers, the callbacks they
     hold, the flow table's entries)."""
     assert _bytes_per_idle_connection(3000) < 3200
+
+
+def test_a_batch_holding_too_much_text_leaves_early(tmp_path) -> None:
+    """Rows leave memory in batches of batch_rows, or sooner when a string column's text nears what its int32
+    offsets can address (made 20 KB here): 60 exchanges with 1 KB client ids come out in batches of about 20,
+    every row kept, in order."""
+    from analyzer.pipeline.analyze import Options, analyze_file
+    from analyzer.tables._columns import set_full_bytes
+    from tests import craft
+
+    c = craft.Conversation()
+    c.handshake()
+    ids = [f"{corr:04d}" + "x" * 1020 for corr in range(60)]
+    for corr, client_id in enumerate(ids):
+        c.send(True, heartbeat_request(corr, client_id))
+        c.send(False, heartbeat_response(corr))
+    c.fin()
+    path = craft.write(tmp_path / "long-ids.pcap", c.packets)
+    batches = []
+    previous = set_full_bytes(20_000)
+    try:
+        analyze_file(path, Options(), lambda table, batch: batches.append(batch) if table == "exchanges" else None)
+    finally:
+        set_full_bytes(previous)
+    sizes = [b.num_rows for b in batches]
+    assert sum(sizes) == 60 and len(sizes) >= 3 and max(sizes) <= 21
+    assert [cid for b in batches for cid in b.column("client_id").to_pylist()] == ids
+    whole = []
+    analyze_file(path, Options(), lambda table, batch: whole.append(batch) if table == "exchanges" else None)
+    assert [b.num_rows for b in whole] == [60]

@@ -11,6 +11,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import chain, islice
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,7 @@ from analyzer.tables.schemas import (
     exchanges_batch,
     partitions_batch,
     records_batch,
+    topic_text,
 )
 from analyzer.tcp.bulk import feed_chunk
 from analyzer.tcp.flows import FlowTable
@@ -314,20 +316,18 @@ def _continued(final: tuple, at_end: tuple) -> tuple:
 def _emit_exchanges(table: FlowTable, name: str, sink: BatchSink, report: FileReport) -> None:
     """Drain the exchange rows, and the error and partition rows that belong to them, into batches."""
     out = table.out
+    names = partial(topic_text, topic_names=out.topic_names)  # topic ids to text, at the end of the batch
     if out.exchanges:
-        batch = exchanges_batch(out.exchanges, name, out.topic_names)
-        out.exchanges.clear()
+        batch = exchanges_batch(out.exchanges.drain(names), name)
         report.exchanges += batch.num_rows
         counts = report.status_counts
         for item in pc.value_counts(batch.column("status")).to_pylist():
             counts[item["values"]] = counts.get(item["values"], 0) + item["counts"]
         sink("exchanges", batch)
     if out.errors:
-        sink("errors", errors_batch(out.errors, name, out.topic_names))
-        out.errors.clear()
+        sink("errors", errors_batch(out.errors.drain(names), name))
     if out.partitions:
-        sink("partitions", partitions_batch(out.partitions, name, out.topic_names))
-        out.partitions.clear()
+        sink("partitions", partitions_batch(out.partitions.drain(names), name))
     if out.records:
         _emit_records(out, name, sink)
 

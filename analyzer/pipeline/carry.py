@@ -78,9 +78,10 @@ def carry_over(table: FlowTable, following: Iterable[FollowingFile], base: int,
                 stop[cid] = READ_THROUGH
         base += count()
     owned: dict[int, list[int]] = {}
-    for row in rows[start_rows:]:
-        if row[7] is not None:
-            owned.setdefault(row[0], []).append(row[7])
+    for connection_id, correlation_id in zip(rows.column("connection_id", start_rows),
+                                             rows.column("correlation_id", start_rows), strict=True):
+        if correlation_id is not None:
+            owned.setdefault(connection_id, []).append(correlation_id)
     return [Handoff(cid, nid, stop.get(cid, 0), owned.get(cid, []), name)
             for name, first_seen, stop in seen for cid, nid in first_seen.items()]
 

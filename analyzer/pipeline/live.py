@@ -51,8 +51,17 @@ class LiveAnalysis:
             if not more:
                 break
 
-    def finish(self) -> LiveHealth:
-        """Close every connection (their requests in flight become no_response) and hand on the last rows."""
+    def finish(self, catch_up: float = 5.0) -> LiveHealth:
+        """Analyse what the source still holds (up to ``catch_up`` seconds: packets captured before the stop
+        are not thrown away), then close every connection (their requests in flight become no_response) and
+        hand on the last rows."""
+        deadline = time.monotonic() + catch_up
+        while time.monotonic() < deadline:
+            packets = self.source.poll(0)
+            if not packets:
+                break
+            self.packets += len(packets)
+            self.table.feed(packets)
         self.table.finish()
         drain(self.table, self.name, self.sink, self.report)
         health = self.source.health()

@@ -10,9 +10,10 @@ result and the text of its error are exactly the reference's.
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int16_t, int32_t, uint8_t, uint64_t
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint64_t
 from libc.string cimport memcmp
 
+from analyzer.tables._columns cimport Endpoints, ErrorColumns, ExchangeColumns, PartitionColumns
 from dissectors.kafka._wire cimport Cursor, cursor_init, rd_i16, rd_i32
 
 from analyzer.session import matching as _m
@@ -156,12 +157,52 @@ cdef bint read_request_header(const uint8_t* buf, Py_ssize_t n, RequestStart* h)
     return True
 
 
+cdef class Request:
+    """A request in flight, waiting for its response: what its exchange and partition rows take from it."""
+
+    cdef readonly int32_t correlation_id
+    cdef readonly object api_key, api_version, client_id
+    cdef readonly object first_ts, first_no, last_ts, last_no  # its first and last packets (times in ns)
+    cdef readonly object size  # frame bytes, the size prefix included
+    cdef readonly bint acks0  # a Produce with acks=0: it owes no answer
+    cdef readonly object note
+    cdef readonly object body  # its Extracted (_NOTHING: not read, _UNDEFINED: no layout to read it by)
+    cdef readonly bint malformed
+    cdef readonly object records  # (topic, partition) -> its records field's summary, or None
+
+    def __repr__(self):
+        return (f"Request(correlation_id={self.correlation_id}, api_key={self.api_key}, "
+                f"api_version={self.api_version}, first_no={self.first_no})")
+
+
+cdef Request new_request(int32_t correlation_id, api_key, api_version, client_id, first_ts, first_no, last_ts,
+                         last_no, size, bint acks0, note, body, bint malformed, records):
+    cdef Request r = Request.__new__(Request)
+    r.correlation_id = correlation_id
+    r.api_key = api_key
+    r.api_version = api_version
+    r.client_id = client_id
+    r.first_ts = first_ts
+    r.first_no = first_no
+    r.last_ts = last_ts
+    r.last_no = last_no
+    r.size = size
+    r.acks0 = acks0
+    r.note = note
+    r.body = body
+    r.malformed = malformed
+    r.records = records
+    return r
+
+
 cdef class ExchangeMatcher:
-    """Pairs the requests and responses of one connection and appends finished rows to ``out``."""
+    """Pairs the requests and responses of one connection and writes finished rows into ``out``'s tables."""
 
     cdef public object out
-    cdef public list rows
-    cdef public tuple conn_fields
+    cdef public ExchangeColumns rows
+    cdef ErrorColumns errors
+    cdef PartitionColumns partitions
+    cdef readonly Endpoints conn
     cdef public list pending
     cdef public Py_ssize_t front
     cdef public object by_corr
@@ -180,8 +221,10 @@ cdef class ExchangeMatcher:
     def __init__(self, out, tuple conn_fields):
         self.out = out
         self.rows = out.exchanges
+        self.errors = out.errors
+        self.partitions = out.partitions
         # (connection_id, client_ip, client_port, broker_ip, broker_port): shared by every row.
-        self.conn_fields = conn_fields
+        self.conn = Endpoints(*conn_fields)
         # Requests in flight, oldest first, from ``pending[front]`` on (a list emptied when the last one goes,
         # which frees its storage: an idle connection keeps no queue).
         self.pending = []
@@ -212,10 +255,10 @@ cdef class ExchangeMatcher:
         cdef bint common
         cdef Py_ssize_t end
         out = self.out
-        if len(self.rows) >= out.held_rows:
+        if self._room_wanted(out.held_rows):
             out.make_room()
         if out.tap is not None:
-            out.tap(self.conn_fields[0], False, first_no, last_no, head)
+            out.tap(self.conn.connection_id, False, first_no, last_no, head)
         PyObject_GetBuffer(head, &view, PyBUF_SIMPLE)
         try:
             end = view.len
@@ -277,8 +320,8 @@ cdef class ExchangeMatcher:
         self.last_request_corr = corr
         recs = self._records(head, x, corr, key, ver, client_id, last_ts) if key == PRODUCE and x.partitions else None
         pending = self.pending
-        pending.append((corr, key, ver, client_id, first_ts, first_no, last_ts, last_no, size + 4, acks0,
-                        note, x, bad, recs))
+        pending.append(new_request(corr, key, ver, client_id, first_ts, first_no, last_ts, last_no, size + 4, acks0,
+                                   note, x, bad, recs))
         if self.by_corr is not None or len(pending) > SCAN_IN_FLIGHT:
             self._indexed(corr)
 
@@ -302,14 +345,14 @@ cdef class ExchangeMatcher:
         note = _join(note, f"request header: {exc}")
         if end >= 12:
             key, ver, corr = unpack_request_start(head, 4)
-            self._pend((corr, key, ver, None, first_ts, first_no, last_ts, last_no, size + 4, False, note,
-                        _NOTHING, True, None))
+            self._pend(new_request(corr, key, ver, None, first_ts, first_no, last_ts, last_no, size + 4, False, note,
+                                   _NOTHING, True, None))
             return
         self.malformed += 1
         key = _m._unpack_int16(head, 4)[0] if end >= 6 else None
         ver = _m._unpack_int16(head, 6)[0] if end >= 8 else None
-        self._emit(key, ver, None, None, first_ts, last_ts, None, None, size + 4, None, None, None,
-                   MALFORMED, first_no, None, note, None, None, None)
+        self._row(key, ver, None, None, first_ts, last_ts, None, None, size + 4, None, None, None,
+                  MALFORMED, first_no, None, note, None, None, None)
 
     def _undefined_request(self, first_ts, first_no, last_ts, last_no, Py_ssize_t size, key, ver, corr,
                            client_id, note):
@@ -319,16 +362,17 @@ cdef class ExchangeMatcher:
         if client_id not in self.client_ids:
             self._new_client_id(client_id, None, 0)
         self.last_request_corr = corr
-        self._pend((corr, key, ver, client_id, first_ts, first_no, last_ts, last_no, size + 4, False,
-                    _join(note, undefined_note(key, ver)), _UNDEFINED, False, None))
+        self._pend(new_request(corr, key, ver, client_id, first_ts, first_no, last_ts, last_no, size + 4, False,
+                               _join(note, undefined_note(key, ver)), _UNDEFINED, False, None))
 
-    cdef _pend(self, tuple entry):
-        self.pending.append(entry)
-        self._indexed(entry[0])
+    cdef _pend(self, Request request):
+        self.pending.append(request)
+        self._indexed(request.correlation_id)
 
-    cdef _indexed(self, corr):
+    cdef _indexed(self, int32_t corr):
         """The request just appended with id ``corr`` goes into the index (built once the queue outgrows a
         scan), and the oldest request leaves unanswered if the queue is over its limit."""
+        cdef Request req
         pending = self.pending
         index = self.by_corr
         if index is not None:
@@ -336,22 +380,22 @@ cdef class ExchangeMatcher:
         elif len(pending) - self.front > SCAN_IN_FLIGHT:
             index = self.by_corr = {}
             for req in self.in_flight():
-                index[req[0]] = index.get(req[0], 0) + 1
+                index[req.correlation_id] = index.get(req.correlation_id, 0) + 1
         if len(pending) - self.front > self.out.max_in_flight:
             req = self._pop_oldest()
             self.dropped += 1
             self.out.requests_dropped += 1
-            self._settle(req, None if req[9] else self.out.in_flight_note)  # acks=0 owed nothing
+            self._settle(req, None if req.acks0 else self.out.in_flight_note)  # acks=0 owed nothing
 
     def in_flight(self):
         """The requests in flight, oldest first."""
         return self.pending[self.front:]
 
-    cdef tuple _pop_oldest(self):
+    cdef Request _pop_oldest(self):
         """Take the oldest request in flight off the queue: O(1), the list compacted now and then."""
         cdef list pending = self.pending
         cdef Py_ssize_t front = self.front
-        cdef tuple req = pending[front]
+        cdef Request req = pending[front]
         front += 1
         if front == len(pending):
             pending.clear()
@@ -365,7 +409,7 @@ cdef class ExchangeMatcher:
         self.front = front
         index = self.by_corr
         if index is not None:
-            corr = req[0]
+            corr = req.correlation_id
             n = index[corr]
             if n == 1:
                 del index[corr]
@@ -373,7 +417,7 @@ cdef class ExchangeMatcher:
                 index[corr] = n - 1
         return req
 
-    cdef bint _waiting(self, corr) except -1:
+    cdef bint _waiting(self, int32_t corr) except -1:
         """Whether a request with this correlation id is in flight: O(1)."""
         cdef Py_ssize_t i
         index = self.by_corr
@@ -381,7 +425,7 @@ cdef class ExchangeMatcher:
             return corr in index
         pending = self.pending
         for i in range(self.front, len(pending)):
-            if pending[i][0] == corr:
+            if (<Request>pending[i]).correlation_id == corr:
                 return True
         return False
 
@@ -403,12 +447,12 @@ cdef class ExchangeMatcher:
         cdef int key_c = -1, ver_c = -1
         cdef bint plain_v1
         cdef list pending
-        cdef tuple req
+        cdef Request req
         out = self.out
-        if len(self.rows) >= out.held_rows:
+        if self._room_wanted(out.held_rows):
             out.make_room()
         if out.tap is not None:
-            out.tap(self.conn_fields[0], True, first_no, last_no, head)
+            out.tap(self.conn.connection_id, True, first_no, last_no, head)
         if self.legacy is not None:
             self.legacy.response(first_ts, first_no, last_ts, last_no, size, head)
             return
@@ -425,29 +469,29 @@ cdef class ExchangeMatcher:
             PyBuffer_Release(&view)
         corr = corr_c
         pending = self.pending
-        if len(pending) == 1 and pending[0][0] == corr:  # the common case: one request in flight
+        if len(pending) == 1 and (<Request>pending[0]).correlation_id == corr_c:  # the common case: one in flight
             req = pending.pop()
             self.by_corr = None
-        elif pending and pending[self.front][0] == corr:
+        elif pending and (<Request>pending[self.front]).correlation_id == corr_c:
             req = self._pop_oldest()
-        elif self._waiting(corr):
+        elif self._waiting(corr_c):
             # Kafka answers in order: everything sent before this one went unanswered
             while True:
                 req = self._pop_oldest()
-                if req[0] == corr:
+                if req.correlation_id == corr_c:
                     break
                 self._settle(req, None)
         else:
             self.orphans += 1
-            self._emit(None, None, corr, None, None, None, first_ts, last_ts, None, size + 4, None, None,
-                       ORPHAN, None, last_no, ORPHAN_AFTER_DROPS_NOTE if self.dropped else ORPHAN_NOTE,
-                       None, None, None)
+            self._row(None, None, corr, None, None, None, first_ts, last_ts, None, size + 4, None, None,
+                      ORPHAN, None, last_no, ORPHAN_AFTER_DROPS_NOTE if self.dropped else ORPHAN_NOTE,
+                      None, None, None)
             return
-        _, key, ver, client_id, rq_first, rq_frame, rq_last, _, rq_size, _, note, rx, bad, recs = req
+        key, ver, client_id, note, rx, recs = req.api_key, req.api_version, req.client_id, req.note, req.body, req.records
         if rx is _UNDEFINED or (key == API_VERSIONS and unsupported):
             self._unread_response(req, first_ts, last_ts, last_no, size, head, lossy)
             return
-        status = MALFORMED if bad else OK
+        status = MALFORMED if req.malformed else OK
         error_code = throttle = None
         x = _NOTHING
         try:
@@ -503,7 +547,7 @@ cdef class ExchangeMatcher:
                     note = _join(note, f"topics: the first {MAX_TOPICS:,} names of request and response kept, "
                                        f"{len(topics) - MAX_TOPICS:,} more left out")
                     topics = topics[:MAX_TOPICS]
-            topics, partition_count, error_count = (*topics,), max(rx.partition_count, x.partition_count), len(x.errors)
+            partition_count, error_count = max(rx.partition_count, x.partition_count), len(x.errors)
             if x.left_out is not None or rx.left_out is not None:  # a limit kept rows out: say which
                 note = _join(note, _left_out_note("request", rx.left_out))
                 note = _join(note, _left_out_note("response", x.left_out))
@@ -515,15 +559,15 @@ cdef class ExchangeMatcher:
                     note = _join(note, "record_count and record_bytes unknown: partitions left out")
         else:  # headers only: what the bodies hold is unknown, not empty
             topics = partition_count = None
-        self.rows.append((*self.conn_fields, key, ver, corr, client_id, rq_first, rq_last, first_ts, last_ts,
-                          rq_size, size + 4, error_code, throttle, status, rq_frame, last_no, note, topics,
-                          partition_count, error_count, record_count, record_bytes, None))
+        self.rows.add(self.conn, key, ver, corr, client_id, req.first_ts, req.last_ts, first_ts, last_ts, req.size,
+                      size + 4, error_code, throttle, status, req.first_no, last_no, note, topics, partition_count,
+                      error_count, record_count, record_bytes, None)
         if x.errors:
             self._emit_errors(req, last_ts, x)
         if key in PARTITION_APIS and (rx.partitions or x.partitions):
             self._emit_partitions(req, last_ts, x.partitions, recs)
 
-    cdef _unread_response(self, tuple req, first_ts, last_ts, last_no, Py_ssize_t size, head, bint lossy):
+    cdef _unread_response(self, Request req, first_ts, last_ts, last_no, Py_ssize_t size, head, bint lossy):
         """The response to a request of an undefined API or version, or an ApiVersions UNSUPPORTED_VERSION.
 
         A broker answers an ApiVersions version it does not support in the v0 layout with UNSUPPORTED_VERSION
@@ -532,7 +576,7 @@ cdef class ExchangeMatcher:
         the v0 layout when that says UNSUPPORTED_VERSION. Any other undefined version has no known layout:
         answered, its errors unknown (status unchecked).
         """
-        _, key, ver, client_id, rq_first, rq_frame, rq_last, _, rq_size, _, note, rx, bad, _ = req
+        key, ver, note = req.api_key, req.api_version, req.note
         out = self.out
         end = len(head)
         x = _NOTHING
@@ -556,13 +600,14 @@ cdef class ExchangeMatcher:
                 x = x._replace(errors=[ErrorEntry("error_code", None, None, error_code, None)])
             if not out.bodies:
                 topics = partition_count = None
-        if bad:
+        if req.malformed:
             status = MALFORMED
             self.malformed += 1
         if lossy:
             note = _join(note, "response bytes lost in capture")
-        self._emit(key, ver, req[0], client_id, rq_first, rq_last, first_ts, last_ts, rq_size, size + 4,
-                   error_code, None, status, rq_frame, last_no, note, topics, partition_count, error_count)
+        self._row(key, ver, req.correlation_id, req.client_id, req.first_ts, req.last_ts, first_ts, last_ts, req.size,
+                  size + 4, error_code, None, status, req.first_no, last_no, note, topics, partition_count,
+                  error_count)
         if x.errors:
             self._emit_errors(req, last_ts, x)
 
@@ -572,7 +617,7 @@ cdef class ExchangeMatcher:
             self.legacy.close(reason)
         while self.pending:
             self._settle(self._pop_oldest(), reason)
-        if len(self.rows) >= self.out.held_rows:
+        if self._room_wanted(self.out.held_rows):
             self.out.make_room()
 
     def forget_in_flight(self):
@@ -608,7 +653,7 @@ cdef class ExchangeMatcher:
         cdef int32_t v, lo, hi
         if not self.pending:
             return -1
-        ids = self.by_corr if self.by_corr is not None else {req[0] for req in self.pending[self.front:]}
+        ids = self.by_corr if self.by_corr is not None else {(<Request>req).correlation_id for req in self.pending[self.front:]}
         lo, hi = min(ids), max(ids)
         PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
         try:
@@ -626,16 +671,16 @@ cdef class ExchangeMatcher:
 
     # -- rows ----------------------------------------------------------------------------------------
 
-    cdef _settle(self, tuple req, note):
-        status = ACKS0 if req[9] else NO_RESPONSE
-        if req[12]:
+    cdef _settle(self, Request req, note):
+        status = ACKS0 if req.acks0 else NO_RESPONSE
+        if req.malformed:
             status = MALFORMED
             self.malformed += 1
         elif status is NO_RESPONSE:
             self.unanswered += 1
-        rx = req[11]
-        note = _join(req[10], note)
-        recs = req[13]
+        rx = req.body
+        note = _join(req.note, note)
+        recs = req.records
         if recs and self.out.verify_crc:
             note = _join(note, self._crc_note(recs))
         if self.out.bodies and rx is not _UNDEFINED:
@@ -648,20 +693,31 @@ cdef class ExchangeMatcher:
             if rx.left_out[0] and recs:
                 totals = _NO_TOTALS
                 note = _join(note, "record_count and record_bytes unknown: partitions left out")
-        self._emit(req[1], req[2], req[0], req[3], req[4], req[6], None, None, req[8],
-                   None, None, None, status, req[5], None, note, topics, partition_count, 0, *totals)
-        if rx.partitions and req[1] in PARTITION_APIS:
-            self._emit_partitions(req, None, [], req[13])
+        self._row(req.api_key, req.api_version, req.correlation_id, req.client_id, req.first_ts, req.last_ts, None,
+                  None, req.size, None, None, None, status, req.first_no, None, note, topics, partition_count, 0,
+                  totals[0], totals[1])
+        if rx.partitions and req.api_key in PARTITION_APIS:
+            self._emit_partitions(req, None, [], recs)
 
-    def _emit(self, api_key, api_version, corr, client_id, rq_first, rq_last, rs_first, rs_last, rq_size,
-              rs_size, error_code, throttle, status, rq_frame, rs_frame, note, topics, partition_count,
+    cdef bint _room_wanted(self, Py_ssize_t held_rows) noexcept:
+        """Some table holds its batch of rows, or so much text that it must be drained first."""
+        return (self.rows.rows >= held_rows or self.partitions.rows >= held_rows or self.errors.rows >= held_rows
+                or self.rows.full() or self.partitions.full() or self.errors.full())
+
+    cdef _row(self, api_key, api_version, corr, client_id, rq_first, rq_last, rs_first, rs_last, rq_size,
+              rs_size, error_code, throttle, str status, rq_frame, rs_frame, note, topics, partition_count,
               error_count, record_count=None, record_bytes=None, api_name=None):
-        # Topics as a tuple: a row of only ints, strings and tuples of them drops out of the garbage
-        # collector's view, which otherwise walks every row waiting for the next batch again and again.
-        self.rows.append((*self.conn_fields, api_key, api_version, corr, client_id, rq_first, rq_last,
-                          rs_first, rs_last, rq_size, rs_size, error_code, throttle, status, rq_frame,
-                          rs_frame, note, topics if topics is None else (*topics,), partition_count, error_count,
-                          record_count, record_bytes, api_name))
+        self.rows.add(self.conn, api_key, api_version, corr, client_id, rq_first, rq_last, rs_first, rs_last,
+                      rq_size, rs_size, error_code, throttle, status, rq_frame, rs_frame, note, topics,
+                      partition_count, error_count, record_count, record_bytes, api_name)
+
+    def emit(self, *, api_name, request_first_ts, request_last_ts, response_first_ts, response_last_ts,
+             request_size, response_size, status, request_frame, response_frame, note, topics, partition_count,
+             error_code=None, error_count=0):
+        """An exchange row of a connection that speaks Kafka 0.7 (no api key, version or correlation id)."""
+        self._row(None, None, None, None, request_first_ts, request_last_ts, response_first_ts, response_last_ts,
+                  request_size, response_size, error_code, None, status, request_frame, response_frame, note,
+                  topics, partition_count, error_count, None, None, api_name)
 
     def _crc_note(self, recs):
         return _m.crc_note(recs, self.out.topic_names)
@@ -681,28 +737,31 @@ cdef class ExchangeMatcher:
                     found[p[:2]] = records_summary(head, at, p[-1] if p[-1] < length else length, verify_crc,
                                                    limits)
             return found
-        return _m.record_rows(o, self.conn_fields[0], head, x, corr, key, ver, client_id, ts)
+        return _m.record_rows(o, self.conn.connection_id, head, x, corr, key, ver, client_id, ts)
 
-    cdef _emit_errors(self, tuple req, rs_last, x):
-        """One row per non-zero error field (tables.ERROR_ROW_FIELDS order)."""
-        head = (self.conn_fields[0], req[0], req[1], req[2], req[3], rs_last)
-        out = self.out
-        append = out.errors.append
+    cdef _emit_errors(self, Request req, rs_last, x):
+        """One row per non-zero error field (an ErrorEntry)."""
+        cdef ErrorColumns errors = self.errors
+        cdef int64_t connection_id = self.conn.connection_id
+        corr, key, ver, client_id = req.correlation_id, req.api_key, req.api_version, req.client_id
         for e in x.errors:
-            append((*head, e.field_path, e.topic, e.partition, e.error_code, e.error_message))
-        if len(out.errors) >= out.held_rows:
+            errors.add(connection_id, corr, key, ver, client_id, rs_last, e)
+        out = self.out
+        if self._room_wanted(out.held_rows):
             out.make_room()
 
-    cdef _emit_partitions(self, tuple req, rs_last, list answered, recs):
-        """One row per topic-partition, request and response entries paired: (head, asked, answered,
-        summary), the pieces tables.PARTITION_ROW_FIELDS are read from (see tables.partitions_batch)."""
-        cdef list asked = req[11].partitions
-        head = (self.conn_fields[0], req[0], req[1], req[2], req[3], req[6], rs_last)
+    cdef _emit_partitions(self, Request req, rs_last, list answered, recs):
+        """One row per topic-partition, the request's and the response's entries of it paired, with the
+        summary of its records field (see analyzer.tables._columns.PartitionColumns)."""
+        cdef list asked = req.body.partitions
+        cdef PartitionColumns partitions = self.partitions
+        cdef int64_t connection_id = self.conn.connection_id
+        corr, key, ver, client_id, rq_last = req.correlation_id, req.api_key, req.api_version, req.client_id, req.last_ts
         out = self.out
-        append = out.partitions.append
         if len(asked) == 1 and len(answered) == 1 and asked[0][:2] == answered[0][:2]:
             rq = asked[0]  # the common case: one partition, asked and answered
-            append((head, rq, answered[0], recs.get(rq[:2]) if recs else None))
+            partitions.add(connection_id, corr, key, ver, client_id, rq_last, rs_last, rq, answered[0],
+                           recs.get(rq[:2]) if recs else None)
             return
         merged = {}
         for p in asked:
@@ -711,7 +770,8 @@ cdef class ExchangeMatcher:
             slot = merged.setdefault(p[:2], [None, None])
             if slot[1] is None:
                 slot[1] = p
-        for key, (rq, rs) in merged.items():
-            append((head, rq, rs, recs.get(key) if recs else None))
-        if len(out.partitions) >= out.held_rows:
+        for where, (rq, rs) in merged.items():
+            partitions.add(connection_id, corr, key, ver, client_id, rq_last, rs_last, rq, rs,
+                           recs.get(where) if recs else None)
+        if self._room_wanted(out.held_rows):
             out.make_room()

@@ -152,9 +152,9 @@ class Connection:
         if self.syn_ts >= 0 and self.handshake_ts < 0:  # the handshake's last ACK is still to come
             return False
         m = self.matcher
-        if any(req[5] <= boundary for req in m.in_flight()):  # 5: the request's first packet number
+        if any(req.first_no <= boundary for req in m.in_flight()):
             return False
-        if m.legacy is not None and any(req[2] <= boundary for req in m.legacy.pending):
+        if m.legacy is not None and any(req.first_no <= boundary for req in m.legacy.pending):
             return False
         for half in (self.to_broker, self.to_client):
             if half.ooo:

@@ -15,11 +15,23 @@ requests.
 from __future__ import annotations
 
 from collections import deque
+from typing import NamedTuple
 
 from dissectors.kafka.legacy07 import Legacy07Error, Request07, decode_07_request, decode_07_response
 
 NOTE = "Kafka 0.7 (no correlation id): matched by order"
 DROPPED_ANSWER_NOTE = f"{NOTE}; the answer to a request dropped over the in-flight limit"
+
+
+class Pending07(NamedTuple):
+    """A 0.7 request waiting for its response."""
+
+    request: Request07
+    first_ts: int
+    first_no: int
+    last_ts: int
+    last_no: int
+    size: int  # frame bytes, the size prefix included
 
 
 class Legacy07Matcher:
@@ -29,7 +41,7 @@ class Legacy07Matcher:
 
     def __init__(self, owner) -> None:
         self.owner = owner  # the ExchangeMatcher: its counters and row writer
-        self.pending: deque[tuple[Request07, int, int, int, int, int]] = deque()
+        self.pending: deque[Pending07] = deque()
         self.answers_dropped = 0  # responses still to come for requests dropped over MAX_IN_FLIGHT
 
     def request(self, first_ts: int, first_no: int, last_ts: int, last_no: int, size: int, head) -> None:
@@ -45,7 +57,7 @@ class Legacy07Matcher:
             self._row(r.name, first_ts, last_ts, None, None, size + 4, None, "acks0", first_no, None,
                       f"{NOTE}; {r.name} has no response in 0.7", r.topics, len(r.partitions))
             return
-        self.pending.append((r, first_ts, first_no, last_ts, last_no, size + 4))
+        self.pending.append(Pending07(r, first_ts, first_no, last_ts, last_no, size + 4))
         if len(self.pending) > self.owner.out.max_in_flight:
             self.owner.dropped += 1
             self.owner.out.requests_dropped += 1
@@ -62,7 +74,8 @@ class Legacy07Matcher:
             self._row(None, None, None, first_ts, last_ts, None, size + 4, "orphan_response", None, last_no,
                       note, [], 0)
             return
-        r, rq_first, rq_no, rq_last, _, rq_size = self.pending.popleft()
+        waiting = self.pending.popleft()
+        r = waiting.request
         status, note, error = "ok", NOTE, None
         try:
             resp = decode_07_response(head, 4, len(head), r, size=size)
@@ -72,22 +85,23 @@ class Legacy07Matcher:
         except Legacy07Error as exc:
             self.owner.malformed += 1
             status, note = "malformed", f"{NOTE}; response: {exc}"
-        self._row(r.name, rq_first, rq_last, first_ts, last_ts, rq_size, size + 4, status, rq_no, last_no, note,
-                  r.topics, len(r.partitions), error)
+        self._row(r.name, waiting.first_ts, waiting.last_ts, first_ts, last_ts, waiting.size, size + 4, status,
+                  waiting.first_no, last_no, note, r.topics, len(r.partitions), error)
 
     def close(self, reason: str | None) -> None:
         note = NOTE if reason is None else f"{NOTE}; {reason}"
         while self.pending:
             self._unanswered(self.pending.popleft(), note)
 
-    def _unanswered(self, request: tuple, note: str) -> None:
-        r, rq_first, rq_no, rq_last, _, rq_size = request
+    def _unanswered(self, waiting: Pending07, note: str) -> None:
+        r = waiting.request
         self.owner.unanswered += 1
-        self._row(r.name, rq_first, rq_last, None, None, rq_size, None, "no_response", rq_no, None, note,
-                  r.topics, len(r.partitions))
+        self._row(r.name, waiting.first_ts, waiting.last_ts, None, None, waiting.size, None, "no_response",
+                  waiting.first_no, None, note, r.topics, len(r.partitions))
 
     def _row(self, name, rq_first, rq_last, rs_first, rs_last, rq_size, rs_size, status, rq_frame, rs_frame,
              note, topics, partition_count, error_code=None) -> None:
-        self.owner._emit(None, None, None, None, rq_first, rq_last, rs_first, rs_last, rq_size, rs_size,
-                         error_code, None, status, rq_frame, rs_frame, note, topics, partition_count,
-                         1 if error_code else 0, api_name=name)
+        self.owner.emit(api_name=name, request_first_ts=rq_first, request_last_ts=rq_last, response_first_ts=rs_first,
+                        response_last_ts=rs_last, request_size=rq_size, response_size=rs_size, status=status,
+                        request_frame=rq_frame, response_frame=rs_frame, note=note, topics=topics,
+                        partition_count=partition_count, error_code=error_code, error_count=1 if error_code else 0)

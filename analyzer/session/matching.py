@@ -10,8 +10,8 @@ Each body is run through the extraction mode of the schema decoder once, when it
 request's result waits in the in-flight entry, the response's joins it, and the pair becomes one exchange
 row plus its error rows and (for the partition APIs) one row per topic-partition.
 
-Rows are plain tuples in the orders the ``tables`` module names; derived columns (api and error names,
-latency, topic names for topic ids, the capture file) are computed per batch, in Arrow, not per row here.
+Rows are written field by field into the tables' column buffers (:mod:`analyzer.tables._columns`); derived
+columns (api and error names, latency, the capture file) are computed per batch, in Arrow, not per row here.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from itertools import islice
 
+from analyzer.tables._columns import ErrorColumns, ExchangeColumns, PartitionColumns
 from dissectors.kafka.extract import (
     MAX_ERROR_ROWS,
     MAX_PARTITION_ROWS,
@@ -59,9 +60,6 @@ UNCHECKED = "unchecked"
 
 API_VERSIONS = 18
 UNSUPPORTED_VERSION = 35
-
-# Fields of an in-flight request (a tuple, cheap to build and to keep).
-_CORR, _KEY, _VER, _CLIENT, _FTS, _FNO, _LTS, _LNO, _SIZE, _ACKS0, _NOTE, _X, _BAD, _RECS = range(14)
 
 _NOTHING = Extracted([], 0, [], None, None, [], None, None, False)
 # The in-flight entry's extraction result for a request of an API or version no known release defines: its
@@ -148,9 +146,10 @@ class Outputs:
         self.tap = None
         # The TLS session secrets (analyzer.tls.keylog.KeyLog) TLS connections are decrypted with; None: none.
         self.tls_keys = None
-        self.exchanges: list[tuple] = []
-        self.errors: list[tuple] = []
-        self.partitions: list[tuple] = []
+        # The rows, in column buffers the matchers fill in C (drained by the owner, never replaced).
+        self.exchanges = ExchangeColumns()
+        self.errors = ErrorColumns()
+        self.partitions = PartitionColumns()
         self.topic_names: dict[bytes, str] = {}  # topic id -> name, from Metadata responses
         # Requests held in flight per connection (checked once the queue outgrows a scan: never below that).
         self.max_in_flight = max(max_in_flight, SCAN_IN_FLIGHT)
@@ -171,7 +170,8 @@ class Outputs:
         n = self.held_rows
         if self.drain is not None and (len(self.exchanges) >= n or len(self.errors) >= n
                                        or len(self.partitions) >= n
-                                       or (self.records is not None and len(self.records) >= n)):
+                                       or (self.records is not None and len(self.records) >= n)
+                                       or self.exchanges.is_full or self.errors.is_full or self.partitions.is_full):
             self.drain()
 
 

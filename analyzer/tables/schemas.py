@@ -1,8 +1,9 @@
-"""The output tables: one place for their Arrow schemas, column documentation and row-to-batch conversion.
+"""The output tables: one place for their Arrow schemas, column documentation and column-to-batch conversion.
 
-The core hands over rows as plain tuples (cheap to build per exchange); this module turns a list of them into
-an Arrow record batch column by column and adds the derived columns (names, latency, capture file) with
-vectorised lookups, so per-row Python work stays in the core's tuple building only.
+The core writes the rows of exchanges, errors and partitions straight into column buffers
+(:mod:`analyzer.tables._columns`), whose drain gives one Arrow array per row field; this module makes a record
+batch of them and adds the derived columns (names, latency, capture file) with vectorised lookups, so no Python
+object is made per row or value. Record rows still come as Python values (``records_batch``).
 Timestamps are ``timestamp[us, UTC]`` because Spark cannot read nanosecond Parquet timestamps.
 """
 
@@ -89,7 +90,7 @@ EXCHANGES_SCHEMA = pa.schema([
     _f("record_bytes", pa.int64(), "Bytes of the records fields (on the wire, compressed) of those partitions."),
 ])
 
-# The order of the tuples the core builds (see analyzer.session.matching); the other columns are derived.
+# The fields of a row as the core writes it (see analyzer.session.matching); the other columns are derived.
 EXCHANGE_ROW_FIELDS = (
     "connection_id", "client_ip", "client_port", "broker_ip", "broker_port", "api_key", "api_version",
     "correlation_id", "client_id", "request_first_ts", "request_last_ts", "response_first_ts",
@@ -269,14 +270,8 @@ PARTITION_ROW_FIELDS = (
     "truncated_batches", "crc_failures",
 )
 
-# The core hands over a partition row as four pieces, (head, asked, answered, summary), so that building it
-# copies nothing per partition: head is the exchange's keys (shared by its partitions), asked and answered
-# the request's and response's PartitionEntry of the topic-partition (or None), summary the records field's
-# summary (or None). Arrow reads the pieces as nested structs; the flat columns are taken from them.
-PARTITION_HEAD_FIELDS = PARTITION_ROW_FIELDS[:7]
-PARTITION_SIDE_FIELDS = ("topic", "partition", "error_code", *PARTITION_OFFSET_FIELDS, "records_offset",
-                         "record_bytes")
-"""The fields of a PartitionEntry (dissectors.kafka.extract), in its order."""
+# A partition row is written from the exchange's keys, the request's and the response's PartitionEntry of the
+# topic-partition and the records field's summary (see analyzer.tables._columns.PartitionColumns).
 RECORD_SUMMARY_FIELDS = PARTITION_ROW_FIELDS[-13:]
 """The fields of a records summary (dissectors.kafka.records.summary), in its order."""
 
@@ -298,7 +293,7 @@ def _columns(rows: list[tuple], fields: tuple[str, ...], types: dict[str, pa.Dat
 # Capture times: integer nanoseconds in the core's rows, unbounded Python ints (a pcapng clock may say 2300
 # or carry an offset of -2^62 s). int64 nanoseconds end in 1677 and 2262, timestamp[us] some 290,000 years
 # either side of 1970; what lies beyond that is null, with a note where the table has one.
-_CAPTURE_TIME_FIELDS = frozenset(("request_first_ts", "request_last_ts", "response_first_ts", "response_last_ts",
+CAPTURE_TIME_FIELDS = frozenset(("request_first_ts", "request_last_ts", "response_first_ts", "response_last_ts",
                                   "frame_ts", "first_ts", "last_ts"))
 _INT64 = range(-(1 << 63), 1 << 63)
 _MS_IN_US = range(-(1 << 63) // 1000, ((1 << 63) - 1) // 1000 + 1)  # milliseconds timestamp[us] holds
@@ -309,7 +304,7 @@ def _far_columns(rows: list[tuple], fields: tuple[str, ...], types: dict[str, pa
     """_columns for rows holding a capture time outside int64 nanoseconds (rare: a bit flip or a clock
     gone wrong), gone over in Python: the capture time columns come back as timestamp[us, UTC], each
     time truncated to the microsecond exactly as _ts does, null where even microseconds overflow."""
-    stamped = [i for i, name in enumerate(fields) if name in _CAPTURE_TIME_FIELDS]
+    stamped = [i for i, name in enumerate(fields) if name in CAPTURE_TIME_FIELDS]
     near = [row if all(row[i] is None or row[i] in _INT64 for i in stamped)
             else tuple(None if i in stamped else v for i, v in enumerate(row)) for row in rows]
     cols = dict(zip(fields, pa.array(near, pa.struct([pa.field(n, types[n]) for n in fields])).flatten(),
@@ -344,10 +339,23 @@ def _latency_ms(request_last: pa.Array, response_last: pa.Array) -> pa.Array:
     return pc.divide(pc.subtract_checked(response_last, request_last).cast(pa.float64(), safe=False), 1e6)
 
 
-def _exact_latency_ms(rows: list[tuple], request_last: int, response_last: int) -> pa.Array:
+def _exact_latency_ms(request_last: list, response_last: list) -> pa.Array:
     """Latency of each row from its exact integers (Python's int / int rounds once, correctly)."""
-    return pa.array([None if row[request_last] is None or row[response_last] is None
-                     else (row[response_last] - row[request_last]) / 1_000_000 for row in rows], pa.float64())
+    return pa.array([None if rq is None or rs is None else (rs - rq) / 1_000_000
+                     for rq, rs in zip(request_last, response_last, strict=True)], pa.float64())
+
+
+def _exact_stamps(cols: dict) -> dict[str, list] | None:
+    """With some capture time beyond int64 ns (a column the drain gave as a list of Python ints), every capture
+    time column becomes timestamp[us, UTC], each time truncated exactly as _ts does (null where even
+    microseconds overflow), and their exact values are returned by name; None when all are int64 ns."""
+    stamped = [name for name in cols if name in CAPTURE_TIME_FIELDS]
+    if not any(isinstance(cols[name], list) for name in stamped):
+        return None
+    exact = {name: cols[name] if isinstance(cols[name], list) else cols[name].to_pylist() for name in stamped}
+    for name in stamped:
+        cols[name] = _exact_ts(exact[name])
+    return exact
 
 
 def _row_types(fields: tuple[str, ...], schema: pa.Schema) -> dict[str, pa.DataType]:
@@ -364,73 +372,18 @@ def _row_types(fields: tuple[str, ...], schema: pa.Schema) -> dict[str, pa.DataT
     return types
 
 
-_ROW_TYPES = {fields: _row_types(fields, schema) for fields, schema in (
+ROW_TYPES = {fields: _row_types(fields, schema) for fields, schema in (
     (EXCHANGE_ROW_FIELDS, EXCHANGES_SCHEMA), (ERROR_ROW_FIELDS, ERRORS_SCHEMA),
     (PARTITION_ROW_FIELDS, PARTITIONS_SCHEMA), (RECORD_ROW_FIELDS, RECORDS_SCHEMA))}
 
 
 def _topic_column(values: pa.Array, topics, topic_names: dict[bytes, str]) -> pa.Array:
-    """The topic column as text: names as they are; when some row names its topic by id (bytes), every
-    topic goes through topic_text (Metadata names, else the UUID form). ``topics()`` iterates over the rows'
-    topic values (the ``values`` as Python objects)."""
-    plain = pa.list_(pa.string()) if pa.types.is_list(values.type) else pa.string()
-    if pa.types.is_list(values.type):
-        if bytes not in set(map(type, chain.from_iterable(filter(None, topics())))):
-            return values.cast(plain)
-        return pa.array([_topic_list(t, topic_names) for t in topics()], plain)
+    """The topic column of record rows as text: names as they are; when some row names its topic by id
+    (bytes), every topic goes through topic_text (Metadata names, else the UUID form). ``topics()`` iterates
+    over the rows' topic values (the ``values`` as Python objects)."""
     if bytes not in set(map(type, topics())):
-        return values.cast(plain)
-    return pa.array([topic_text(t, topic_names) for t in topics()], plain)
-
-
-def _partition_row_type() -> pa.StructType:
-    types = _ROW_TYPES[PARTITION_ROW_FIELDS]
-    side = pa.struct([pa.field(name, types[f"asked_{name}"] if name in PARTITION_OFFSET_FIELDS else
-                               types["request_record_bytes"] if name in ("records_offset", "record_bytes") else
-                               types[name]) for name in PARTITION_SIDE_FIELDS])
-    return pa.struct([
-        pa.field("head", pa.struct([pa.field(name, types[name]) for name in PARTITION_HEAD_FIELDS])),
-        pa.field("asked", side),
-        pa.field("answered", side),
-        pa.field("summary", pa.struct([pa.field(name, types[name]) for name in RECORD_SUMMARY_FIELDS])),
-    ])
-
-
-_PARTITION_ROW_TYPE = _partition_row_type()
-
-
-def _partition_columns(rows: list[tuple]) -> dict[str, pa.Array]:
-    """The flat PARTITION_ROW_FIELDS columns of partition rows given as (head, asked, answered, summary):
-    topic and partition from the side that has them (both name the same one), the error from the response,
-    each side's offsets and record bytes in its own columns."""
-    try:
-        head, asked, answered, summary = pa.array(rows, _PARTITION_ROW_TYPE).flatten()
-        cols = dict(zip(PARTITION_HEAD_FIELDS, head.flatten(), strict=True))
-    except OverflowError:  # a capture time beyond int64 ns in some head (see _far_columns)
-        heads = [row[0] for row in rows]
-        _, asked, answered, summary = pa.array([(None, *row[1:]) for row in rows], _PARTITION_ROW_TYPE).flatten()
-        cols = _far_columns(heads, PARTITION_HEAD_FIELDS, _ROW_TYPES[PARTITION_ROW_FIELDS])
-    rq = dict(zip(PARTITION_SIDE_FIELDS, asked.flatten(), strict=True))
-    rs = dict(zip(PARTITION_SIDE_FIELDS, answered.flatten(), strict=True))
-    cols["topic"] = pc.coalesce(rs["topic"], rq["topic"])
-    cols["partition"] = pc.coalesce(rs["partition"], rq["partition"])
-    cols["error_code"] = rs["error_code"]
-    for name in PARTITION_OFFSET_FIELDS:
-        cols[f"asked_{name}"] = rq[name]
-        cols[f"answered_{name}"] = rs[name]
-    cols["request_record_bytes"] = rq["record_bytes"]
-    cols["response_record_bytes"] = rs["record_bytes"]
-    cols.update(zip(RECORD_SUMMARY_FIELDS, summary.flatten(), strict=True))
-    return cols
-
-
-def _partition_topics(rows: list[tuple]):
-    """The topic values of partition rows, in order (each row's answered side, else its asked side)."""
-    return lambda: map(itemgetter(0), map(_side, rows))
-
-
-def _side(row: tuple) -> tuple:
-    return row[2] or row[1]
+        return values.cast(pa.string())
+    return pa.array([topic_text(t, topic_names) for t in topics()], pa.string())
 
 
 def _ms_to_ts(ms: pa.Array) -> pa.Array:
@@ -457,11 +410,10 @@ def _data_age_ms(response_last: pa.Array, first_ms: pa.Array) -> pa.Array:
     return pc.add(whole, pc.divide(rest_ns.cast(pa.float64()), 1e6))
 
 
-def _rows_batch(cols: dict[str, pa.Array], topics, n: int, schema: pa.Schema, capture_file: str,
-                topic_names: dict[bytes, str]) -> pa.RecordBatch:
-    """The columns of n rows of errors, partitions or records to a batch: the exchange keys' names and the
-    topic texts derived here (``topics()``: the rows' topic values, see _topic_column)."""
-    cols["topic"] = _topic_column(cols["topic"], topics, topic_names)
+def _rows_batch(cols: dict[str, pa.Array], n: int, schema: pa.Schema, capture_file: str) -> pa.RecordBatch:
+    """The columns of n rows of errors, partitions or records (topics as text) to a batch: the exchange keys'
+    names and the other derived columns are made here."""
+    _exact_stamps(cols)
     api_key = cols["api_key"]
     if "timestamp" in cols and "offset" in cols and "key_size" in cols:  # records: ms, negative for none
         ms = cols["timestamp"]
@@ -503,13 +455,15 @@ def _rows_batch(cols: dict[str, pa.Array], topics, n: int, schema: pa.Schema, ca
 
 def _flat_rows_batch(rows: list[tuple], fields: tuple[str, ...], schema: pa.Schema, capture_file: str,
                      topic_names: dict[bytes, str]) -> pa.RecordBatch:
-    cols = _columns(rows, fields, _ROW_TYPES[fields])
+    cols = _columns(rows, fields, ROW_TYPES[fields])
     topics = partial(map, itemgetter(fields.index("topic")), rows)
-    return _rows_batch(cols, topics, len(rows), schema, capture_file, topic_names)
+    cols["topic"] = _topic_column(cols["topic"], topics, topic_names)
+    return _rows_batch(cols, len(rows), schema, capture_file)
 
 
-def errors_batch(rows: list[tuple], capture_file: str, topic_names: dict[bytes, str]) -> pa.RecordBatch:
-    return _flat_rows_batch(rows, ERROR_ROW_FIELDS, ERRORS_SCHEMA, capture_file, topic_names)
+def errors_batch(cols: dict, capture_file: str) -> pa.RecordBatch:
+    """The errors' columns (an analyzer.tables._columns.ErrorColumns drained) to one batch of ERRORS_SCHEMA."""
+    return _rows_batch(cols, len(cols["connection_id"]), ERRORS_SCHEMA, capture_file)
 
 
 def records_batch(rows, capture_file: str, topic_names: dict[bytes, str]) -> pa.RecordBatch:
@@ -517,7 +471,7 @@ def records_batch(rows, capture_file: str, topic_names: dict[bytes, str]) -> pa.
     list of whole RECORD_ROW_FIELDS tuples."""
     if isinstance(rows, list):
         return _flat_rows_batch(rows, RECORD_ROW_FIELDS, RECORDS_SCHEMA, capture_file, topic_names)
-    types = _ROW_TYPES[RECORD_ROW_FIELDS]
+    types = ROW_TYPES[RECORD_ROW_FIELDS]
     shared, own = RECORD_ROW_FIELDS[:8], RECORD_ROW_FIELDS[8:]
     cols = _columns(rows.records, own, types)
     heads = _columns(rows.heads, shared, types)
@@ -527,13 +481,14 @@ def records_batch(rows, capture_file: str, topic_names: dict[bytes, str]) -> pa.
     def topics():
         return chain.from_iterable(map(repeat, map(itemgetter(6), rows.heads), rows.counts))
 
-    return _rows_batch(cols, topics, len(rows.records), RECORDS_SCHEMA, capture_file, topic_names)
+    cols["topic"] = _topic_column(cols["topic"], topics, topic_names)
+    return _rows_batch(cols, len(rows.records), RECORDS_SCHEMA, capture_file)
 
 
-def partitions_batch(rows: list[tuple], capture_file: str, topic_names: dict[bytes, str]) -> pa.RecordBatch:
-    """Partition rows, given as (head, asked, answered, summary): see _partition_columns."""
-    return _rows_batch(_partition_columns(rows), _partition_topics(rows), len(rows), PARTITIONS_SCHEMA,
-                       capture_file, topic_names)
+def partitions_batch(cols: dict, capture_file: str) -> pa.RecordBatch:
+    """The partitions' columns (an analyzer.tables._columns.PartitionColumns drained) to one batch of
+    PARTITIONS_SCHEMA: each offset from the response, else the request; lag, ratio and age derived."""
+    return _rows_batch(cols, len(cols["connection_id"]), PARTITIONS_SCHEMA, capture_file)
 
 _API_NAMES = pa.array([a.name if a is not None else None for a in API_BY_KEY], pa.string())
 
@@ -576,24 +531,25 @@ def _lookup_names(keys: pa.Array, names: pa.Array, shift: int) -> pa.Array:
     return pc.take(names, safe)
 
 
-def exchanges_batch(rows: list[tuple], capture_file: str, topic_names: dict[bytes, str]) -> pa.RecordBatch:
-    """Rows from analyzer.session.matching to one record batch of EXCHANGES_SCHEMA."""
-    c = _columns(rows, EXCHANGE_ROW_FIELDS, _ROW_TYPES[EXCHANGE_ROW_FIELDS])
+def exchanges_batch(c: dict, capture_file: str) -> pa.RecordBatch:
+    """The exchanges' columns (an analyzer.tables._columns.ExchangeColumns drained) to one record batch of
+    EXCHANGES_SCHEMA."""
     api_key = c["api_key"]
     error_code = c["error_code"]
+    note = c["note"]
+    exact = _exact_stamps(c)
     rq_last = c["request_last_ts"]
     rs_last = c["response_last_ts"]
-    note = c["note"]
-    if rq_last.type == TS:  # some capture time beyond int64 ns (see _far_columns): exact, in Python
-        latency = _exact_latency_ms(rows, *_EXCHANGE_LAST_TS)
-        note = _far_time_notes(rows, note)
+    if exact is not None:  # some capture time beyond int64 ns: exact, in Python
+        latency = _exact_latency_ms(exact["request_last_ts"], exact["response_last_ts"])
+        note = _far_time_notes(exact, note)
     else:
         try:
             latency = _latency_ms(rq_last, rs_last)
         except pa.ArrowInvalid:  # the two times are centuries apart: the difference overflows int64 ns
-            latency = _exact_latency_ms(rows, *_EXCHANGE_LAST_TS)
+            latency = _exact_latency_ms(rq_last.to_pylist(), rs_last.to_pylist())
     arrays = [
-        _repeat(capture_file, len(rows)),
+        _repeat(capture_file, len(api_key)),
         c["connection_id"],
         c["client_ip"],
         c["client_port"],
@@ -618,7 +574,7 @@ def exchanges_batch(rows: list[tuple], capture_file: str, topic_names: dict[byte
         c["request_frame"],
         c["response_frame"],
         note,
-        _topic_column(c["topics"], partial(map, itemgetter(EXCHANGE_ROW_FIELDS.index("topics")), rows), topic_names),
+        c["topics"],
         c["partition_count"],
         c["error_count"],
         c["record_count"],
@@ -627,15 +583,12 @@ def exchanges_batch(rows: list[tuple], capture_file: str, topic_names: dict[byte
     return pa.RecordBatch.from_arrays(arrays, schema=EXCHANGES_SCHEMA)
 
 
-_EXCHANGE_LAST_TS = (EXCHANGE_ROW_FIELDS.index("request_last_ts"), EXCHANGE_ROW_FIELDS.index("response_last_ts"))
-_EXCHANGE_TS = tuple(i for i, name in enumerate(EXCHANGE_ROW_FIELDS) if name in _CAPTURE_TIME_FIELDS)
-
-
-def _far_time_notes(rows: list[tuple], notes: pa.Array) -> pa.Array:
-    """Each row's note, with FAR_TIME_NOTE added to the rows whose capture times are left null."""
+def _far_time_notes(exact: dict[str, list], notes: pa.Array) -> pa.Array:
+    """Each row's note, with FAR_TIME_NOTE added to the rows whose capture times are left null (``exact``: the
+    capture time columns' exact values, by name)."""
     out = notes.to_pylist()
-    for i, row in enumerate(rows):
-        if _far_time_lost(*(row[j] for j in _EXCHANGE_TS)):
+    for i, times in enumerate(zip(*exact.values(), strict=True)):
+        if _far_time_lost(*times):
             out[i] = FAR_TIME_NOTE if out[i] is None else f"{out[i]}; {FAR_TIME_NOTE}"
     return pa.array(out, pa.string())
 
@@ -650,15 +603,6 @@ def topic_text(topic: str | bytes | None, topic_names: dict[bytes, str]) -> str 
         return topic
     name = topic_names.get(topic)
     return name if name is not None else str(uuid.UUID(bytes=bytes(topic)))
-
-
-def _topic_list(topics: list, topic_names: dict[bytes, str]) -> list[str | None]:
-    if not topics:
-        return topics
-    for t in topics:
-        if t.__class__ is not str:
-            return [topic_text(t, topic_names) for t in topics]
-    return topics
 
 
 _CONN_TYPES = {f.name: f.type for f in CONNECTIONS_SCHEMA}

@@ -1,0 +1,930 @@
+# cython: language_level=3
+"""Column buffers (see the .pxd): the session layer adds rows in C, ``Table.drain`` turns them into Arrow arrays.
+
+Why: a row as a Python tuple costs an object per row and per value, and Arrow's converter then walks them all
+again; here each value goes from the matcher's hands into its column's typed buffer once, and draining wraps the
+buffers as they are (``pa.Array.from_buffers``, zero-copy: a ``Block`` owns the memory and frees it when Arrow
+lets go).
+
+Values are converted as Arrow's own converter would: None is null, an int out of the column's range raises
+OverflowError. Capture times are the exception: beyond int64 nanoseconds they are kept exactly (see
+StampColumn), since the tables layer gives them an exact treatment of their own.
+"""
+
+cimport cython
+from cpython.buffer cimport PyBuffer_FillInfo
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.float cimport PyFloat_AsDouble
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.mem cimport PyMem_RawFree, PyMem_RawRealloc
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport INT32_MAX, int8_t, int16_t, int32_t, int64_t, uint8_t
+from libc.string cimport memcpy
+
+import pyarrow as pa
+
+from analyzer.tables.schemas import (
+    CAPTURE_TIME_FIELDS,
+    ERROR_ROW_FIELDS,
+    EXCHANGE_ROW_FIELDS,
+    PARTITION_OFFSET_FIELDS,
+    PARTITION_ROW_FIELDS,
+    RECORD_SUMMARY_FIELDS,
+    ROW_TYPES,
+)
+from dissectors.kafka.extract_rules import ErrorEntry, PartitionEntry
+
+cdef extern from "Python.h":
+    const char* PyUnicode_AsUTF8AndSize(object text, Py_ssize_t* size) except NULL
+
+cdef enum:
+    FIRST_CAP = 256
+
+# A string column holding this much text asks for a drain (its offsets are int32); the string columns (of any
+# table) holding that much: while none does, no table need look.
+cdef Py_ssize_t full_bytes = 1 << 30
+cdef Py_ssize_t big_columns = 0
+
+
+def set_full_bytes(Py_ssize_t n) -> int:
+    """Set the text a string column holds before its table asks for a drain (tests make it small); returns the
+    previous value. Only between analyses: the columns are weighed again as they fill."""
+    global full_bytes
+    previous, full_bytes = full_bytes, max(n, 1)
+    return previous
+
+# Where a PartitionEntry and an ErrorEntry hold what the rows take (checked by name, not assumed).
+cdef Py_ssize_t P_TOPIC = PartitionEntry._fields.index("topic")
+cdef Py_ssize_t P_PARTITION = PartitionEntry._fields.index("partition")
+cdef Py_ssize_t P_ERROR_CODE = PartitionEntry._fields.index("error_code")
+cdef Py_ssize_t P_OFFSETS = PartitionEntry._fields.index(PARTITION_OFFSET_FIELDS[0])
+cdef Py_ssize_t P_RECORD_BYTES = PartitionEntry._fields.index("record_bytes")
+cdef Py_ssize_t P_FIELDS = len(PartitionEntry._fields)
+cdef Py_ssize_t N_OFFSETS = len(PARTITION_OFFSET_FIELDS)
+cdef Py_ssize_t N_SUMMARY = len(RECORD_SUMMARY_FIELDS)
+if PartitionEntry._fields[P_OFFSETS:P_OFFSETS + N_OFFSETS] != PARTITION_OFFSET_FIELDS:
+    raise ImportError("PartitionEntry's offsets are not in PARTITION_OFFSET_FIELDS order")
+cdef Py_ssize_t E_FIELD_PATH = ErrorEntry._fields.index("field_path")
+cdef Py_ssize_t E_TOPIC = ErrorEntry._fields.index("topic")
+cdef Py_ssize_t E_PARTITION = ErrorEntry._fields.index("partition")
+cdef Py_ssize_t E_ERROR_CODE = ErrorEntry._fields.index("error_code")
+cdef Py_ssize_t E_ERROR_MESSAGE = ErrorEntry._fields.index("error_message")
+cdef Py_ssize_t E_FIELDS = len(ErrorEntry._fields)
+
+
+# -- buffers ---------------------------------------------------------------------------------------------------
+
+cdef int grow(Buf* b, Py_ssize_t need) except -1:
+    """Room for ``need`` bytes. The raw allocator (malloc's alignment, 16 bytes, more than any value here
+    needs) keeps the buffers in tracemalloc's view, as the rows' Python objects were."""
+    cdef Py_ssize_t cap = b.cap if b.cap else FIRST_CAP
+    cdef void* p
+    while cap < need:
+        if cap > (<Py_ssize_t>1 << 40):
+            raise MemoryError("column buffer over 1 TiB")
+        cap *= 2
+    p = PyMem_RawRealloc(b.data, <size_t>cap)
+    if p == NULL:
+        raise MemoryError()
+    b.data = <uint8_t*>p
+    b.cap = cap
+    return 0
+
+
+cdef inline int reserve(Buf* b, Py_ssize_t extra) except -1:
+    """Room for ``extra`` more bytes (``extra`` >= 0)."""
+    if b.size + extra > b.cap:
+        return grow(b, b.size + extra)
+    return 0
+
+
+cdef inline void release(Buf* b) noexcept:
+    PyMem_RawFree(b.data)
+    b.data = NULL
+    b.size = b.cap = 0
+
+
+cdef class Block:
+    """Memory a column filled, handed over: Arrow reads it through the buffer protocol (no copy), and it is
+    freed when the last array using it goes."""
+    cdef uint8_t* data
+    cdef Py_ssize_t size
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        PyBuffer_FillInfo(view, self, self.data, self.size, 1, flags)
+
+    def __releasebuffer__(self, Py_buffer* view):
+        pass
+
+    def __dealloc__(self):
+        PyMem_RawFree(self.data)
+
+
+cdef object take(Buf* b):
+    """The buffer's bytes as an Arrow buffer that owns them; ``b`` is left empty."""
+    cdef Block block = Block.__new__(Block)
+    if b.data == NULL:  # an empty buffer still points somewhere
+        grow(b, 1)
+    block.data = b.data
+    block.size = b.size
+    b.data = NULL
+    b.size = b.cap = 0
+    return pa.py_buffer(block)
+
+
+# -- columns ---------------------------------------------------------------------------------------------------
+
+cdef class Column:
+    def __dealloc__(self):
+        release(&self.valid)
+
+    cdef int mark(self, bint present) except -1:
+        """The next value's validity bit; the caller then writes the value and counts it."""
+        cdef Py_ssize_t byte = self.n >> 3
+        if byte == self.valid.size:
+            reserve(&self.valid, 1)
+            self.valid.data[byte] = 0
+            self.valid.size = byte + 1
+        if present:
+            self.valid.data[byte] |= <uint8_t>(1 << (self.n & 7))
+        else:
+            self.nulls += 1
+        return 0
+
+    cdef int add_null(self) except -1:
+        raise NotImplementedError
+
+    cdef int add_obj(self, object value) except -1:
+        raise NotImplementedError
+
+    cdef object value(self, Py_ssize_t i):
+        raise NotImplementedError
+
+    cdef object to_array(self, object resolve):
+        raise NotImplementedError
+
+    cdef void reset(self) noexcept:
+        self.n = self.nulls = 0
+        self.valid.size = 0
+
+    cdef void cut(self, Py_ssize_t n) noexcept:
+        """Back to the first ``n`` values: a row that failed half-way is taken out of every column again."""
+        cdef Py_ssize_t i
+        for i in range(n, self.n):
+            if not self.present(i):
+                self.nulls -= 1
+        if n < self.n:
+            self.n = n
+        self.valid.size = (self.n + 7) >> 3
+        if self.n & 7:
+            self.valid.data[self.n >> 3] &= <uint8_t>((1 << (self.n & 7)) - 1)
+
+    cdef inline bint present(self, Py_ssize_t i) noexcept:
+        return self.valid.data[i >> 3] >> (i & 7) & 1
+
+    cdef object validity(self):
+        """The validity bitmap for Arrow (None without nulls: the bitmap is kept for the next batch)."""
+        if self.nulls == 0:
+            self.valid.size = 0
+            return None
+        return take(&self.valid)
+
+
+cdef class IntColumn(Column):
+    def __cinit__(self, typ, int width):
+        self.type = typ
+        self.width = width
+        self.hi = ((<int64_t>1) << (8 * width - 1)) - 1 if width < 8 else 0x7FFFFFFFFFFFFFFF
+        self.lo = -self.hi - 1
+
+    def __dealloc__(self):
+        release(&self.data)
+
+    cdef int add(self, int64_t v) except -1:
+        if not self.lo <= v <= self.hi:
+            raise OverflowError(f"{v} out of range for {self.type}")
+        reserve(&self.data, 8)
+        if self.width == 8:
+            (<int64_t*>self.data.data)[self.n] = v
+        elif self.width == 4:
+            (<int32_t*>self.data.data)[self.n] = <int32_t>v
+        elif self.width == 2:
+            (<int16_t*>self.data.data)[self.n] = <int16_t>v
+        else:
+            (<int8_t*>self.data.data)[self.n] = <int8_t>v
+        self.data.size += self.width
+        self.mark(True)
+        self.n += 1
+        return 0
+
+    cdef int add_null(self) except -1:
+        reserve(&self.data, 8)
+        (<int64_t*>(self.data.data + self.data.size))[0] = 0
+        self.data.size += self.width
+        self.mark(False)
+        self.n += 1
+        return 0
+
+    cdef int add_obj(self, object value) except -1:
+        cdef int overflow = 0
+        cdef long long v
+        if value is None:
+            return self.add_null()
+        v = PyLong_AsLongLongAndOverflow(value, &overflow)
+        if overflow:
+            raise OverflowError(f"{value} out of range for {self.type}")
+        return self.add(v)
+
+    cdef int64_t at(self, Py_ssize_t i) noexcept:
+        if self.width == 8:
+            return (<int64_t*>self.data.data)[i]
+        if self.width == 4:
+            return (<int32_t*>self.data.data)[i]
+        if self.width == 2:
+            return (<int16_t*>self.data.data)[i]
+        return (<int8_t*>self.data.data)[i]
+
+    cdef object value(self, Py_ssize_t i):
+        return self.at(i) if self.present(i) else None
+
+    cdef object to_array(self, object resolve):
+        cdef Py_ssize_t n = self.n, nulls = self.nulls
+        validity = self.validity()
+        return pa.Array.from_buffers(self.type, n, [validity, take(&self.data)], null_count=nulls)
+
+    cdef void reset(self) noexcept:
+        Column.reset(self)
+        self.data.size = 0
+
+    cdef void cut(self, Py_ssize_t n) noexcept:
+        Column.cut(self, n)
+        self.data.size = self.n * self.width
+
+
+cdef class StampColumn(IntColumn):
+    def __cinit__(self, typ, int width):
+        self.far = {}
+
+    cdef int add_obj(self, object value) except -1:
+        cdef int overflow = 0
+        cdef long long v
+        if value is None:
+            return self.add_null()
+        v = PyLong_AsLongLongAndOverflow(value, &overflow)
+        if overflow:
+            self.far[self.n] = value
+            v = 0
+        return self.add(v)
+
+    cdef object value(self, Py_ssize_t i):
+        if self.far and i in self.far:
+            return self.far[i]
+        return IntColumn.value(self, i)
+
+    cdef object to_array(self, object resolve):
+        """An int64 array, or with some time beyond int64 ns a list of the exact values (Python ints)."""
+        cdef Py_ssize_t i
+        if not self.far:
+            return IntColumn.to_array(self, resolve)
+        values = [self.value(i) for i in range(self.n)]
+        self.reset()
+        return values
+
+    cdef void reset(self) noexcept:
+        IntColumn.reset(self)
+        if self.far:
+            self.far = {}
+
+    cdef void cut(self, Py_ssize_t n) noexcept:
+        IntColumn.cut(self, n)
+        if self.far:
+            self.far = {i: v for i, v in self.far.items() if i < self.n}
+
+
+cdef class BoolColumn(Column):
+    def __cinit__(self, typ):
+        self.type = typ
+
+    def __dealloc__(self):
+        release(&self.data)
+
+    cdef int add(self, bint v) except -1:
+        cdef Py_ssize_t byte = self.n >> 3
+        if byte == self.data.size:
+            reserve(&self.data, 1)
+            self.data.data[byte] = 0
+            self.data.size = byte + 1
+        if v:
+            self.data.data[byte] |= <uint8_t>(1 << (self.n & 7))
+        self.mark(True)
+        self.n += 1
+        return 0
+
+    cdef int add_null(self) except -1:
+        self.add(False)
+        self.nulls += 1
+        self.valid.data[(self.n - 1) >> 3] &= <uint8_t>~(1 << ((self.n - 1) & 7))
+        return 0
+
+    cdef int add_obj(self, object value) except -1:
+        if value is None:
+            return self.add_null()
+        if value is True or value is False:
+            return self.add(value is True)
+        raise TypeError(f"{value!r} is not a bool")
+
+    cdef object value(self, Py_ssize_t i):
+        return bool(self.data.data[i >> 3] >> (i & 7) & 1) if self.present(i) else None
+
+    cdef object to_array(self, object resolve):
+        cdef Py_ssize_t n = self.n, nulls = self.nulls
+        validity = self.validity()
+        return pa.Array.from_buffers(self.type, n, [validity, take(&self.data)], null_count=nulls)
+
+    cdef void reset(self) noexcept:
+        Column.reset(self)
+        self.data.size = 0
+
+    cdef void cut(self, Py_ssize_t n) noexcept:
+        Column.cut(self, n)
+        self.data.size = (self.n + 7) >> 3
+        if self.n & 7:
+            self.data.data[self.n >> 3] &= <uint8_t>((1 << (self.n & 7)) - 1)
+
+
+cdef class Float64Column(Column):
+    def __cinit__(self, typ):
+        self.type = typ
+
+    def __dealloc__(self):
+        release(&self.data)
+
+    cdef int add(self, double v) except -1:
+        reserve(&self.data, 8)
+        (<double*>self.data.data)[self.n] = v
+        self.data.size += 8
+        self.mark(True)
+        self.n += 1
+        return 0
+
+    cdef int add_null(self) except -1:
+        self.add(0.0)
+        self.nulls += 1
+        self.valid.data[(self.n - 1) >> 3] &= <uint8_t>~(1 << ((self.n - 1) & 7))
+        return 0
+
+    cdef int add_obj(self, object value) except -1:
+        if value is None:
+            return self.add_null()
+        return self.add(PyFloat_AsDouble(value))
+
+    cdef object value(self, Py_ssize_t i):
+        return (<double*>self.data.data)[i] if self.present(i) else None
+
+    cdef object to_array(self, object resolve):
+        cdef Py_ssize_t n = self.n, nulls = self.nulls
+        validity = self.validity()
+        return pa.Array.from_buffers(self.type, n, [validity, take(&self.data)], null_count=nulls)
+
+    cdef void reset(self) noexcept:
+        Column.reset(self)
+        self.data.size = 0
+
+    cdef void cut(self, Py_ssize_t n) noexcept:
+        Column.cut(self, n)
+        self.data.size = self.n * 8
+
+
+cdef inline int put_offset(Buf* offsets, Py_ssize_t at) except -1:
+    if at > INT32_MAX:
+        raise OverflowError("a column batch over 2 GiB (int32 offsets)")
+    reserve(offsets, 4)
+    (<int32_t*>(offsets.data + offsets.size))[0] = <int32_t>at
+    offsets.size += 4
+    return 0
+
+
+cdef class StringColumn(Column):
+    """UTF-8 strings (str values); with ``topics``, topics: a name (str) or an id (16 bytes), the ids made text
+    when drained by ``resolve(id)`` (a Metadata response's name for it, or its UUID form)."""
+
+    def __cinit__(self, typ, bint topics=False):
+        self.type = typ
+        self.topics = topics
+
+    def __dealloc__(self):
+        release(&self.offsets)
+        release(&self.data)
+        release(&self.ids)
+        self.weigh()
+
+    cdef void weigh(self) noexcept:
+        """Keep ``big`` (and the count of big columns) up to date with the data held."""
+        global big_columns
+        cdef bint big = self.data.size >= full_bytes
+        if big != self.big:
+            self.big = big
+            big_columns += 1 if big else -1
+
+    cdef int add_utf8(self, const char* s, Py_ssize_t length) except -1:
+        if self.offsets.size == 0:
+            put_offset(&self.offsets, 0)
+        reserve(&self.data, length)
+        memcpy(self.data.data + self.data.size, s, <size_t>length)
+        put_offset(&self.offsets, self.data.size + length)
+        self.data.size += length
+        if self.data.size >= full_bytes:
+            self.weigh()
+        self.mark(True)
+        self.n += 1
+        return 0
+
+    cdef int add_bytes(self, bytes raw, bint topic_id) except -1:
+        if topic_id:
+            if self.n > INT32_MAX:
+                raise OverflowError("a column batch over 2 G values")
+            reserve(&self.ids, 4)
+            (<int32_t*>(self.ids.data + self.ids.size))[0] = <int32_t>self.n
+            self.ids.size += 4
+        return self.add_utf8(PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw))
+
+    cdef int add_null(self) except -1:
+        if self.offsets.size == 0:
+            put_offset(&self.offsets, 0)
+        put_offset(&self.offsets, self.data.size)
+        self.mark(False)
+        self.n += 1
+        return 0
+
+    cdef int add_obj(self, object value) except -1:
+        cdef const char* s
+        cdef Py_ssize_t length
+        if value is None:
+            return self.add_null()
+        if isinstance(value, str):
+            s = PyUnicode_AsUTF8AndSize(value, &length)
+            return self.add_utf8(s, length)
+        if type(value) is bytes and self.topics:
+            return self.add_bytes(<bytes>value, True)
+        raise TypeError(f"{type(value).__name__} value for a {self.type} column")
+
+    cdef inline Py_ssize_t start(self, Py_ssize_t i) noexcept:
+        return (<int32_t*>self.offsets.data)[i]
+
+    cdef bint is_id(self, Py_ssize_t i) noexcept:
+        cdef Py_ssize_t lo = 0, hi = self.ids.size // 4, mid
+        cdef int32_t* ids = <int32_t*>self.ids.data
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if ids[mid] < i:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo < self.ids.size // 4 and ids[lo] == i
+
+    cdef object value(self, Py_ssize_t i):
+        cdef Py_ssize_t a, b
+        if not self.present(i):
+            return None
+        a, b = self.start(i), self.start(i + 1)
+        if self.topics and self.is_id(i):
+            return PyBytes_FromStringAndSize(<const char*>self.data.data + a, b - a)
+        return PyUnicode_DecodeUTF8(<const char*>self.data.data + a, b - a, NULL)
+
+    cdef object to_array(self, object resolve):
+        cdef Py_ssize_t n = self.n, nulls = self.nulls
+        if self.offsets.size == 0:
+            put_offset(&self.offsets, 0)
+        if self.ids.size:
+            self.name_ids(resolve)
+        validity = self.validity()
+        return pa.Array.from_buffers(self.type, n, [validity, take(&self.offsets), take(&self.data)],
+                                     null_count=nulls)
+
+    cdef int name_ids(self, object resolve) except -1:
+        """Rewrite the data with every topic id replaced by its text (``resolve(id)``, once per distinct id)."""
+        cdef Buf offsets, data
+        cdef Py_ssize_t i, k = 0, a, b, length, ids = self.ids.size // 4
+        cdef int32_t* at = <int32_t*>self.ids.data
+        cdef const char* s
+        cdef dict texts = {}
+        offsets.data = data.data = NULL
+        offsets.size = offsets.cap = data.size = data.cap = 0
+        try:
+            put_offset(&offsets, 0)
+            for i in range(self.n):
+                a, b = self.start(i), self.start(i + 1)
+                if k < ids and at[k] == i:
+                    k += 1
+                    raw = PyBytes_FromStringAndSize(<const char*>self.data.data + a, b - a)
+                    text = texts.get(raw)
+                    if text is None:
+                        text = texts[raw] = resolve(raw)
+                    s = PyUnicode_AsUTF8AndSize(text, &length)
+                else:
+                    s = <const char*>self.data.data + a
+                    length = b - a
+                reserve(&data, length)
+                memcpy(data.data + data.size, s, <size_t>length)
+                put_offset(&offsets, data.size + length)
+                data.size += length
+        except BaseException:
+            release(&offsets)
+            release(&data)
+            raise
+        release(&self.offsets)
+        release(&self.data)
+        self.offsets = offsets
+        self.data = data
+        self.ids.size = 0
+        return 0
+
+    cdef void reset(self) noexcept:
+        Column.reset(self)
+        self.data.size = 0
+        self.offsets.size = 0  # the first offset, 0, is written with the first value
+        self.ids.size = 0
+        self.weigh()
+
+    cdef void cut(self, Py_ssize_t n) noexcept:
+        Column.cut(self, n)
+        if self.n == 0:
+            self.offsets.size = self.data.size = 0
+        else:
+            self.offsets.size = (self.n + 1) * 4
+            self.data.size = self.start(self.n)
+        while self.ids.size and (<int32_t*>(self.ids.data + self.ids.size))[-1] >= self.n:
+            self.ids.size -= 4
+        self.weigh()
+
+
+cdef class TopicsColumn(Column):
+    """A list of topics per row (see StringColumn for topics)."""
+
+    def __cinit__(self, typ):
+        self.type = typ
+        self.names = StringColumn(typ.value_type, True)
+
+    def __dealloc__(self):
+        release(&self.offsets)
+
+    cdef int add_null(self) except -1:
+        if self.offsets.size == 0:
+            put_offset(&self.offsets, 0)
+        put_offset(&self.offsets, self.names.n)
+        self.mark(False)
+        self.n += 1
+        return 0
+
+    cdef int add_obj(self, object value) except -1:
+        if value is None:
+            return self.add_null()
+        if self.offsets.size == 0:
+            put_offset(&self.offsets, 0)
+        for topic in value:
+            self.names.add_obj(topic)
+        put_offset(&self.offsets, self.names.n)
+        self.mark(True)
+        self.n += 1
+        return 0
+
+    cdef object value(self, Py_ssize_t i):
+        cdef Py_ssize_t j
+        if not self.present(i):
+            return None
+        a, b = (<int32_t*>self.offsets.data)[i], (<int32_t*>self.offsets.data)[i + 1]
+        return tuple([self.names.value(j) for j in range(a, b)])
+
+    cdef object to_array(self, object resolve):
+        cdef Py_ssize_t n = self.n, nulls = self.nulls
+        if self.offsets.size == 0:
+            put_offset(&self.offsets, 0)
+        names = self.names.to_array(resolve)
+        validity = self.validity()
+        return pa.Array.from_buffers(self.type, n, [validity, take(&self.offsets)], null_count=nulls,
+                                     children=[names])
+
+    cdef void reset(self) noexcept:
+        Column.reset(self)
+        self.names.reset()
+        self.offsets.size = 0
+
+    cdef void cut(self, Py_ssize_t n) noexcept:
+        Column.cut(self, n)
+        if self.n == 0:
+            self.offsets.size = 0
+            self.names.cut(0)
+        else:
+            self.offsets.size = (self.n + 1) * 4
+            self.names.cut((<int32_t*>self.offsets.data)[self.n])
+
+
+cdef Column column_of(str name, typ):
+    """A column for a row field of Arrow type ``typ`` (as tables.schemas.ROW_TYPES gives them)."""
+    if name in CAPTURE_TIME_FIELDS:
+        return StampColumn(typ, 8)
+    if pa.types.is_list(typ):
+        return TopicsColumn(pa.list_(pa.string()))
+    if pa.types.is_binary(typ):  # a topic: a name or an id
+        return StringColumn(pa.string(), True)
+    if pa.types.is_string(typ):
+        return StringColumn(typ)
+    if pa.types.is_boolean(typ):
+        return BoolColumn(typ)
+    if pa.types.is_float64(typ):
+        return Float64Column(typ)
+    if pa.types.is_signed_integer(typ):
+        return IntColumn(typ, typ.bit_width // 8)
+    raise TypeError(f"no column kind for {name}: {typ}")
+
+
+# -- endpoints and tables ------------------------------------------------------------------------------------------
+
+@cython.no_gc  # it holds two strings only: nothing for the cycle collector to find
+cdef class Endpoints:
+    def __cinit__(self, int64_t connection_id, str client_ip, int32_t client_port, str broker_ip,
+                  int32_t broker_port):
+        self.connection_id = connection_id
+        self.client_ip = client_ip
+        self.client_port = client_port
+        self.broker_ip = broker_ip
+        self.broker_port = broker_port
+
+
+cdef class Table:
+    """One table's rows in columns (``names``: the row fields, in the order tables.schemas names them)."""
+
+    def __init__(self, tuple names):
+        types = ROW_TYPES[names]
+        self.names = names
+        self.by_name = {name: column_of(name, types[name]) for name in names}
+        self.columns = [self.by_name[name] for name in names]
+        self.strings = []
+        for column in self.columns:
+            if isinstance(column, StringColumn):
+                self.strings.append(column)
+            elif isinstance(column, TopicsColumn):
+                self.strings.append((<TopicsColumn>column).names)
+        self.rows = 0
+
+    def __len__(self):
+        return self.rows
+
+    cdef void cut(self) noexcept:
+        """Every column back to the rows complete (after an add that failed half-way)."""
+        cdef Column column
+        for column in self.columns:
+            column.cut(self.rows)
+
+    cdef bint full(self) noexcept:
+        """Some string column holds so much text that the next rows might overflow its int32 offsets."""
+        cdef StringColumn column
+        if big_columns == 0:
+            return False
+        for column in self.strings:
+            if column.big:
+                return True
+        return False
+
+    @property
+    def is_full(self) -> bool:
+        return self.full()
+
+    cdef void reset(self) noexcept:
+        cdef Column column
+        for column in self.columns:
+            column.reset()
+        self.rows = 0
+
+    def clear(self) -> None:
+        """Drop the rows held, and the memory they took (drained into arrays nothing keeps)."""
+        self.drain(bytes.hex)
+
+    def drain(self, resolve) -> dict:
+        """The rows held as one Arrow array per row field (capture times as int64 ns, or as a list of Python
+        ints when one is beyond int64; topics as text, ids made text by ``resolve(id)``); the table is left
+        empty. Nothing is copied: the arrays own the buffers the rows were written into."""
+        cdef Column column
+        for column in self.columns:
+            if column.n != self.rows:
+                self.reset()
+                raise RuntimeError("a row was added to some columns only")
+        try:
+            arrays = {name: column.to_array(resolve) for name, column in zip(self.names, self.columns)}
+        finally:
+            self.reset()
+        return arrays
+
+    def append(self, dict row) -> None:
+        """Add a row given by field name, every field (for tests and tools; the core writes through ``add``)."""
+        cdef Column column
+        if row.keys() != set(self.names):
+            raise KeyError(f"fields {sorted(set(self.names) ^ row.keys())} missing or unknown")
+        try:
+            for name, column in zip(self.names, self.columns):
+                column.add_obj(row[name])
+            self.rows += 1
+        except BaseException:
+            self.cut()
+            raise
+
+    def row(self, Py_ssize_t i) -> dict:
+        """Row ``i`` as the core wrote it, by field name (capture times in ns, topics as tuples, ids as bytes)."""
+        cdef Column column
+        if not 0 <= i < self.rows:
+            raise IndexError(i)
+        return {name: column.value(i) for name, column in zip(self.names, self.columns)}
+
+    def __iter__(self):
+        for i in range(self.rows):
+            yield self.row(i)
+
+    def column(self, str name, Py_ssize_t start=0) -> list:
+        """The values of one field from row ``start`` on."""
+        cdef Column column = self.by_name[name]
+        return [column.value(i) for i in range(max(start, 0), self.rows)]
+
+
+cdef inline int add_text(StringColumn column, object text) except -1:
+    cdef const char* s
+    cdef Py_ssize_t length
+    if text is None:
+        return column.add_null()
+    s = PyUnicode_AsUTF8AndSize(text, &length)
+    return column.add_utf8(s, length)
+
+
+cdef inline object item(tuple entry, Py_ssize_t i):
+    return <object>PyTuple_GET_ITEM(entry, i)
+
+
+cdef class ExchangeColumns(Table):
+    """Rows of the exchanges table (tables.schemas.EXCHANGE_ROW_FIELDS)."""
+
+    def __init__(self):
+        Table.__init__(self, EXCHANGE_ROW_FIELDS)
+        c = self.by_name
+        self.connection_id, self.client_ip, self.client_port = c["connection_id"], c["client_ip"], c["client_port"]
+        self.broker_ip, self.broker_port = c["broker_ip"], c["broker_port"]
+        self.api_key, self.api_version, self.correlation_id = c["api_key"], c["api_version"], c["correlation_id"]
+        self.client_id = c["client_id"]
+        self.request_first_ts, self.request_last_ts = c["request_first_ts"], c["request_last_ts"]
+        self.response_first_ts, self.response_last_ts = c["response_first_ts"], c["response_last_ts"]
+        self.request_size, self.response_size = c["request_size"], c["response_size"]
+        self.error_code, self.throttle_time_ms, self.status = c["error_code"], c["throttle_time_ms"], c["status"]
+        self.request_frame, self.response_frame, self.note = c["request_frame"], c["response_frame"], c["note"]
+        self.topics, self.partition_count, self.error_count = c["topics"], c["partition_count"], c["error_count"]
+        self.record_count, self.record_bytes, self.api_name = c["record_count"], c["record_bytes"], c["api_name"]
+
+    cdef int add(self, Endpoints conn, object api_key, object api_version, object correlation_id,
+                 object client_id, object request_first_ts, object request_last_ts, object response_first_ts,
+                 object response_last_ts, object request_size, object response_size, object error_code,
+                 object throttle_time_ms, str status, object request_frame, object response_frame, object note,
+                 object topics, object partition_count, object error_count, object record_count,
+                 object record_bytes, object api_name) except -1:
+        try:
+            self.connection_id.add(conn.connection_id)
+            add_text(self.client_ip, conn.client_ip)
+            self.client_port.add(conn.client_port)
+            add_text(self.broker_ip, conn.broker_ip)
+            self.broker_port.add(conn.broker_port)
+            self.api_key.add_obj(api_key)
+            self.api_version.add_obj(api_version)
+            self.correlation_id.add_obj(correlation_id)
+            add_text(self.client_id, client_id)
+            self.request_first_ts.add_obj(request_first_ts)
+            self.request_last_ts.add_obj(request_last_ts)
+            self.response_first_ts.add_obj(response_first_ts)
+            self.response_last_ts.add_obj(response_last_ts)
+            self.request_size.add_obj(request_size)
+            self.response_size.add_obj(response_size)
+            self.error_code.add_obj(error_code)
+            self.throttle_time_ms.add_obj(throttle_time_ms)
+            add_text(self.status, status)
+            self.request_frame.add_obj(request_frame)
+            self.response_frame.add_obj(response_frame)
+            add_text(self.note, note)
+            self.topics.add_obj(topics)
+            self.partition_count.add_obj(partition_count)
+            self.error_count.add_obj(error_count)
+            self.record_count.add_obj(record_count)
+            self.record_bytes.add_obj(record_bytes)
+            add_text(self.api_name, api_name)
+            self.rows += 1
+        except BaseException:
+            self.cut()
+            raise
+        return 0
+
+
+cdef class ErrorColumns(Table):
+    """Rows of the errors table (tables.schemas.ERROR_ROW_FIELDS): an exchange's keys and one ErrorEntry."""
+
+    def __init__(self):
+        Table.__init__(self, ERROR_ROW_FIELDS)
+        c = self.by_name
+        self.connection_id, self.correlation_id = c["connection_id"], c["correlation_id"]
+        self.api_key, self.api_version, self.client_id = c["api_key"], c["api_version"], c["client_id"]
+        self.response_last_ts, self.field_path, self.topic = c["response_last_ts"], c["field_path"], c["topic"]
+        self.partition, self.error_code, self.error_message = c["partition"], c["error_code"], c["error_message"]
+
+    cdef int add(self, int64_t connection_id, object correlation_id, object api_key, object api_version,
+                 object client_id, object response_last_ts, object error) except -1:
+        try:
+            if not isinstance(error, tuple) or PyTuple_GET_SIZE(error) != E_FIELDS:
+                raise TypeError("not an ErrorEntry")
+            self.connection_id.add(connection_id)
+            self.correlation_id.add_obj(correlation_id)
+            self.api_key.add_obj(api_key)
+            self.api_version.add_obj(api_version)
+            add_text(self.client_id, client_id)
+            self.response_last_ts.add_obj(response_last_ts)
+            add_text(self.field_path, item(<tuple>error, E_FIELD_PATH))
+            self.topic.add_obj(item(<tuple>error, E_TOPIC))
+            self.partition.add_obj(item(<tuple>error, E_PARTITION))
+            self.error_code.add_obj(item(<tuple>error, E_ERROR_CODE))
+            add_text(self.error_message, item(<tuple>error, E_ERROR_MESSAGE))
+            self.rows += 1
+        except BaseException:
+            self.cut()
+            raise
+        return 0
+
+
+cdef class PartitionColumns(Table):
+    """Rows of the partitions table (tables.schemas.PARTITION_ROW_FIELDS): an exchange's keys, the request's and
+    the response's PartitionEntry of one topic-partition (either may be None) and its records summary (or None).
+    Topic and partition come from the response, else the request; the error code from the response."""
+
+    def __init__(self):
+        Table.__init__(self, PARTITION_ROW_FIELDS)
+        c = self.by_name
+        self.connection_id, self.correlation_id = c["connection_id"], c["correlation_id"]
+        self.api_key, self.api_version, self.client_id = c["api_key"], c["api_version"], c["client_id"]
+        self.request_last_ts, self.response_last_ts = c["request_last_ts"], c["response_last_ts"]
+        self.topic, self.partition, self.error_code = c["topic"], c["partition"], c["error_code"]
+        self.asked = [c[f"asked_{name}"] for name in PARTITION_OFFSET_FIELDS]
+        self.answered = [c[f"answered_{name}"] for name in PARTITION_OFFSET_FIELDS]
+        self.request_record_bytes = c["request_record_bytes"]
+        self.response_record_bytes = c["response_record_bytes"]
+        self.summary = [c[name] for name in RECORD_SUMMARY_FIELDS]
+
+    cdef int add(self, int64_t connection_id, object correlation_id, object api_key, object api_version,
+                 object client_id, object request_last_ts, object response_last_ts, object asked,
+                 object answered, object summary) except -1:
+        cdef tuple rq = None, rs = None, sm = None
+        cdef Py_ssize_t j
+        cdef Column column
+        try:
+            if asked is not None:
+                if not isinstance(asked, tuple):
+                    raise TypeError("not a PartitionEntry")
+                rq = <tuple>asked
+                if PyTuple_GET_SIZE(rq) != P_FIELDS:
+                    raise TypeError("not a PartitionEntry")
+            if answered is not None:
+                if not isinstance(answered, tuple):
+                    raise TypeError("not a PartitionEntry")
+                rs = <tuple>answered
+                if PyTuple_GET_SIZE(rs) != P_FIELDS:
+                    raise TypeError("not a PartitionEntry")
+            if summary is not None:
+                if not isinstance(summary, tuple):
+                    raise TypeError("not a records summary")
+                sm = <tuple>summary
+                if PyTuple_GET_SIZE(sm) != N_SUMMARY:
+                    raise TypeError("not a records summary")
+            self.connection_id.add(connection_id)
+            self.correlation_id.add_obj(correlation_id)
+            self.api_key.add_obj(api_key)
+            self.api_version.add_obj(api_version)
+            add_text(self.client_id, client_id)
+            self.request_last_ts.add_obj(request_last_ts)
+            self.response_last_ts.add_obj(response_last_ts)
+            self.topic.add_obj(_either(rs, rq, P_TOPIC))
+            self.partition.add_obj(_either(rs, rq, P_PARTITION))
+            self.error_code.add_obj(None if rs is None else item(rs, P_ERROR_CODE))
+            for j in range(N_OFFSETS):
+                column = self.asked[j]
+                column.add_obj(None if rq is None else item(rq, P_OFFSETS + j))
+                column = self.answered[j]
+                column.add_obj(None if rs is None else item(rs, P_OFFSETS + j))
+            self.request_record_bytes.add_obj(None if rq is None else item(rq, P_RECORD_BYTES))
+            self.response_record_bytes.add_obj(None if rs is None else item(rs, P_RECORD_BYTES))
+            for j in range(N_SUMMARY):
+                column = self.summary[j]
+                column.add_obj(None if sm is None else item(sm, j))
+            self.rows += 1
+        except BaseException:
+            self.cut()
+            raise
+        return 0
+
+
+cdef inline object _either(tuple first, tuple second, Py_ssize_t i):
+    """Field ``i`` of ``first``, or of ``second`` where ``first`` has none (Arrow's coalesce, per row)."""
+    value = None if first is None else item(first, i)
+    if value is None and second is not None:
+        value = item(second, i)
+    return value
