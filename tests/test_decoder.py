@@ -42,7 +42,7 @@ from dissectors.kafka.apis import API_BY_KEY, api_name, is_known
 from dissectors.kafka.decoder import DecodeError, DecodeTruncated, RecordsRef, decode, decode_prefix, schema
 from dissectors.kafka.errors import error_name
 from dissectors.kafka.extract import Extracted, PartitionEntry, extract, plan_source
-from dissectors.kafka.extract_rules import BODY_FIELDS
+from dissectors.kafka.extract_rules import ANY_REQUEST_FIELDS, BODY_FIELDS
 from dissectors.kafka.headers import HeaderError, decode_request_header, decode_response_header
 from tests.test_roundtrip import ALL_BODIES, JsonEncoder, by_api, json_message, uvarint
 
@@ -561,7 +561,7 @@ def read_off_the_tree(decoded: dict, top: tuple, api_key: int, is_response: bool
             wanted = ("error_code", "throttle_time_ms") if is_response else (
                 ("acks", "transactional_id") if api_key == 0 else ())
             top_values.update({name: value.get(name) for name in wanted})
-            kept = BODY_FIELDS.get((api_key, is_response), ())
+            kept = (*BODY_FIELDS.get((api_key, is_response), ()), *(() if is_response else ANY_REQUEST_FIELDS))
             body_values.update({e[0]: value.get(e[0]) for e in entries if e[0] in kept
                                 and not isinstance(e[2] if len(e) > 2 else None, tuple)
                                 and not e[1].endswith("array")})

@@ -456,6 +456,7 @@ def _utc_time(ctx: click.Context, param: click.Parameter, value: str | None):
 
 SORTS = {"time": [("request_last_ts", "ascending"), ("response_last_ts", "ascending")],
          "latency": [("latency_ms", "descending"), ("request_last_ts", "ascending")],
+         "service": [("service_ms", "descending"), ("request_last_ts", "ascending")],
          "size": [("request_size", "descending"), ("request_last_ts", "ascending")],
          "response-size": [("response_size", "descending"), ("request_last_ts", "ascending")]}
 
@@ -468,17 +469,19 @@ SORTS = {"time": [("request_last_ts", "ascending"), ("response_last_ts", "ascend
 @click.option("--client", help="Only client_id or client address containing this text.")
 @click.option("--broker", help="Only brokers whose address (ip:port, IPv6 as [ip]:port) contains this text.")
 @click.option("--topic", "topics", multiple=True, help="Only exchanges naming this topic (exact name; repeatable).")
+@click.option("--group", "groups", multiple=True, help="Only exchanges of this consumer group (exact id; repeatable).")
 @click.option("--since", callback=_utc_time, help="Only requests completed at or after this time (ISO 8601, UTC).")
 @click.option("--until", callback=_utc_time, help="Only requests completed before this time (ISO 8601, UTC).")
 @click.option("--min-latency", type=click.FloatRange(0), callback=_finite,
               help="Only exchanges at least this slow (ms).")
 @click.option("--sort", type=click.Choice(list(SORTS)), default="time", show_default=True,
-              help="Order: by time, slowest first, or largest request / response first.")
+              help="Order: by time, slowest first (latency, or service time: waits by design left out), or "
+                   "largest request / response first.")
 @click.option("--limit", type=click.IntRange(0), default=None,
               help="Rows to print, in every format (0: all). Default: 200 in the table, all with --json.")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines (the columns of the exchanges table).")
 def exchanges(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progress, separate_files, apis, statuses,
-              client, broker, topics, since, until, min_latency, sort, limit, as_json) -> None:
+              client, broker, topics, groups, since, until, min_latency, sort, limit, as_json) -> None:
     """List exchanges, one per line, with filters."""
     from analyzer.cli.summary import Collector, print_exchanges
     from analyzer.tables.schemas import EXCHANGES_SCHEMA
@@ -487,7 +490,7 @@ def exchanges(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_pro
     _analyse(paths, _options(ports, detect_ports, headers_only, verify_crc, separate_files=separate_files),
              jobs, sink, no_progress)
     ex = filter_exchanges(sink.table("exchanges", EXCHANGES_SCHEMA), apis, statuses, client, min_latency, broker,
-                          topics, since, until)
+                          topics, since, until, groups)
     ex = ex.sort_by(SORTS[sort])
     if limit is None:
         limit = 0 if as_json else 200
@@ -554,7 +557,7 @@ def apis(as_json) -> None:
 
 
 def filter_exchanges(ex: pa.Table, apis, statuses, client, min_latency, broker=None, topics=(), since=None,
-                     until=None) -> pa.Table:
+                     until=None, groups=()) -> pa.Table:
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -592,6 +595,8 @@ def filter_exchanges(ex: pa.Table, apis, statuses, client, min_latency, broker=N
         m = np.zeros(ex.num_rows, dtype=bool)
         m[named.to_numpy()] = True
         mask = both(pa.chunked_array([pa.array(m)]))
+    if groups:
+        mask = both(pc.fill_null(pc.is_in(ex["group_id"], pa.array(list(groups), pa.string())), False))
     when = pc.coalesce(ex["request_last_ts"], ex["response_last_ts"])
     if since is not None:
         mask = both(pc.fill_null(pc.greater_equal(when, pa.scalar(since, ex.schema.field("request_last_ts").type)),

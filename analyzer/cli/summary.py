@@ -102,16 +102,25 @@ def capture_span(ex: pa.Table) -> dict:
             "requests_per_second": requests / span if span else None}
 
 
+def served(ex: pa.Table) -> pa.Table:
+    """The answered exchanges the broker did not hold by design (``waited`` false), with their service_ms;
+    for tables without those columns (an older export), the answered ones of the APIs that never wait."""
+    if "waited" not in ex.column_names:
+        s = ex.filter(pc.and_(pc.is_valid(ex["latency_ms"]),
+                              pc.invert(pc.fill_null(pc.is_in(ex["api_name"], pa.array(WAIT_APIS)), False))))
+        return s.append_column("service_ms", s["latency_ms"])
+    return ex.filter(pc.and_(pc.invert(pc.fill_null(ex["waited"], True)), pc.is_valid(ex["service_ms"])))
+
+
 def slowest(ex: pa.Table, n: int = SLOWEST) -> list[dict]:
-    """The ``n`` longest service times: answered exchanges of APIs that are not waits (WAIT_APIS), slowest
-    first, with the packet numbers to open them in Wireshark."""
-    served = ex.filter(pc.and_(pc.is_valid(ex["latency_ms"]),
-                               pc.invert(pc.fill_null(pc.is_in(ex["api_name"], pa.array(WAIT_APIS)), False))))
-    top = served.take(pc.select_k_unstable(served["latency_ms"], n, [("latency_ms", "descending")]))
-    top = top.sort_by([("latency_ms", "descending"), ("request_frame", "ascending")])
+    """The ``n`` longest service times (exchanges the broker did not hold by design: see the waited column),
+    slowest first, with the packet numbers to open them in Wireshark."""
+    s = served(ex)
+    top = s.take(pc.select_k_unstable(s["service_ms"], n, [("service_ms", "descending")]))
+    top = top.sort_by([("service_ms", "descending"), ("request_frame", "ascending")])
     cols = ("capture_file", "connection_id", "request_frame", "response_frame", "api_name", "api_version",
             "correlation_id", "client_id", "client_ip", "client_port", "broker_ip", "broker_port", "topics",
-            "latency_ms", "status", "error_name")
+            "latency_ms", "service_ms", "status", "error_name", "group_id")
     return top.select(list(cols)).to_pylist()
 
 
@@ -120,13 +129,12 @@ def broker_rows(ex: pa.Table) -> list[dict]:
     ex = ex.append_column("failed", pc.cast(failure_mask(ex), pa.int64()))
     g = ex.group_by(["broker_ip", "broker_port"]).aggregate([
         ("api_key", "count"), ("failed", "sum"), ("client_ip", "count_distinct")])
-    served = ex.filter(pc.and_(pc.is_valid(ex["latency_ms"]),
-                               pc.invert(pc.fill_null(pc.is_in(ex["api_name"], pa.array(WAIT_APIS)), False))))
+    s = served(ex)
     lat = {}
-    if served.num_rows:
-        for r in served.group_by(["broker_ip", "broker_port"]).aggregate([
-                ("latency_ms", "tdigest", pc.TDigestOptions(q=[0.5, 0.99]))]).to_pylist():
-            lat[(r["broker_ip"], r["broker_port"])] = r["latency_ms_tdigest"]
+    if s.num_rows:
+        for r in s.group_by(["broker_ip", "broker_port"]).aggregate([
+                ("service_ms", "tdigest", pc.TDigestOptions(q=[0.5, 0.99]))]).to_pylist():
+            lat[(r["broker_ip"], r["broker_port"])] = r["service_ms_tdigest"]
     rows = []
     for r in g.to_pylist():
         q = lat.get((r["broker_ip"], r["broker_port"]), [None, None])
@@ -182,15 +190,15 @@ def _capture(console: Console, span: dict) -> None:
 def _slowest(console: Console, rows: list[dict]) -> None:
     if not rows:
         return
-    t = Table(title=f"Slowest service times (top {SLOWEST}; Fetch, JoinGroup and SyncGroup wait by design and "
+    t = Table(title=f"Slowest service times (top {SLOWEST}; long polls and group joins the broker held by design "
                     "are left out)", title_justify="left")
-    for col in ("latency ms", "api", "client_id", "client", "broker", "topics", "file", "packets", "status"):
-        t.add_column(col, justify="right" if col == "latency ms" else "left",
+    for col in ("service ms", "api", "client_id", "client", "broker", "topics", "file", "packets", "status"):
+        t.add_column(col, justify="right" if col == "service ms" else "left",
                      overflow="ellipsis", no_wrap=col in ("client_id", "topics", "file"),
                      max_width=30 if col in ("client_id", "topics", "file") else None)
     for r in rows:
         topics = r["topics"] or []
-        t.add_row(_fmt_ms(r["latency_ms"]), inert_text(f"{r['api_name']} v{r['api_version']}"),
+        t.add_row(_fmt_ms(r["service_ms"]), inert_text(f"{r['api_name']} v{r['api_version']}"),
                   inert_text(r["client_id"], missing="(null)"), inert_text(_address(r["client_ip"], r["client_port"])),
                   inert_text(_address(r["broker_ip"], r["broker_port"])),
                   inert_text(", ".join(topics[:3]) + (f" +{len(topics) - 3}" if len(topics) > 3 else "")),

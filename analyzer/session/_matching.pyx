@@ -78,6 +78,7 @@ _tables()
 
 _NOTHING = _m._NOTHING
 _UNDEFINED = _m._UNDEFINED
+settings_of = _m.settings_of
 _join = _m._join
 _left_out_note = _m._left_out_note
 _NO_TOTALS = _m._NO_TOTALS
@@ -561,7 +562,7 @@ cdef class ExchangeMatcher:
             topics = partition_count = None
         self.rows.add(self.conn, key, ver, corr, client_id, req.first_ts, req.last_ts, first_ts, last_ts, req.size,
                       size + 4, error_code, throttle, status, req.first_no, last_no, note, topics, partition_count,
-                      error_count, record_count, record_bytes, None)
+                      error_count, record_count, record_bytes, None, settings_of(key, rx, x))
         if x.errors:
             self._emit_errors(req, last_ts, x)
         if key in PARTITION_APIS and (rx.partitions or x.partitions):
@@ -695,7 +696,7 @@ cdef class ExchangeMatcher:
                 note = _join(note, "record_count and record_bytes unknown: partitions left out")
         self._row(req.api_key, req.api_version, req.correlation_id, req.client_id, req.first_ts, req.last_ts, None,
                   None, req.size, None, None, None, status, req.first_no, None, note, topics, partition_count, 0,
-                  totals[0], totals[1])
+                  totals[0], totals[1], None, settings_of(req.api_key, rx, None))
         if rx.partitions and req.api_key in PARTITION_APIS:
             self._emit_partitions(req, None, [], recs)
 
@@ -706,10 +707,10 @@ cdef class ExchangeMatcher:
 
     cdef _row(self, api_key, api_version, corr, client_id, rq_first, rq_last, rs_first, rs_last, rq_size,
               rs_size, error_code, throttle, str status, rq_frame, rs_frame, note, topics, partition_count,
-              error_count, record_count=None, record_bytes=None, api_name=None):
+              error_count, record_count=None, record_bytes=None, api_name=None, dict settings=None):
         self.rows.add(self.conn, api_key, api_version, corr, client_id, rq_first, rq_last, rs_first, rs_last,
                       rq_size, rs_size, error_code, throttle, status, rq_frame, rs_frame, note, topics,
-                      partition_count, error_count, record_count, record_bytes, api_name)
+                      partition_count, error_count, record_count, record_bytes, api_name, settings)
 
     def emit(self, *, api_name, request_first_ts, request_last_ts, response_first_ts, response_last_ts,
              request_size, response_size, status, request_frame, response_frame, note, topics, partition_count,

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from itertools import islice
 
 from analyzer.tables._columns import ErrorColumns, ExchangeColumns, PartitionColumns
+from analyzer.tables.schemas import SETTING_FIELDS
 from dissectors.kafka.extract import (
     MAX_ERROR_ROWS,
     MAX_PARTITION_ROWS,
@@ -65,6 +66,39 @@ _NOTHING = Extracted([], 0, [], None, None, [], None, None, False)
 # The in-flight entry's extraction result for a request of an API or version no known release defines: its
 # identity says the exchange's body cannot be decoded, whether or not bodies are.
 _UNDEFINED = Extracted([], 0, [], None, None, [], None, None, False)
+
+# Body fields whose exchanges column has another name (tables.schemas.SETTING_FIELDS).
+_SETTING_NAMES = {"generation_id_or_member_epoch": "generation_id", "member_epoch": "generation_id",
+                  "instance_id": "group_instance_id", "leader": "group_leader"}
+_SETTINGS = frozenset(SETTING_FIELDS)
+FIND_COORDINATOR, JOIN_GROUP = 10, 11
+
+
+def settings_of(api_key: int | None, request: Extracted, response: Extracted | None) -> dict | None:
+    """The exchange's settings columns from its request's and response's top-level fields (None: none)."""
+    out: dict = {}
+    if request.acks is not None:
+        out["acks"] = request.acks
+    if request.transactional_id is not None:
+        out["transactional_id"] = request.transactional_id
+    fields = request.fields
+    if fields:
+        for name, value in fields.items():
+            name = _SETTING_NAMES.get(name, name)
+            if name in _SETTINGS:
+                out[name] = value
+        if api_key == FIND_COORDINATOR and fields.get("key_type", 0) == 0 and "key" in fields:
+            out["group_id"] = fields["key"]  # before v4 one key, a group's id unless key_type says otherwise
+    if response is not None and response.fields:
+        failed = bool(response.top_error)
+        for name, value in response.fields.items():
+            name = _SETTING_NAMES.get(name, name)
+            if name not in _SETTINGS or (failed and name != "member_id"):
+                continue  # an error answer's other fields are placeholders (-1, ""); MEMBER_ID_REQUIRED's id is not
+            if name == "member_id" and api_key == JOIN_GROUP and out.get("member_id"):
+                continue  # the request named its member: the row is about that one
+            out[name] = value
+    return out or None
 
 
 class RecordRows:

@@ -32,6 +32,7 @@ from analyzer.tables.schemas import (
     PARTITION_ROW_FIELDS,
     RECORD_SUMMARY_FIELDS,
     ROW_TYPES,
+    SETTING_FIELDS,
 )
 from dissectors.kafka.extract_rules import ErrorEntry, PartitionEntry
 
@@ -776,13 +777,17 @@ cdef class ExchangeColumns(Table):
         self.request_frame, self.response_frame, self.note = c["request_frame"], c["response_frame"], c["note"]
         self.topics, self.partition_count, self.error_count = c["topics"], c["partition_count"], c["error_count"]
         self.record_count, self.record_bytes, self.api_name = c["record_count"], c["record_bytes"], c["api_name"]
+        self.setting_names = SETTING_FIELDS
+        self.settings = [c[name] for name in SETTING_FIELDS]
 
     cdef int add(self, Endpoints conn, object api_key, object api_version, object correlation_id,
                  object client_id, object request_first_ts, object request_last_ts, object response_first_ts,
                  object response_last_ts, object request_size, object response_size, object error_code,
                  object throttle_time_ms, str status, object request_frame, object response_frame, object note,
                  object topics, object partition_count, object error_count, object record_count,
-                 object record_bytes, object api_name) except -1:
+                 object record_bytes, object api_name, dict settings) except -1:
+        cdef Column column
+        cdef Py_ssize_t i
         try:
             self.connection_id.add(conn.connection_id)
             add_text(self.client_ip, conn.client_ip)
@@ -811,6 +816,12 @@ cdef class ExchangeColumns(Table):
             self.record_count.add_obj(record_count)
             self.record_bytes.add_obj(record_bytes)
             add_text(self.api_name, api_name)
+            if settings is None:
+                for column in self.settings:
+                    column.add_null()
+            else:
+                for i in range(len(self.settings)):
+                    (<Column>self.settings[i]).add_obj(settings.get(self.setting_names[i]))
             self.rows += 1
         except BaseException:
             self.cut()

@@ -88,7 +88,54 @@ EXCHANGES_SCHEMA = pa.schema([
     _f("record_count", pa.int64(), "Records carried: in the Produce request, or in the Fetch response (complete "
        "batches; a legacy compressed wrapper counts its inner messages). Null for other APIs."),
     _f("record_bytes", pa.int64(), "Bytes of the records fields (on the wire, compressed) of those partitions."),
+    # The request's settings and its place in a consumer group, read from the top level of the bodies (null
+    # where the API or version has no such field, and with --headers-only, which reads no body).
+    _f("acks", pa.int16(), "Produce: acknowledgements asked for (0 none, 1 the leader, -1 all in-sync replicas)."),
+    _f("timeout_ms", pa.int32(), "The request's timeout_ms: Produce, how long the broker may wait for the "
+       "acknowledgements; the admin APIs (CreateTopics, DeleteTopics, CreatePartitions...), how long the "
+       "controller may take."),
+    _f("transactional_id", pa.string(), "Produce (v3+) and the transaction APIs: the producer's transactional id."),
+    _f("max_wait_ms", pa.int32(), "Fetch: how long the broker may hold the request for min_bytes to arrive."),
+    _f("min_bytes", pa.int32(), "Fetch: bytes the response should carry before max_wait_ms runs out."),
+    _f("max_bytes", pa.int32(), "Fetch (v3+): the most bytes the response may carry."),
+    _f("isolation_level", pa.int8(), "Fetch (v4+), ListOffsets (v2+): 0 read_uncommitted, 1 read_committed."),
+    _f("session_id", pa.int32(), "Fetch (v7+): the incremental fetch session (KIP-227); 0 for none."),
+    _f("session_epoch", pa.int32(), "Fetch (v7+): the fetch session's epoch (-1 closes, 0 opens a session)."),
+    _f("group_id", pa.string(), "The consumer group: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, "
+       "OffsetFetch before v8, TxnOffsetCommit, AddOffsetsToTxn, ConsumerGroupHeartbeat, and FindCoordinator "
+       "before v4 when it looks up a group."),
+    _f("member_id", pa.string(), "The group member the request speaks for; for JoinGroup, the id the response "
+       "gives when the request had none (\"\" on a first join), and for ConsumerGroupHeartbeat the response's."),
+    _f("generation_id", pa.int32(), "The group generation: the request's (Heartbeat, SyncGroup, OffsetCommit, "
+       "TxnOffsetCommit), the one a JoinGroup response starts, or the member epoch of ConsumerGroupHeartbeat."),
+    _f("group_instance_id", pa.string(), "Static membership (KIP-345): the member's instance id."),
+    _f("protocol_type", pa.string(), "JoinGroup, SyncGroup: the group's protocol type (\"consumer\", \"connect\")."),
+    _f("protocol_name", pa.string(), "JoinGroup response, SyncGroup: the assignor chosen (range, cooperative-sticky)."),
+    _f("group_leader", pa.string(), "JoinGroup response: the member id of the group's leader."),
+    _f("session_timeout_ms", pa.int32(), "JoinGroup: how long the coordinator waits for a heartbeat."),
+    _f("rebalance_timeout_ms", pa.int32(), "JoinGroup, ConsumerGroupHeartbeat: how long a rebalance may take."),
+    _f("client_software_name", pa.string(), "ApiVersions (v3+): the client library (KIP-511)."),
+    _f("client_software_version", pa.string(), "ApiVersions (v3+): its version."),
+    _f("waited", pa.bool_(), "Whether the broker held the request by design rather than being slow: a Fetch answered "
+       "without records once max_wait_ms (less 5 %) had passed (a long poll that ran out; false for a Fetch "
+       "answered within 10 ms, null for one that brought records later: it may have been held until data "
+       "arrived, which only the producers' traffic could tell), or a JoinGroup or "
+       "SyncGroup answered without error after 100 ms or more (the coordinator holds them until the group's "
+       "members have joined, or the leader has assigned; one it does not hold is answered at once). Null when "
+       "unanswered or when a Fetch's max_wait_ms is unknown (--headers-only)."),
+    _f("service_ms", pa.float64(), "latency_ms without the time the broker held the request by design: for a "
+       "Fetch that ran out its long poll, latency_ms minus max_wait_ms (0 at least); null where the hold cannot be "
+       "told apart from the work (a held JoinGroup or SyncGroup, a Fetch whose wait is unknown); otherwise "
+       "latency_ms. The summary's slowest service times and per-broker percentiles use this."),
 ])
+
+# Settings columns in EXCHANGE_ROW_FIELDS order (filled by the core from Extracted.fields and the like).
+SETTING_FIELDS = (
+    "acks", "timeout_ms", "transactional_id", "max_wait_ms", "min_bytes", "max_bytes", "isolation_level",
+    "session_id", "session_epoch", "group_id", "member_id", "generation_id", "group_instance_id", "protocol_type",
+    "protocol_name", "group_leader", "session_timeout_ms", "rebalance_timeout_ms", "client_software_name",
+    "client_software_version",
+)
 
 # The fields of a row as the core writes it (see analyzer.session.matching); the other columns are derived.
 EXCHANGE_ROW_FIELDS = (
@@ -96,7 +143,7 @@ EXCHANGE_ROW_FIELDS = (
     "correlation_id", "client_id", "request_first_ts", "request_last_ts", "response_first_ts",
     "response_last_ts", "request_size", "response_size", "error_code", "throttle_time_ms", "status",
     "request_frame", "response_frame", "note", "topics", "partition_count", "error_count", "record_count",
-    "record_bytes", "api_name",
+    "record_bytes", "api_name", *SETTING_FIELDS,
 )
 
 CONNECTIONS_SCHEMA = pa.schema([
@@ -579,8 +626,43 @@ def exchanges_batch(c: dict, capture_file: str) -> pa.RecordBatch:
         c["error_count"],
         c["record_count"],
         c["record_bytes"],
+        *(c[name] for name in SETTING_FIELDS),
+        *_waits(api_key, latency, c["record_count"], c["max_wait_ms"], error_code),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=EXCHANGES_SCHEMA)
+
+
+FETCH_KEY, JOIN_GROUP_KEY, SYNC_GROUP_KEY = 1, 11, 14
+WAIT_SHARE = 0.95  # a Fetch answered empty this close to its max_wait_ms ran out its long poll
+# A coordinator answers a JoinGroup or SyncGroup it does not hold at once (a rejoin of a stable group, the
+# leader's SyncGroup); held ones last until the group settles: seconds, never a fraction of this.
+GROUP_HOLD_MS = 100.0
+# A Fetch that brings records back within this was answered from data already there; a later one may have been
+# held until data arrived (min_bytes), which only the producers' traffic could tell: its wait is unknown.
+FETCH_AT_ONCE_MS = 10.0
+
+
+def _waits(api_key: pa.Array, latency: pa.Array, record_count: pa.Array, max_wait_ms: pa.Array,
+           error_code: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """The waited and service_ms columns (see their descriptions in EXCHANGES_SCHEMA)."""
+    is_fetch = pc.fill_null(pc.equal(api_key, FETCH_KEY), False)
+    is_group = pc.fill_null(pc.is_in(api_key, pa.array([JOIN_GROUP_KEY, SYNC_GROUP_KEY], pa.int16())), False)
+    wait = pc.cast(max_wait_ms, pa.float64())
+    ran_out = pc.and_(pc.equal(pc.fill_null(record_count, 0), 0),
+                      pc.greater_equal(latency, pc.multiply(wait, WAIT_SHARE)))
+    at_once = pc.less(latency, FETCH_AT_ONCE_MS)
+    fetch_waited = pc.if_else(ran_out, pa.scalar(True), pc.if_else(at_once, pa.scalar(False),
+                                                                    pa.scalar(None, pa.bool_())))
+    group_held = pc.and_(pc.equal(pc.fill_null(error_code, -1), 0), pc.greater_equal(latency, GROUP_HOLD_MS))
+    answered = pc.is_valid(latency)
+    waited = pc.if_else(is_fetch, fetch_waited, pc.if_else(is_group, group_held, pa.scalar(False)))
+    waited = pc.if_else(answered, waited, pa.scalar(None, pa.bool_()))
+    # to the microsecond, as latency_ms (a float difference would show 1.1469999999999914)
+    fetch_service = pc.round(pc.max_element_wise(pc.subtract(latency, wait), pa.scalar(0.0)), 3)
+    held = pc.fill_null(waited, True)  # unknown: no service time either
+    service = pc.if_else(held, pc.if_else(pc.and_(is_fetch, pc.fill_null(ran_out, False)), fetch_service,
+                                          pa.scalar(None, pa.float64())), latency)
+    return waited, service
 
 
 def _far_time_notes(exact: dict[str, list], notes: pa.Array) -> pa.Array:

@@ -93,6 +93,7 @@ _GROUP_MEMBER = ("group_id", "generation_id", "member_id", "group_instance_id")
 BODY_FIELDS: dict[tuple[int, bool], tuple[str, ...]] = {
     (0, False): ("timeout_ms",),  # Produce
     (1, False): ("max_wait_ms", "min_bytes", "max_bytes", "isolation_level", "session_id", "session_epoch"),
+    (2, False): ("isolation_level",),  # ListOffsets v2+
     (8, False): ("group_id", "generation_id_or_member_epoch", "generation_id", "member_id", "group_instance_id"),
     (9, False): ("group_id",),  # OffsetFetch before v8 (v8+ asks for several groups)
     (10, False): ("key", "key_type"),  # FindCoordinator before v4: one key, a group unless key_type says not
@@ -115,6 +116,7 @@ BODY_FIELDS: dict[tuple[int, bool], tuple[str, ...]] = {
 """(api key, is_response) -> top-level scalar fields read into ``Extracted.fields``, by their names in the
 message definitions: the request settings an operator asks about (timeouts, waits, isolation, fetch sessions,
 client software) and what places an exchange in a consumer group (group, member, generation)."""
+ANY_REQUEST_FIELDS = ("timeout_ms",)  # read from the top level of any request that has it (admin APIs' too)
 
 
 class Scope(NamedTuple):
@@ -163,6 +165,8 @@ class StructRules:
         self.body_fields = []
         if scope.top:
             wanted = BODY_FIELDS.get((scope.api_key, scope.is_response), ())
+            if not scope.is_response:
+                wanted = (*wanted, *ANY_REQUEST_FIELDS)
             self.body_fields = [e[0] for e in everything if e[0] in wanted and not isinstance(
                 e[2] if len(e) > 2 else None, tuple) and not e[1].endswith("array")]
         self.tag_kept = [e[0] for e in tagged_entries if self.wanted(e[0], e[1])]

@@ -1948,8 +1948,13 @@ cdef Py_ssize_t x_ListOffsetsRequest_v2(Acc acc, Cursor* c, object topic, object
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_isolation_level = None
     while True:
-        c.pos += 5
+        if c.pos + 5 > c.end:
+            fail(acc, TRUNCATED, 'replica_id')
+            break
+        c.pos += 4
+        v_isolation_level = <int8_t>rd_u8(c)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics')
             break
@@ -1971,7 +1976,10 @@ cdef Py_ssize_t x_ListOffsetsRequest_v2(Acc acc, Cursor* c, object topic, object
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('isolation_level', v_isolation_level)
         return -1
+    acc.set_field('isolation_level', v_isolation_level)
     return 0
 
 
@@ -2056,8 +2064,13 @@ cdef Py_ssize_t x_ListOffsetsRequest_v4(Acc acc, Cursor* c, object topic, object
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_isolation_level = None
     while True:
-        c.pos += 5
+        if c.pos + 5 > c.end:
+            fail(acc, TRUNCATED, 'replica_id')
+            break
+        c.pos += 4
+        v_isolation_level = <int8_t>rd_u8(c)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics')
             break
@@ -2079,7 +2092,10 @@ cdef Py_ssize_t x_ListOffsetsRequest_v4(Acc acc, Cursor* c, object topic, object
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('isolation_level', v_isolation_level)
         return -1
+    acc.set_field('isolation_level', v_isolation_level)
     return 0
 
 
@@ -2172,8 +2188,13 @@ cdef Py_ssize_t x_ListOffsetsRequest_v6(Acc acc, Cursor* c, object topic, object
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_isolation_level = None
     while True:
-        c.pos += 5
+        if c.pos + 5 > c.end:
+            fail(acc, TRUNCATED, 'replica_id')
+            break
+        c.pos += 4
+        v_isolation_level = <int8_t>rd_u8(c)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
             c.pos += 1
@@ -2201,7 +2222,10 @@ cdef Py_ssize_t x_ListOffsetsRequest_v6(Acc acc, Cursor* c, object topic, object
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('isolation_level', v_isolation_level)
         return -1
+    acc.set_field('isolation_level', v_isolation_level)
     return 0
 
 
@@ -2210,8 +2234,14 @@ cdef Py_ssize_t x_ListOffsetsRequest_v10(Acc acc, Cursor* c, object topic, objec
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_isolation_level = None
+    v_timeout_ms = None
     while True:
-        c.pos += 5
+        if c.pos + 5 > c.end:
+            fail(acc, TRUNCATED, 'replica_id')
+            break
+        c.pos += 4
+        v_isolation_level = <int8_t>rd_u8(c)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
             c.pos += 1
@@ -2232,7 +2262,10 @@ cdef Py_ssize_t x_ListOffsetsRequest_v10(Acc acc, Cursor* c, object topic, objec
         elif count < 0:
             fail(acc, MALFORMED, 'topics')
             break
-        c.pos += 4
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'timeout_ms')
+            break
+        v_timeout_ms = rd_i32(c)
         if skip_tag_buffer(acc, c) < 0:
             break
         if c.pos > c.end:
@@ -2240,7 +2273,12 @@ cdef Py_ssize_t x_ListOffsetsRequest_v10(Acc acc, Cursor* c, object topic, objec
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('isolation_level', v_isolation_level)
+            acc.set_field('timeout_ms', v_timeout_ms)
         return -1
+    acc.set_field('isolation_level', v_isolation_level)
+    acc.set_field('timeout_ms', v_timeout_ms)
     return 0
 
 
@@ -7493,6 +7531,7 @@ cdef Py_ssize_t x_CreateTopicsRequest_v0(Acc acc, Cursor* c, object topic, objec
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_timeout_ms = None
     while True:
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics')
@@ -7510,13 +7549,19 @@ cdef Py_ssize_t x_CreateTopicsRequest_v0(Acc acc, Cursor* c, object topic, objec
         elif count < 0:
             fail(acc, MALFORMED, 'topics')
             break
-        c.pos += 4
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'timeout_ms')
+            break
+        v_timeout_ms = rd_i32(c)
         if c.pos > c.end:
             fail(acc, TRUNCATED, 'body')
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('timeout_ms', v_timeout_ms)
         return -1
+    acc.set_field('timeout_ms', v_timeout_ms)
     return 0
 
 
@@ -7525,6 +7570,7 @@ cdef Py_ssize_t x_CreateTopicsRequest_v1(Acc acc, Cursor* c, object topic, objec
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_timeout_ms = None
     while True:
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics')
@@ -7542,13 +7588,20 @@ cdef Py_ssize_t x_CreateTopicsRequest_v1(Acc acc, Cursor* c, object topic, objec
         elif count < 0:
             fail(acc, MALFORMED, 'topics')
             break
-        c.pos += 5
+        if c.pos + 5 > c.end:
+            fail(acc, TRUNCATED, 'timeout_ms')
+            break
+        v_timeout_ms = rd_i32(c)
+        c.pos += 1
         if c.pos > c.end:
             fail(acc, TRUNCATED, 'body')
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('timeout_ms', v_timeout_ms)
         return -1
+    acc.set_field('timeout_ms', v_timeout_ms)
     return 0
 
 
@@ -7690,6 +7743,7 @@ cdef Py_ssize_t x_CreateTopicsRequest_v5(Acc acc, Cursor* c, object topic, objec
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_timeout_ms = None
     while True:
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -7711,7 +7765,11 @@ cdef Py_ssize_t x_CreateTopicsRequest_v5(Acc acc, Cursor* c, object topic, objec
         elif count < 0:
             fail(acc, MALFORMED, 'topics')
             break
-        c.pos += 5
+        if c.pos + 5 > c.end:
+            fail(acc, TRUNCATED, 'timeout_ms')
+            break
+        v_timeout_ms = rd_i32(c)
+        c.pos += 1
         if skip_tag_buffer(acc, c) < 0:
             break
         if c.pos > c.end:
@@ -7719,7 +7777,10 @@ cdef Py_ssize_t x_CreateTopicsRequest_v5(Acc acc, Cursor* c, object topic, objec
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('timeout_ms', v_timeout_ms)
         return -1
+    acc.set_field('timeout_ms', v_timeout_ms)
     return 0
 
 
@@ -7728,16 +7789,23 @@ cdef Py_ssize_t x_DeleteTopicsRequest_v0(Acc acc, Cursor* c, object topic, objec
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_timeout_ms = None
     while True:
         if read_topic_list(acc, c, False, False, False, 'topic_names') < 0:
             break
-        c.pos += 4
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'timeout_ms')
+            break
+        v_timeout_ms = rd_i32(c)
         if c.pos > c.end:
             fail(acc, TRUNCATED, 'body')
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('timeout_ms', v_timeout_ms)
         return -1
+    acc.set_field('timeout_ms', v_timeout_ms)
     return 0
 
 
@@ -7746,10 +7814,14 @@ cdef Py_ssize_t x_DeleteTopicsRequest_v4(Acc acc, Cursor* c, object topic, objec
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_timeout_ms = None
     while True:
         if read_topic_list(acc, c, True, True, False, 'topic_names') < 0:
             break
-        c.pos += 4
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'timeout_ms')
+            break
+        v_timeout_ms = rd_i32(c)
         if skip_tag_buffer(acc, c) < 0:
             break
         if c.pos > c.end:
@@ -7757,7 +7829,10 @@ cdef Py_ssize_t x_DeleteTopicsRequest_v4(Acc acc, Cursor* c, object topic, objec
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('timeout_ms', v_timeout_ms)
         return -1
+    acc.set_field('timeout_ms', v_timeout_ms)
     return 0
 
 
@@ -7802,6 +7877,7 @@ cdef Py_ssize_t x_DeleteTopicsRequest_v6(Acc acc, Cursor* c, object topic, objec
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_timeout_ms = None
     while True:
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -7823,7 +7899,10 @@ cdef Py_ssize_t x_DeleteTopicsRequest_v6(Acc acc, Cursor* c, object topic, objec
         elif count < 0:
             fail(acc, MALFORMED, 'topics')
             break
-        c.pos += 4
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'timeout_ms')
+            break
+        v_timeout_ms = rd_i32(c)
         if skip_tag_buffer(acc, c) < 0:
             break
         if c.pos > c.end:
@@ -7831,7 +7910,10 @@ cdef Py_ssize_t x_DeleteTopicsRequest_v6(Acc acc, Cursor* c, object topic, objec
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('timeout_ms', v_timeout_ms)
         return -1
+    acc.set_field('timeout_ms', v_timeout_ms)
     return 0
 
 
@@ -7914,6 +7996,7 @@ cdef Py_ssize_t x_DeleteRecordsRequest_v0(Acc acc, Cursor* c, object topic, obje
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_timeout_ms = None
     while True:
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics')
@@ -7931,13 +8014,19 @@ cdef Py_ssize_t x_DeleteRecordsRequest_v0(Acc acc, Cursor* c, object topic, obje
         elif count < 0:
             fail(acc, MALFORMED, 'topics')
             break
-        c.pos += 4
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'timeout_ms')
+            break
+        v_timeout_ms = rd_i32(c)
         if c.pos > c.end:
             fail(acc, TRUNCATED, 'body')
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('timeout_ms', v_timeout_ms)
         return -1
+    acc.set_field('timeout_ms', v_timeout_ms)
     return 0
 
 
@@ -8028,6 +8117,7 @@ cdef Py_ssize_t x_DeleteRecordsRequest_v2(Acc acc, Cursor* c, object topic, obje
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_timeout_ms = None
     while True:
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -8049,7 +8139,10 @@ cdef Py_ssize_t x_DeleteRecordsRequest_v2(Acc acc, Cursor* c, object topic, obje
         elif count < 0:
             fail(acc, MALFORMED, 'topics')
             break
-        c.pos += 4
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'timeout_ms')
+            break
+        v_timeout_ms = rd_i32(c)
         if skip_tag_buffer(acc, c) < 0:
             break
         if c.pos > c.end:
@@ -8057,7 +8150,10 @@ cdef Py_ssize_t x_DeleteRecordsRequest_v2(Acc acc, Cursor* c, object topic, obje
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('timeout_ms', v_timeout_ms)
         return -1
+    acc.set_field('timeout_ms', v_timeout_ms)
     return 0
 
 
@@ -9940,6 +10036,7 @@ cdef Py_ssize_t x_CreatePartitionsRequest_v0(Acc acc, Cursor* c, object topic, o
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_timeout_ms = None
     while True:
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics')
@@ -9957,13 +10054,20 @@ cdef Py_ssize_t x_CreatePartitionsRequest_v0(Acc acc, Cursor* c, object topic, o
         elif count < 0:
             fail(acc, MALFORMED, 'topics')
             break
-        c.pos += 5
+        if c.pos + 5 > c.end:
+            fail(acc, TRUNCATED, 'timeout_ms')
+            break
+        v_timeout_ms = rd_i32(c)
+        c.pos += 1
         if c.pos > c.end:
             fail(acc, TRUNCATED, 'body')
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('timeout_ms', v_timeout_ms)
         return -1
+    acc.set_field('timeout_ms', v_timeout_ms)
     return 0
 
 
@@ -10052,6 +10156,7 @@ cdef Py_ssize_t x_CreatePartitionsRequest_v2(Acc acc, Cursor* c, object topic, o
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_timeout_ms = None
     while True:
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -10073,7 +10178,11 @@ cdef Py_ssize_t x_CreatePartitionsRequest_v2(Acc acc, Cursor* c, object topic, o
         elif count < 0:
             fail(acc, MALFORMED, 'topics')
             break
-        c.pos += 5
+        if c.pos + 5 > c.end:
+            fail(acc, TRUNCATED, 'timeout_ms')
+            break
+        v_timeout_ms = rd_i32(c)
+        c.pos += 1
         if skip_tag_buffer(acc, c) < 0:
             break
         if c.pos > c.end:
@@ -10081,7 +10190,10 @@ cdef Py_ssize_t x_CreatePartitionsRequest_v2(Acc acc, Cursor* c, object topic, o
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('timeout_ms', v_timeout_ms)
         return -1
+    acc.set_field('timeout_ms', v_timeout_ms)
     return 0
 
 
@@ -10157,6 +10269,7 @@ cdef Py_ssize_t x_ElectLeadersRequest_v0(Acc acc, Cursor* c, object topic, objec
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_timeout_ms = None
     while True:
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topic_partitions')
@@ -10174,13 +10287,19 @@ cdef Py_ssize_t x_ElectLeadersRequest_v0(Acc acc, Cursor* c, object topic, objec
         elif count < -1:
             fail(acc, MALFORMED, 'topic_partitions')
             break
-        c.pos += 4
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'timeout_ms')
+            break
+        v_timeout_ms = rd_i32(c)
         if c.pos > c.end:
             fail(acc, TRUNCATED, 'body')
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('timeout_ms', v_timeout_ms)
         return -1
+    acc.set_field('timeout_ms', v_timeout_ms)
     return 0
 
 
@@ -10189,6 +10308,7 @@ cdef Py_ssize_t x_ElectLeadersRequest_v1(Acc acc, Cursor* c, object topic, objec
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_timeout_ms = None
     while True:
         c.pos += 1
         if c.pos + 4 > c.end:
@@ -10207,13 +10327,19 @@ cdef Py_ssize_t x_ElectLeadersRequest_v1(Acc acc, Cursor* c, object topic, objec
         elif count < -1:
             fail(acc, MALFORMED, 'topic_partitions')
             break
-        c.pos += 4
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'timeout_ms')
+            break
+        v_timeout_ms = rd_i32(c)
         if c.pos > c.end:
             fail(acc, TRUNCATED, 'body')
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('timeout_ms', v_timeout_ms)
         return -1
+    acc.set_field('timeout_ms', v_timeout_ms)
     return 0
 
 
@@ -10265,6 +10391,7 @@ cdef Py_ssize_t x_ElectLeadersRequest_v2(Acc acc, Cursor* c, object topic, objec
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_timeout_ms = None
     while True:
         c.pos += 1
         if c.pos < c.end and c.buf[c.pos] < 0x80:
@@ -10287,7 +10414,10 @@ cdef Py_ssize_t x_ElectLeadersRequest_v2(Acc acc, Cursor* c, object topic, objec
         elif count < -1:
             fail(acc, MALFORMED, 'topic_partitions')
             break
-        c.pos += 4
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'timeout_ms')
+            break
+        v_timeout_ms = rd_i32(c)
         if skip_tag_buffer(acc, c) < 0:
             break
         if c.pos > c.end:
@@ -10295,7 +10425,10 @@ cdef Py_ssize_t x_ElectLeadersRequest_v2(Acc acc, Cursor* c, object topic, objec
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('timeout_ms', v_timeout_ms)
         return -1
+    acc.set_field('timeout_ms', v_timeout_ms)
     return 0
 
 
@@ -10399,8 +10532,12 @@ cdef Py_ssize_t x_AlterPartitionReassignmentsRequest_v0(Acc acc, Cursor* c, obje
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_timeout_ms = None
     while True:
-        c.pos += 4
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'timeout_ms')
+            break
+        v_timeout_ms = rd_i32(c)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
             c.pos += 1
@@ -10428,7 +10565,10 @@ cdef Py_ssize_t x_AlterPartitionReassignmentsRequest_v0(Acc acc, Cursor* c, obje
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('timeout_ms', v_timeout_ms)
         return -1
+    acc.set_field('timeout_ms', v_timeout_ms)
     return 0
 
 
@@ -10480,8 +10620,12 @@ cdef Py_ssize_t x_ListPartitionReassignmentsRequest_v0(Acc acc, Cursor* c, objec
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    v_timeout_ms = None
     while True:
-        c.pos += 4
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'timeout_ms')
+            break
+        v_timeout_ms = rd_i32(c)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
             c.pos += 1
@@ -10509,7 +10653,10 @@ cdef Py_ssize_t x_ListPartitionReassignmentsRequest_v0(Acc acc, Cursor* c, objec
             break
         break
     if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('timeout_ms', v_timeout_ms)
         return -1
+    acc.set_field('timeout_ms', v_timeout_ms)
     return 0
 
 
@@ -12150,6 +12297,129 @@ cdef Py_ssize_t x_AlterPartitionRequest_v3(Acc acc, Cursor* c, object topic, obj
     return 0
 
 
+cdef Py_ssize_t skip_UpdateFeaturesRequest_FeatureUpdateKey_v0(Acc acc, Cursor* c) except -2:
+    cdef Py_ssize_t count, j
+    while True:
+        if skip_sized(acc, c, True, 2, False) < 0:
+            break
+        c.pos += 3
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'struct')
+            break
+        if skip_tag_buffer(acc, c) < 0:
+            break
+        return 0
+    return -1
+
+
+cdef Py_ssize_t x_UpdateFeaturesRequest_v0(Acc acc, Cursor* c, object topic, object partition) except -2:
+    cdef Py_ssize_t n, count, j, stop
+    cdef uint64_t tag
+    cdef Cursor sub
+    cdef int own = 0
+    v_timeout_ms = None
+    while True:
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'timeout_ms')
+            break
+        v_timeout_ms = rd_i32(c)
+        if c.pos < c.end and c.buf[c.pos] < 0x80:
+            count = <Py_ssize_t>c.buf[c.pos] - 1
+            c.pos += 1
+        else:
+            count = <Py_ssize_t>rd_uvarint_wide(c) - 1
+            if c.err:
+                fail(acc, c.err, 'array')
+                break
+        if count <= 0:
+            if count != 0:
+                fail(acc, MALFORMED, 'array')
+                break
+        elif count > c.end - c.pos:
+            fail(acc, TRUNCATED, 'array')
+            break
+        else:
+            for j in range(count):
+                if skip_UpdateFeaturesRequest_FeatureUpdateKey_v0(acc, c) < 0:
+                    break
+            if acc.err:
+                break
+        if skip_tag_buffer(acc, c) < 0:
+            break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'body')
+            break
+        break
+    if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('timeout_ms', v_timeout_ms)
+        return -1
+    acc.set_field('timeout_ms', v_timeout_ms)
+    return 0
+
+
+cdef Py_ssize_t skip_UpdateFeaturesRequest_FeatureUpdateKey_v1(Acc acc, Cursor* c) except -2:
+    cdef Py_ssize_t count, j
+    while True:
+        if skip_sized(acc, c, True, 2, False) < 0:
+            break
+        c.pos += 3
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'struct')
+            break
+        if skip_tag_buffer(acc, c) < 0:
+            break
+        return 0
+    return -1
+
+
+cdef Py_ssize_t x_UpdateFeaturesRequest_v1(Acc acc, Cursor* c, object topic, object partition) except -2:
+    cdef Py_ssize_t n, count, j, stop
+    cdef uint64_t tag
+    cdef Cursor sub
+    cdef int own = 0
+    v_timeout_ms = None
+    while True:
+        if c.pos + 4 > c.end:
+            fail(acc, TRUNCATED, 'timeout_ms')
+            break
+        v_timeout_ms = rd_i32(c)
+        if c.pos < c.end and c.buf[c.pos] < 0x80:
+            count = <Py_ssize_t>c.buf[c.pos] - 1
+            c.pos += 1
+        else:
+            count = <Py_ssize_t>rd_uvarint_wide(c) - 1
+            if c.err:
+                fail(acc, c.err, 'array')
+                break
+        if count <= 0:
+            if count != 0:
+                fail(acc, MALFORMED, 'array')
+                break
+        elif count > c.end - c.pos:
+            fail(acc, TRUNCATED, 'array')
+            break
+        else:
+            for j in range(count):
+                if skip_UpdateFeaturesRequest_FeatureUpdateKey_v1(acc, c) < 0:
+                    break
+            if acc.err:
+                break
+        c.pos += 1
+        if skip_tag_buffer(acc, c) < 0:
+            break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'body')
+            break
+        break
+    if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('timeout_ms', v_timeout_ms)
+        return -1
+    acc.set_field('timeout_ms', v_timeout_ms)
+    return 0
+
+
 cdef Py_ssize_t skip_FetchResponse_SnapshotId_v12(Acc acc, Cursor* c) except -2:
     cdef Py_ssize_t count, j
     while True:
@@ -13347,6 +13617,58 @@ cdef Py_ssize_t x_ShareAcknowledgeRequest_v0(Acc acc, Cursor* c, object topic, o
         break
     if acc.err:
         return -1
+    return 0
+
+
+cdef Py_ssize_t x_AddRaftVoterRequest_v0(Acc acc, Cursor* c, object topic, object partition) except -2:
+    cdef Py_ssize_t n, count, j, stop
+    cdef uint64_t tag
+    cdef Cursor sub
+    cdef int own = 0
+    v_timeout_ms = None
+    while True:
+        if c.pos < c.end and c.buf[c.pos] < 0x80:
+            c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
+        else:
+            if skip_sized(acc, c, True, 2, True) < 0:
+                break
+        if c.pos + 24 > c.end:
+            fail(acc, TRUNCATED, 'timeout_ms')
+            break
+        v_timeout_ms = rd_i32(c)
+        c.pos += 20
+        if c.pos < c.end and c.buf[c.pos] < 0x80:
+            count = <Py_ssize_t>c.buf[c.pos] - 1
+            c.pos += 1
+        else:
+            count = <Py_ssize_t>rd_uvarint_wide(c) - 1
+            if c.err:
+                fail(acc, c.err, 'array')
+                break
+        if count <= 0:
+            if count != 0:
+                fail(acc, MALFORMED, 'array')
+                break
+        elif count > c.end - c.pos:
+            fail(acc, TRUNCATED, 'array')
+            break
+        else:
+            for j in range(count):
+                if skip_BeginQuorumEpochRequest_LeaderEndpoint_v1(acc, c) < 0:
+                    break
+            if acc.err:
+                break
+        if skip_tag_buffer(acc, c) < 0:
+            break
+        if c.pos > c.end:
+            fail(acc, TRUNCATED, 'body')
+            break
+        break
+    if acc.err:
+        if acc.err == TRUNCATED:
+            acc.set_field('timeout_ms', v_timeout_ms)
+        return -1
+    acc.set_field('timeout_ms', v_timeout_ms)
     return 0
 
 
@@ -37648,9 +37970,9 @@ cdef void fill_plans() noexcept:
     PLANS[0][56][1] = x_AlterPartitionRequest_v1
     PLANS[0][56][2] = x_AlterPartitionRequest_v2
     PLANS[0][56][3] = x_AlterPartitionRequest_v3
-    PLANS[0][57][0] = nothing
-    PLANS[0][57][1] = nothing
-    PLANS[0][57][2] = nothing
+    PLANS[0][57][0] = x_UpdateFeaturesRequest_v0
+    PLANS[0][57][1] = x_UpdateFeaturesRequest_v1
+    PLANS[0][57][2] = x_UpdateFeaturesRequest_v1
     PLANS[0][58][0] = nothing
     PLANS[0][59][0] = x_FetchSnapshotRequest_v0
     PLANS[0][59][1] = x_FetchSnapshotRequest_v1
@@ -37684,7 +38006,7 @@ cdef void fill_plans() noexcept:
     PLANS[0][77][0] = nothing
     PLANS[0][78][0] = x_ShareFetchRequest_v0
     PLANS[0][79][0] = x_ShareAcknowledgeRequest_v0
-    PLANS[0][80][0] = nothing
+    PLANS[0][80][0] = x_AddRaftVoterRequest_v0
     PLANS[0][81][0] = nothing
     PLANS[0][82][0] = nothing
     PLANS[0][83][0] = x_InitializeShareGroupStateRequest_v0

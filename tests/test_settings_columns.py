@@ -1,0 +1,103 @@
+"""The exchanges' settings columns (group, member, generation, Fetch waits, Produce acks, client software) and the
+waited/service_ms split, against independent readers: tshark's Kafka dissector for the group APIs it decodes,
+and the full Python decoder (``kafkacap show --json``) for every exchange of the sample captures."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from analyzer.cli.commands import main
+from dissectors.kafka.extract_rules import ANY_REQUEST_FIELDS, BODY_FIELDS
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_pcaps"
+GROUP = SAMPLES / "tansu_consumer_group.pcap"
+
+
+@pytest.fixture(scope="module")
+def rows(tmp_path_factory) -> list[dict]:
+    out = tmp_path_factory.mktemp("export") / "out"
+    result = CliRunner().invoke(main, ["export", str(GROUP), "-o", str(out), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    return pq.read_table(out / "exchanges.parquet").to_pylist()
+
+
+@pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed")
+def test_group_fields_equal_tsharks(rows):
+    """tshark 4.0 decodes the sample's JoinGroup v7, SyncGroup v5, Heartbeat v4 and OffsetCommit v8 requests:
+    their group id, and the generation and member they name (its first member_id is the request's own)."""
+    listing = subprocess.run(
+        ["tshark", "-r", str(GROUP), "-Y", "kafka.consumer_group && (kafka.api_key == 8 || kafka.api_key == 11 "
+         "|| kafka.api_key == 12 || kafka.api_key == 14)", "-T", "fields",
+         "-e", "frame.number", "-e", "kafka.api_key", "-e", "kafka.consumer_group", "-e", "kafka.member_id",
+         "-e", "kafka.generation_id"], capture_output=True, text=True, check=True).stdout
+    by_frame = {r["request_frame"]: r for r in rows}
+    checked = 0
+    for line in listing.splitlines():
+        frame, key, group, members, generations = line.split("\t")
+        row = by_frame[int(frame)]
+        assert row["api_key"] == int(key) and row["group_id"] == group, line
+        if int(key) != 11:  # a JoinGroup's generation and (on a first join) member come from its response
+            assert row["generation_id"] == int(generations.split(",")[0]), line
+            assert row["member_id"] == members.split(",")[0], line
+        checked += 1
+    assert checked >= 15
+
+
+@pytest.mark.parametrize("capture", sorted(p.name for p in SAMPLES.glob("tansu_*.pcap*")
+                                           if "tls" not in p.name))
+def test_settings_equal_the_full_decoders(tmp_path, capture):
+    """Every request's settings columns say what the full decoder reads in its body."""
+    path = SAMPLES / capture
+    port = json.loads((SAMPLES / (capture.split(".")[0] + ".truth.json")).read_text())["broker"]["port"]
+    out = tmp_path / "out"
+    assert CliRunner().invoke(main, ["export", str(path), "-o", str(out), "--no-progress", "--port",
+                                     str(port)]).exit_code == 0
+    table = pq.read_table(out / "exchanges.parquet").to_pylist()
+    names = {"timeout_ms": "timeout_ms", "max_wait_ms": "max_wait_ms", "min_bytes": "min_bytes",
+             "isolation_level": "isolation_level", "session_id": "session_id", "session_epoch": "session_epoch",
+             "client_software_name": "client_software_name", "acks": "acks",
+             "rebalance_timeout_ms": "rebalance_timeout_ms", "session_timeout_ms": "session_timeout_ms"}
+    compared = 0
+    for conn in sorted({r["connection_id"] for r in table if r["api_key"] in (0, 1, 11, 18)})[:6]:
+        result = CliRunner().invoke(main, ["show", str(path), "--connection", str(conn), "--limit", "0", "--json",
+                                           "--port", str(port)])
+        assert result.exit_code == 0, result.output
+        for line in result.stdout.splitlines():
+            doc = json.loads(line)
+            body = (doc["request"] or {}).get("body") or {}
+            row = next(r for r in table if r["connection_id"] == conn
+                       and r["request_frame"] == doc["exchange"]["request_frame"])
+            key = doc["exchange"]["api_key"]
+            applies = {*BODY_FIELDS.get((key, False), ()), *ANY_REQUEST_FIELDS, *(("acks",) if key == 0 else ())}
+            for field, column in names.items():
+                if field not in applies:
+                    continue
+                if field in body:
+                    assert row[column] == body[field], (capture, conn, field)
+                    compared += 1
+                elif row["status"] != "malformed":
+                    assert row[column] is None, (capture, conn, field)
+    assert compared > 0
+
+
+def test_long_polls_and_group_joins_are_waits_not_service_time(rows):
+    fetches = [r for r in rows if r["api_name"] == "Fetch"]
+    ran_out = [r for r in fetches if r["record_count"] == 0 and r["latency_ms"] >= 0.95 * r["max_wait_ms"]]
+    assert ran_out and all(r["waited"] for r in ran_out)
+    for r in ran_out:
+        assert r["service_ms"] == pytest.approx(max(r["latency_ms"] - r["max_wait_ms"], 0), abs=1e-6)
+    assert all(r["waited"] is False and r["service_ms"] == r["latency_ms"] for r in fetches
+               if r["latency_ms"] < 10)
+    joins = [r for r in rows if r["api_name"] == "JoinGroup"]
+    held = [r for r in joins if r["error_code"] == 0]
+    assert held and all(r["waited"] and r["service_ms"] is None and r["latency_ms"] > 1000 for r in held)
+    first = [r for r in joins if r["error_name"] == "MEMBER_ID_REQUIRED"]
+    assert first and all(r["waited"] is False and r["member_id"] for r in first)  # the id it is given
+    assert all(r["waited"] is None and r["service_ms"] is None for r in rows if r["latency_ms"] is None)
