@@ -86,7 +86,7 @@ def build(source: TableSource, title: str = "kafkacap report") -> Report:
         "capture_file", "connection_id", "correlation_id", "client_ip", "client_port", "broker_ip", "broker_port",
         "api_key", "api_name", "client_id", "request_first_ts", "response_first_ts", "response_last_ts",
         "latency_ms", "error_code", "error_name", "status", "request_frame", "response_frame", "record_count",
-        "error_count"])
+        "error_count", "waited", "service_ms", "group_id"])
     ex = ex.append_column("ts", _exchange_time(ex))
     files = source.read("files", [
         "capture_file", "format", "file_bytes", "packets", "first_ts", "last_ts", "exchanges", "connections",
@@ -168,10 +168,10 @@ def _overview(ex: pa.Table, interval: ag.Interval) -> Section:
 def _latency(ex: pa.Table, interval: ag.Interval) -> Section:
     s = Section("latency", "Latency", intro=(
         "latency_ms is the broker-side view: from the request's last byte to the response's last byte. "
-        "Waits are drawn apart from service time: Fetch (held by the broker until data arrives or max_wait_ms "
-        "passes), JoinGroup and SyncGroup (held until the group's rebalance completes). Today's tables do not "
-        "hold a Fetch's max_wait_ms, so Fetch is split by what they do hold: empty responses (mostly long polls "
-        "that waited the full max_wait_ms) and responses with records (which waited for less, or not at all)."))
+        "Exchanges the broker held by design (the waited column: a Fetch long poll that ran out its max_wait_ms, "
+        "a JoinGroup or SyncGroup held until the group settled) are drawn apart from service time, with the "
+        "Fetches that brought records after a while (they may have been held until data arrived). Service time "
+        "is service_ms: latency less the long poll's max_wait_ms where it ran out."))
     t = ex.filter(pc.is_valid(ex["latency_ms"]))
     if t.num_rows == 0:
         why = ("No exchange has a latency: none had both its request and its response in the capture."
@@ -180,10 +180,15 @@ def _latency(ex: pa.Table, interval: ag.Interval) -> Section:
             s.parts.append(Part(title, "", empty=why))
         return s
     series = ag.latency_series(t["api_name"], t["record_count"])
+    # Held by design (the waited column), or possibly (null: a Fetch that brought records after a while):
+    # drawn with the waits; the rest as service time. Tables without the column: by API, as before it.
+    held = pc.fill_null(t["waited"], True) if t["waited"].null_count < len(t) else ag.is_wait(series)
+    service_ms = pc.coalesce(t["service_ms"], t["latency_ms"])
     t = pa.table({"ts": t["ts"], "series": series, "latency_ms": t["latency_ms"],
                   "capture_file": t["capture_file"], "frame": t["response_frame"]})
-    wait = ag.is_wait(t["series"])
-    service, waits = t.filter(pc.invert(wait)), t.filter(wait)
+    waits = t.filter(held)
+    service = t.filter(pc.invert(held))
+    service = service.set_column(2, "latency_ms", service_ms.filter(pc.invert(held)))
     if service.num_rows:
         top = ag.top_keys(service, "series", None)
         service = service.set_column(1, "series", ag.keep_top(service["series"], top))
