@@ -137,7 +137,7 @@ class Connection:
         if m.legacy is not None and any(req[2] <= boundary for req in m.legacy.pending):
             return False
         for half in (self.to_broker, self.to_client):
-            if half.ooo:
+            if half.holding:
                 return False
             s = half.sink
             if not (s.opaque() or s.at_boundary()):

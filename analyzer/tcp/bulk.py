@@ -207,11 +207,11 @@ class _Bulk:
             half = flows.get(self.keys[k])
             if half is not conn.to_broker and half is not conn.to_client:
                 return None
-            if half.ooo or half.next_seq != self._predicted(k, at):
+            if half.holding or half.next_seq != self._predicted(k, at):
                 return None
         if len(ks) == 1:  # the other direction sent nothing in this chunk: its state must be as it was
             other = h.peer
-            if other.ooo or other.next_seq != self.peer_next0[ks[0]]:
+            if other.holding or other.next_seq != self.peer_next0[ks[0]]:
                 return None
         return conn
 
@@ -244,12 +244,9 @@ class _Bulk:
             if a == b:
                 continue
             half = self.table.flows[self.keys[k]]
-            half.packets += b - a
-            half.last_ts = self.ts.item(order[b - 1])
             nbytes = self.cum[b] - self.cum[a]
+            half.take_run(b - a, self.ts.item(order[b - 1]), nbytes, self.after.item(b - 1))
             if nbytes:
-                half.payload_bytes += nbytes
-                half.next_seq = self.after.item(b - 1)
                 sides.append((half.sink, a, b))
         if not sides:
             return
