@@ -30,6 +30,7 @@ cdef enum:
 
 MASK32 = 0xFFFFFFFF
 HALF32 = 0x80000000
+cdef object _IGNORED = IGNORED
 
 
 def feed_chunk(FlowTable table not None, chunk) -> None:
@@ -220,10 +221,9 @@ cdef class _Bulk:
         members: list = [[] for _ in range(groups_n)]
         for k in range(self.count):
             (<list>members[gk[k]]).append(k)
-        flows = self.table.flows
         for g in range(groups_n):
             ks = <list>members[g]
-            if all(flows.get(keys[k]) is IGNORED for k in ks):
+            if self._all_ignored(ks):
                 continue
             self._connection(by_group, bounds[g], bounds[g + 1], ks)
 
@@ -231,13 +231,12 @@ cdef class _Bulk:
         """One connection's packets (chunk indexes idx[lo:hi], in order): regular runs in bulk, the rest one
         by one."""
         cdef Py_ssize_t r = lo, j, stop
-        flows = self.table.flows
         while r < hi:
             if not self._ready(idx[r], ks):  # a few packets one by one, then look again
                 stop = min(r + PER_PACKET_STEP, hi)
                 self._some(idx, r, stop)
                 r = stop
-                if all(flows.get(self.keys[k]) is IGNORED for k in ks):
+                if self._all_ignored(ks):
                     return  # found to be another shard's or not Kafka: the rest would be dropped anyway
                 continue
             j = r
@@ -248,6 +247,15 @@ cdef class _Bulk:
             if j < hi:
                 self._some(idx, j, j + 1)
             r = j + 1
+
+    cdef bint _all_ignored(self, list ks) except -1:
+        """Whether every key of ``ks`` is a flow the table ignores (another shard's, not Kafka)."""
+        cdef dict flows = self.table.flows
+        cdef Py_ssize_t k
+        for k in ks:
+            if flows.get(self.keys[k]) is not _IGNORED:
+                return False
+        return True
 
     cdef bint _ready(self, int64_t at, list ks) except -1:
         """Whether the connection of these keys has, before packet ``at``, the state the regularity test
