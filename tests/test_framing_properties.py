@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import analyzer.session.connection as connection
 from analyzer.pipeline.analyze import Options, analyze_file
 from analyzer.session.connection import find_request
+from analyzer.tcp.reassembly import ByteSink
 from dissectors.kafka.framing import DEFAULT_KEEP, DEFAULT_MAX_FRAME, SCAN_WINDOW, FrameSplitter
 from dissectors.kafka.headers import looks_like_request
 from tests import craft, hostile
@@ -44,7 +45,7 @@ def find_every(buf, start: int, end: int) -> int:
 VALIDATORS = {"requests": (request_plausible, find_request), "responses": (response_plausible, find_every)}
 
 
-class Tee:
+class Tee(ByteSink):
     """Stands in for the splitter during an analysis: records the calls it gets, passes them on."""
 
     streams: list[tuple[str, list[tuple]]] = []
@@ -54,9 +55,6 @@ class Tee:
         self.events: list[tuple] = [("init", keep, max_frame)]
         kind = "responses" if getattr(validate, "__name__", "") == "response_plausible" else "requests"
         Tee.streams.append((kind, self.events))
-
-    body_left = 0  # so that the bulk path hands every packet to data()
-    head_missing = 0
 
     def begin(self) -> None:
         self.events.append(("begin",))

@@ -15,7 +15,7 @@ from libc.string cimport memcpy
 import numpy as np
 
 from analyzer.tcp._flows cimport FlowTable
-from analyzer.tcp._reassembly cimport HalfStream
+from analyzer.tcp._reassembly cimport HOLDING, HalfStream
 from dissectors.kafka._framing cimport FrameSplitter
 
 from analyzer.capture.chunks import number_keys
@@ -276,11 +276,10 @@ cdef class _Bulk:
             if obj is not h and obj is not other:
                 return False
             half = <HalfStream>obj
-            if half.ooo is not None or half.short_ts is not None or half.next_seq != self._predicted(k, at):
+            if half.state & HOLDING or half.next_seq != self._predicted(k, at):
                 return False
         if len(ks) == 1:  # the other direction sent nothing in this chunk: its state must be as it was
-            if other.ooo is not None or other.short_ts is not None or \
-                    other.next_seq != self.peer_next0[<Py_ssize_t>ks[0]]:
+            if other.state & HOLDING or other.next_seq != self.peer_next0[<Py_ssize_t>ks[0]]:
                 return False
         return True
 

@@ -6,7 +6,7 @@ import struct
 
 from libc.stdint cimport int64_t
 
-from analyzer.tcp._reassembly cimport HalfStream
+from analyzer.tcp._reassembly cimport SHORT, HalfStream
 
 from analyzer.session.connection import Connection, address_text, reverse_key, split_key
 from analyzer.session.matching import Outputs
@@ -142,8 +142,8 @@ cdef class FlowTable:
             return
         half = <HalfStream>h
         half.packets += 1
-        half.last_ts = ts
-        if half.short_ts is not None:
+        half.set_last_ts(ts)
+        if half.state & SHORT:
             half.settle_short(seq, seg_len, flags)
         if flags & 0x07:  # SYN, FIN, RST
             self._slow(half, no, ts, key, seq, ack, flags, payload, seg_len, pkt)
@@ -213,7 +213,7 @@ cdef class FlowTable:
             if half is None:
                 return
             half.packets += 1
-            half.last_ts = ts
+            half.set_last_ts(ts)
         elif type(h) is _Probe:
             self._probe(<_Probe>h, pkt)
             return
@@ -236,8 +236,8 @@ cdef class FlowTable:
             if flags & ACK and not flags & SYN:
                 conn.handshake_ts = ts
             half.packets += 1
-            half.last_ts = ts
-            if half.short_ts is not None:
+            half.set_last_ts(ts)
+            if half.state & SHORT:
                 half.settle_short(seq, seg_len, flags)
         else:
             half = <HalfStream>h
@@ -251,7 +251,7 @@ cdef class FlowTable:
                 if half is None:
                     return
                 half.packets += 1
-                half.last_ts = ts
+                half.set_last_ts(ts)
                 conn = half.conn
             if half.isn < 0:
                 half.syn(ts, seq)

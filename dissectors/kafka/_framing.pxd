@@ -43,7 +43,7 @@ cdef class FrameSplitter(ByteSink):
     cdef Py_ssize_t size  # its size prefix
     cdef bint lossy  # part of its body fell in a gap
     cdef int64_t lost_in_frame  # how many of its bytes did
-    cdef list stash  # bytes held at a boundary or while scanning (at most keep)
+    cdef list stash  # bytes held at a boundary or while scanning (at most keep); None when none are
     cdef Py_ssize_t stash_len
     cdef Py_ssize_t stash_need  # the stash is looked at again once it holds this many bytes
     cdef object stash_ts

@@ -42,7 +42,6 @@ cdef class FrameSplitter(ByteSink):
         self.min_frame = MIN_FRAME
         self.mode = BOUNDARY
         self.fresh = True
-        self.stash = []
 
     cpdef set_min_frame(self, Py_ssize_t n):
         if not 0 <= n <= MIN_FRAME:
@@ -123,7 +122,7 @@ cdef class FrameSplitter(ByteSink):
             if self.stash_len < self.stash_need:
                 return  # still too few to decide anything: nothing to look at again
             buf = b"".join(self.stash)
-            self.stash.clear()
+            self.stash = None
             self.stash_len = 0
             self._split(ts, no, buf, 0, origin, self.stash_ts, self.stash_no)
         else:
@@ -169,7 +168,7 @@ cdef class FrameSplitter(ByteSink):
 
     cdef void _drop_stash(self):
         self.skipped_bytes += self.stash_len
-        self.stash.clear()
+        self.stash = None
         self.stash_len = 0
 
     cdef _complete(self, object ts, int64_t no, bint lossy):
