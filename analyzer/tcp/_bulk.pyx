@@ -128,7 +128,7 @@ cdef class _Bulk:
         peer = np.full(count, -1, np.int64)
         for k in range(count):
             obj = flows.get(keys[k])
-            if type(obj) is HalfStream:
+            if type(obj) is HalfStream and (<HalfStream>obj).peer is not None:
                 h = <HalfStream>obj
                 next0[k] = h.next_seq
                 peer_next0[k] = h.peer.next_seq

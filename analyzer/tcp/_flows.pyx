@@ -151,6 +151,8 @@ cdef class FlowTable:
         # The ACK first: it tells what the sender had received before it sent this packet's data, so a loss
         # it reveals (say, of a request) is settled before this data (its response) is read.
         p = half.peer
+        if p is None:
+            raise RuntimeError("a released half-stream is still in the flow table")
         pn = p.next_seq
         if ack != pn and flags & ACK and pn >= 0 and ((ack - pn) & MASK32) < HALF32:
             p.peer_ack(ts, ack)
@@ -242,6 +244,8 @@ cdef class FlowTable:
         else:
             half = <HalfStream>h
         conn = half.conn
+        if half.peer is None:
+            raise RuntimeError("a released half-stream is still in the flow table")
         if flags & SYN:
             if self._is_new_connection(half, conn, seq, flags):
                 self._replace(conn, ts)
