@@ -28,8 +28,6 @@ cdef enum:
     ACK = 0x10
     PER_PACKET_STEP = 8  # packets fed one by one before checking again whether a connection can go back to bulk
 
-MASK32 = 0xFFFFFFFF
-HALF32 = 0x80000000
 cdef object _IGNORED = IGNORED
 
 
@@ -136,45 +134,65 @@ cdef class _Bulk:
         self.next0 = next0
         self.peer_next0 = peer_next0
 
-        order = np.argsort(inverse, kind="stable")  # radix sort for 16-bit key numbers
-        sorted_key = inverse[order].astype(np.int64)
-        lo = np.searchsorted(sorted_key, np.arange(count + 1))
-        self.lo = _int64(lo)
-        lo_of = lo[sorted_key]  # each sorted position's segment start
-        seq = seq[order]
-        seg = seg_len[order]
-        flags = flags[order]
-        positions = np.arange(n, dtype=np.int64)
-        data = seg > 0
-        # The direction's next sequence number after each packet (its last data packet's end), and before.
-        last_data = np.maximum.accumulate(np.where(data, positions, -1))
-        ends = (seq + seg) & MASK32
-        after = np.where(last_data >= lo_of, ends[np.maximum(last_data, 0)], next0[sorted_key])
-        before = np.empty_like(after)
-        before[1:] = after[:-1]
-        first_in_segment = positions == lo_of
-        before[first_in_segment] = next0[sorted_key[first_in_segment]]
-        # The peer's next sequence number when each packet was sent: after its last packet before this one.
-        peer_key = peer[sorted_key]
-        chunk_index = order.astype(np.int64)
-        combined = (sorted_key << 32) | chunk_index
-        where = np.searchsorted(combined, (np.maximum(peer_key, 0) << 32) | chunk_index)
-        has_peer = (peer_key >= 0) & (where > lo[np.maximum(peer_key, 0)])
-        edge = np.where(has_peer, after[np.maximum(where - 1, 0)], peer_next0[sorted_key])
-        ahead = (ack[order] - edge) & MASK32
-        irregular = (flags & 0x07) != 0
-        irregular |= data & ((seq != before) | ((stop - start)[order] != seg))
-        irregular |= ((flags & ACK) != 0) & (edge >= 0) & (ahead != 0) & (ahead < HALF32)
-        by_index = np.empty(n, np.uint8)
-        by_index[order] = irregular
-        self.irregular = by_index
-
-        self.order = _int64(order)
-        self.after = _int64(after)
-        self.cum = _int64(np.concatenate(([0], np.cumsum(seg))))  # bytes before each sorted position
+        self._classify(peer)
         self.buf = chunk.buf
         PyObject_GetBuffer(self.buf, &self.view, PyBUF_SIMPLE)
         self.viewing = True
+
+    cdef _classify(self, const int64_t[::1] peer):
+        """Sort the packets by key (stably: each direction's in packet order) and decide each one's regularity in
+        one pass in packet order, following every direction's next sequence number as if every packet before
+        were regular: ``before`` a packet, after it, and its peer's when it was sent (the peer's last packet
+        before it, else the peer's state at the chunk's start)."""
+        cdef Py_ssize_t n = self.n, count = self.count, i, k, p, pos
+        cdef int64_t seg, flag, before, edge, ahead
+        cdef bint odd
+        lo_array = np.zeros(count + 1, np.int64)
+        order_array = np.empty(n, np.int64)
+        after_array = np.empty(n, np.int64)
+        cum_array = np.empty(n + 1, np.int64)
+        irregular_array = np.empty(n, np.uint8)
+        running_array = np.array(self.next0, np.int64)  # each key's next sequence number so far
+        seen_array = np.zeros(count, np.uint8)  # whether the key has had a packet so far
+        cdef int64_t[::1] lo = lo_array, order = order_array, after = after_array, cum = cum_array
+        cdef int64_t[::1] running = running_array
+        cdef uint8_t[::1] irregular = irregular_array, seen = seen_array
+        cdef int64_t[::1] after_at = np.empty(n, np.int64)  # by packet, before sorting
+        cdef int64_t[::1] fill
+        for i in range(n):
+            k = self.key_of[i]
+            seg = self.seg_len[i]
+            flag = self.flags[i]
+            before = running[k]
+            p = peer[k]
+            edge = running[p] if p >= 0 and seen[p] else self.peer_next0[k]
+            odd = (flag & 0x07) != 0
+            if seg > 0:
+                if self.seq[i] != before or self.stop[i] - self.start[i] != seg:
+                    odd = True
+                running[k] = (self.seq[i] + seg) & 0xFFFFFFFF
+            if flag & ACK and edge >= 0:
+                ahead = (self.ack[i] - edge) & 0xFFFFFFFF
+                if ahead != 0 and ahead < 0x80000000:
+                    odd = True
+            seen[k] = 1
+            after_at[i] = running[k]
+            irregular[i] = odd
+            lo[k + 1] += 1
+        for k in range(count):
+            lo[k + 1] += lo[k]
+        fill = lo_array[:count].copy()
+        for i in range(n):
+            k = self.key_of[i]
+            pos = fill[k]
+            fill[k] = pos + 1
+            order[pos] = i
+            after[pos] = after_at[i]
+        cum[0] = 0
+        for pos in range(n):
+            cum[pos + 1] = cum[pos] + self.seg_len[order[pos]]
+        self.lo, self.order, self.after, self.cum = lo, order, after, cum
+        self.irregular = irregular
 
     cdef inline int64_t frame(self, Py_ssize_t i):
         """The packet number of the chunk's i-th (kept) packet."""
