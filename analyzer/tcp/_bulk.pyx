@@ -1,11 +1,11 @@
 # cython: language_level=3
 """The flow table's bulk path, compiled: :mod:`analyzer.tcp.bulk` states what it does and why.
 
-numpy decides, over a chunk's columns, which packets are regular and what each direction's sequence numbers
-would be; the walk over connections, runs and the packets a framer must read is C over typed views of those
-columns: bisection on the running byte counts, the framers' count-off and head collection through their
-declared interface (``dissectors/kafka/_framing.pxd``), and the irregular packets handed to the flow table's
-per-packet step without building packet tuples."""
+Everything is C over typed views of the chunk's columns (numpy arrays, from the capture layer): one pass in
+packet order decides which packets are regular and what each direction's sequence numbers would be; the walk
+over connections, runs and the packets a framer must read bisects on the running byte counts, counts bytes off
+or collects heads through the framers' declared interface (``dissectors/kafka/_framing.pxd``), and hands the
+irregular packets to the flow table's per-packet step without building packet tuples."""
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize

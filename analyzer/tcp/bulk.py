@@ -1,9 +1,9 @@
 """The flow table's bulk path: a chunk of packets in columns, handled a connection at a time.
 
 Most packets of a Kafka capture change nothing but counters: an ACK for bytes already seen, a segment in
-the middle of a frame body or of a frame head being collected. Per packet, the flow table's loop spends a
-microsecond finding that out. Here numpy finds it for all the packets of a chunk at once, and the
-compiled walk (``_bulk.pyx``) only visits the packets that matter:
+the middle of a frame body or of a frame head being collected. Here one pass over a chunk's columns finds
+that out for all its packets, and the walk over them (compiled, ``_bulk.pyx``) only visits the packets that
+matter:
 
 - a packet is *regular* when it has no SYN, FIN or RST, carries its whole payload, continues its direction's
   byte stream exactly, and acknowledges no byte the capture has not shown of the other direction. Whether
