@@ -7,7 +7,6 @@ import struct
 
 import pytest
 
-import analyzer.tcp.flows as flows_module
 from analyzer.tables.schemas import CONNECTION_ROW_FIELDS, connections_batch
 from analyzer.tcp.flows import EVICTED_NOTE, FlowTable
 from tests.craft import heartbeat_request, heartbeat_response
@@ -117,9 +116,8 @@ def test_an_evicted_connection_reports_its_request_in_flight() -> None:
     assert sum(1 for _, status, _ in rows if status == "ok") == 16
 
 
-def test_foreign_flows_are_forgotten_past_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(flows_module, "MAX_IGNORED", 1000)
-    table = FlowTable()
+def test_foreign_flows_are_forgotten_past_the_limit() -> None:
+    table = FlowTable(max_ignored=1000)
     feed = Feeder(table)
     real = Client(feed, bytes([10, 0, 0, 1]), 40000)
     real.request(heartbeat_request(3))

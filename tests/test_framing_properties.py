@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import analyzer.session.connection as connection
 from analyzer.pipeline.analyze import Options, analyze_file
 from analyzer.session.connection import find_request
+from analyzer.tcp.reassembly import ByteSink
 from dissectors.kafka.framing import DEFAULT_KEEP, DEFAULT_MAX_FRAME, SCAN_WINDOW, FrameSplitter
 from dissectors.kafka.headers import looks_like_request
 from tests import craft, hostile
@@ -46,19 +47,17 @@ def find_every(buf, start: int, end: int) -> int:
 VALIDATORS = {"requests": (request_plausible, find_request), "responses": (response_plausible, find_every)}
 
 
-class Tee:
+class Tee(ByteSink):
     """Stands in for the splitter during an analysis: records the calls it gets, passes them on."""
 
     streams: list[tuple[str, list[tuple]]] = []
 
-    def __init__(self, on_frame, validate, find, keep: int = DEFAULT_KEEP, max_frame: int = DEFAULT_MAX_FRAME):
-        self.inner = FrameSplitter(on_frame, validate, find, keep, max_frame)
+    def __init__(self, on_frame, validate, find, keep: int = DEFAULT_KEEP, max_frame: int = DEFAULT_MAX_FRAME,
+                 owner=None):
+        self.inner = FrameSplitter(on_frame, validate, find, keep, max_frame, owner)
         self.events: list[tuple] = [("init", keep, max_frame)]
         kind = "responses" if getattr(validate, "__name__", "") == "response_plausible" else "requests"
         Tee.streams.append((kind, self.events))
-
-    body_left = 0  # so that the bulk path hands every packet to data()
-    head_missing = 0
 
     def begin(self) -> None:
         self.events.append(("begin",))

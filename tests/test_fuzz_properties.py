@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analyzer.tcp.reassembly import MASK32, HalfStream
+from analyzer.tcp.reassembly import MASK32, ByteSink, HalfStream
 from dissectors.kafka import codecs
 from dissectors.kafka.codecs import DecompressionRefused
 from dissectors.kafka.decoder import decode
@@ -47,7 +47,7 @@ QUICK = settings(max_examples=40, deadline=None, database=None, suppress_health_
 # Reassembly
 
 
-class Collect:
+class Collect(ByteSink):
     def __init__(self) -> None:
         self.chunks: list[bytes] = []
         self.gaps = 0

@@ -110,6 +110,50 @@ def test_out_of_order_segments_are_reordered(tmp_path):
     assert conns[0]["out_of_order"] == 1 and conns[0]["gap_bytes"] == 0
 
 
+def _swap(packets: list, i: int, j: int) -> None:
+    """Packets i and j captured in each other's place (and at each other's time)."""
+    packets[i].time, packets[j].time = packets[j].time, packets[i].time
+    packets[i], packets[j] = packets[j], packets[i]
+
+
+@pytest.mark.parametrize("bulk", [True, False])
+def test_the_ack_of_a_fin_captured_before_the_fin_is_no_loss(tmp_path, bulk):
+    """The broker's FIN-ACK acknowledges the client's FIN before the capture shows that FIN: the one byte the
+    ACK covers is the FIN's number, not data, so no gap, no resync, and the stream ends where the data does."""
+    c = craft.Conversation()
+    c.handshake()
+    request, response = craft.heartbeat_request(7), craft.heartbeat_response(7)
+    c.send(True, request)
+    c.send(False, response)
+    c.fin()  # client FIN, broker FIN-ACK, client ACK
+    _swap(c.packets, len(c.packets) - 3, len(c.packets) - 2)
+    ex, conns, _ = analyze(tmp_path, c.packets, bulk=bulk)
+    assert [(r["correlation_id"], r["status"]) for r in ex] == [(7, "ok")]
+    (conn,) = conns
+    assert (conn["gap_bytes"], conn["gaps"], conn["resyncs"], conn["skipped_bytes"]) == (0, 0, 0, 0)
+    assert conn["stream_bytes"] == conn["framed_bytes"] == len(request) + len(response)
+    assert conn["ended"] == "fin"
+
+
+@pytest.mark.parametrize("bulk", [True, False])
+def test_one_byte_acknowledged_and_never_captured_is_lost_when_the_stream_goes_on(tmp_path, bulk):
+    """The same one-byte shortfall at the stream's end, but the client's next segment starts after it: the byte
+    was data the capture missed, a one-byte gap (the framer resynchronises on the next request)."""
+    c = craft.Conversation()
+    c.handshake()
+    c.send(True, craft.heartbeat_request(1))
+    c.send(False, craft.heartbeat_response(1))
+    (lost,) = c.send(True, b"\x00")  # acknowledged by the broker, missing from the capture
+    c.packets.remove(lost)
+    c.send(True, craft.heartbeat_request(2))
+    c.send(False, craft.heartbeat_response(2))
+    ex, conns, _ = analyze(tmp_path, c.packets, bulk=bulk)
+    assert sorted((r["correlation_id"], r["status"]) for r in ex) == [(1, "ok"), (2, "ok")]
+    (conn,) = conns
+    assert (conn["gap_bytes"], conn["gaps"]) == (1, 1)
+    assert conn["stream_bytes"] == conn["framed_bytes"] + conn["skipped_bytes"] + conn["gap_bytes"]
+
+
 def test_retransmissions_and_overlaps_are_trimmed(tmp_path):
     c = craft.Conversation()
     c.handshake()

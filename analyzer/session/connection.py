@@ -32,43 +32,41 @@ def find_request(buf, start: int, end: int) -> int:
     return m.start() if m else -1
 
 
-class RequestResync:
-    """Finder and validator for a connection's request stream, sharper once requests have been seen.
+# The request stream's finder and validator after a loss, called with the connection's matcher first (the
+# framer's ``owner``). A client keeps its client_id and counts its correlation ids up; so after a loss the
+# next request carries the same client_id bytes (a selective anchor for a C-speed search) and an id a little
+# above the last one. Request-shaped bytes inside record data rarely pass both.
 
-    A client keeps its client_id and counts its correlation ids up; so after a loss the next request
-    carries the same client_id bytes (a selective anchor for a C-speed search) and an id a little above
-    the last one. Request-shaped bytes inside record data rarely pass both.
-    """
 
-    __slots__ = ("matcher",)
+def find_request_of(m: ExchangeMatcher, buf, start: int, end: int) -> int:
+    anchor = m.client_id_bytes
+    if anchor:
+        data = buf if isinstance(buf, bytes) else bytes(buf)
+        # The anchor's first bytes only: a finder must recognise a candidate within FIND_SPAN bytes (the
+        # validator compares the whole client_id).
+        at = data.find(_INT16.pack(len(anchor)) + anchor[:FIND_SPAN - 14], start + 12, end)
+        return at - 12 if at >= 0 else -1
+    return find_request(buf, start, end)
 
-    def __init__(self, matcher: ExchangeMatcher) -> None:
-        self.matcher = matcher
 
-    def find(self, buf, start: int, end: int) -> int:
-        anchor = self.matcher.client_id_bytes
-        if anchor:
-            data = buf if isinstance(buf, bytes) else bytes(buf)
-            # The anchor's first bytes only: a finder must recognise a candidate within FIND_SPAN bytes (the
-            # validator compares the whole client_id).
-            at = data.find(_INT16.pack(len(anchor)) + anchor[:FIND_SPAN - 14], start + 12, end)
-            return at - 12 if at >= 0 else -1
-        return find_request(buf, start, end)
-
-    def validate(self, buf, off: int, end: int, size: int, fresh: bool) -> bool:
-        if not looks_like_request(buf, off, end, size):
-            return False
-        m = self.matcher
-        if m.last_request_corr is None:
-            return True
-        corr = _INT32.unpack_from(buf, off + 4)[0]
-        if not 0 <= (corr - m.last_request_corr) & 0xFFFFFFFF < CORRELATION_WINDOW:
-            return False
-        anchor = m.client_id_bytes
-        if anchor is not None:
-            length = _INT16.unpack_from(buf, off + 8)[0]
-            return length == len(anchor) and buf[off + 10:off + 10 + length] == anchor
+def request_plausible_for(m: ExchangeMatcher, buf, off: int, end: int, size: int, fresh: bool) -> bool:
+    if not looks_like_request(buf, off, end, size):
+        return False
+    if m.last_request_corr is None:
         return True
+    corr = _INT32.unpack_from(buf, off + 4)[0]
+    if not 0 <= (corr - m.last_request_corr) & 0xFFFFFFFF < CORRELATION_WINDOW:
+        return False
+    anchor = m.client_id_bytes
+    if anchor is not None:
+        length = _INT16.unpack_from(buf, off + 8)[0]
+        return length == len(anchor) and buf[off + 10:off + 10 + length] == anchor
+    return True
+
+
+def request_via_sasl(m: ExchangeMatcher, first_ts, first_no, last_ts, last_no, size, head, lossy) -> None:
+    """The request framer's frame handler: SASL's watch first (it hands every Kafka request on to the matcher)."""
+    m.connection.sasl.request_frame(first_ts, first_no, last_ts, last_no, size, head, lossy)
 
 
 def endpoint_text(raw: bytes) -> str:
@@ -111,11 +109,11 @@ class Connection:
         self.first_ts = ts
         self.matcher = m = ExchangeMatcher(
             out, (conn_id, self.client_ip, self.client_port, self.broker_ip, self.broker_port))
-        resync = RequestResync(m)
         self.sasl = sasl = SaslWatch(m)  # SASL's requests (and raw tokens) are looked at before the matcher
-        self.requests = FrameSplitter(sasl.request_frame, resync.validate, resync.find, keep, max_frame)
-        self.responses = sasl.framer = FrameSplitter(m.response, m.response_plausible, m.find_response, keep,
-                                                     max_frame)
+        # The matcher as the framers' owner: their callbacks are shared functions, not bound methods per stream.
+        self.requests = FrameSplitter(request_via_sasl, request_plausible_for, find_request_of, keep, max_frame, m)
+        self.responses = sasl.framer = FrameSplitter(ExchangeMatcher.response, ExchangeMatcher.response_plausible,
+                                                     ExchangeMatcher.find_response, keep, max_frame, m)
         m.connection = self
         self.to_broker = b = HalfStream(self.requests)
         self.to_client = c = HalfStream(self.responses)
@@ -157,7 +155,7 @@ class Connection:
         if m.legacy is not None and any(req.first_no <= boundary for req in m.legacy.pending):
             return False
         for half in (self.to_broker, self.to_client):
-            if half.ooo:
+            if half.holding:
                 return False
             s = half.sink
             if not (s.opaque() or s.at_boundary()):

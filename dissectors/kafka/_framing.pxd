@@ -13,8 +13,9 @@ from dissectors._sink cimport ByteSink
 
 cdef class FrameSplitter(ByteSink):
     # Callbacks: on_frame(first_ts, first_no, last_ts, last_no, size, head, lossy); validate(buf, off, end, size,
-    # fresh) -> bool; find(buf, start, end) -> candidate index or -1 (dissectors.kafka.framing documents them).
-    cdef object on_frame, validate, find
+    # fresh) -> bool; find(buf, start, end) -> candidate index or -1 (dissectors.kafka.framing documents them),
+    # each called with ``owner`` first when there is one.
+    cdef object on_frame, validate, find, owner
     cdef readonly Py_ssize_t keep, max_frame
     # The smallest size prefix taken as a frame: 4 (a response header alone is a correlation id), 2 on Kafka 0.7
     # response streams (an error code alone is a frame); set_min_frame changes it.
@@ -43,7 +44,7 @@ cdef class FrameSplitter(ByteSink):
     cdef Py_ssize_t size  # its size prefix
     cdef bint lossy  # part of its body fell in a gap
     cdef int64_t lost_in_frame  # how many of its bytes did
-    cdef list stash  # bytes held at a boundary or while scanning (at most keep)
+    cdef list stash  # bytes held at a boundary or while scanning (at most keep); None when none are
     cdef Py_ssize_t stash_len
     cdef Py_ssize_t stash_need  # the stash is looked at again once it holds this many bytes
     cdef object stash_ts
@@ -60,6 +61,9 @@ cdef class FrameSplitter(ByteSink):
     cpdef bint opaque(self)
 
     # The state machine's own steps (declared here because Cython requires it; not for other layers).
+    cdef _frame(self, first_ts, first_no, last_ts, last_no, Py_ssize_t size, head, bint lossy)
+    cdef bint _valid(self, buf, Py_ssize_t off, Py_ssize_t end, Py_ssize_t size, bint fresh) except -1
+    cdef Py_ssize_t _find(self, buf, Py_ssize_t start, Py_ssize_t end) except? -2
     cdef void _drop_stash(self)
     cdef _complete(self, object ts, int64_t no, bint lossy)
     cdef _stash_from(self, const uint8_t* p, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t origin, object ts,

@@ -31,18 +31,18 @@ cdef class FrameSplitter(ByteSink):
     """Split one direction's ordered byte stream into size-prefixed frames (see dissectors.kafka.framing)."""
 
     def __init__(self, on_frame, validate, find, Py_ssize_t keep=DEFAULT_KEEP,
-                 Py_ssize_t max_frame=DEFAULT_MAX_FRAME):
+                 Py_ssize_t max_frame=DEFAULT_MAX_FRAME, owner=None):
         if keep < 4 or max_frame < MIN_FRAME:
             raise ValueError(f"keep {keep} and max_frame {max_frame} leave no frame head to keep")
         self.on_frame = on_frame
         self.validate = validate
         self.find = find
+        self.owner = owner
         self.keep = keep
         self.max_frame = max_frame
         self.min_frame = MIN_FRAME
         self.mode = BOUNDARY
         self.fresh = True
-        self.stash = []
 
     cpdef set_min_frame(self, Py_ssize_t n):
         if not 0 <= n <= MIN_FRAME:
@@ -123,7 +123,7 @@ cdef class FrameSplitter(ByteSink):
             if self.stash_len < self.stash_need:
                 return  # still too few to decide anything: nothing to look at again
             buf = b"".join(self.stash)
-            self.stash.clear()
+            self.stash = None
             self.stash_len = 0
             self._split(ts, no, buf, 0, origin, self.stash_ts, self.stash_no)
         else:
@@ -167,9 +167,25 @@ cdef class FrameSplitter(ByteSink):
 
     # -- internals -------------------------------------------------------------------------------------
 
+    cdef _frame(self, first_ts, first_no, last_ts, last_no, Py_ssize_t size, head, bint lossy):
+        if self.owner is None:
+            self.on_frame(first_ts, first_no, last_ts, last_no, size, head, lossy)
+        else:
+            self.on_frame(self.owner, first_ts, first_no, last_ts, last_no, size, head, lossy)
+
+    cdef bint _valid(self, buf, Py_ssize_t off, Py_ssize_t end, Py_ssize_t size, bint fresh) except -1:
+        if self.owner is None:
+            return bool(self.validate(buf, off, end, size, fresh))
+        return bool(self.validate(self.owner, buf, off, end, size, fresh))
+
+    cdef Py_ssize_t _find(self, buf, Py_ssize_t start, Py_ssize_t end) except? -2:
+        if self.owner is None:
+            return self.find(buf, start, end)
+        return self.find(self.owner, buf, start, end)
+
     cdef void _drop_stash(self):
         self.skipped_bytes += self.stash_len
-        self.stash.clear()
+        self.stash = None
         self.stash_len = 0
 
     cdef _complete(self, object ts, int64_t no, bint lossy):
@@ -181,7 +197,7 @@ cdef class FrameSplitter(ByteSink):
         self.frames += 1
         self.framed_bytes += self.size + 4 - self.lost_in_frame
         self.lost_in_frame = 0
-        self.on_frame(self.first_ts, self.first_no, ts, no, self.size, memoryview(head).toreadonly(), lossy)
+        self._frame(self.first_ts, self.first_no, ts, no, self.size, memoryview(head).toreadonly(), lossy)
 
     cdef _stash_from(self, const uint8_t* p, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t origin, object ts,
                      int64_t no, object first_ts, int64_t first_no, Py_ssize_t need):
@@ -241,7 +257,7 @@ cdef class FrameSplitter(ByteSink):
             # In sync, the chain of size prefixes is trusted (a bad header becomes a malformed row);
             # only the first frame of a stream that may have started mid-frame must prove itself.
             if self.fresh:
-                if not self.validate(buf, pos + 4, pos + min(need, avail), size, True):
+                if not self._valid(buf, pos + 4, pos + min(need, avail), size, True):
                     if p[pos] == 0x16 and p[pos + 1] == 0x03:
                         self._go_opaque(n - pos)
                         return
@@ -259,9 +275,9 @@ cdef class FrameSplitter(ByteSink):
                 if ts_obj is None:
                     ts_obj = ts
                 if fts == ts:
-                    self.on_frame(ts_obj, fno, ts_obj, no, size, buf[pos:pos + need], False)
+                    self._frame(ts_obj, fno, ts_obj, no, size, buf[pos:pos + need], False)
                 else:
-                    self.on_frame(fts, fno, ts_obj, no, size, buf[pos:pos + need], False)
+                    self._frame(fts, fno, ts_obj, no, size, buf[pos:pos + need], False)
                 pos += total
                 if pos == n:
                     return
@@ -296,7 +312,7 @@ cdef class FrameSplitter(ByteSink):
             return False
         if left < CHAIN_VIEW and left < size + 4:
             return True
-        return bool(self.validate(buf, end + 4, min(n, end + 4 + size), size, False))
+        return self._valid(buf, end + 4, min(n, end + 4 + size), size, False)
 
     cdef void _lose_sync(self):
         if self.mode != SCAN:
@@ -317,10 +333,8 @@ cdef class FrameSplitter(ByteSink):
         cdef Py_ssize_t avail, size, tail_from
         cdef Py_ssize_t wait = 0
         self.mode = SCAN
-        find = self.find
-        validate = self.validate
         while True:
-            cand = find(buf, pos, n)
+            cand = self._find(buf, pos, n)
             if cand < 0:
                 break
             if cand < pos or cand >= n:
@@ -335,7 +349,7 @@ cdef class FrameSplitter(ByteSink):
                 if avail < wait:
                     break  # judge it when more bytes are here
                 # Never tentative here: a plausible-looking spot inside a frame body must not be taken.
-                if validate(buf, cand + 4, cand + min(size + 4, self.keep, avail), size, False) and \
+                if self._valid(buf, cand + 4, cand + min(size + 4, self.keep, avail), size, False) and \
                         self._chain_holds(buf, p, cand + 4 + size, n):
                     self.skipped_bytes += cand - start + skipped
                     self.mode = BOUNDARY

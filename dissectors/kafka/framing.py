@@ -10,7 +10,10 @@ The other layers use only what ``_framing.pxd`` declares besides (counters, the 
 Every complete frame goes to ``on_frame(first_ts, first_no, last_ts, last_no, size, head, lossy)``: the
 timestamps and packet numbers of its first and last byte, the value of its size prefix, its first bytes
 (size prefix included, at most ``keep`` bytes; a zero-copy view when they lie in one chunk, else a view of
-a copy; valid only during the call) and whether part of its body fell in a gap.
+a copy; valid only during the call) and whether part of its body fell in a gap. Given an ``owner``, the
+splitter calls ``on_frame``, the validator and the finder with it first: they can then be functions shared
+by every stream (a class's methods) instead of bound methods made for each, which an idle connection would
+otherwise carry.
 
 Goals: bytes inside a large frame cost one subtraction (no copies, no per-byte work), so the speed follows
 the number of frames, not of bytes; a gap inside a frame body keeps sync, so snaplen-truncated captures still

@@ -8,7 +8,7 @@ out-of-order buffer stays within its bounds.
 
 from __future__ import annotations
 
-from analyzer.tcp.reassembly import MASK32, HalfStream
+from analyzer.tcp.reassembly import MASK32, ByteSink, HalfStream
 
 ALLOWED: tuple[type[BaseException], ...] = ()
 
@@ -26,7 +26,7 @@ def stream_bytes(seq: int, n: int) -> bytes:
     return bytes(out)
 
 
-class CheckingSink:
+class CheckingSink(ByteSink):
     """Follows the stream position and checks each chunk handed on against the bytes that belong there."""
 
     def __init__(self) -> None:
@@ -71,7 +71,7 @@ def test_one_input(data: bytes) -> None:
                 stream.peer_ack(at, seq)
         else:
             stream.flush(at)
-        assert stream.ooo_bytes <= MAX_BYTES and len(stream.ooo) <= MAX_SEGMENTS
+        assert stream.ooo_bytes <= MAX_BYTES and stream.held_segments <= MAX_SEGMENTS
     stream.flush(len(data))
-    assert not stream.ooo and stream.ooo_bytes == 0
+    assert not stream.holding and stream.ooo_bytes == 0
     assert sink.delivered == stream.payload_bytes and sink.lost == stream.gap_bytes
