@@ -2,6 +2,7 @@
 """Export the same captures with two checkouts of kafkacap and compare every table, cell by cell.
 
     python benchmarks/compare_trees.py --base ../kafkacap-before [--tree .] [CAPTURE ...] [--modes default,records]
+        [--common-columns]
 
 The compiled core must write exactly what the pure-Python code wrote: this runs ``python -m analyzer.cli export``
 from each checkout (``--base``: e.g. ``git worktree add ../kafkacap-before <commit>``, with its extension
@@ -57,7 +58,14 @@ def export(tree: Path, captures: list[Path], flags: list[str], out: Path) -> sub
     return subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
 
 
-def first_difference(a: pa.Table, b: pa.Table) -> str:
+def first_difference(a: pa.Table, b: pa.Table, common: bool = False) -> str:
+    added = ""
+    if common:  # columns one tree added (or dropped) are named, the shared ones compared
+        shared = [n for n in a.column_names if n in b.column_names]
+        extra = [n for n in b.column_names if n not in a.column_names]
+        gone = [n for n in a.column_names if n not in b.column_names]
+        added = "".join(f" (+{', '.join(extra)})" if extra else "") + (f" (-{', '.join(gone)})" if gone else "")
+        a, b = a.select(shared), b.select(shared)
     if a.schema != b.schema:
         return f"schemas differ:\n  base: {a.schema}\n  tree: {b.schema}"
     if a.num_rows != b.num_rows:
@@ -69,10 +77,10 @@ def first_difference(a: pa.Table, b: pa.Table) -> str:
                 if x[i] != y[i]:
                     return f"column {name}, row {i}: {x[i].as_py()!r} against {y[i].as_py()!r}"
             return f"column {name} differs"
-    return "equal"
+    return "equal" + added
 
 
-def compare(base: Path, tree: Path, captures: list[Path], modes: list[str], work: Path) -> int:
+def compare(base: Path, tree: Path, captures: list[Path], modes: list[str], work: Path, common: bool = False) -> int:
     failures = 0
     for mode in modes:
         outs = []
@@ -91,9 +99,9 @@ def compare(base: Path, tree: Path, captures: list[Path], modes: list[str], work
                 failures += 1
                 continue
             a, b = (pq.read_table(p) for p in paths)
-            verdict = first_difference(a, b)
+            verdict = first_difference(a, b, common)
             print(f"{mode:13} {table:12} {a.num_rows:>8} rows  {verdict}")
-            failures += verdict != "equal"
+            failures += not verdict.startswith("equal")
     return 1 if failures else 0
 
 
@@ -103,6 +111,8 @@ def main() -> int:
     parser.add_argument("--base", type=Path, required=True, help="the reference checkout")
     parser.add_argument("--tree", type=Path, default=REPO, help="the checkout under test (default: this one)")
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
+    parser.add_argument("--common-columns", action="store_true", help="compare the columns both trees write and "
+                        "name the ones only one of them has (a release that adds columns)")
     args = parser.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     unknown = sorted(set(modes) - set(MODES))
@@ -112,7 +122,7 @@ def main() -> int:
         work = Path(tmp)
         captures = [p.resolve() for p in args.captures] or default_captures(work)
         print(f"{len(captures)} inputs; base {args.base}, tree {args.tree}")
-        return compare(args.base.resolve(), args.tree.resolve(), captures, modes, work)
+        return compare(args.base.resolve(), args.tree.resolve(), captures, modes, work, args.common_columns)
 
 
 if __name__ == "__main__":

@@ -26,10 +26,13 @@ from analyzer.cli.tls import TLS_KEYS, tls_keylog_option
 @click.option("--rotate", help="When to start a new part: a time (60s, 5m) or a size of gathered rows "
               "(100MB). Default with --write: 60s.")
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), help="Stop after this many seconds.")
+@click.option("--idle-timeout", type=click.FloatRange(min=1), default=300, show_default=True,
+              help="Close a connection that carried no packet for this many seconds (ended idle): a peer that "
+                   "vanished, or a FIN the capture missed, holds no state for ever.")
 @click.option("--no-screen", is_flag=True, help="No live screen: only the final figures (for logs and scripts).")
 @click.option("--snapshot", type=click.Path(dir_okay=False), help="Also write the final screen as text here.")
 @tls_keylog_option
-def live(iface, read_path, ports, detect_ports, headers_only, write_dir, rotate, duration, no_screen,
+def live(iface, read_path, ports, detect_ports, headers_only, write_dir, rotate, duration, idle_timeout, no_screen,
          snapshot) -> None:
     """Watch Kafka traffic live: requests, errors and service times per API, refreshed every second."""
     from analyzer.capture.live import InterfaceSource, LiveError, StreamSource, ports_filter
@@ -59,7 +62,7 @@ def live(iface, read_path, ports, detect_ports, headers_only, write_dir, rotate,
                                          " (no kernel filter: every packet is read and sorted here)"))
     Console(stderr=True).print(where)
     run_live(source, options, name=name, label=label, duration=duration, write_dir=write_dir, rotate=rotate,
-             snapshot=snapshot, screen=not no_screen)
+             snapshot=snapshot, screen=not no_screen, idle_seconds=idle_timeout)
 
 
 def register(group: click.Group) -> None:

@@ -265,7 +265,7 @@ def _console(record: bool) -> Console:
 
 
 def run_live(source, options, *, name: str, label: str, duration: float | None, write_dir: str | None,
-             rotate: str | None, snapshot: str | None, screen: bool) -> int:
+             rotate: str | None, snapshot: str | None, screen: bool, idle_seconds: float = 300.0) -> int:
     """The live loop: analysis, screen, rotation; returns the number of exchanges seen."""
     from analyzer.pipeline.live import LiveAnalysis
     from analyzer.tables.writers import RollingTables
@@ -287,7 +287,7 @@ def run_live(source, options, *, name: str, label: str, duration: float | None, 
         if rolling is not None:
             rolling.write(table, batch)
 
-    analysis = LiveAnalysis(source, options, sink, name)
+    analysis = LiveAnalysis(source, options, sink, name, idle_seconds)
     started = time.monotonic()
     console = _console(snapshot is not None)
     keys = Keys() if screen else None

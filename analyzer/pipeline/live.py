@@ -21,7 +21,8 @@ LIVE_NAME = "live"  # capture_file of live rows
 class LiveAnalysis:
     """Feeds a live source's packets to a flow table; ``sink(table, batch)`` receives the rows."""
 
-    def __init__(self, source: LiveSource, options: Options, sink: BatchSink, name: str = LIVE_NAME) -> None:
+    def __init__(self, source: LiveSource, options: Options, sink: BatchSink, name: str = LIVE_NAME,
+                 idle_seconds: float = 300.0) -> None:
         self.source = source
         self.name = name
         self.sink = sink
@@ -29,6 +30,8 @@ class LiveAnalysis:
         self.report = FileReport(path=name, name=name)
         self.started = time.monotonic()
         self.packets = 0
+        self.idle_ns = int(idle_seconds * 1e9)
+        self.expired = 0
 
     def step(self, timeout: float) -> bool:
         """Analyse what arrives within ``timeout`` seconds; False once the source has ended."""
@@ -45,6 +48,7 @@ class LiveAnalysis:
         while not until():
             more = self.step(min(0.2, max(next_tick - time.monotonic(), 0)))
             if time.monotonic() >= next_tick:
+                self.expired += self.table.expire_idle(self.idle_ns)  # once a tick: it looks at every connection
                 if tick is not None:
                     tick()
                 next_tick = time.monotonic() + every

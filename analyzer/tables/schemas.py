@@ -203,8 +203,9 @@ CONNECTIONS_SCHEMA = pa.schema([
        "or not confirmed when the connection ended before a response showed it."),
     _f("ended", pa.string(), "How it ended: fin, rst, reused (a new SYN on the same ports), capture_end, "
        "evicted (dropped from the flow table over its limits, see the files table's connections_evicted; "
-       "later packets of it start a new connection), or continued (it runs on into the next file of a rotated "
-       "set; only in the per-file rows the stitch stage adds up into one)."),
+       "later packets of it start a new connection), continued (it runs on into the next file of a rotated "
+       "set; only in the per-file rows the stitch stage adds up into one), or idle (kafkacap live: no packet "
+       "for longer than its --idle-timeout)."),
 ])
 
 # Columns a row may leave out, just before its last (rows of connections that never carried a byte): null.

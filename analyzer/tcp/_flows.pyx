@@ -47,6 +47,7 @@ cdef class _Ignored:
 
 IGNORED = _Ignored()
 cdef object _IGNORED = IGNORED
+IDLE_NOTE = "connection state dropped: no packet for longer than the live run's idle limit"
 
 
 cdef class _Probe:
@@ -191,6 +192,31 @@ cdef class FlowTable:
             else:
                 keep.append(conn)
         self.open = keep
+
+    def expire_idle(self, idle_ns) -> int:
+        """Close the connections that carried no packet for ``idle_ns`` (ended ``idle``, their requests in flight
+        reported): in an endless live run a peer that vanished, or whose FIN the capture missed, must not hold
+        its state, and its held segments, for ever. Returns how many were closed."""
+        if self.now is None:
+            return 0
+        horizon = self.now - idle_ns
+        cdef list keep = []
+        cdef dict flows = self.flows
+        cdef Py_ssize_t closed = 0
+        for conn in self.open:
+            last = max(conn.to_broker.last_ts, conn.to_client.last_ts, conn.first_ts)
+            if conn.ended is None and last < horizon:
+                conn.close(self.now, "idle", IDLE_NOTE)
+                self.connection_rows.append(conn.row())
+                for key in (conn.client_key, conn.broker_key):
+                    if flows.get(key) is not None and flows[key] is not _IGNORED:
+                        del flows[key]
+                conn.release()
+                closed += 1
+            else:
+                keep.append(conn)
+        self.open = keep
+        return closed
 
     def skipped_to(self, int64_t no, ts) -> None:
         """The reader dropped packets of ignored flows up to packet ``no`` at ``ts``: advance the clock as
