@@ -10,11 +10,13 @@ import struct
 from functools import lru_cache
 
 from analyzer.session.matching import ExchangeMatcher, Outputs
-from analyzer.session.sasl import SaslWatch
+from analyzer.session.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, SaslWatch
 from analyzer.tcp.reassembly import HalfStream
 from analyzer.tls.layer import StreamStart, TlsDirection, TlsSession
 from dissectors.kafka.framing import FIND_SPAN, FrameSplitter
 from dissectors.kafka.headers import looks_like_request
+
+NO_SASL = (None, None, None)  # mechanism, principal, outcome of a connection that did not authenticate
 
 # A request starts with a size below 16 MiB, an api key below 128 and a version below 64: a cheap C-speed
 # filter in front of the full plausibility check while resynchronising.
@@ -65,8 +67,18 @@ def request_plausible_for(m: ExchangeMatcher, buf, off: int, end: int, size: int
 
 
 def request_via_sasl(m: ExchangeMatcher, first_ts, first_no, last_ts, last_no, size, head, lossy) -> None:
-    """The request framer's frame handler: SASL's watch first (it hands every Kafka request on to the matcher)."""
-    m.connection.sasl.request_frame(first_ts, first_no, last_ts, last_no, size, head, lossy)
+    """The request framer's frame handler: the matcher, or SASL's watch once a SASL request was seen (it hands
+    every Kafka request on to the matcher). The watch is made then, not per connection: most never authenticate
+    in the capture, and an idle connection's every byte counts."""
+    conn = m.connection
+    sasl = conn.sasl
+    if sasl is None:
+        if not (len(head) >= 6 and head[4] == 0 and (head[5] == SASL_HANDSHAKE or head[5] == SASL_AUTHENTICATE)):
+            m.request(first_ts, first_no, last_ts, last_no, size, head, lossy)
+            return
+        sasl = conn.sasl = SaslWatch(m)
+        sasl.framer = conn.responses
+    sasl.request_frame(first_ts, first_no, last_ts, last_no, size, head, lossy)
 
 
 def endpoint_text(raw: bytes) -> str:
@@ -109,11 +121,11 @@ class Connection:
         self.first_ts = ts
         self.matcher = m = ExchangeMatcher(
             out, (conn_id, self.client_ip, self.client_port, self.broker_ip, self.broker_port))
-        self.sasl = sasl = SaslWatch(m)  # SASL's requests (and raw tokens) are looked at before the matcher
+        self.sasl: SaslWatch | None = None  # made at the first SASL request (request_via_sasl)
         # The matcher as the framers' owner: their callbacks are shared functions, not bound methods per stream.
         self.requests = FrameSplitter(request_via_sasl, request_plausible_for, find_request_of, keep, max_frame, m)
-        self.responses = sasl.framer = FrameSplitter(ExchangeMatcher.response, ExchangeMatcher.response_plausible,
-                                                     ExchangeMatcher.find_response, keep, max_frame, m)
+        self.responses = FrameSplitter(ExchangeMatcher.response, ExchangeMatcher.response_plausible,
+                                       ExchangeMatcher.find_response, keep, max_frame, m)
         m.connection = self
         self.to_broker = b = HalfStream(self.requests)
         self.to_client = c = HalfStream(self.responses)
@@ -206,6 +218,6 @@ class Connection:
             ",".join(sorted(c for c in m.client_ids if c is not None)) or None,
             tls is not None or self.requests.tls or self.responses.tls,
             *(_NO_TLS if tls is None else (tls.version_text, tls.cipher_text, tls.sni, tls.decrypted, tls.why_not)),
-            *self.sasl.row(),
+            *(self.sasl.row() if self.sasl is not None else NO_SASL),
             self.ended,
         )
