@@ -135,22 +135,23 @@ cdef object take(Buf* b):
 
 # -- columns ---------------------------------------------------------------------------------------------------
 
+cdef inline int mark(Column column, bint present) except -1:
+    """The next value's validity bit; the caller then writes the value and counts it."""
+    cdef Py_ssize_t byte = column.n >> 3
+    if byte == column.valid.size:
+        reserve(&column.valid, 1)
+        column.valid.data[byte] = 0
+        column.valid.size = byte + 1
+    if present:
+        column.valid.data[byte] |= <uint8_t>(1 << (column.n & 7))
+    else:
+        column.nulls += 1
+    return 0
+
+
 cdef class Column:
     def __dealloc__(self):
         release(&self.valid)
-
-    cdef int mark(self, bint present) except -1:
-        """The next value's validity bit; the caller then writes the value and counts it."""
-        cdef Py_ssize_t byte = self.n >> 3
-        if byte == self.valid.size:
-            reserve(&self.valid, 1)
-            self.valid.data[byte] = 0
-            self.valid.size = byte + 1
-        if present:
-            self.valid.data[byte] |= <uint8_t>(1 << (self.n & 7))
-        else:
-            self.nulls += 1
-        return 0
 
     cdef int add_null(self) except -1:
         raise NotImplementedError
@@ -214,7 +215,7 @@ cdef class IntColumn(Column):
         else:
             (<int8_t*>self.data.data)[self.n] = <int8_t>v
         self.data.size += self.width
-        self.mark(True)
+        mark(self, True)
         self.n += 1
         return 0
 
@@ -222,7 +223,7 @@ cdef class IntColumn(Column):
         reserve(&self.data, 8)
         (<int64_t*>(self.data.data + self.data.size))[0] = 0
         self.data.size += self.width
-        self.mark(False)
+        mark(self, False)
         self.n += 1
         return 0
 
@@ -317,7 +318,7 @@ cdef class BoolColumn(Column):
             self.data.size = byte + 1
         if v:
             self.data.data[byte] |= <uint8_t>(1 << (self.n & 7))
-        self.mark(True)
+        mark(self, True)
         self.n += 1
         return 0
 
@@ -364,7 +365,7 @@ cdef class Float64Column(Column):
         reserve(&self.data, 8)
         (<double*>self.data.data)[self.n] = v
         self.data.size += 8
-        self.mark(True)
+        mark(self, True)
         self.n += 1
         return 0
 
@@ -436,7 +437,7 @@ cdef class StringColumn(Column):
         self.data.size += length
         if self.data.size >= full_bytes:
             self.weigh()
-        self.mark(True)
+        mark(self, True)
         self.n += 1
         return 0
 
@@ -453,7 +454,7 @@ cdef class StringColumn(Column):
         if self.offsets.size == 0:
             put_offset(&self.offsets, 0)
         put_offset(&self.offsets, self.data.size)
-        self.mark(False)
+        mark(self, False)
         self.n += 1
         return 0
 
@@ -573,7 +574,7 @@ cdef class TopicsColumn(Column):
         if self.offsets.size == 0:
             put_offset(&self.offsets, 0)
         put_offset(&self.offsets, self.names.n)
-        self.mark(False)
+        mark(self, False)
         self.n += 1
         return 0
 
@@ -585,7 +586,7 @@ cdef class TopicsColumn(Column):
         for topic in value:
             self.names.add_obj(topic)
         put_offset(&self.offsets, self.names.n)
-        self.mark(True)
+        mark(self, True)
         self.n += 1
         return 0
 
