@@ -34,6 +34,7 @@ cdef class Column:
     cdef object validity(self)
 
 
+@cython.final
 cdef class IntColumn(Column):
     cdef int width  # bytes per value: 1, 2, 4 or 8
     cdef int64_t lo, hi
@@ -43,9 +44,10 @@ cdef class IntColumn(Column):
 
 
 @cython.final
-cdef class StampColumn(IntColumn):
+cdef class StampColumn(Column):
     # Capture times in integer nanoseconds; the rare one beyond int64 (a clock gone wrong) kept exactly here,
     # by row, and the column drained as a list of Python ints so the tables layer can treat it exactly.
+    cdef Buf data
     cdef dict far
 
 
