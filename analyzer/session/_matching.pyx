@@ -8,6 +8,7 @@ no release defines, a non-empty tag buffer) goes through ``dissectors.kafka.head
 result and the text of its error are exactly the reference's.
 """
 
+cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint64_t
@@ -158,6 +159,7 @@ cdef bint read_request_header(const uint8_t* buf, Py_ssize_t n, RequestStart* h)
     return True
 
 
+@cython.no_gc  # what it holds (numbers, text, the body's extraction) never leads back to it
 cdef class Request:
     """A request in flight, waiting for its response: what its exchange and partition rows take from it."""
 
@@ -488,7 +490,8 @@ cdef class ExchangeMatcher:
                       ORPHAN, None, last_no, ORPHAN_AFTER_DROPS_NOTE if self.dropped else ORPHAN_NOTE,
                       None, None, None)
             return
-        key, ver, client_id, note, rx, recs = req.api_key, req.api_version, req.client_id, req.note, req.body, req.records
+        key, ver, client_id, note = req.api_key, req.api_version, req.client_id, req.note
+        rx, recs = req.body, req.records
         if rx is _UNDEFINED or (key == API_VERSIONS and unsupported):
             self._unread_response(req, first_ts, last_ts, last_no, size, head, lossy)
             return
@@ -654,7 +657,9 @@ cdef class ExchangeMatcher:
         cdef int32_t v, lo, hi
         if not self.pending:
             return -1
-        ids = self.by_corr if self.by_corr is not None else {(<Request>req).correlation_id for req in self.pending[self.front:]}
+        ids = self.by_corr
+        if ids is None:
+            ids = {(<Request>req).correlation_id for req in self.pending[self.front:]}
         lo, hi = min(ids), max(ids)
         PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
         try:
@@ -757,7 +762,8 @@ cdef class ExchangeMatcher:
         cdef list asked = req.body.partitions
         cdef PartitionColumns partitions = self.partitions
         cdef int64_t connection_id = self.conn.connection_id
-        corr, key, ver, client_id, rq_last = req.correlation_id, req.api_key, req.api_version, req.client_id, req.last_ts
+        corr, key, ver, client_id = req.correlation_id, req.api_key, req.api_version, req.client_id
+        rq_last = req.last_ts
         out = self.out
         if len(asked) == 1 and len(answered) == 1 and asked[0][:2] == answered[0][:2]:
             rq = asked[0]  # the common case: one partition, asked and answered

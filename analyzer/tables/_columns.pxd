@@ -9,6 +9,7 @@ A table batch is one column per row field, named as the ``tables.schemas`` row f
 by one ``add`` call that names every field.
 """
 
+cimport cython
 from libc.stdint cimport int32_t, int64_t, uint8_t
 
 
@@ -23,7 +24,6 @@ cdef class Column:
     cdef Py_ssize_t n  # values held
     cdef Py_ssize_t nulls
     cdef Buf valid  # validity bitmap, one bit per value (set: not null)
-    cdef int mark(self, bint present) except -1
     cdef int add_null(self) except -1
     cdef int add_obj(self, object value) except -1
     cdef object value(self, Py_ssize_t i)
@@ -34,6 +34,7 @@ cdef class Column:
     cdef object validity(self)
 
 
+@cython.final
 cdef class IntColumn(Column):
     cdef int width  # bytes per value: 1, 2, 4 or 8
     cdef int64_t lo, hi
@@ -42,22 +43,27 @@ cdef class IntColumn(Column):
     cdef int64_t at(self, Py_ssize_t i) noexcept
 
 
-cdef class StampColumn(IntColumn):
+@cython.final
+cdef class StampColumn(Column):
     # Capture times in integer nanoseconds; the rare one beyond int64 (a clock gone wrong) kept exactly here,
     # by row, and the column drained as a list of Python ints so the tables layer can treat it exactly.
+    cdef Buf data
     cdef dict far
 
 
+@cython.final
 cdef class BoolColumn(Column):
     cdef Buf data
     cdef int add(self, bint v) except -1
 
 
+@cython.final
 cdef class Float64Column(Column):
     cdef Buf data
     cdef int add(self, double v) except -1
 
 
+@cython.final
 cdef class StringColumn(Column):
     cdef Buf offsets  # int32, n + 1 of them
     cdef Buf data
@@ -72,11 +78,13 @@ cdef class StringColumn(Column):
     cdef void weigh(self) noexcept
 
 
+@cython.final
 cdef class TopicsColumn(Column):
     cdef Buf offsets  # int32 offsets into names, n + 1 of them
     cdef StringColumn names
 
 
+@cython.final
 cdef class Endpoints:
     """The connection's fields every exchange row carries."""
     cdef readonly int64_t connection_id
@@ -97,6 +105,7 @@ cdef class Table:
     cdef bint full(self) noexcept
 
 
+@cython.final
 cdef class ExchangeColumns(Table):
     cdef IntColumn connection_id
     cdef StringColumn client_ip
@@ -135,6 +144,7 @@ cdef class ExchangeColumns(Table):
                  object record_bytes, object api_name, dict settings) except -1
 
 
+@cython.final
 cdef class ErrorColumns(Table):
     cdef IntColumn connection_id
     cdef IntColumn correlation_id
@@ -151,6 +161,7 @@ cdef class ErrorColumns(Table):
                  object client_id, object response_last_ts, object error) except -1
 
 
+@cython.final
 cdef class PartitionColumns(Table):
     cdef IntColumn connection_id
     cdef IntColumn correlation_id

@@ -136,22 +136,23 @@ cdef object take(Buf* b):
 
 # -- columns ---------------------------------------------------------------------------------------------------
 
+cdef inline int mark(Column column, bint present) except -1:
+    """The next value's validity bit; the caller then writes the value and counts it."""
+    cdef Py_ssize_t byte = column.n >> 3
+    if byte == column.valid.size:
+        reserve(&column.valid, 1)
+        column.valid.data[byte] = 0
+        column.valid.size = byte + 1
+    if present:
+        column.valid.data[byte] |= <uint8_t>(1 << (column.n & 7))
+    else:
+        column.nulls += 1
+    return 0
+
+
 cdef class Column:
     def __dealloc__(self):
         release(&self.valid)
-
-    cdef int mark(self, bint present) except -1:
-        """The next value's validity bit; the caller then writes the value and counts it."""
-        cdef Py_ssize_t byte = self.n >> 3
-        if byte == self.valid.size:
-            reserve(&self.valid, 1)
-            self.valid.data[byte] = 0
-            self.valid.size = byte + 1
-        if present:
-            self.valid.data[byte] |= <uint8_t>(1 << (self.n & 7))
-        else:
-            self.nulls += 1
-        return 0
 
     cdef int add_null(self) except -1:
         raise NotImplementedError
@@ -215,7 +216,7 @@ cdef class IntColumn(Column):
         else:
             (<int8_t*>self.data.data)[self.n] = <int8_t>v
         self.data.size += self.width
-        self.mark(True)
+        mark(self, True)
         self.n += 1
         return 0
 
@@ -223,7 +224,7 @@ cdef class IntColumn(Column):
         reserve(&self.data, 8)
         (<int64_t*>(self.data.data + self.data.size))[0] = 0
         self.data.size += self.width
-        self.mark(False)
+        mark(self, False)
         self.n += 1
         return 0
 
@@ -263,42 +264,58 @@ cdef class IntColumn(Column):
         self.data.size = self.n * self.width
 
 
-cdef class StampColumn(IntColumn):
-    def __cinit__(self, typ, int width):
+cdef class StampColumn(Column):
+    def __cinit__(self, typ):
+        self.type = typ
         self.far = {}
+
+    def __dealloc__(self):
+        release(&self.data)
 
     cdef int add_obj(self, object value) except -1:
         cdef int overflow = 0
-        cdef long long v
-        if value is None:
-            return self.add_null()
-        v = PyLong_AsLongLongAndOverflow(value, &overflow)
-        if overflow:
-            self.far[self.n] = value
-            v = 0
-        return self.add(v)
+        cdef long long v = 0
+        if value is not None:
+            v = PyLong_AsLongLongAndOverflow(value, &overflow)
+            if overflow:
+                self.far[self.n] = value
+                v = 0
+        reserve(&self.data, 8)
+        (<int64_t*>self.data.data)[self.n] = v
+        self.data.size += 8
+        mark(self, value is not None)
+        self.n += 1
+        return 0
+
+    cdef int add_null(self) except -1:
+        return self.add_obj(None)
 
     cdef object value(self, Py_ssize_t i):
+        if not self.present(i):
+            return None
         if self.far and i in self.far:
             return self.far[i]
-        return IntColumn.value(self, i)
+        return (<int64_t*>self.data.data)[i]
 
     cdef object to_array(self, object resolve):
         """An int64 array, or with some time beyond int64 ns a list of the exact values (Python ints)."""
-        cdef Py_ssize_t i
-        if not self.far:
-            return IntColumn.to_array(self, resolve)
-        values = [self.value(i) for i in range(self.n)]
-        self.reset()
-        return values
+        cdef Py_ssize_t i, n = self.n, nulls = self.nulls
+        if self.far:
+            values = [self.value(i) for i in range(self.n)]
+            self.reset()
+            return values
+        validity = self.validity()
+        return pa.Array.from_buffers(self.type, n, [validity, take(&self.data)], null_count=nulls)
 
     cdef void reset(self) noexcept:
-        IntColumn.reset(self)
+        Column.reset(self)
+        self.data.size = 0
         if self.far:
             self.far = {}
 
     cdef void cut(self, Py_ssize_t n) noexcept:
-        IntColumn.cut(self, n)
+        Column.cut(self, n)
+        self.data.size = self.n * 8
         if self.far:
             self.far = {i: v for i, v in self.far.items() if i < self.n}
 
@@ -318,7 +335,7 @@ cdef class BoolColumn(Column):
             self.data.size = byte + 1
         if v:
             self.data.data[byte] |= <uint8_t>(1 << (self.n & 7))
-        self.mark(True)
+        mark(self, True)
         self.n += 1
         return 0
 
@@ -365,7 +382,7 @@ cdef class Float64Column(Column):
         reserve(&self.data, 8)
         (<double*>self.data.data)[self.n] = v
         self.data.size += 8
-        self.mark(True)
+        mark(self, True)
         self.n += 1
         return 0
 
@@ -437,7 +454,7 @@ cdef class StringColumn(Column):
         self.data.size += length
         if self.data.size >= full_bytes:
             self.weigh()
-        self.mark(True)
+        mark(self, True)
         self.n += 1
         return 0
 
@@ -454,7 +471,7 @@ cdef class StringColumn(Column):
         if self.offsets.size == 0:
             put_offset(&self.offsets, 0)
         put_offset(&self.offsets, self.data.size)
-        self.mark(False)
+        mark(self, False)
         self.n += 1
         return 0
 
@@ -574,7 +591,7 @@ cdef class TopicsColumn(Column):
         if self.offsets.size == 0:
             put_offset(&self.offsets, 0)
         put_offset(&self.offsets, self.names.n)
-        self.mark(False)
+        mark(self, False)
         self.n += 1
         return 0
 
@@ -586,7 +603,7 @@ cdef class TopicsColumn(Column):
         for topic in value:
             self.names.add_obj(topic)
         put_offset(&self.offsets, self.names.n)
-        self.mark(True)
+        mark(self, True)
         self.n += 1
         return 0
 
@@ -624,7 +641,7 @@ cdef class TopicsColumn(Column):
 cdef Column column_of(str name, typ):
     """A column for a row field of Arrow type ``typ`` (as tables.schemas.ROW_TYPES gives them)."""
     if name in CAPTURE_TIME_FIELDS:
-        return StampColumn(typ, 8)
+        return StampColumn(typ)
     if pa.types.is_list(typ):
         return TopicsColumn(pa.list_(pa.string()))
     if pa.types.is_binary(typ):  # a topic: a name or an id
@@ -916,15 +933,13 @@ cdef class PartitionColumns(Table):
             self.topic.add_obj(_either(rs, rq, P_TOPIC))
             self.partition.add_obj(_either(rs, rq, P_PARTITION))
             self.error_code.add_obj(None if rs is None else item(rs, P_ERROR_CODE))
-            for j in range(N_OFFSETS):
-                column = self.asked[j]
-                column.add_obj(None if rq is None else item(rq, P_OFFSETS + j))
-                column = self.answered[j]
-                column.add_obj(None if rs is None else item(rs, P_OFFSETS + j))
+            for j in range(N_OFFSETS):  # the lists hold IntColumns only (built in __init__)
+                (<IntColumn>self.asked[j]).add_obj(None if rq is None else item(rq, P_OFFSETS + j))
+                (<IntColumn>self.answered[j]).add_obj(None if rs is None else item(rs, P_OFFSETS + j))
             self.request_record_bytes.add_obj(None if rq is None else item(rq, P_RECORD_BYTES))
             self.response_record_bytes.add_obj(None if rs is None else item(rs, P_RECORD_BYTES))
             for j in range(N_SUMMARY):
-                column = self.summary[j]
+                column = <Column>self.summary[j]
                 column.add_obj(None if sm is None else item(sm, j))
             self.rows += 1
         except BaseException:
