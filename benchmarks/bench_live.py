@@ -4,9 +4,11 @@
 
     sudo python benchmarks/bench_live.py [--capture bench-data/steady-x1.pcap] [--pps 20000] [--minutes 10]
 
-Replayed packets keep their ports (the steady scenario's broker is on 9093); each loop gets its own addresses
-(``--unique-ip``), so every loop's connections are new ones; tcpreplay paces them at ``--pps`` packets per
-second, looping as many times as the duration needs. Every ``--sample`` seconds the
+Replayed packets keep their addresses and ports (the steady scenario's broker is on 9093); the recording holds
+its connections whole (SYN to FIN), so each loop's connections start afresh on the same ports, as a client that
+reconnects (tcpreplay's ``--unique-ip`` is not used: it gives the two directions of a connection different
+addresses from the second loop on). tcpreplay paces the packets at ``--pps`` per second, looping as many times
+as the duration needs. Every ``--sample`` seconds the
 live process's resident memory is read from /proc; at the end the exchanges it saw (the rolling tables) are
 compared with the exchanges one replay holds times the loops that completed. Needs root (packet capture and
 injection) and tcpreplay (Debian's package).
@@ -42,6 +44,7 @@ def main() -> int:
     parser.add_argument("--pps", type=int, default=20_000)
     parser.add_argument("--minutes", type=float, default=10)
     parser.add_argument("--sample", type=float, default=10)
+    parser.add_argument("--rotate", default="10s", help="live's --rotate (rows are held in memory until then)")
     args = parser.parse_args()
     if shutil.which("tcpreplay") is None:
         raise SystemExit("tcpreplay is not installed (apt-get install -y tcpreplay)")
@@ -52,14 +55,13 @@ def main() -> int:
         rolling = Path(tmp) / "rolling"
         seconds = args.minutes * 60
         live = subprocess.Popen([sys.executable, "-m", "analyzer.cli", "live", "-i", "lo", "--port", str(args.port),
-                                 "--no-screen", "--write", str(rolling), "--rotate", "30s", "--duration",
+                                 "--no-screen", "--write", str(rolling), "--rotate", args.rotate, "--duration",
                                  str(seconds + 30)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
         time.sleep(3)
         loops = max(1, int(seconds * args.pps / packets) + 1) if packets else 1000
         started = time.monotonic()
-        replay = subprocess.Popen(["tcpreplay", "-i", "lo", f"--pps={args.pps}", f"--loop={loops}", "--unique-ip",
-                                   str(capture)],
+        replay = subprocess.Popen(["tcpreplay", "-i", "lo", f"--pps={args.pps}", f"--loop={loops}", str(capture)],
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         samples = []
         while time.monotonic() - started < seconds and replay.poll() is None:
