@@ -101,3 +101,30 @@ def test_long_polls_and_group_joins_are_waits_not_service_time(rows):
     first = [r for r in joins if r["error_name"] == "MEMBER_ID_REQUIRED"]
     assert first and all(r["waited"] is False and r["member_id"] for r in first)  # the id it is given
     assert all(r["waited"] is None and r["service_ms"] is None for r in rows if r["latency_ms"] is None)
+
+
+def test_the_compiled_settings_follow_the_reference_rules():
+    """analyzer.session.matching.settings_of states the rules; the matcher's compiled copy must agree."""
+    from analyzer.session import _matching
+    from analyzer.session.matching import settings_of
+    from dissectors.kafka.extract_rules import Extracted
+
+    def x(fields=None, acks=None, tid=None, top_error=None):
+        return Extracted([], 0, [], top_error, None, [], acks, tid, True, None, None, fields)
+
+    cases = [
+        (0, x(acks=-1, fields={"timeout_ms": 30000}), x()),
+        (1, x(fields={"max_wait_ms": 500, "min_bytes": 1, "isolation_level": 0}), x()),
+        (10, x(fields={"key": "billing", "key_type": 0}), x()),
+        (10, x(fields={"key": "txn-1", "key_type": 1}), x()),
+        (11, x(fields={"group_id": "g", "member_id": ""}), x(fields={"member_id": "m-1", "generation_id": 3,
+                                                                      "leader": "m-1"})),
+        (11, x(fields={"group_id": "g", "member_id": "m-0"}), x(fields={"member_id": "m-1", "generation_id": 3})),
+        (11, x(fields={"group_id": "g", "member_id": ""}), x(top_error=79, fields={"member_id": "m-2",
+                                                                                  "generation_id": -1})),
+        (8, x(fields={"group_id": "g", "generation_id_or_member_epoch": 4}), x()),
+        (3, x(), x()),
+        (3, x(), None),
+    ]
+    for key, request, response in cases:
+        assert _matching.compiled_settings_of(key, request, response) == settings_of(key, request, response)

@@ -79,7 +79,54 @@ _tables()
 
 _NOTHING = _m._NOTHING
 _UNDEFINED = _m._UNDEFINED
-settings_of = _m.settings_of
+_SETTING_NAMES = _m._SETTING_NAMES
+_SETTINGS = _m._SETTINGS
+cdef int SASL_HANDSHAKE = 17, SASL_AUTHENTICATE = 36, FIND_COORDINATOR = 10, JOIN_GROUP = 11
+# Extracted's fields by position (a NamedTuple: reading by index skips the attribute lookup)
+cdef Py_ssize_t X_TOP_ERROR = 3, X_ACKS = 6, X_TRANSACTIONAL_ID = 7, X_FIELDS = 11
+
+
+cdef dict settings_of(object api_key, object request, object response):
+    """The exchange's settings columns from its request's and response's top-level fields (None: none), by the
+    rules of analyzer.session.matching.settings_of (the reference a test holds this to)."""
+    cdef tuple rx = <tuple>request
+    cdef object acks = rx[X_ACKS]
+    cdef object tid = rx[X_TRANSACTIONAL_ID]
+    cdef object fields = rx[X_FIELDS]
+    cdef object answer = None
+    cdef dict out
+    cdef bint failed
+    if response is not None:
+        answer = (<tuple>response)[X_FIELDS]
+    if acks is None and tid is None and not fields and not answer:
+        return None
+    out = {}
+    if acks is not None:
+        out["acks"] = acks
+    if tid is not None:
+        out["transactional_id"] = tid
+    if fields:
+        for name, value in (<dict>fields).items():
+            name = _SETTING_NAMES.get(name, name)
+            if name in _SETTINGS:
+                out[name] = value
+        if api_key == FIND_COORDINATOR and (<dict>fields).get("key_type", 0) == 0 and "key" in fields:
+            out["group_id"] = (<dict>fields)["key"]
+    if answer:
+        failed = bool((<tuple>response)[X_TOP_ERROR])
+        for name, value in (<dict>answer).items():
+            name = _SETTING_NAMES.get(name, name)
+            if name not in _SETTINGS or (failed and name != "member_id"):
+                continue
+            if name == "member_id" and api_key == JOIN_GROUP and out.get("member_id"):
+                continue
+            out[name] = value
+    return out or None
+
+
+def compiled_settings_of(api_key, request, response):
+    """``settings_of`` as Python sees it (its rules are analyzer.session.matching.settings_of's)."""
+    return settings_of(api_key, request, response)
 _join = _m._join
 _left_out_note = _m._left_out_note
 _NO_TOTALS = _m._NO_TOTALS
@@ -250,6 +297,19 @@ cdef class ExchangeMatcher:
     # -- frames ------------------------------------------------------------------------------------
 
     def request(self, first_ts, first_no, last_ts, last_no, Py_ssize_t size, head, bint lossy):
+        """The request framer's frame handler: the frame goes to ``take_request``, or, once a SASL request was
+        seen on the connection, to its SASL watch (``connection.sasl``, made by ``connection.watch_sasl`` at the
+        first SaslHandshake or SaslAuthenticate), which hands every Kafka request on to ``take_request``."""
+        cdef object conn = self.connection
+        cdef object sasl = conn.sasl if conn is not None else None
+        if sasl is None:
+            if conn is None or not (len(head) >= 6 and head[4] == 0 and (head[5] == SASL_HANDSHAKE
+                                                                           or head[5] == SASL_AUTHENTICATE)):
+                return self.take_request(first_ts, first_no, last_ts, last_no, size, head, lossy)
+            sasl = conn.watch_sasl()
+        sasl.request_frame(first_ts, first_no, last_ts, last_no, size, head, lossy)
+
+    def take_request(self, first_ts, first_no, last_ts, last_no, Py_ssize_t size, head, bint lossy):
         """A request frame (``head``: its first bytes, size prefix included). It waits in flight for the
         response with its correlation id; one whose header cannot be read past the fixed 8 bytes (api key,
         version, correlation id) waits too, marked malformed, so that its response is not an orphan."""

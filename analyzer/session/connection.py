@@ -10,7 +10,7 @@ import struct
 from functools import lru_cache
 
 from analyzer.session.matching import ExchangeMatcher, Outputs
-from analyzer.session.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, SaslWatch
+from analyzer.session.sasl import SaslWatch
 from analyzer.tcp.reassembly import HalfStream
 from analyzer.tls.layer import StreamStart, TlsDirection, TlsSession
 from dissectors.kafka.framing import FIND_SPAN, FrameSplitter
@@ -66,21 +66,6 @@ def request_plausible_for(m: ExchangeMatcher, buf, off: int, end: int, size: int
     return True
 
 
-def request_via_sasl(m: ExchangeMatcher, first_ts, first_no, last_ts, last_no, size, head, lossy) -> None:
-    """The request framer's frame handler: the matcher, or SASL's watch once a SASL request was seen (it hands
-    every Kafka request on to the matcher). The watch is made then, not per connection: most never authenticate
-    in the capture, and an idle connection's every byte counts."""
-    conn = m.connection
-    sasl = conn.sasl
-    if sasl is None:
-        if not (len(head) >= 6 and head[4] == 0 and (head[5] == SASL_HANDSHAKE or head[5] == SASL_AUTHENTICATE)):
-            m.request(first_ts, first_no, last_ts, last_no, size, head, lossy)
-            return
-        sasl = conn.sasl = SaslWatch(m)
-        sasl.framer = conn.responses
-    sasl.request_frame(first_ts, first_no, last_ts, last_no, size, head, lossy)
-
-
 def endpoint_text(raw: bytes) -> str:
     return str(ipaddress.ip_address(raw))
 
@@ -121,9 +106,12 @@ class Connection:
         self.first_ts = ts
         self.matcher = m = ExchangeMatcher(
             out, (conn_id, self.client_ip, self.client_port, self.broker_ip, self.broker_port))
-        self.sasl: SaslWatch | None = None  # made at the first SASL request (request_via_sasl)
+        # Made at the first SASL request (the matcher's request handler asks for it: watch_sasl): most connections
+        # never authenticate in the capture, and an idle connection's every byte counts.
+        self.sasl: SaslWatch | None = None
         # The matcher as the framers' owner: their callbacks are shared functions, not bound methods per stream.
-        self.requests = FrameSplitter(request_via_sasl, request_plausible_for, find_request_of, keep, max_frame, m)
+        self.requests = FrameSplitter(ExchangeMatcher.request, request_plausible_for, find_request_of, keep,
+                                      max_frame, m)
         self.responses = FrameSplitter(ExchangeMatcher.response, ExchangeMatcher.response_plausible,
                                        ExchangeMatcher.find_response, keep, max_frame, m)
         m.connection = self
@@ -139,6 +127,12 @@ class Connection:
         self.syn_ts = -1
         self.handshake_ts = -1
         self.closing_ts = -1
+
+    def watch_sasl(self) -> SaslWatch:
+        """The SASL watch, made at the connection's first SaslHandshake or SaslAuthenticate request."""
+        self.sasl = sasl = SaslWatch(self.matcher)
+        sasl.framer = self.responses
+        return sasl
 
     def start_stream(self, to_broker: bool, tls: bool):
         """The sink of a direction whose first bytes were just seen: its framer, or a TLS layer in front of it."""

@@ -112,10 +112,10 @@ class SaslWatch:
         m = self.matcher
         if m.legacy is self:
             m.legacy = None
-            m.request(first_ts, first_no, last_ts, last_no, size, head, lossy)
+            m.take_request(first_ts, first_no, last_ts, last_no, size, head, lossy)
             m.legacy = self
         else:
-            m.request(first_ts, first_no, last_ts, last_no, size, head, lossy)
+            m.take_request(first_ts, first_no, last_ts, last_no, size, head, lossy)
 
     def _sasl_request(self, head: bytes, first_no: int) -> None:
         key, version, corr = struct.unpack_from(">hhi", head, 4)
@@ -204,7 +204,7 @@ class SaslWatch:
         """The plug-in's request entry (request_frame has already taken the matcher's place back)."""
         m = self.matcher
         m.legacy = None
-        m.request(first_ts, first_no, last_ts, last_no, size, head, False)
+        m.take_request(first_ts, first_no, last_ts, last_no, size, head, False)
         m.legacy = self
 
     def close(self, reason=None) -> None:
