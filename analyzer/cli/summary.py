@@ -497,7 +497,7 @@ def _connections(console: Console, conns: pa.Table, ex: pa.Table, parts: pa.Tabl
         t.add_row("handshake RTT p50 / max (ms)",
                   f"{_fmt_ms(pc.approximate_median(rtt).as_py())} / {_fmt_ms(pc.max(rtt).as_py())}")
     for key, label, value in anomaly_counts(conns, ex):
-        if key == "tls_connections":  # said in detail below
+        if key in ("tls_connections", "tls_decrypted"):  # said in detail below
             continue
         style = "yellow" if value else "dim"
         t.add_row(label, f"[{style}]{value:,}[/]")
