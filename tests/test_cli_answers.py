@@ -131,3 +131,15 @@ def test_apis_json_lists_every_api_once():
     assert [r["key"] for r in rows] == [info.key for info in API_BY_KEY if info is not None]
     assert {r["name"] for r in rows} >= {"Produce", "Fetch", "JoinGroup", "ConsumerGroupHeartbeat"}
     assert all(r["min_version"] <= r["max_version"] for r in rows)
+
+
+def test_errors_and_exchanges_say_which_errors_are_protocol_steps(tmp_path, group_rows):
+    run("export", GROUP, "-o", str(tmp_path / "out"))
+    errors = pq.read_table(tmp_path / "out" / "errors.parquet").to_pylist()
+    steps = {("JoinGroup", "MEMBER_ID_REQUIRED"), ("Heartbeat", "REBALANCE_IN_PROGRESS")}
+    assert errors and all(e["expected"] == ((e["api_name"], e["error_name"]) in steps) for e in errors)
+    for r in group_rows:
+        if r["error_code"] == 0:
+            assert r["error_expected"] is False
+        elif r["error_code"] is not None:
+            assert r["error_expected"] == ((r["api_name"], r["error_name"]) in steps)

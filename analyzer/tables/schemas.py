@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dissectors.kafka.apis import API_BY_KEY
-from dissectors.kafka.errors import error_name, is_retriable
+from dissectors.kafka.errors import EXPECTED_ERRORS, error_name, is_retriable
 
 TS = pa.timestamp("us", tz="UTC")
 _MAX_ERROR = 1024  # error codes -1.._MAX_ERROR are named by table lookup, others one by one
@@ -127,6 +127,8 @@ EXCHANGES_SCHEMA = pa.schema([
        "Fetch that ran out its long poll, latency_ms minus max_wait_ms (0 at least); null where the hold cannot be "
        "told apart from the work (a held JoinGroup or SyncGroup, a Fetch whose wait is unknown); otherwise "
        "latency_ms. The summary's slowest service times and per-broker percentiles use this."),
+    _f("error_expected", pa.bool_(), "Whether error_code is a step of the protocol rather than a failure, for this "
+       "API (as the errors table's expected column); false when error_code is 0, null when it is unknown."),
 ])
 
 # Settings columns in EXCHANGE_ROW_FIELDS order (filled by the core from Extracted.fields and the like).
@@ -236,6 +238,10 @@ ERRORS_SCHEMA = pa.schema([
     _f("error_name", pa.string(), "Its name in the protocol guide (UNDEFINED_ERROR_<n> if it has none)."),
     _f("retriable", pa.bool_(), "Whether the protocol guide marks the error retriable (null if undefined)."),
     _f("error_message", pa.string(), "The message the broker sent with it, when the version carries one."),
+    _f("expected", pa.bool_(), "Whether the error is a step of the protocol rather than a failure, for this API "
+       "(dissectors/kafka/errors.py EXPECTED_ERRORS, each with its source: MEMBER_ID_REQUIRED answering a "
+       "first JoinGroup, REBALANCE_IN_PROGRESS telling members to rejoin, FETCH_SESSION_ID_NOT_FOUND, "
+       "NOT_COORDINATOR on the group APIs)."),
 ])
 
 RECORDS_SCHEMA = pa.schema([
@@ -475,6 +481,8 @@ def _rows_batch(cols: dict[str, pa.Array], n: int, schema: pa.Schema, capture_fi
         "error_name": _error_name_array(error_code),
         "retriable": _lookup_names(error_code, _RETRIABLE, 1),
     }
+    if schema is ERRORS_SCHEMA:
+        derived["expected"] = expected_errors(derived["error_name"], derived["api_name"])
     if "records" in cols:  # partitions: record timestamps are in ms; lag, ratio and age are derived here
         for name in PARTITION_OFFSET_FIELDS:
             cols[name] = pc.coalesce(cols[f"answered_{name}"], cols[f"asked_{name}"])
@@ -596,6 +604,7 @@ def exchanges_batch(c: dict, capture_file: str) -> pa.RecordBatch:
             latency = _latency_ms(rq_last, rs_last)
         except pa.ArrowInvalid:  # the two times are centuries apart: the difference overflows int64 ns
             latency = _exact_latency_ms(rq_last.to_pylist(), rs_last.to_pylist())
+    api_names = pc.coalesce(c["api_name"], _lookup_names(api_key, _API_NAMES, 0))
     arrays = [
         _repeat(capture_file, len(api_key)),
         c["connection_id"],
@@ -604,7 +613,7 @@ def exchanges_batch(c: dict, capture_file: str) -> pa.RecordBatch:
         c["broker_ip"],
         c["broker_port"],
         api_key,
-        pc.coalesce(c["api_name"], _lookup_names(api_key, _API_NAMES, 0)),
+        api_names,
         c["api_version"],
         c["correlation_id"],
         c["client_id"],
@@ -629,8 +638,18 @@ def exchanges_batch(c: dict, capture_file: str) -> pa.RecordBatch:
         c["record_bytes"],
         *(c[name] for name in SETTING_FIELDS),
         *_waits(api_key, latency, c["record_count"], c["max_wait_ms"], error_code),
+        pc.if_else(pc.is_valid(error_code), expected_errors(_error_name_array(error_code), api_names), None),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=EXCHANGES_SCHEMA)
+
+
+def expected_errors(error_name: pa.Array, api_name: pa.Array) -> pa.Array:
+    """Per row, whether (error_name, api_name) is a protocol step (EXPECTED_ERRORS); false without an error."""
+    out = pc.equal(pc.fill_null(error_name, ""), "\0")  # all false
+    for e in EXPECTED_ERRORS:
+        out = pc.or_(out, pc.fill_null(pc.and_(pc.equal(error_name, e.name), pc.is_in(api_name, pa.array(e.apis))),
+                                       False))
+    return out
 
 
 FETCH_KEY, JOIN_GROUP_KEY, SYNC_GROUP_KEY = 1, 11, 14
