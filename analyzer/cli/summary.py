@@ -16,7 +16,8 @@ from rich.text import Text
 from analyzer.cli.terminal import inert, inert_text
 from analyzer.pipeline.analyze import FileReport
 from analyzer.pipeline.run import file_status
-from dissectors.kafka.errors import EXPECTED_ERRORS, is_expected, is_retriable
+from analyzer.tables.schemas import expected_errors
+from dissectors.kafka.errors import is_expected, is_retriable
 
 PERCENTILES = (0.5, 0.95, 0.99)
 
@@ -74,11 +75,7 @@ SLOWEST = 10
 
 def expected_mask(ex: pa.Table) -> pa.ChunkedArray:
     """Per exchange: its error is a protocol step (dissectors.kafka.errors.EXPECTED_ERRORS), not a failure."""
-    out = pc.equal(pc.fill_null(ex["status"], ""), "never")  # all False, the table's chunking
-    for e in EXPECTED_ERRORS:
-        hit = pc.and_(pc.equal(ex["error_name"], e.name), pc.is_in(ex["api_name"], pa.array(e.apis)))
-        out = pc.or_(out, pc.fill_null(hit, False))
-    return out
+    return expected_errors(ex["error_name"], ex["api_name"])
 
 
 def failure_mask(ex: pa.Table) -> pa.ChunkedArray:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from analyzer.tables.schemas import expected_errors
 from dissectors.kafka.errors import EXPECTED_ERRORS as _EXPECTED
 
 MAX_BINS = 300  # intervals on a time axis, at most
@@ -167,13 +168,8 @@ def is_wait(series: pa.ChunkedArray) -> pa.ChunkedArray:
 
 
 def expected_error(error_name: pa.ChunkedArray, api_name: pa.ChunkedArray) -> pa.ChunkedArray:
-    """Whether each (error, API) pair is a step of the group protocol (EXPECTED_ERRORS)."""
-    out = pa.chunked_array([pa.array([False] * len(error_name))]) if len(error_name) else pa.chunked_array(
-        [], pa.bool_())
-    for name, apis in EXPECTED_ERRORS.items():
-        hit = pc.and_(pc.equal(error_name, name), pc.is_in(api_name, pa.array(apis)))
-        out = pc.or_(out, pc.fill_null(hit, False))
-    return out
+    """Whether each (error, API) pair is a step of the protocol (the tables' classification)."""
+    return expected_errors(error_name, api_name)
 
 
 def error_table(errors: pa.Table, frames: pa.Table, limit: int = 50) -> tuple[pa.Table, int]:
