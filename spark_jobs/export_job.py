@@ -135,6 +135,9 @@ def _export(spark, inputs: list[str], out: str, options: Options, aggregate: boo
                 _write_driver_side(staging, table, [], manifest[table])
         _write_driver_side(staging, "files", [_files_table(reports, files, stitcher)], [])
         clock.lap("write")
+        with described(spark, "kafkacap: derive groups"):
+            _write_driver_side(staging, "groups", [_groups_table(spark, staging)], [])
+        clock.lap("groups")
         if aggregate:
             from spark_jobs.aggregate_job import write_aggregates
 
@@ -259,6 +262,21 @@ def _files_table(reports: list[FileReport], files: list[CaptureInput], stitcher:
             row[size_at] = sizes.get(r.path, row[size_at])
         rows.append(tuple(row))
     return pa.Table.from_batches([files_batch(rows)])
+
+
+def _groups_table(spark, staging: Staging) -> pa.Table:
+    """The groups table from the exchanges just written: the join, sync and leave rows collected (a few per
+    member and rebalance), heartbeats and commits counted by Spark, then the CLI's own derivation."""
+    from pyspark.sql import functions as F
+
+    from analyzer.derived import groups
+
+    exchanges = spark.read.parquet(staging.uri("exchanges")).where(F.col("group_id").isNotNull())
+    detail = exchanges.where(F.col("api_name").isin(*groups.DETAIL_APIS)).select(*groups.COLUMNS).toArrow()
+    counts = (exchanges.where(F.col("api_name").isin(*groups.COUNTED_APIS) & F.col("generation_id").isNotNull())
+              .groupBy(*groups.COUNT_KEYS)
+              .agg(F.count(F.lit(1)).alias("requests"), F.max("response_last_ts").alias("last_ts"))).toArrow()
+    return groups.groups_table(groups.detail_rows(detail), counts.cast(groups.COUNTS_SCHEMA))
 
 
 def write_table(df, table: str, staging: Staging) -> None:

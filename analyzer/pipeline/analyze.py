@@ -318,7 +318,9 @@ def _emit_exchanges(table: FlowTable, name: str, sink: BatchSink, report: FileRe
     out = table.out
     names = partial(topic_text, topic_names=out.topic_names)  # topic ids to text, at the end of the batch
     if out.exchanges:
-        batch = exchanges_batch(out.exchanges.drain(names), name)
+        columns = out.exchanges.drain(names)
+        columns["subscription"], columns["assignment"] = out.group_details.drain(len(columns["api_key"]), names)
+        batch = exchanges_batch(columns, name)
         report.exchanges += batch.num_rows
         counts = report.status_counts
         for item in pc.value_counts(batch.column("status")).to_pylist():

@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from itertools import islice
 
+from analyzer.session.groups import GroupDetails
 from analyzer.tables._columns import ErrorColumns, ExchangeColumns, PartitionColumns
 from analyzer.tables.schemas import SETTING_FIELDS
 from dissectors.kafka.extract import (
@@ -167,7 +168,7 @@ class Outputs:
 
     __slots__ = ("exchanges", "errors", "partitions", "topic_names", "bodies", "tap", "limits", "verify_crc",
                  "records", "max_in_flight", "in_flight_note", "held_rows", "drain", "requests_dropped",
-                 "tls_keys")
+                 "tls_keys", "group_details")
 
     def __init__(self, bodies: bool = True, verify_crc: bool = False, records: bool = False,
                  limits: Limits | None = None, max_in_flight: int = MAX_IN_FLIGHT) -> None:
@@ -185,6 +186,7 @@ class Outputs:
         self.errors = ErrorColumns()
         self.partitions = PartitionColumns()
         self.topic_names: dict[bytes, str] = {}  # topic id -> name, from Metadata responses
+        self.group_details = GroupDetails()  # the exchanges' subscription and assignment columns
         # Requests held in flight per connection (checked once the queue outgrows a scan: never below that).
         self.max_in_flight = max(max_in_flight, SCAN_IN_FLIGHT)
         self.requests_dropped = 0  # over max_in_flight, all connections together (for the files table)

@@ -129,6 +129,12 @@ EXCHANGES_SCHEMA = pa.schema([
        "latency_ms. The summary's slowest service times and per-broker percentiles use this."),
     _f("error_expected", pa.bool_(), "Whether error_code is a step of the protocol rather than a failure, for this "
        "API (as the errors table's expected column); false when error_code is 0, null when it is unknown."),
+    _f("subscription", pa.list_(pa.string()),
+       "Topics the member subscribes to: a consumer JoinGroup's protocol metadata (the consumer protocol's "
+       "subscription, first protocol), or a ConsumerGroupHeartbeat's subscribed_topic_names when sent."),
+    _f("assignment", pa.list_(pa.struct([("topic", pa.string()), ("partitions", pa.list_(pa.int32()))])),
+       "Partitions the member was given: a consumer SyncGroup response's assignment (the consumer protocol), "
+       "or a ConsumerGroupHeartbeat response's, when sent; null when not in the exchange or unreadable."),
 ])
 
 # Settings columns in EXCHANGE_ROW_FIELDS order (filled by the core from Extracted.fields and the like).
@@ -639,6 +645,8 @@ def exchanges_batch(c: dict, capture_file: str) -> pa.RecordBatch:
         *(c[name] for name in SETTING_FIELDS),
         *_waits(api_key, latency, c["record_count"], c["max_wait_ms"], error_code),
         pc.if_else(pc.is_valid(error_code), expected_errors(_error_name_array(error_code), api_names), None),
+        *(c[name] if name in c else pa.nulls(len(api_key), EXCHANGES_SCHEMA.field(name).type)
+          for name in ("subscription", "assignment")),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=EXCHANGES_SCHEMA)
 
@@ -775,8 +783,52 @@ FILES_SCHEMA = pa.schema([
        "file that stands alone): request_frame, response_frame and connection_id count on across a set."),
 ])
 
+_ASSIGNMENT = pa.list_(pa.struct([("topic", pa.string()), ("partitions", pa.list_(pa.int32()))]))
+
+GROUP_MEMBER_TYPE = pa.struct([
+    _f("member_id", pa.string(), "Member id the coordinator gave."),
+    _f("group_instance_id", pa.string(), "Static membership id (KIP-345), if the member has one."),
+    _f("client_id", pa.string(), "client_id of the member's JoinGroup."),
+    _f("client_ip", pa.string(), "Address the member connected to the coordinator from."),
+    _f("client_port", pa.int32(), "Its port."),
+    _f("connection_id", pa.int64(), "Connection of the member's JoinGroup (see connections)."),
+    _f("subscription", pa.list_(pa.string()), "Topics the member subscribed to (its JoinGroup metadata)."),
+    _f("assignment", _ASSIGNMENT, "Partitions its SyncGroup answer gave it."),
+    _f("join_ts", TS, "Its first JoinGroup request of this rebalance (a MEMBER_ID_REQUIRED attempt included)."),
+    _f("synced_ts", TS, "When its SyncGroup response (the assignment) arrived; null if not seen."),
+    _f("waited_ms", pa.float64(), "synced_ts - join_ts: how long the member had no partitions to consume."),
+    _f("left_ts", TS, "When it sent LeaveGroup in this generation; null if it did not (or not seen)."),
+    _f("heartbeats", pa.int64(), "Heartbeat requests it sent with this generation."),
+    _f("commits", pa.int64(), "OffsetCommit requests it sent with this generation."),
+])
+
+GROUPS_SCHEMA = pa.schema([
+    _f("capture_file", pa.string(), "Capture file (or rotated set) of the exchanges: a generation seen in two "
+       "captures is a row of each."),
+    _f("group_id", pa.string(), "The consumer group."),
+    _f("generation_id", pa.int32(), "Generation id the coordinator answered JoinGroup with."),
+    _f("protocol_type", pa.string(), "Protocol type of the members' JoinGroup (consumer, connect, ...)."),
+    _f("protocol_name", pa.string(), "Protocol the coordinator chose (the assignor: range, roundrobin, ...)."),
+    _f("leader", pa.string(), "Member id of the leader, which computed the assignment."),
+    _f("broker_ip", pa.string(), "Address of the coordinator."),
+    _f("broker_port", pa.int32(), "Its port."),
+    _f("member_count", pa.int32(), "Members seen joining this generation."),
+    _f("members", pa.list_(GROUP_MEMBER_TYPE), "Each member: ids, client, subscription, assignment, times."),
+    _f("joined", pa.list_(pa.string()), "Member ids new since the previous generation (null when that "
+       "generation is not in the capture)."),
+    _f("left", pa.list_(pa.string()), "Member ids of the previous generation not in this one (null likewise)."),
+    _f("rebalance_start", TS, "The first JoinGroup request of the rebalance that made this generation."),
+    _f("rebalance_end", TS, "The last member's SyncGroup response: every member has its assignment (null if "
+       "some member's was not seen)."),
+    _f("rebalance_ms", pa.float64(), "rebalance_end - rebalance_start."),
+    _f("stop_ms", pa.float64(), "The longest time a member of the previous generation went without partitions: "
+       "its rejoin to its new assignment (null for a first generation or without the previous one)."),
+    _f("ended", TS, "The next generation's rebalance_start, else the last exchange seen with this generation."),
+    _f("next_generation_id", pa.int32(), "The next generation of the group seen in the capture."),
+])
+
 SCHEMAS = {"exchanges": EXCHANGES_SCHEMA, "errors": ERRORS_SCHEMA, "partitions": PARTITIONS_SCHEMA,
-           "connections": CONNECTIONS_SCHEMA, "files": FILES_SCHEMA}
+           "connections": CONNECTIONS_SCHEMA, "files": FILES_SCHEMA, "groups": GROUPS_SCHEMA}
 OPTIONAL_SCHEMAS = {"records": RECORDS_SCHEMA}  # written only when asked for (kafkacap export --records)
 
 
