@@ -5,26 +5,46 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from analyzer.derived.deliveries import deliveries_table, fetched_rows, produced_rows
 from analyzer.derived.groups import detail_rows, groups_table, member_counts, merge_counts
-from analyzer.tables.schemas import EXCHANGES_SCHEMA
+from analyzer.tables.schemas import EXCHANGES_SCHEMA, PARTITIONS_SCHEMA
 
 MERGE_EVERY = 256  # partial counts merged this often, so they stay as small as their distinct keys
 
 
 class DerivedTables:
-    """Keeps what the derived tables need from the batches a run writes, and makes the tables at the end: the
-    group APIs' JoinGroup, SyncGroup and LeaveGroup rows (a few per member and rebalance) and running counts
-    of heartbeats and commits (one row per member and generation), whatever the run's length."""
+    """Keeps what the derived tables need from the batches a run writes, and makes the tables at the end:
+
+    - groups: the group APIs' JoinGroup, SyncGroup and LeaveGroup rows (a few per member and rebalance) and
+      running counts of heartbeats and commits (one row per member and generation);
+    - deliveries: the Produce partition rows the broker appended and the Fetch partition rows that returned
+      records (a few columns each), each connection's client address, and the groups of client ids.
+    """
 
     def __init__(self) -> None:
         self._detail: list[pa.Table] = []
         self._counts: list[pa.Table] = []
+        self._produced: list[pa.Table] = []
+        self._fetched: list[pa.Table] = []
+        self._client_ip: dict[tuple[str, int], str] = {}
+        self._groups_of: dict[tuple[str | None, str | None], set[str]] = {}
 
     def feed(self, table: str, batch: pa.RecordBatch) -> None:
-        if table != "exchanges":
-            return
-        t = pa.Table.from_batches([batch])
+        if table == "exchanges":
+            self._exchanges(pa.Table.from_batches([batch]))
+        elif table == "partitions":
+            t = pa.Table.from_batches([batch])
+            for rows, into in ((produced_rows(t), self._produced), (fetched_rows(t), self._fetched)):
+                if rows.num_rows:
+                    into.append(rows)
+        elif table == "connections":
+            for cap, cid, ip in zip(*(batch.column(c).to_pylist()
+                                      for c in ("capture_file", "connection_id", "client_ip")), strict=True):
+                self._client_ip[cap, cid] = ip
+
+    def _exchanges(self, t: pa.Table) -> None:
         rows = detail_rows(t)
         if rows.num_rows:
             self._detail.append(rows)
@@ -33,11 +53,24 @@ class DerivedTables:
             self._counts.append(counts)
             if len(self._counts) >= MERGE_EVERY:
                 self._counts = [merge_counts(self._counts)]
+        if "group_id" in t.column_names:
+            named = t.filter(pc.is_valid(t["group_id"])).select(["client_ip", "client_id", "group_id"])
+            if named.num_rows:
+                for r in named.group_by(["client_ip", "client_id", "group_id"]).aggregate([]).to_pylist():
+                    self._groups_of.setdefault((r["client_ip"], r["client_id"]), set()).add(r["group_id"])
 
     def finish(self) -> Iterator[tuple[str, pa.RecordBatch]]:
         """(table, batch) of each derived table (one batch each, possibly empty)."""
         detail = pa.concat_tables(self._detail) if self._detail else detail_rows(EXCHANGES_SCHEMA.empty_table())
-        groups = groups_table(detail, merge_counts(self._counts)).combine_chunks()
-        self._detail, self._counts = [], []
-        batches = groups.to_batches()
-        yield "groups", batches[0] if batches else pa.RecordBatch.from_pylist([], schema=groups.schema)
+        yield "groups", _one_batch(groups_table(detail, merge_counts(self._counts)))
+        empty = PARTITIONS_SCHEMA.empty_table()
+        produced = pa.concat_tables(self._produced) if self._produced else produced_rows(empty)
+        fetched = pa.concat_tables(self._fetched) if self._fetched else fetched_rows(empty)
+        group_of = {k: next(iter(v)) if len(v) == 1 else None for k, v in self._groups_of.items()}
+        yield "deliveries", _one_batch(deliveries_table(produced, fetched, self._client_ip, group_of))
+        self.__init__()
+
+
+def _one_batch(t: pa.Table) -> pa.RecordBatch:
+    batches = t.combine_chunks().to_batches()
+    return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=t.schema)

@@ -827,8 +827,33 @@ GROUPS_SCHEMA = pa.schema([
     _f("next_generation_id", pa.int32(), "The next generation of the group seen in the capture."),
 ])
 
+DELIVERIES_SCHEMA = pa.schema([
+    _f("topic", pa.string(), "Topic of the produced batch."),
+    _f("partition", pa.int32(), "Its partition."),
+    _f("base_offset", pa.int64(), "Offset the broker gave the batch's first record (the Produce response)."),
+    _f("records", pa.int64(), "Records in the produced batches of that partition entry."),
+    _f("producer_client_id", pa.string(), "client_id of the Produce request."),
+    _f("produce_capture_file", pa.string(), "Capture file of the Produce exchange."),
+    _f("produce_connection_id", pa.int64(), "Its connection (see connections)."),
+    _f("produce_correlation_id", pa.int32(), "Its correlation id (see exchanges)."),
+    _f("produced_ts", TS, "When the Produce request was sent (its last packet)."),
+    _f("acked_ts", TS, "When the Produce response arrived (its last packet)."),
+    _f("consumer_client_id", pa.string(), "client_id of the consumer's Fetch."),
+    _f("consumer_ip", pa.string(), "Address the consumer fetched from: with the client id, the consumer."),
+    _f("group_id", pa.string(), "The consumer's group: the one its group exchanges name (null if none or several)."),
+    _f("fetch_capture_file", pa.string(), "Capture file of the Fetch exchange."),
+    _f("fetch_connection_id", pa.int64(), "Its connection."),
+    _f("fetch_correlation_id", pa.int32(), "Its correlation id."),
+    _f("fetched_ts", TS, "When the first Fetch response of this consumer holding base_offset arrived after the "
+       "Produce (its last packet)."),
+    _f("delivery_ms", pa.float64(), "fetched_ts - produced_ts: end-to-end latency from producer to consumer."),
+    _f("after_ack_ms", pa.float64(), "fetched_ts - acked_ts: how long after the producer's acknowledgement the "
+       "consumer had it (negative when the consumer got it first, as with acks=all and a fast follower)."),
+])
+
 SCHEMAS = {"exchanges": EXCHANGES_SCHEMA, "errors": ERRORS_SCHEMA, "partitions": PARTITIONS_SCHEMA,
-           "connections": CONNECTIONS_SCHEMA, "files": FILES_SCHEMA, "groups": GROUPS_SCHEMA}
+           "connections": CONNECTIONS_SCHEMA, "files": FILES_SCHEMA, "groups": GROUPS_SCHEMA,
+           "deliveries": DELIVERIES_SCHEMA}
 OPTIONAL_SCHEMAS = {"records": RECORDS_SCHEMA}  # written only when asked for (kafkacap export --records)
 
 
