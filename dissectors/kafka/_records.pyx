@@ -3,13 +3,15 @@
 headers are all in view, read header by header straight into the totals.
 
 ``summarize_v2`` is the C entry point for compiled callers; ``summary_at`` the Python one, which returns the
-tuple of :func:`dissectors.kafka.records.summarize` (``RECORDS_SUMMARY_FIELDS`` in analyzer/tables) and hands
+tuple of :func:`dissectors.kafka.records.summarize` (``RECORD_SUMMARY_FIELDS`` in analyzer/tables) and hands
 anything else (legacy message sets, a header cut short, a malformed length) to the general path in
-``dissectors.kafka.records``, which stays the reference.
+``dissectors.kafka.records``, which stays the reference. Uncompressed batches stay in C; the payload size of a
+compressed one comes from ``records.payload_size``, called once the whole field is known to be plain v2 (so
+that a field handed to the general path is not measured, and charged to the decompression budget, twice).
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport INT64_MAX, INT64_MIN, int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t
 
 from dissectors.kafka._wire cimport Cursor, cursor_init, rd_i16, rd_i32, rd_i64, rd_u8, skip
 
@@ -22,16 +24,19 @@ cdef enum:
     MAX_CODECS = 8  # the codec is 3 bits
 
 _CODEC_TEXT = tuple(_general.codec_name(c) for c in range(8))
-_EMPTY_SUMMARY = (0, 0, None, None, None, None, None, False, False, None, None, 0, None)
-_EMPTY_SUMMARY_CHECKED = (*_EMPTY_SUMMARY[:-1], 0)
+_EMPTY_SUMMARY = (0, 0, None, None, None, None, None, False, False, None, None, 0, None, None, None)
+_EMPTY_SUMMARY_CHECKED = (*_EMPTY_SUMMARY[:12], 0, None, None)
+_payload_size = _general.payload_size
 NO_SUMMARY = _general.NO_SUMMARY
 
 
 cdef struct V2Header:
+    int64_t base_offset
     int32_t batch_length
     int32_t magic
     int32_t crc  # as the wire holds it (a uint32 read as int32)
     int16_t attributes
+    int32_t last_offset_delta
     int64_t first_timestamp
     int64_t max_timestamp
     int64_t producer_id
@@ -44,13 +49,13 @@ cdef inline void read_header(const uint8_t* buf, Py_ssize_t pos, V2Header* h) no
     """The header fields a summary needs, from a batch whose V2_HEADER_SIZE bytes the caller has in view."""
     cdef Cursor c
     cursor_init(&c, buf, pos, pos + V2_HEADER_SIZE)
-    skip(&c, 8)  # base offset
+    h.base_offset = rd_i64(&c)
     h.batch_length = rd_i32(&c)
     skip(&c, 4)  # partition leader epoch
     h.magic = <int8_t>rd_u8(&c)
     h.crc = rd_i32(&c)
     h.attributes = rd_i16(&c)
-    skip(&c, 4)  # last offset delta
+    h.last_offset_delta = rd_i32(&c)
     h.first_timestamp = rd_i64(&c)
     h.max_timestamp = rd_i64(&c)
     h.producer_id = rd_i64(&c)
@@ -68,8 +73,9 @@ cdef struct Summary:
     int64_t records
     uint8_t codecs[MAX_CODECS]  # codec numbers in order of first appearance
     int ncodecs
-    bint compressed  # some batch is compressed: the uncompressed size is not known
-    int64_t uncompressed
+    bint compressed  # some batch is compressed: its payload size is not in its header
+    int64_t uncompressed  # of the uncompressed batches (and, once measured, of the compressed ones)
+    bint uncompressed_known
     int64_t producer_id
     int16_t producer_epoch
     int32_t base_sequence
@@ -80,6 +86,9 @@ cdef struct Summary:
     int64_t max_timestamp
     bint truncated
     int64_t crc_failures
+    int64_t first_offset  # base offset of the first complete batch
+    int64_t last_offset  # of the last complete batch's last record
+    bint last_offset_known  # base offset + last offset delta fits in int64
 
 
 cdef int summarize_v2(const uint8_t* buf, Py_ssize_t offset, Py_ssize_t length, bint verify_crc,
@@ -94,7 +103,9 @@ cdef int summarize_v2(const uint8_t* buf, Py_ssize_t offset, Py_ssize_t length, 
     cdef bint seen
     s.batches = s.records = s.uncompressed = s.crc_failures = 0
     s.ncodecs = s.flags = 0
-    s.compressed = s.truncated = s.have_first = s.have_max = False
+    s.compressed = s.truncated = s.have_first = s.have_max = s.last_offset_known = False
+    s.uncompressed_known = True
+    s.first_offset = s.last_offset = 0
     s.first_timestamp = s.max_timestamp = 0
     read_header(buf, pos, &h)
     if not plain_v2(&h):
@@ -107,6 +118,12 @@ cdef int summarize_v2(const uint8_t* buf, Py_ssize_t offset, Py_ssize_t length, 
         if wire > end - pos:
             s.truncated = True
             break
+        if not s.batches:
+            s.first_offset = h.base_offset
+        s.last_offset_known = not ((h.last_offset_delta > 0 and h.base_offset > INT64_MAX - h.last_offset_delta)
+                                   or (h.last_offset_delta < 0 and h.base_offset < INT64_MIN - h.last_offset_delta))
+        if s.last_offset_known:
+            s.last_offset = h.base_offset + h.last_offset_delta
         s.batches += 1
         s.records += h.record_count
         codec = h.attributes & 7
@@ -142,6 +159,32 @@ cdef int summarize_v2(const uint8_t* buf, Py_ssize_t offset, Py_ssize_t length, 
     return 0
 
 
+cdef int measure_compressed(const uint8_t* buf, Py_ssize_t offset, Summary* s, object data,
+                            object limits) except -1:
+    """Add the uncompressed size of the compressed batches to ``s.uncompressed`` (all ``s.batches`` complete
+    batches from ``offset`` are plain v2, as summarize_v2 found them); ``s.uncompressed_known`` False where some
+    size is not known. Every compressed batch is measured, as the general path does (same budget charged)."""
+    cdef Py_ssize_t pos = offset
+    cdef Py_ssize_t wire
+    cdef int64_t n
+    cdef V2Header h
+    s.uncompressed_known = True
+    if limits is None:
+        limits = _general.Limits()
+    view = memoryview(data)
+    for n in range(s.batches):
+        read_header(buf, pos, &h)
+        wire = LOG_OVERHEAD + <Py_ssize_t>h.batch_length
+        if h.attributes & 7:
+            size = _payload_size(h.attributes & 7, view[pos + V2_HEADER_SIZE:pos + wire], h.record_count, limits)
+            if size is None:
+                s.uncompressed_known = False
+            elif s.uncompressed_known:
+                s.uncompressed += V2_HEADER_SIZE + <int64_t>size
+        pos += wire
+    return 0
+
+
 def summary_at(buf, Py_ssize_t offset, Py_ssize_t length, bint verify_crc, limits):
     """``summarize(batches(...))`` of ``buf[offset:offset + length]``, or NO_SUMMARY where that raises
     RecordsError; positional arguments, for the per-partition call of the exchange matcher."""
@@ -158,18 +201,21 @@ def summary_at(buf, Py_ssize_t offset, Py_ssize_t length, bint verify_crc, limit
                 return _general._summary_by_batches(buf, offset, length, verify_crc, limits)
             return _EMPTY_SUMMARY_CHECKED if verify_crc else _EMPTY_SUMMARY
         done = summarize_v2(<const uint8_t*>view.buf, offset, length, verify_crc, &s, buf)
+        if done == 0 and s.compressed:
+            measure_compressed(<const uint8_t*>view.buf, offset, &s, buf, limits)
     finally:
         PyBuffer_Release(&view)
     if done < 0:
         return _general._summary_by_batches(buf, offset, length, verify_crc, limits)
     if not s.batches:
         return (0, 0, None, None, None, None, None, False, False, None, None, 1,
-                s.crc_failures if verify_crc else None)
+                s.crc_failures if verify_crc else None, None, None)
     if s.ncodecs == 1:
         codecs = _CODEC_TEXT[s.codecs[0]]
     else:
         codecs = "+".join([_CODEC_TEXT[s.codecs[i]] for i in range(s.ncodecs)])
-    return (s.batches, s.records, codecs, None if s.compressed else s.uncompressed,
+    return (s.batches, s.records, codecs, s.uncompressed if s.uncompressed_known else None,
             s.producer_id, s.producer_epoch, s.base_sequence, s.flags & 0x10 != 0, s.flags & 0x20 != 0,
             s.first_timestamp if s.have_first else None, s.max_timestamp if s.have_max else None,
-            1 if s.truncated else 0, s.crc_failures if verify_crc else None)
+            1 if s.truncated else 0, s.crc_failures if verify_crc else None, s.first_offset,
+            s.last_offset if s.last_offset_known else None)
