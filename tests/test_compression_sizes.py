@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import random
 import struct
 import zlib
 from functools import cache
@@ -176,20 +177,29 @@ def test_uncompressed_bytes_equal_the_payloads_decompressed_here(name, records):
         assert sum(1 for r in rows if r["codec"] not in (None, "none")) >= 8  # Produce and Fetch, four codecs
 
 
-def test_the_codec_samples_hold_both_declared_and_undeclared_sizes():
-    """Both ways to the size are taken: confluent's lz4 and zstd frames declare no content size (measured by
-    decompressing), kafka-python's do; snappy comes raw and xerial-framed."""
+def test_the_codec_samples_hold_every_way_to_the_size():
+    """Every way to the size is taken: lz4 frames with a content size (kafka-python) and without (confluent,
+    aiokafka: read from the blocks), zstd frames with one (kafka-python, aiokafka) and without (confluent:
+    measured by decompressing), snappy raw (confluent) and xerial-framed (the Python clients), gzip."""
     kinds = set()
     for name in CODEC_SAMPLES:
         for _port, _key, _corr, _partition, data in records_fields(name):
             codec = struct.unpack_from(">h", data, 21)[0] & 7
             payload = memoryview(data)[V2_HEADER:]
-            if codec:
-                declared = codecs.declared_size(codec, payload)
-                assert declared in (None, len(expand(codec, bytes(payload))))
-                kinds.add((CODECS[codec], declared is not None, bytes(payload[:8]) == b"\x82SNAPPY\x00"))
-    assert {("lz4", False, False), ("lz4", True, False), ("zstd", False, False), ("zstd", True, False),
-            ("snappy", True, True), ("snappy", True, False), ("gzip", True, False)} <= kinds
+            if not codec:
+                continue
+            declared = codecs.declared_size(codec, payload)
+            real = len(expand(codec, bytes(payload)))
+            if codec == 3:
+                kinds.add(("lz4", "header" if payload[4] & 0x08 else "blocks"))
+            elif codec == 4:
+                kinds.add(("zstd", "header" if codecs.zstd_content_size(payload) is not None else "decompressed"))
+            else:
+                kinds.add((CODECS[codec], "xerial" if bytes(payload[:8]) == b"\x82SNAPPY\x00" else "plain"))
+            undeclared = codec == 4 and codecs.zstd_content_size(payload) is None
+            assert declared == (None if undeclared else real)
+    assert kinds == {("lz4", "header"), ("lz4", "blocks"), ("zstd", "header"), ("zstd", "decompressed"),
+                     ("snappy", "xerial"), ("snappy", "plain"), ("gzip", "plain")}
 
 
 @pytest.mark.parametrize("records", [False, True], ids=["default", "records"])
@@ -298,17 +308,15 @@ def test_every_framing_gives_the_decompressed_size(framing):
 
 
 def test_a_size_declared_is_read_without_decompressing_and_an_undeclared_one_is_measured():
+    """lz4 frames without a content size declare it through their blocks; zstd ones do not."""
     declared, undeclared = Limits(), Limits()
     for codec, payload in ((4, bytes(cramjam.zstd.compress(RAW))), (3, lz4.frame.compress(RAW, store_size=True)),
-                           (1, gzip.compress(RAW)), (2, xerial(RAW))):
+                           (3, lz4_undeclared(RAW)), (1, gzip.compress(RAW)), (2, xerial(RAW))):
         assert payload_size(codec, payload, 5, declared) == len(RAW)
     assert declared.total_bytes == 0
+    assert codecs.declared_size(4, zstd_undeclared(RAW)) is None
     assert payload_size(4, zstd_undeclared(RAW), 5, undeclared) == len(RAW)
     assert undeclared.total_bytes == len(RAW)
-    bare = lz4_undeclared(RAW)
-    assert codecs.declared_size(3, bare) is None and bytes(cramjam.lz4.decompress(bare)) == RAW
-    assert payload_size(3, bare, 5, undeclared) == len(RAW)
-    assert undeclared.total_bytes == 2 * len(RAW)
 
 
 def _gzip_with_isize(isize: int) -> bytes:
@@ -403,8 +411,8 @@ def test_every_cut_and_byte_flip_of_a_compressed_batch_never_raises():
 def test_a_spent_budget_leaves_undeclared_sizes_null():
     bare = bytes(cramjam.zstd.compress(RAW))
     limits = Limits(max_total_bytes=len(RAW) - 1)
-    data = v2_batch(3, lz4_undeclared(RAW), 5)
-    assert codecs.declared_size(3, memoryview(data)[V2_HEADER:]) is None
+    data = v2_batch(4, zstd_undeclared(RAW), 5)
+    assert codecs.declared_size(4, memoryview(data)[V2_HEADER:]) is None
     assert summary_at(data, 0, len(data), False, limits)[3] is None
     assert limits.total_bytes > 0
     declared = v2_batch(4, bare, 5)
@@ -442,3 +450,59 @@ def test_legacy_wrapper_offsets_follow_the_inner_messages():
         assert summarize(batches(wrapper, 0, len(wrapper), decompress_legacy=False))[-2:] == (None, 41)
         corrupt = message(41, magic, 1, b"\x1f\x8b not gzip at all")
         assert both_summaries(corrupt)[-2:] == (None, 41) and both_summaries(corrupt)[3] is None
+
+
+def _records_of(rng: random.Random, size: int) -> bytes:
+    """Record-like bytes that compress somewhat (repeats and noise), ``size`` long."""
+    words = [bytes(rng.randrange(256) for _ in range(rng.randrange(1, 12))) for _ in range(30)]
+    out = bytearray()
+    while len(out) < size:
+        out += rng.choice(words)
+    return bytes(out[:size])
+
+
+def test_the_compiled_lz4_and_gzip_readings_equal_the_reference_on_random_frames():
+    """lz4 frames of every shape (one or many blocks, linked or independent, checksums, content size or not,
+    several frames) and gzip members, whole, cut and with bytes flipped: the compiled summary (which reads
+    these two codecs in C) equals the general one, and whole frames give the decompressed size."""
+    rng = random.Random(18)
+    checked = 0
+    for _ in range(60):
+        raw = _records_of(rng, rng.choice([0, 1, 50, 4000, 70_000, 300_000]))
+        if rng.random() < 0.3:
+            codec, payload = 1, gzip.compress(raw, compresslevel=rng.choice([1, 6, 9]))
+        else:
+            codec = 3
+            payload = lz4.frame.compress(raw, store_size=rng.random() < 0.3, block_linked=rng.random() < 0.5,
+                                         block_size=rng.choice([lz4.frame.BLOCKSIZE_MAX64KB,
+                                                                lz4.frame.BLOCKSIZE_MAX256KB]),
+                                         block_checksum=rng.random() < 0.5, content_checksum=rng.random() < 0.5)
+            if rng.random() < 0.2:
+                payload += lz4.frame.compress(raw[:100], store_size=False)
+                raw += raw[:100]
+        count = max(1, len(raw) // 100)
+        data = v2_batch(codec, payload, count)
+        assert both_summaries(data)[3] == V2_HEADER + len(raw)  # declared or, if implausible, measured
+        for _ in range(12):
+            broken = bytearray(data)
+            for _ in range(rng.choice([1, 1, 3])):
+                broken[rng.randrange(V2_HEADER, len(broken))] ^= 1 << rng.randrange(8)
+            if rng.random() < 0.2:
+                broken = broken[:rng.randrange(V2_HEADER, len(broken) + 1)]
+                struct.pack_into(">i", broken, 8, len(broken) - 12)
+            both_summaries(bytes(broken))
+            checked += 1
+    assert checked == 720
+
+
+def test_lz4_and_gzip_sizes_are_read_in_c(monkeypatch):
+    """The compiled summary asks the Python reading for nothing when an lz4 or gzip size is plausible."""
+    from dissectors.kafka import _records
+
+    def refuse(*args):
+        raise AssertionError("called the Python reading")
+    monkeypatch.setattr(_records, "_payload_size", refuse)
+    for codec, payload in ((3, lz4_undeclared(RAW)), (3, lz4.frame.compress(RAW, store_size=True)),
+                           (1, gzip.compress(RAW))):
+        data = v2_batch(codec, payload, 5)
+        assert summary_at(data, 0, len(data), False, Limits())[3] == V2_HEADER + len(RAW)

@@ -329,9 +329,10 @@ def declared_size(codec: int, data) -> int | None:
     declaration is not checked against the data: the caller decides whether to trust it.
 
     gzip: the ISIZE trailer (size modulo 2**32 of the last member; no Kafka client writes more than one);
-    snappy: the block lengths (raw, xerial or the official framing); lz4 and zstd: every frame's content size,
-    the frames walked block header by block header to their end, so a second frame is not missed.
-    CorruptData where the framing is malformed.
+    snappy: the block lengths (raw, xerial or the official framing); lz4: every frame's content size, or
+    without one (librdkafka, aiokafka), the sizes its blocks expand to, read from their sequences' lengths;
+    zstd: every frame's content size. Frames are walked block header by block header to their end, so a
+    second frame is not missed. CorruptData where the framing is malformed.
     """
     view = memoryview(data)
     if codec == GZIP:
@@ -402,28 +403,95 @@ def _frames_size(view: memoryview, frame) -> int | None:
             return total
 
 
-def _lz4_frame(view: memoryview, pos: int) -> tuple[int | None, int]:
+_LZ4_BLOCK_MAX = {4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}  # by the BD byte's block size code
+
+
+def _lz4_frame(view: memoryview, pos: int) -> tuple[int, int]:
     """An lz4 frame at ``pos``: descriptor, blocks (a 4-byte length each, the high bit for stored blocks, 0 to
-    end), optional block and content checksums."""
+    end), optional block and content checksums. Its size: the content size of the header; without one, the
+    sum of its blocks' sizes (see _lz4_block_size). Checksums are not verified."""
     checksum_at, content_size = _lz4_descriptor(view[pos:])
-    flags = view[pos + 4]
+    flags, bd = view[pos + 4], view[pos + 5]
+    block_max = _LZ4_BLOCK_MAX.get(bd >> 4 & 7)
+    if flags >> 6 != 1 or block_max is None:
+        raise CorruptData("lz4: unknown frame version or block size")
     block_checksum = 4 if flags & 0x10 else 0
+    independent = flags & 0x20
     pos += checksum_at + 1
     end = len(view)
+    total = 0
     while True:
         if end - pos < 4:
             raise CorruptData("lz4: block length cut short")
-        size = int.from_bytes(view[pos:pos + 4], "little") & 0x7FFFFFFF
+        word = int.from_bytes(view[pos:pos + 4], "little")
         pos += 4
-        if not size and not view[pos - 1]:  # the end mark (0, not a stored block of length 0)
+        if word == 0:  # the end mark
             break
+        size = word & 0x7FFFFFFF
+        if size > block_max or size > end - pos:
+            raise CorruptData("lz4: block runs past the payload or its maximum size")
+        if content_size is None:
+            if word & 0x80000000:
+                total += size
+            else:
+                total += _lz4_block_size(view, pos, pos + size, 0 if independent else min(total, 65535), block_max)
         pos += size + block_checksum
         if pos > end:
-            raise CorruptData("lz4: block runs past the payload")
+            raise CorruptData("lz4: block checksum cut short")
     pos += 4 if flags & 0x04 else 0
     if pos > end:
         raise CorruptData("lz4: content checksum cut short")
-    return content_size, pos
+    return (total if content_size is None else content_size), pos
+
+
+def _lz4_block_size(view: memoryview, pos: int, end: int, history: int, most: int) -> int:
+    """The size an lz4 block expands to, by its sequences (a token; literal length, literals; match offset and
+    length), without expanding it: a sequence's match may reach back ``history`` bytes before the block (the
+    frame's earlier blocks when blocks are linked) and no further; at most ``most`` bytes."""
+    out = 0
+    while True:
+        if pos >= end:
+            raise CorruptData("lz4: block ends inside a sequence")
+        token = view[pos]
+        pos += 1
+        length = token >> 4
+        if length == 15:
+            while True:
+                if pos >= end:
+                    raise CorruptData("lz4: literal length cut short")
+                byte = view[pos]
+                pos += 1
+                length += byte
+                if byte != 255:
+                    break
+        pos += length
+        out += length
+        if pos >= end:
+            if pos > end:
+                raise CorruptData("lz4: literals run past the block")
+            break  # the last sequence: literals only
+        if end - pos < 2:
+            raise CorruptData("lz4: match offset cut short")
+        offset = view[pos] | view[pos + 1] << 8
+        pos += 2
+        if offset == 0 or offset > out + history:
+            raise CorruptData("lz4: match offset before the start of the data")
+        length = token & 15
+        if length == 15:
+            while True:
+                if pos >= end:
+                    raise CorruptData("lz4: match length cut short")
+                byte = view[pos]
+                pos += 1
+                length += byte
+                if byte != 255:
+                    break
+        out += length + 4
+        if out > most:
+            raise CorruptData("lz4: block expands past its maximum size")
+    if out > most:
+        raise CorruptData("lz4: block expands past its maximum size")
+    return out
 
 
 def _zstd_frame(view: memoryview, pos: int) -> tuple[int | None, int]:

@@ -269,6 +269,8 @@ def _v2_header(buf, pos: int, end: int, batch_length: int, verify_crc: bool, lim
 
 
 MIN_RECORD_SIZE = 7  # a v2 record's length, attributes, two deltas, key and value lengths, header count
+MAX_DECLARED = 1 << 40  # a declared size past this is not plausible, whatever the limits say
+SUM_CAP = 1 << 62  # a records field's uncompressed total past this is not known (no int64 overflow)
 # At most how many bytes one compressed byte can stand for (deflate: 258-byte matches in under two bits;
 # snappy: a 3-byte copy of 64 bytes; lz4: a match length extended by 255 per byte). A declared size past it
 # cannot be true. zstd (a 4-byte RLE block stands for up to 128 KiB) has no useful bound.
@@ -288,7 +290,7 @@ def payload_size(codec: int, payload, record_count: int, limits: Limits) -> int 
         size = None
     if size is not None:
         most = _MAX_EXPANSION.get(codec)
-        if (MIN_RECORD_SIZE * record_count <= size <= limits.max_batch_bytes
+        if (MIN_RECORD_SIZE * record_count <= size <= min(limits.max_batch_bytes, MAX_DECLARED)
                 and (most is None or size <= most * len(payload) + 64)):
             return size
     try:
@@ -328,6 +330,8 @@ def summarize(found: list[BatchInfo] | None, verified: bool = False) -> tuple:
             codecs.append(b.codec)
         if uncompressed is not None:
             uncompressed = None if b.uncompressed_bytes is None else uncompressed + b.uncompressed_bytes
+            if uncompressed is not None and uncompressed > SUM_CAP:
+                uncompressed = None
         if b.first_timestamp is not None and b.first_timestamp >= 0:
             first_ts = b.first_timestamp if first_ts is None else min(first_ts, b.first_timestamp)
         if b.max_timestamp is not None and b.max_timestamp >= 0:
