@@ -297,7 +297,14 @@ PARTITIONS_SCHEMA = pa.schema([
     _f("batches", pa.int32(), "Complete record batches (or top-level legacy messages) in the records field."),
     _f("records", pa.int64(), "Records in them (legacy compressed wrappers: their inner messages)."),
     _f("codec", pa.string(), "Compression: none, gzip, snappy, lz4, zstd (several joined with '+')."),
-    _f("uncompressed_bytes", pa.int64(), "Size of the batches uncompressed, when known without decompressing."),
+    _f("uncompressed_bytes", pa.int64(), "Size of the complete batches with their payloads uncompressed (each "
+       "batch's header plus its payload's size; legacy wrappers: expanded). For a compressed v2 batch, the "
+       "size its payload declares (gzip ISIZE trailer, snappy block lengths, lz4/zstd frame content size) is "
+       "trusted without decompressing, once checked plausible: room for the batch's records, within what the "
+       "codec can expand that many bytes to, within --max-batch-mb. A payload that declares nothing plausible "
+       "is decompressed within the limits and measured. With --records, every payload is decompressed and the "
+       "size is the decompressed one. Null when some batch's size is not known (refused by the limits, corrupt, "
+       "unknown codec)."),
     _f("compression_ratio", pa.float64(), "uncompressed_bytes / record bytes on the wire."),
     _f("producer_id", pa.int64(), "Producer id of the first batch (-1: not idempotent)."),
     _f("producer_epoch", pa.int16(), "Producer epoch of the first batch."),
@@ -310,6 +317,15 @@ PARTITIONS_SCHEMA = pa.schema([
     _f("truncated_batches", pa.int32(), "Batches cut at the end of the field (Fetch size limit; not an error)."),
     _f("crc_failures", pa.int32(), "Batches whose CRC-32C (v2) or CRC-32 (legacy) did not match; null unless "
        "--verify-crc."),
+    _f("records_first_offset", pa.int64(), "Offset of the first record of the complete batches: the first v2 "
+       "batch's base offset; legacy: the first message's offset (a compressed wrapper's: its first inner "
+       "message's, as the records table numbers it; null unless the wrapper was expanded). Fetch responses: "
+       "the log offsets the consumer received. Produce requests: the offsets the client wrote, relative "
+       "(usually from 0), not log offsets (base_offset in the response is where they were appended)."),
+    _f("records_last_offset", pa.int64(), "Offset of the last record of the complete batches: the last v2 "
+       "batch's base offset plus its last offset delta; legacy: the last message's offset (a compressed "
+       "wrapper's: its last inner message's, else the wrapper's own, which brokers give its last inner "
+       "message). Relative offsets in Produce requests, as above."),
     _f("consumer_lag", pa.int64(), "Fetch: high_watermark minus fetch_offset, the lag as the broker reported it."),
     _f("data_age_ms", pa.float64(), "Fetch: response time minus the earliest fetched record timestamp."),
 ])
@@ -327,13 +343,13 @@ PARTITION_ROW_FIELDS = (
     *(f"asked_{name}" for name in PARTITION_OFFSET_FIELDS), *(f"answered_{name}" for name in PARTITION_OFFSET_FIELDS),
     "request_record_bytes", "response_record_bytes", "batches", "records", "codec", "uncompressed_bytes",
     "producer_id", "producer_epoch", "base_sequence", "transactional", "control", "first_record_ts", "max_record_ts",
-    "truncated_batches", "crc_failures",
+    "truncated_batches", "crc_failures", "records_first_offset", "records_last_offset",
 )
 
 # A partition row is written from the exchange's keys, the request's and the response's PartitionEntry of the
 # topic-partition and the records field's summary (see analyzer.tables._columns.PartitionColumns).
-RECORD_SUMMARY_FIELDS = PARTITION_ROW_FIELDS[-13:]
-"""The fields of a records summary (dissectors.kafka.records.summary), in its order."""
+RECORD_SUMMARY_FIELDS = PARTITION_ROW_FIELDS[-15:]
+"""The fields of a records summary (dissectors.kafka.records.summarize), in its order."""
 
 _RETRIABLE = pa.array([is_retriable(c) for c in range(-1, _MAX_ERROR)], pa.bool_())
 
