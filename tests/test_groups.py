@@ -134,3 +134,51 @@ def test_an_assignment_cut_in_its_partitions_is_refused() -> None:
     data = _assignment_bytes(0, {"a": [1, 2, 3]})
     for cut in range(2, len(data) - 4):  # short of the user data's length, each cut is inside the fields
         assert consumer_protocol.assignment(data[:cut]) is None
+
+
+# --- End-to-end latency: the deliveries table --------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def with_records(tmp_path_factory):
+    out = tmp_path_factory.mktemp("deliveries") / "out"
+    result = CliRunner().invoke(cli, ["export", str(SAMPLE), "--records", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    return {t: pq.read_table(out / f"{t}.parquet") for t in ("deliveries", "records", "exchanges", "partitions")}
+
+
+def test_every_produced_batch_reaches_the_group(with_records) -> None:
+    """The clients consumed all they produced (truth): every batch a Produce response placed is delivered to a
+    member of the group, after it was produced."""
+    topic = TRUTH["topics"]["orders"]
+    assert topic["consumed"] == topic["produced"]
+    parts = with_records["partitions"]
+    produced = parts.filter(pc.and_(pc.equal(parts["api_name"], "Produce"), pc.is_valid(parts["base_offset"])))
+    placed = {(r["topic"], r["partition"], r["base_offset"]) for r in produced.to_pylist() if r["records"]}
+    rows = with_records["deliveries"].to_pylist()
+    assert {(r["topic"], r["partition"], r["base_offset"]) for r in rows} == placed
+    members = set(TRUTH["groups"]["billing"]["members"])
+    for r in rows:
+        assert r["group_id"] == "billing" and r["consumer_client_id"] in members
+        assert r["fetched_ts"] >= r["produced_ts"] and r["delivery_ms"] >= 0
+        assert r["producer_client_id"] in topic["producers"]
+
+
+def test_delivery_is_the_first_fetch_that_returned_the_offset(with_records) -> None:
+    """Held to the records table (every record the full decoder read from each Fetch response, an independent
+    path from the batch headers the deliveries come from): the delivering Fetch holds the batch's first record,
+    and no earlier Fetch response of that consumer after the Produce held it."""
+    records = with_records["records"].filter(pc.equal(with_records["records"]["api_name"], "Fetch")).to_pylist()
+    ex = with_records["exchanges"]
+    answered = {(r["connection_id"], r["correlation_id"]): r for r in ex.to_pylist()}
+    seen: dict[tuple, list[tuple]] = {}
+    for rec in records:
+        x = answered[rec["connection_id"], rec["correlation_id"]]
+        seen.setdefault((rec["topic"], rec["partition"], rec["offset"]), []).append(
+            (x["response_last_ts"], x["client_id"], rec["connection_id"], rec["correlation_id"]))
+    rows = with_records["deliveries"].to_pylist()
+    assert rows
+    for r in rows:
+        fetches = seen[r["topic"], r["partition"], r["base_offset"]]
+        mine = sorted(f for f in fetches if f[1] == r["consumer_client_id"] and f[0] >= r["produced_ts"])
+        assert mine[0][2:] == (r["fetch_connection_id"], r["fetch_correlation_id"])
+        assert mine[0][0] == r["fetched_ts"]

@@ -42,8 +42,9 @@ def _fmt_ms(v: float | None) -> str:
 
 
 def print_summary(console: Console, exchanges: pa.Table, connections: pa.Table,
-                  reports: list[FileReport], partitions: pa.Table | None = None, groups: pa.Table | None = None, *,
-                  headers_only: bool = False, verify_crc: bool = False) -> None:
+                  reports: list[FileReport], partitions: pa.Table | None = None, groups: pa.Table | None = None,
+                  deliveries: pa.Table | None = None, *, headers_only: bool = False,
+                  verify_crc: bool = False) -> None:
     """The summary; ``headers_only`` and ``verify_crc`` are the run's options, which decide what the
     figures can and cannot include (the summary says so)."""
     _files(console, reports)
@@ -61,6 +62,8 @@ def print_summary(console: Console, exchanges: pa.Table, connections: pa.Table,
             _topics(console, partitions)
         if groups is not None and groups.num_rows:
             _groups(console, group_rows(groups))
+        if deliveries is not None and deliveries.num_rows:
+            _deliveries(console, delivery_rows(deliveries))
     crc = "not checked (--headers-only decodes no record batch)" if headers_only else (
         None if verify_crc else "not checked (--verify-crc)")
     _connections(console, connections, exchanges, partitions, crc)
@@ -301,6 +304,36 @@ def group_rows(groups: pa.Table) -> list[dict]:
     return list(out.values())
 
 
+def delivery_rows(deliveries: pa.Table) -> list[dict]:
+    """End-to-end latency per topic and consuming group (or client, outside groups): produced batches
+    delivered, and produce-to-fetch percentiles."""
+    t = deliveries.append_column("consumer", pc.coalesce(deliveries["group_id"],
+                                                         pc.binary_join_element_wise("client ", deliveries[
+                                                             "consumer_client_id"], "")))
+    agg = t.group_by(["topic", "consumer"]).aggregate([
+        ([], "count_all"), ("delivery_ms", "tdigest", pc.TDigestOptions(q=[0.5, 0.99])), ("delivery_ms", "max")])
+    out = []
+    for r in agg.sort_by([("topic", "ascending"), ("consumer", "ascending")]).to_pylist():
+        p50, p99 = r["delivery_ms_tdigest"] or (None, None)
+        out.append({"topic": r["topic"], "consumer": r["consumer"], "batches": r["count_all"],
+                    "delivery_p50_ms": None if p50 is None else round(p50, 3),
+                    "delivery_p99_ms": None if p99 is None else round(p99, 3),
+                    "delivery_max_ms": r["delivery_ms_max"]})
+    return out
+
+
+def _deliveries(console: Console, rows: list[dict], top: int = 20) -> None:
+    t = Table(title="End-to-end: produce request to the consumer's fetch response (ms)", title_justify="left")
+    for col in ("topic", "consumer (group or client)", "batches", "p50", "p99", "max"):
+        t.add_column(col, justify="left" if col.startswith(("topic", "consumer")) else "right")
+    for r in rows[:top]:
+        t.add_row(inert_text(r["topic"]), inert_text(r["consumer"]), f"{r['batches']:,}",
+                  _fmt_ms(r["delivery_p50_ms"]), _fmt_ms(r["delivery_p99_ms"]), _fmt_ms(r["delivery_max_ms"]))
+    console.print(t)
+    if len(rows) > top:
+        console.print(f"  ... {len(rows) - top:,} more (kafkacap export: the deliveries table)")
+
+
 MAX_GENERATION_ROWS = 40
 
 
@@ -509,8 +542,9 @@ SUMMARY_FORMAT = 1  # the version of summary_document's structure; raised when a
 
 
 def summary_document(exchanges: pa.Table, connections: pa.Table, reports: list[FileReport],
-                     partitions: pa.Table | None = None, groups: pa.Table | None = None, *,
-                     headers_only: bool = False, verify_crc: bool = False) -> dict:
+                     partitions: pa.Table | None = None, groups: pa.Table | None = None,
+                     deliveries: pa.Table | None = None, *, headers_only: bool = False,
+                     verify_crc: bool = False) -> dict:
     """What the summary shows, as one JSON-ready structure (``kafkacap summary --json``, documented in
     docs/summary-json.md): the same figures as the terminal, every row in full (no top-N cut but ``slowest``)."""
     span = capture_span(exchanges)
@@ -536,6 +570,7 @@ def summary_document(exchanges: pa.Table, connections: pa.Table, reports: list[F
         "clients": client_rows(exchanges, None),
         "topics": topic_rows(partitions) if partitions is not None and partitions.num_rows else [],
         "groups": group_rows(groups) if groups is not None and groups.num_rows else [],
+        "deliveries": delivery_rows(deliveries) if deliveries is not None and deliveries.num_rows else [],
         "connections": {"count": connections.num_rows, "ended": dict(sorted(ended.items())),
                         **{key: value for key, _, value in anomaly_counts(connections, exchanges)}},
         "crc_failures": crc_failure_rows(partitions) if verify_crc and not headers_only else None,

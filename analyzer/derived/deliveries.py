@@ -19,6 +19,9 @@ import pyarrow.compute as pc
 
 from analyzer.tables.schemas import DELIVERIES_SCHEMA, PARTITIONS_SCHEMA
 
+MAX_SPAN = 1 << 22  # offsets one Fetch response's records may span and still be matched
+BUCKET = 1 << 16  # offsets per bucket of the Spark job's range join (a span covers at most 65 buckets)
+
 PRODUCE_COLUMNS = ("capture_file", "connection_id", "correlation_id", "client_id", "topic", "partition", "base_offset",
                    "records", "request_last_ts", "response_last_ts")
 FETCH_COLUMNS = ("capture_file", "connection_id", "correlation_id", "client_id", "topic", "partition",
@@ -42,11 +45,13 @@ def produced_rows(parts: pa.Table) -> pa.Table:
 
 
 def fetched_rows(parts: pa.Table) -> pa.Table:
-    """Partition rows of Fetch responses that returned records (their first and last offsets known)."""
+    """Partition rows of Fetch responses that returned records (their first and last offsets known, at most
+    MAX_SPAN apart: a wider range comes from a damaged batch header and would match everything)."""
     t = _select(parts.filter(pc.equal(parts["api_name"], "Fetch")), FETCH_COLUMNS)
-    keep = pc.and_(pc.and_(pc.is_valid(t["records_first_offset"]), pc.is_valid(t["records_last_offset"])),
-                   pc.is_valid(t["response_last_ts"]))
-    return t.filter(keep)
+    span = pc.subtract(t["records_last_offset"], t["records_first_offset"])
+    keep = pc.and_(pc.and_(pc.greater_equal(t["records_first_offset"], 0), pc.is_valid(t["response_last_ts"])),
+                   pc.and_(pc.greater_equal(span, 0), pc.less(span, MAX_SPAN)))
+    return t.filter(pc.fill_null(keep, False))
 
 
 def _ns(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
@@ -72,6 +77,8 @@ def deliveries_table(produced: pa.Table, fetched: pa.Table, client_ip: dict[tupl
     first = fetched["records_first_offset"].to_numpy(zero_copy_only=False)
     last = fetched["records_last_offset"].to_numpy(zero_copy_only=False)
     f_ts = _ns(fetched["response_last_ts"])
+    f_conn = fetched["connection_id"].to_numpy(zero_copy_only=False)
+    f_corr = fetched["correlation_id"].to_numpy(zero_copy_only=False)
     by_tp_p: dict[str, list[int]] = {}
     for i, k in enumerate(tp_p):
         by_tp_p.setdefault(k, []).append(i)
@@ -99,7 +106,8 @@ def deliveries_table(produced: pa.Table, fetched: pa.Table, client_ip: dict[tupl
         p_idx, f_rep = p_idx[later], f_rep[later]
         if not len(p_idx):
             continue
-        order = np.lexsort((f_ts[f_rep], p_idx))  # per produced batch, its earliest covering fetch first
+        # per produced batch, its earliest covering fetch first (ties: by connection, then correlation id)
+        order = np.lexsort((f_corr[f_rep], f_conn[f_rep], f_ts[f_rep], p_idx))
         p_idx, f_rep = p_idx[order], f_rep[order]
         keep = np.concatenate(([True], p_idx[1:] != p_idx[:-1]))
         pairs_p.append(p_idx[keep])

@@ -260,6 +260,7 @@ def run(
         r.exchanges -= stitcher.dropped.get(r.name, 0)
     spanning = stitcher.finish()
     if spanning is not None:
+        derived.feed("connections", spanning)
         final_sink("connections", spanning)
     for table, batch in derived.finish():
         final_sink(table, batch)
