@@ -323,8 +323,8 @@ def _write_deliveries(spark, staging: Staging) -> None:
                                "partition", "consumer_ip", "consumer_client_id").orderBy(
         "fetched_ts", "fetch_connection_id", "fetch_correlation_id")
     rows = (joined.withColumn("n", F.row_number().over(first)).where(F.col("n") == 1)
-            .join(named, (F.col("consumer_ip").eqNullSafe(named.client_ip))
-                  & (F.col("consumer_client_id").eqNullSafe(named.client_id)), "left")
+            .join(named, (F.col("consumer_ip") == named.client_ip)
+                  & (F.col("consumer_client_id") == named.client_id), "left")
             .withColumn("delivery_ms", _elapsed_ms("produced_ts", "fetched_ts"))
             .withColumn("after_ack_ms", _elapsed_ms("acked_ts", "fetched_ts")))
     write_table(rows.select(*d.DELIVERIES_SCHEMA.names, F.to_date("produced_ts").alias(PARTITION_COLUMN)),

@@ -8,9 +8,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analyzer.derived.deliveries import deliveries_table, fetched_rows, produced_rows
+from analyzer.derived.groups import COLUMNS as GROUP_COLUMNS
 from analyzer.derived.groups import detail_rows, groups_table, member_counts, merge_counts
 from analyzer.tables.schemas import EXCHANGES_SCHEMA, PARTITIONS_SCHEMA
 
+CONNECTION_KEYS = {"capture_file": pa.string(), "connection_id": pa.int64(), "client_ip": pa.string()}
 MERGE_EVERY = 256  # partial counts merged this often, so they stay as small as their distinct keys
 
 
@@ -28,23 +30,26 @@ class DerivedTables:
         self._counts: list[pa.Table] = []
         self._produced: list[pa.Table] = []
         self._fetched: list[pa.Table] = []
-        self._client_ip: dict[tuple[str, int], str] = {}
+        self._connections: list[pa.Table] = []
         self._groups_of: dict[tuple[str | None, str | None], set[str]] = {}
 
     def feed(self, table: str, batch: pa.RecordBatch) -> None:
         if table == "exchanges":
             self._exchanges(pa.Table.from_batches([batch]))
         elif table == "partitions":
-            t = pa.Table.from_batches([batch])
-            for rows, into in ((produced_rows(t), self._produced), (fetched_rows(t), self._fetched)):
+            for rows, into in ((produced_rows(batch), self._produced), (fetched_rows(batch), self._fetched)):
                 if rows.num_rows:
                     into.append(rows)
         elif table == "connections":
-            for cap, cid, ip in zip(*(batch.column(c).to_pylist()
-                                      for c in ("capture_file", "connection_id", "client_ip")), strict=True):
-                self._client_ip[cap, cid] = ip
+            self._connections.append(pa.Table.from_batches([batch]).select(list(CONNECTION_KEYS)))
 
     def _exchanges(self, t: pa.Table) -> None:
+        if "group_id" not in t.column_names:
+            return
+        t = t.select([c for c in GROUP_COLUMNS if c in t.column_names])
+        t = t.filter(pc.is_valid(t["group_id"]))  # the group-scoped exchanges: a few per member and second
+        if not t.num_rows:
+            return
         rows = detail_rows(t)
         if rows.num_rows:
             self._detail.append(rows)
@@ -53,11 +58,8 @@ class DerivedTables:
             self._counts.append(counts)
             if len(self._counts) >= MERGE_EVERY:
                 self._counts = [merge_counts(self._counts)]
-        if "group_id" in t.column_names:
-            named = t.filter(pc.is_valid(t["group_id"])).select(["client_ip", "client_id", "group_id"])
-            if named.num_rows:
-                for r in named.group_by(["client_ip", "client_id", "group_id"]).aggregate([]).to_pylist():
-                    self._groups_of.setdefault((r["client_ip"], r["client_id"]), set()).add(r["group_id"])
+        for r in t.group_by(["client_ip", "client_id", "group_id"]).aggregate([]).to_pylist():
+            self._groups_of.setdefault((r["client_ip"], r["client_id"]), set()).add(r["group_id"])
 
     def finish(self) -> Iterator[tuple[str, pa.RecordBatch]]:
         """(table, batch) of each derived table (one batch each, possibly empty)."""
@@ -66,8 +68,16 @@ class DerivedTables:
         empty = PARTITIONS_SCHEMA.empty_table()
         produced = pa.concat_tables(self._produced) if self._produced else produced_rows(empty)
         fetched = pa.concat_tables(self._fetched) if self._fetched else fetched_rows(empty)
-        group_of = {k: next(iter(v)) if len(v) == 1 else None for k, v in self._groups_of.items()}
-        yield "deliveries", _one_batch(deliveries_table(produced, fetched, self._client_ip, group_of))
+        keys = list(self._groups_of)
+        consumers = pa.table({"client_ip": pa.array([k[0] for k in keys], pa.string()),
+                              "client_id": pa.array([k[1] for k in keys], pa.string()),
+                              "group_id": pa.array([next(iter(v)) if len(v) == 1 else None
+                                                    for v in self._groups_of.values()], pa.string())})
+        connections = (pa.concat_tables(self._connections) if self._connections
+                       else pa.table({k: pa.array([], t) for k, t in CONNECTION_KEYS.items()}))
+        connections = connections.group_by(["capture_file", "connection_id"]).aggregate([("client_ip", "min")])
+        connections = connections.rename_columns({"client_ip_min": "client_ip"})
+        yield "deliveries", _one_batch(deliveries_table(produced, fetched, connections, consumers))
         self.__init__()
 
 
