@@ -32,7 +32,9 @@ nbformat = pytest.importorskip("nbformat")
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "notebooks" / "kafkacap_tables.ipynb"
 SAMPLES = REPO / "sample_pcaps"
-TABLES = ("exchanges", "errors", "partitions", "connections", "files")
+TABLES = ("exchanges", "errors", "partitions", "connections", "files", "groups", "deliveries")
+# The column that names a row's capture file: the partitioned copy spreads the files over several dates.
+FILE_COLUMN = {"deliveries": "produce_capture_file"}
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +138,8 @@ def partitioned_dir(export_dir) -> Path:
     date_of = {name: str(first + timedelta(days=i % 3)) for i, name in enumerate(names)}
     for name in TABLES:
         table = pq.read_table(export_dir / f"{name}.parquet")
-        dates = pa.array([date_of[f] for f in table.column("capture_file").to_pylist()], pa.string())
+        column = table.column(FILE_COLUMN.get(name, "capture_file")).to_pylist()
+        dates = pa.array([date_of[f] for f in column], pa.string())
         ds.write_dataset(table.append_column("capture_date", dates), out / name, format="parquet",
                          partitioning=["capture_date"], partitioning_flavor="hive",
                          basename_template="part-{i}.parquet")
