@@ -609,3 +609,21 @@ def test_delivery_plot_holds_the_busiest_topics(answers, rows):
     busiest = sorted(counts, key=lambda topic: (-counts[topic], topic))[:answers["PLOT_TOPICS"]]
     assert sorted(answers["points"]["topic"].unique()) == sorted(busiest)
     assert len(answers["points"]) == sum(counts[topic] for topic in busiest)
+
+
+def test_cells_run_on_a_capture_without_groups_or_deliveries(notebook, tmp_path):
+    """Admin traffic only: the group and delivery sections answer with empty tables and draw nothing."""
+    from click.testing import CliRunner
+
+    from analyzer.cli.commands import main
+
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["export", str(SAMPLES / "tansu_admin.pcap"), "-o", str(out), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    answers = _run_notebook_cells(notebook, out)
+    assert (answers["row_counts"]["groups"], answers["row_counts"]["deliveries"]) == (0, 0)
+    assert answers["row_counts"]["exchanges"] > 0
+    for name in ("group_summary", "generations", "members", "departures", "timeline", "delivery_by_topic",
+                 "delivery_by_group", "points"):
+        assert answers[name].empty, name
+    assert "rebalance_figure" not in answers and "delivery_figure" not in answers
