@@ -32,7 +32,9 @@ nbformat = pytest.importorskip("nbformat")
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "notebooks" / "kafkacap_tables.ipynb"
 SAMPLES = REPO / "sample_pcaps"
-TABLES = ("exchanges", "errors", "partitions", "connections", "files")
+TABLES = ("exchanges", "errors", "partitions", "connections", "files", "groups", "deliveries")
+# The column that names a row's capture file: the partitioned copy spreads the files over several dates.
+FILE_COLUMN = {"deliveries": "produce_capture_file"}
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +138,8 @@ def partitioned_dir(export_dir) -> Path:
     date_of = {name: str(first + timedelta(days=i % 3)) for i, name in enumerate(names)}
     for name in TABLES:
         table = pq.read_table(export_dir / f"{name}.parquet")
-        dates = pa.array([date_of[f] for f in table.column("capture_file").to_pylist()], pa.string())
+        column = table.column(FILE_COLUMN.get(name, "capture_file")).to_pylist()
+        dates = pa.array([date_of[f] for f in column], pa.string())
         ds.write_dataset(table.append_column("capture_date", dates), out / name, format="parquet",
                          partitioning=["capture_date"], partitioning_flavor="hive",
                          basename_template="part-{i}.parquet")
@@ -362,9 +365,11 @@ def test_connection_health(answers, rows):
     assert {(r["capture_file"], r["connection_id"]) for r in _records(answers["troubled"])} == troubled
 
 
+
 ANSWERS = ("row_counts", "status_counts", "files_by_status", "latency_by_api", "slowest", "error_rates",
            "errors_by_name", "produce_volume", "produce_by_codec", "consumer_lag", "anomalies", "unusual", "health",
-           "troubled")
+           "troubled", "group_summary", "generations", "members", "departures", "timeline", "delivery_by_topic",
+           "delivery_by_group")
 
 
 def test_both_layouts_give_the_same_answers(answers_by_layout):
@@ -377,3 +382,248 @@ def test_both_layouts_give_the_same_answers(answers_by_layout):
             pd.testing.assert_series_equal(a, b, check_dtype=False, obj=name)
         else:
             pd.testing.assert_frame_equal(a, b, check_dtype=False, obj=name)
+
+
+# --- consumer groups and end-to-end latency ----------------------------------------------------------------
+
+
+def _assignment_text(assignment) -> str | None:
+    """The notebook's notation for an assignment: topic[partitions], topics space-separated."""
+    if assignment is None:
+        return None
+    return " ".join(f"{a['topic']}[{','.join(str(p) for p in a['partitions'])}]" for a in assignment)
+
+
+def _quantile_cont(values: list[float], q: float) -> float:
+    """Linear interpolation between the closest ranks: SQL's quantile_cont / percentile_cont."""
+    values = sorted(values)
+    position = (len(values) - 1) * q
+    low, high = math.floor(position), math.ceil(position)
+    return values[low] + (values[high] - values[low]) * (position - low)
+
+
+def _client_list(members, member_ids=None) -> str:
+    return ", ".join(sorted(m["client_id"] for m in members
+                            if m["client_id"] is not None and (member_ids is None or m["member_id"] in member_ids)))
+
+
+def test_group_summary(answers, rows):
+    per_group = defaultdict(list)
+    for g in rows["groups"]:
+        per_group[g["group_id"]].append(g)
+    assert any(len(gs) > 1 for gs in per_group.values())
+    assert any(g["stop_ms"] is not None for g in rows["groups"])
+    got = {r["group_id"]: r for r in _records(answers["group_summary"])}
+    assert set(got) == set(per_group)
+    for group_id, gs in per_group.items():
+        r = got[group_id]
+        stops = [g["stop_ms"] for g in gs if g["stop_ms"] is not None]
+        assert (r["generations"], r["captures"], r["max_members"]) == \
+            (len(gs), len({g["capture_file"] for g in gs}), max(g["member_count"] for g in gs))
+        assert r["rebalances_seen"] == sum(g["rebalance_ms"] is not None for g in gs)
+        assert _close(r["rebalance_ms"], _sum(g["rebalance_ms"] for g in gs)), r
+        assert _close(r["max_stop_ms"], max(stops) if stops else None), r
+        assert _close(r["stop_ms"], sum(stops) if stops else None), r
+
+
+def test_generations_with_joined_and_left_members(answers, rows):
+    generations = {(g["group_id"], g["capture_file"], g["generation_id"]): g for g in rows["groups"]}
+    previous = {(g["group_id"], g["capture_file"], g["next_generation_id"]): g for g in rows["groups"]}
+    got = _records(answers["generations"])
+    assert [(r["group_id"], r["capture_file"], r["generation_id"]) for r in got] == sorted(generations)
+    assert any(r["joined"] for r in got) and any(r["left"] for r in got)
+    for r in got:
+        key = (r["group_id"], r["capture_file"], r["generation_id"])
+        g = generations[key]
+        before = previous.get(key, {"members": []})
+        assert (r["assignor"], r["members"], r["clients"]) == \
+            (g["protocol_name"], g["member_count"], _client_list(g["members"]))
+        assert r["joined"] == (None if g["joined"] is None else _client_list(g["members"], set(g["joined"]))), r
+        assert r["left"] == (None if g["left"] is None else _client_list(before["members"], set(g["left"]))), r
+        assert (r["rebalance_start"], r["rebalance_ms"], r["stop_ms"]) == \
+            (g["rebalance_start"], g["rebalance_ms"], g["stop_ms"])
+
+
+def test_members_and_their_partitions_per_generation(answers, rows):
+    expected = {}
+    for g in rows["groups"]:
+        for m in g["members"]:
+            expected[g["group_id"], g["capture_file"], g["generation_id"], m["member_id"]] = (
+                m["client_id"], m["member_id"] == g["leader"], _assignment_text(m["assignment"]), m["join_ts"],
+                m["synced_ts"], m["waited_ms"], m["left_ts"], m["heartbeats"], m["commits"])
+    got = _records(answers["members"])
+    assert len(got) == len(expected)
+    assert {(r["group_id"], r["capture_file"], r["generation_id"], r["member_id"]): (
+        r["client_id"], r["leader"], r["assignment"], r["join_ts"], r["synced_ts"], r["waited_ms"], r["left_ts"],
+        r["heartbeats"], r["commits"]) for r in got} == expected
+
+
+def test_which_member_left_and_when(answers, rows):
+    dropped = {(g["group_id"], g["capture_file"], g["generation_id"], member_id): g["rebalance_start"]
+               for g in rows["groups"] for member_id in g["left"] or []}
+    expected = {}
+    for g in rows["groups"]:
+        for m in g["members"]:
+            drop = (g["group_id"], g["capture_file"], g["next_generation_id"], m["member_id"])
+            if m["left_ts"] is not None or drop in dropped:
+                expected[g["group_id"], g["capture_file"], m["member_id"], g["generation_id"]] = (
+                    m["client_id"], _assignment_text(m["assignment"]), m["left_ts"],
+                    g["next_generation_id"] if drop in dropped else None, dropped.get(drop))
+    got = {(r["group_id"], r["capture_file"], r["member_id"], r["last_generation"]): (
+        r["client_id"], r["assignment"], r["leave_group_ts"], r["dropped_in_generation"], r["dropped_ts"])
+        for r in _records(answers["departures"])}
+    assert len(got) == len(answers["departures"])
+    assert got == expected
+    assert any(v[2] is not None for v in got.values()) and any(v[3] is not None for v in got.values())
+
+
+def test_rebalance_timeline_bars(answers, rows):
+    """Each member: waiting from its JoinGroup to its assignment, then holding it until it rejoins (else leaves,
+    else the generation ends); the group: each rebalance, then the stable time until the next."""
+    joins = {(g["group_id"], g["capture_file"], g["generation_id"], m["member_id"]): m["join_ts"]
+             for g in rows["groups"] for m in g["members"]}
+    ids_of = defaultdict(set)
+    for g in rows["groups"]:
+        for m in g["members"]:
+            ids_of[g["group_id"], g["capture_file"], m["client_id"]].add(m["member_id"])
+    expected = Counter()
+    for g in rows["groups"]:
+        where = (g["group_id"], g["capture_file"])
+        rebalance_end = g["rebalance_end"] or g["ended"]
+        expected[(*where, "(group)", "rebalance", g["rebalance_start"], rebalance_end)] += 1
+        if g["rebalance_end"] is not None and g["ended"] is not None and g["ended"] >= g["rebalance_end"]:
+            expected[(*where, "(group)", "stable", g["rebalance_end"], g["ended"])] += 1
+        for m in g["members"]:
+            ids = sorted(ids_of[(*where, m["client_id"])])
+            row = m["client_id"] + (f" #{ids.index(m['member_id']) + 1}" if len(ids) > 1 else "")
+            ends = [t for t in (joins.get((*where, g["next_generation_id"], m["member_id"])), m["left_ts"], g["ended"])
+                    if t is not None]
+            gone = ends[0] if ends else None
+            expected[(*where, row, "waiting", m["join_ts"], m["synced_ts"] or gone)] += 1
+            if m["synced_ts"] is not None and gone is not None and gone >= m["synced_ts"]:
+                expected[(*where, row, "assigned", m["synced_ts"], gone)] += 1
+    got = Counter((r["group_id"], r["capture_file"], r["row"], r["phase"], r["start"], r["end"])
+                  for r in _records(answers["timeline"]))
+    assert got == expected
+    assert {"rebalance", "stable", "waiting", "assigned"} <= {key[3] for key in got}
+
+
+def test_groups_agree_with_the_clients_own_record(answers):
+    """The recording clients logged their group, the members, who left, and (kafka-python's rebalance listener)
+    each assignment and revocation with its generation: the notebook's members, departures and timeline bars
+    must tell the same story."""
+    members, departures = _records(answers["members"]), _records(answers["departures"])
+    timeline = _records(answers["timeline"])
+    checked = revocations = 0
+    for truth_file in sorted(SAMPLES.glob("*.truth.json")):
+        truth = json.loads(truth_file.read_text())
+        for group_id, group in (truth.get("groups") or {}).items():
+            seen = [r for r in members if (r["group_id"], r["capture_file"]) == (group_id, truth["capture"])]
+            if not seen:  # a group behind TLS without its key log
+                continue
+            checked += 1
+            assert {r["client_id"] for r in seen} == set(group["members"]), group_id
+            assert {r["client_id"] for r in departures if r["group_id"] == group_id} <= set(group["left"])
+            for client, events in (group.get("assignments") or {}).items():
+                assigned = [e for e in events if e["event"] == "assigned"]
+                revoked = [e for e in events if e["event"] == "revoked" and e["generation_id"] >= 0]
+                bars = sorted((b for b in timeline if (b["group_id"], b["row"], b["phase"]) ==
+                               (group_id, client, "assigned")), key=lambda b: b["start"])
+                assert len(bars) == len(assigned) == len(revoked), client
+                for bar, a, r in zip(bars, assigned, revoked, strict=True):
+                    label = f"gen {a['generation_id']} {_assignment_text([a])}"
+                    assert bar["label"] == label, (bar, a)
+                    assert [m["assignment"] for m in seen if (m["member_id"], m["generation_id"]) ==
+                            (a["member_id"], a["generation_id"])] == [_assignment_text([a])]
+                    # the listener runs just after the SyncGroup answer, and just before the rejoin or LeaveGroup
+                    assert abs(bar["start"].timestamp() - a["time"]) < 0.05, (bar, a)
+                    assert abs(bar["end"].timestamp() - r["time"]) < 0.05, (bar, r)
+                    revocations += 1
+    assert checked >= 4 and revocations >= 3
+
+
+def _deliveries_by(rows, *keys) -> dict:
+    groups = defaultdict(list)
+    for d in rows["deliveries"]:
+        groups[tuple(d[k] for k in keys)].append(d)
+    return groups
+
+
+def _assert_latencies(r, batches):
+    latencies = [d["delivery_ms"] for d in batches]
+    assert r["deliveries"] == len(batches)
+    assert _close(r["p50_ms"], _quantile_cont(latencies, 0.5)), r
+    assert _close(r["p99_ms"], _quantile_cont(latencies, 0.99)), r
+    assert r["max_ms"] == max(latencies)
+
+
+def test_delivery_latency_per_topic(answers, rows):
+    per_topic = _deliveries_by(rows, "topic")
+    got = {(r["topic"],): r for r in _records(answers["delivery_by_topic"])}
+    assert set(got) == set(per_topic) and len(got) > 10
+    for key, batches in per_topic.items():
+        r = got[key]
+        _assert_latencies(r, batches)
+        assert r["consumers"] == len({(d["consumer_ip"], d["consumer_client_id"]) for d in batches})
+        assert _close(r["after_ack_p50_ms"], _quantile_cont([d["after_ack_ms"] for d in batches], 0.5))
+    p99s = [r["p99_ms"] for r in _records(answers["delivery_by_topic"])]
+    assert p99s == sorted(p99s, reverse=True)
+
+
+def test_delivery_latency_per_topic_and_group(answers, rows):
+    per_group = _deliveries_by(rows, "topic", "group_id")
+    got = {(r["topic"], r["group_id"]): r for r in _records(answers["delivery_by_group"])}
+    assert set(got) == set(per_group)
+    assert any(group is None for _, group in got) and any(group is not None for _, group in got)
+    for key, batches in per_group.items():
+        _assert_latencies(got[key], batches)
+        assert got[key]["records"] == sum(d["records"] for d in batches)
+
+
+def test_deliveries_agree_with_what_the_clients_consumed(answers, rows):
+    """Every record a client says it consumed was produced (acks > 0) in the same capture: each reaches one
+    consumer once, so the records delivered per topic are the records consumed, by as many consumers, and a
+    group's committed topics are delivered to that group."""
+    records = Counter()
+    for r in _records(answers["delivery_by_group"]):
+        records[r["topic"]] += r["records"]
+    consumers = {r["topic"]: r["consumers"] for r in _records(answers["delivery_by_topic"])}
+    groups = {(r["topic"], r["group_id"]) for r in _records(answers["delivery_by_group"])}
+    unread = {f["capture_file"] for f in rows["files"] if not f["kafka_packets"]}  # TLS, with no key log given
+    checked = 0
+    for truth_file in sorted(SAMPLES.glob("*.truth.json")):
+        truth = json.loads(truth_file.read_text())
+        if truth["capture"] in unread:
+            continue
+        for topic, t in (truth.get("topics") or {}).items():
+            if t["produced"] and t["consumed"]:
+                assert (records[topic], consumers.get(topic)) == (t["consumed"], len(t["consumers"])), topic
+                checked += 1
+        for group_id, group in (truth.get("groups") or {}).items():
+            assert {(topic, group_id) for topic in group["committed"]} <= groups, group_id
+    assert checked >= 20
+
+
+def test_delivery_plot_holds_the_busiest_topics(answers, rows):
+    counts = Counter(d["topic"] for d in rows["deliveries"])
+    busiest = sorted(counts, key=lambda topic: (-counts[topic], topic))[:answers["PLOT_TOPICS"]]
+    assert sorted(answers["points"]["topic"].unique()) == sorted(busiest)
+    assert len(answers["points"]) == sum(counts[topic] for topic in busiest)
+
+
+def test_cells_run_on_a_capture_without_groups_or_deliveries(notebook, tmp_path):
+    """Admin traffic only: the group and delivery sections answer with empty tables and draw nothing."""
+    from click.testing import CliRunner
+
+    from analyzer.cli.commands import main
+
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["export", str(SAMPLES / "tansu_admin.pcap"), "-o", str(out), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    answers = _run_notebook_cells(notebook, out)
+    assert (answers["row_counts"]["groups"], answers["row_counts"]["deliveries"]) == (0, 0)
+    assert answers["row_counts"]["exchanges"] > 0
+    for name in ("group_summary", "generations", "members", "departures", "timeline", "delivery_by_topic",
+                 "delivery_by_group", "points"):
+        assert answers[name].empty, name
+    assert "rebalance_figure" not in answers and "delivery_figure" not in answers
