@@ -299,12 +299,13 @@ PARTITIONS_SCHEMA = pa.schema([
     _f("codec", pa.string(), "Compression: none, gzip, snappy, lz4, zstd (several joined with '+')."),
     _f("uncompressed_bytes", pa.int64(), "Size of the complete batches with their payloads uncompressed (each "
        "batch's header plus its payload's size; legacy wrappers: expanded). For a compressed v2 batch, the "
-       "size its payload declares (gzip ISIZE trailer, snappy block lengths, lz4/zstd frame content size) is "
-       "trusted without decompressing, once checked plausible: room for the batch's records, within what the "
-       "codec can expand that many bytes to, within --max-batch-mb. A payload that declares nothing plausible "
-       "is decompressed within the limits and measured. With --records, every payload is decompressed and the "
-       "size is the decompressed one. Null when some batch's size is not known (refused by the limits, corrupt, "
-       "unknown codec)."),
+       "size its payload declares (gzip ISIZE trailer, snappy block lengths, lz4 and zstd frame content size; "
+       "an lz4 frame without one: the lengths of its blocks' sequences) is trusted without decompressing or "
+       "verifying checksums, once checked plausible: room for the batch's records, within what the codec can "
+       "expand that many bytes to, within --max-batch-mb. A payload that declares nothing plausible (a zstd "
+       "frame without a content size) is decompressed within the limits and measured. With --records, every "
+       "payload is decompressed and the size is the decompressed one. Null when some batch's size is not "
+       "known (refused by the limits, corrupt, unknown codec)."),
     _f("compression_ratio", pa.float64(), "uncompressed_bytes / record bytes on the wire."),
     _f("producer_id", pa.int64(), "Producer id of the first batch (-1: not idempotent)."),
     _f("producer_epoch", pa.int16(), "Producer epoch of the first batch."),

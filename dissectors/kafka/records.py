@@ -4,9 +4,9 @@
 Two depths, because tables need batch facts for every frame but record facts rarely:
 
 - :func:`batches` walks batch headers only. A v2 batch header carries its record count, codec, offsets and
-  timestamps; its uncompressed size is read from what the compressed payload declares (gzip, snappy, most
-  lz4 and zstd frames: :func:`payload_size`), and only a payload that declares nothing plausible is
-  decompressed. A legacy compressed message wraps its inner messages, so counting them means expanding it
+  timestamps; its uncompressed size is read from what the compressed payload declares (gzip, snappy, lz4,
+  zstd frames with a content size: :func:`payload_size`), and only a payload that declares nothing plausible
+  is decompressed. A legacy compressed message wraps its inner messages, so counting them means expanding it
   (``decompress_legacy``). One ``struct.unpack_from`` per batch.
 - :func:`records` decodes every record (decompressing v2 batches): offsets, timestamps, key and value
   sizes, header keys, and the first tracing header (W3C ``traceparent``, ``b3``, ``uber-trace-id``, ``sw8``).
