@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
 from analyzer.tables.schemas import SCHEMAS
 from analyzer.tables.writers import MARKER
 
 BATCH_ROWS = 1 << 16  # rows per scanned batch: memory per batch stays a few MB whatever the table's size
-READAHEAD = 2  # batches decoded ahead of the one being folded (the scanner's default, 16, holds ~16 batches)
 # Tables the Spark job aggregates into (spark_jobs/aggregate_job.py); the report reads them when present.
 AGGREGATE_TABLES = ("api_usage", "exchange_counts", "latency_histogram")
 
@@ -66,7 +66,9 @@ class TableSource:
 
     def scan(self, table: str, columns: list[str], filter: ds.Expression | None = None) -> Iterator[pa.Table]:
         """``columns`` of ``table`` (only the rows ``filter`` keeps) in batches of at most ``batch_rows``
-        rows; nothing for a table the folder lacks."""
+        rows; nothing for a table the folder lacks. File by file, each read batch by batch as it is asked
+        for: the dataset scanner decodes ahead of a slow consumer without bound, and pre-buffering keeps
+        every row group's column chunks until the scan ends; either makes memory grow with the table."""
         if table in self.tables:
             t = self.tables[table]
             t = t.filter(filter) if filter is not None else t
@@ -76,12 +78,16 @@ class TableSource:
         dataset = self.datasets.get(table)
         if dataset is None:
             return
-        present = [c for c in columns if c in dataset.schema.names]
-        scanner = dataset.scanner(columns=present, filter=filter, batch_size=self.batch_rows, use_threads=True,
-                                  batch_readahead=READAHEAD, fragment_readahead=1)
-        for batch in scanner.to_batches():
-            if batch.num_rows:
-                yield self._complete(table, pa.Table.from_batches([batch]), columns)
+        for fragment in dataset.get_fragments():
+            with fragment.filesystem.open_input_file(fragment.path) as f:
+                reader = pq.ParquetFile(f, pre_buffer=False)
+                present = [c for c in columns if c in reader.schema_arrow.names]
+                for batch in reader.iter_batches(batch_size=self.batch_rows, columns=present, use_threads=True):
+                    t = pa.Table.from_batches([batch])
+                    if filter is not None:
+                        t = t.filter(filter)
+                    if t.num_rows:
+                        yield self._complete(table, t, columns)
 
     def rows(self, table: str) -> int:
         """Rows of ``table`` (from the Parquet footers: no data read)."""
