@@ -23,6 +23,7 @@ OTHER = "other"
 QUANTILES = (0.5, 0.99)
 MAX_SERIES_KEPT = 4096  # distinct series an accumulator keeps per interval before folding the smallest into OTHER
 MERGE_ROWS = 1 << 18  # buffered partial rows that trigger a merge
+MERGE_PARTS = 16  # buffered partial tables that trigger a merge (many small tables cost more than their rows)
 
 # Latency histograms: bucket b holds [10^(b/50), 10^((b+1)/50)) ms, each 4.7 % wide; values are clipped to
 # [1 µs, 10^9 ms] (buckets -150 to 449). Merging histograms is adding counts, so it is exact; a percentile is
@@ -129,7 +130,7 @@ class Accumulator:
         part = self._reduce(t, raw=True)
         self._parts.append(part)
         self._rows += part.num_rows
-        if self._rows > MERGE_ROWS:
+        if self._rows > MERGE_ROWS or len(self._parts) >= MERGE_PARTS:
             self._merge()
 
     def _merge(self) -> None:
@@ -145,7 +146,7 @@ class Accumulator:
             self._parts.append(t)
             self._dirty = True
             self._rows += t.num_rows
-            if self._rows > MERGE_ROWS:
+            if self._rows > MERGE_ROWS or len(self._parts) >= MERGE_PARTS:
                 self._merge()
 
     def result(self) -> pa.Table | None:

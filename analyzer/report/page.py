@@ -96,14 +96,16 @@ def source_range(files: pa.Table) -> tuple[pa.Scalar | None, pa.Scalar | None]:
     return lo, hi
 
 
-def build(source: TableSource, title: str = "kafkacap report", use_aggregates: bool = True) -> Report:
+def build(source: TableSource, title: str = "kafkacap report", use_aggregates: bool = True,
+          min_interval_s: float = 0.0) -> Report:
     """Every section of the page: the span first (interval chosen before any scan), then each table scanned
     once in batches (the exchanges twice for the consumer-group markers, and narrowed for the packets of
     the errors). With the Spark job's aggregate tables (and ``use_aggregates``), the overview and latency
-    come from them, at intervals of a minute or more (their resolution)."""
+    come from them, at intervals of a minute or more (their resolution); ``min_interval_s`` asks for
+    intervals at least that wide in any case."""
     from_aggregates = use_aggregates and scans.has_exchange_aggregates(source)
     start, end = time_span(source)
-    interval = ag.choose_interval(start, end, at_least=60.0 if from_aggregates else 0.0)
+    interval = ag.choose_interval(start, end, at_least=max(min_interval_s, 60.0 if from_aggregates else 0.0))
     ex = (scans.read_exchange_aggregates if from_aggregates else scans.scan_exchanges)(source, interval)
     files = source.read("files", [
         "capture_file", "format", "file_bytes", "packets", "first_ts", "last_ts", "exchanges", "connections",

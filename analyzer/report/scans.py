@@ -176,7 +176,7 @@ def read_exchange_aggregates(source: TableSource, interval: ag.Interval) -> Exch
             "ts": failed["first_ts"], "response_frame": failed["response_frame"],
             "capture_file": failed["response_capture_file"]}))
     for t in source.scan("latency_histogram", ["minute", "series", "held", "bucket", "count", "min_ms", "max_ms",
-                                               "capture_file", "response_frame"]):
+                                               "slowest_capture_file", "slowest_response_frame"]):
         t = t.set_column(0, "bin", interval.floor(t["minute"])).rename_columns(
             ["bin", "series", "held", "bucket", "count", "min_ms", "max_ms", "capture_file", "frame"])
         agg.latency.add_partial(t.set_column(3, "bucket", t["bucket"].cast(pa.int16())))
