@@ -59,8 +59,21 @@ class Interval:
     unit: str
     label: str
 
-    def floor(self, ts: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
-        return pc.floor_temporal(ts, multiple=self.multiple, unit=self.unit)
+    def floor(self, ts: pa.ChunkedArray | pa.Array) -> pa.Array:
+        """Each time's interval start, counted from the epoch as floor_temporal counts (the widths are whole
+        numbers of ms, s, min, h or days): integer floor division, several times faster than floor_temporal."""
+        if isinstance(ts, pa.ChunkedArray):
+            ts = ts.combine_chunks()
+        if not pa.types.is_timestamp(ts.type):
+            return pc.floor_temporal(ts, multiple=self.multiple, unit=self.unit)
+        per_second = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}[ts.type.unit]
+        width = round(self.seconds * per_second)
+        if width < 1:
+            return pc.floor_temporal(ts, multiple=self.multiple, unit=self.unit)
+        values = pc.fill_null(ts.cast(pa.int64()), 0).to_numpy()
+        floored = pa.array(values // width * width, pa.int64(), mask=ts.is_null().to_numpy(zero_copy_only=False)
+                           if ts.null_count else None)
+        return floored.cast(ts.type)
 
 
 def choose_interval(start: pa.Scalar | None, end: pa.Scalar | None, at_least: float = 0.0) -> Interval:
