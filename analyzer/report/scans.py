@@ -55,24 +55,37 @@ def group_client(client_id: pa.ChunkedArray, client_ip: pa.ChunkedArray) -> pa.C
     return pc.binary_join_element_wise(pc.fill_null(client_id, "(no client_id)"), " @ ", client_ip, "")
 
 
+def _group_rows(t: pa.Table) -> tuple[pa.Table, pa.ChunkedArray]:
+    """The group-protocol exchanges of ``t`` as markers (GROUP_EVENT_COLUMNS), and whether each is kept when
+    error-free heartbeats are left out."""
+    g = t.filter(pc.fill_null(pc.is_in(t["api_name"], pa.array(ag.GROUP_APIS)), False))
+    g = g.append_column("client", group_client(g["client_id"], g["client_ip"]))
+    if "ts" not in g.schema.names:
+        g = g.append_column("ts", exchange_time(g))
+    kept = pc.fill_null(pc.or_(pc.not_equal(g["api_name"], "Heartbeat"), pc.equal(g["status"], "error")), False)
+    return g.select(GROUP_EVENT_COLUMNS), kept
+
+
 class GroupEvents:
-    """The group-protocol exchanges drawn as markers: counted in the exchanges' scan (per client, with and
-    without the error-free heartbeats), then chosen in a second scan of those exchanges only."""
+    """The group-protocol exchanges drawn as markers: counted per client (with and without the error-free
+    heartbeats) in the exchanges' scan, which also keeps the earliest MAX_GROUP_EVENTS of each kind; only when
+    more than MAX_GROUP_CLIENTS clients must be chosen from are the exchanges scanned again."""
 
     def __init__(self) -> None:
         self.per_client = ag.Accumulator(["client"], sums=("kept",))
         self.rows = self.kept = 0
+        self.first = {k: ag.TopRows(MAX_GROUP_EVENTS, [("ts", "ascending")]) for k in ("all", "kept")}
 
     def add(self, t: pa.Table) -> None:
-        """``t``: exchanges with ts, api_name, client_id, client_ip, status."""
-        g = t.filter(pc.fill_null(pc.is_in(t["api_name"], pa.array(ag.GROUP_APIS)), False))
+        """``t``: exchanges with the columns of GROUP_SCAN_COLUMNS."""
+        g, kept = _group_rows(t)
         if g.num_rows == 0:
             return
-        kept = pc.fill_null(pc.or_(pc.not_equal(g["api_name"], "Heartbeat"), pc.equal(g["status"], "error")), False)
         self.rows += g.num_rows
         self.kept += pc.sum(kept).as_py() or 0
-        self.per_client.add(pa.table({"client": group_client(g["client_id"], g["client_ip"]),
-                                      "kept": kept.cast(pa.int64())}))
+        self.per_client.add(pa.table({"client": g["client"], "kept": kept.cast(pa.int64())}))
+        self.first["all"].add(g)
+        self.first["kept"].add(g.filter(kept))
 
     def select(self, source: TableSource) -> tuple[pa.Table | None, str]:
         """The markers to draw (None: no group exchange) and a note on what was left out."""
@@ -84,26 +97,25 @@ class GroupEvents:
             note = f" Heartbeats without error are left out ({self.rows - self.kept:,} of them)."
         clients = self.per_client.result()
         weight = "kept" if drop_heartbeats else "count"
-        clients = clients.filter(pc.and_(pc.is_valid(clients["client"]), pc.greater(clients[weight], 0)))
-        chosen = None
-        if clients.num_rows > MAX_GROUP_CLIENTS:
-            chosen = ag.top_keys(clients, "client", weight, MAX_GROUP_CLIENTS)
-            note += f" The {MAX_GROUP_CLIENTS} clients with the most exchanges are drawn (of {clients.num_rows:,})."
-            clients = clients.filter(pc.is_in(clients["client"], pa.array(chosen)))
-        total = pc.sum(clients[weight]).as_py() or 0
+        clients = clients.filter(pc.greater(clients[weight], 0))
+        named = clients.filter(pc.is_valid(clients["client"]))
+        if named.num_rows <= MAX_GROUP_CLIENTS:
+            total = pc.sum(clients[weight]).as_py() or 0
+            if total > MAX_GROUP_EVENTS:
+                note += f" Only the first {MAX_GROUP_EVENTS:,} of their {total:,} exchanges are drawn."
+            return self.first["kept" if drop_heartbeats else "all"].rows, note
+        chosen = ag.top_keys(named, "client", weight, MAX_GROUP_CLIENTS)
+        note += f" The {MAX_GROUP_CLIENTS} clients with the most exchanges are drawn (of {named.num_rows:,})."
+        total = pc.sum(named.filter(pc.is_in(named["client"], pa.array(chosen)))[weight]).as_py() or 0
         if total > MAX_GROUP_EVENTS:
             note += f" Only the first {MAX_GROUP_EVENTS:,} of their {total:,} exchanges are drawn."
         top = ag.TopRows(MAX_GROUP_EVENTS, [("ts", "ascending")])
         for t in source.scan("exchanges", GROUP_SCAN_COLUMNS,
                              filter=ds.field("api_name").isin(list(ag.GROUP_APIS))):
-            t = t.filter(pc.fill_null(pc.is_in(t["api_name"], pa.array(ag.GROUP_APIS)), False))
+            g, kept = _group_rows(t)
             if drop_heartbeats:
-                t = t.filter(pc.fill_null(pc.or_(pc.not_equal(t["api_name"], "Heartbeat"),
-                                                 pc.equal(t["status"], "error")), False))
-            t = t.append_column("ts", exchange_time(t)).append_column(
-                "client", group_client(t["client_id"], t["client_ip"]))
-            keep = (pc.is_in(t["client"], pa.array(chosen)) if chosen is not None else pc.is_valid(t["client"]))
-            top.add(t.filter(pc.fill_null(keep, False)).select(GROUP_EVENT_COLUMNS))
+                g = g.filter(kept)
+            top.add(g.filter(pc.fill_null(pc.is_in(g["client"], pa.array(chosen)), False)))
         return top.rows, note
 
 
@@ -182,10 +194,8 @@ def read_exchange_aggregates(source: TableSource, interval: ag.Interval) -> Exch
         agg.latency.add_partial(t.set_column(3, "bucket", t["bucket"].cast(pa.int16())))
     for t in source.scan("api_usage", ["client_id"]):
         agg.clients.add(t["client_id"])
-    group_filter = ds.field("api_name").isin(list(ag.GROUP_APIS))
-    for t in source.scan("exchanges", ["api_name", "client_id", "client_ip", "status", "request_first_ts",
-                                       "response_first_ts"], filter=group_filter):
-        agg.groups.add(t.append_column("ts", exchange_time(t)))
+    for t in source.scan("exchanges", GROUP_SCAN_COLUMNS, filter=ds.field("api_name").isin(list(ag.GROUP_APIS))):
+        agg.groups.add(t)
     return agg
 
 
