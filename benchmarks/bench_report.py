@@ -10,6 +10,9 @@ names made distinct, so that the copies follow one another as one long capture w
 the export). Per size: rows, wall seconds and peak RSS of ``kafkacap report DIR -o DIR.html`` (from
 /usr/bin/time -v), and the page's size. --baseline TREE runs the same command with TREE's code first on the
 path (another checkout, for a before/after figure; keep its sizes small: an older tree may hold every row).
+--spark-copies N lays the N copies out as a Spark output (a folder per table), runs the Spark aggregate job
+on it (spark_jobs/aggregate_job.py, local mode, timed) and times the report, which then draws the overview and
+latency from the aggregate tables.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -50,24 +54,44 @@ def _span_us(export_dir: Path) -> int:
     return (hi.value - lo.value) + 1_000_000
 
 
-def replicate(export_dir: Path, copies: int, out: Path) -> int:
-    """``copies`` time-shifted copies of every table of ``export_dir`` in ``out``; returns the exchange rows."""
-    if (out / MARKER).is_file():
-        return pq.ParquetFile(out / "exchanges.parquet").metadata.num_rows
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    shift = _span_us(export_dir)
-    for table in TABLES:
-        src = pq.ParquetFile(export_dir / f"{table}.parquet")
-        row_group = max(src.metadata.row_group(i).num_rows for i in range(src.metadata.num_row_groups)) \
-            if src.metadata.num_row_groups else 65536
-        data = src.read()
-        with pq.ParquetWriter(out / f"{table}.parquet", data.schema) as writer:
-            for i in range(copies):
-                writer.write_table(_shifted(data, i * shift, i), row_group_size=max(row_group, 1))
-    shutil.copy(export_dir / MARKER, out / MARKER)
-    return pq.ParquetFile(out / "exchanges.parquet").metadata.num_rows
+def _table_file(out: Path, table: str, spark: bool) -> Path:
+    return out / table / "part-00000.parquet" if spark else out / f"{table}.parquet"
+
+
+def replicate(export_dir: Path, copies: int, out: Path, spark: bool = False) -> int:
+    """``copies`` time-shifted copies of every table of ``export_dir`` in ``out`` (as an export, or as a Spark
+    output: a folder per table); returns the exchange rows."""
+    done = out / ("_SUCCESS" if spark else MARKER)
+    if not done.is_file():
+        if out.exists():
+            shutil.rmtree(out)
+        out.mkdir(parents=True)
+        shift = _span_us(export_dir)
+        for table in TABLES:
+            src = pq.ParquetFile(export_dir / f"{table}.parquet")
+            row_group = max((src.metadata.row_group(i).num_rows for i in range(src.metadata.num_row_groups)),
+                            default=65536)
+            data = src.read()
+            path = _table_file(out, table, spark)
+            path.parent.mkdir(exist_ok=True)
+            with pq.ParquetWriter(path, data.schema) as writer:
+                for i in range(copies):
+                    writer.write_table(_shifted(data, i * shift, i), row_group_size=max(row_group, 1))
+        if spark:
+            done.write_text("")
+        else:
+            shutil.copy(export_dir / MARKER, done)
+    return pq.ParquetFile(_table_file(out, "exchanges", spark)).metadata.num_rows
+
+
+def spark_aggregates(folder: Path) -> float:
+    """Run the Spark aggregate job on ``folder`` (local mode); its wall seconds."""
+    if (folder / "latency_histogram").is_dir():
+        return float("nan")
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "spark_jobs.aggregate_job", str(folder), "--master", "local[2]",
+                    "--conf", "spark.ui.enabled=false"], check=True, env=_env(REPO), capture_output=True)
+    return time.perf_counter() - started
 
 
 def _shifted(t: pa.Table, shift_us: int, copy: int) -> pa.Table:
@@ -103,10 +127,11 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--capture", type=Path, default=DATA / "steady-x9.pcap")
     p.add_argument("--port", type=int, default=9093, help="the broker port (0: --detect-ports)")
-    p.add_argument("--copies", type=int, nargs="+", default=[1, 10, 30])
+    p.add_argument("--copies", type=int, nargs="*", default=[1, 10, 30])
     p.add_argument("--work", type=Path, default=DATA / "report")
     p.add_argument("--baseline", type=Path, help="another checkout to time the same way")
     p.add_argument("--baseline-copies", type=int, nargs="+", default=[1, 3])
+    p.add_argument("--spark-copies", type=int, nargs="*", default=[])
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     if not shutil.which("/usr/bin/time"):
@@ -127,6 +152,16 @@ def main() -> int:
         results.append(r)
         print(f"{label:<10} {n:>6} {exchanges:>12,} {partitions:>12,} {r['wall_s']:>7.2f} {r['peak_rss_mb']:>11.0f} "
               f"{r['page_mb']:>7.1f}", flush=True)
+    for n in args.spark_copies:
+        folder = args.work / f"x{n}-spark"
+        exchanges = replicate(export_dir, n, folder, spark=True)
+        job = spark_aggregates(folder)
+        partitions = pq.ParquetFile(_table_file(folder, "partitions", True)).metadata.num_rows
+        r = {"code": "aggregates", "copies": n, "exchanges": exchanges, "partitions": partitions,
+             "spark_job_s": job, **measure(folder, REPO)}
+        results.append(r)
+        print(f"{'aggregates':<10} {n:>6} {exchanges:>12,} {partitions:>12,} {r['wall_s']:>7.2f} "
+              f"{r['peak_rss_mb']:>11.0f} {r['page_mb']:>7.1f}   (Spark aggregate job: {job:.0f} s)", flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return 0
