@@ -299,3 +299,32 @@ def test_histogram_percentiles_merge_exactly_and_stay_within_a_bucket() -> None:
     slowest = rows.sort_by([("value", "descending")]).slice(0, 1).to_pylist()[0]
     top = max(got, key=lambda r: r["max"])
     assert (top["series"], top["frame"]) == (slowest["series"], slowest["frame"])
+
+
+def test_accumulators_stay_bounded_on_many_keys(monkeypatch) -> None:
+    """Keys as many as the rows (hostile tables): an accumulator with max_groups keeps that many groups, those
+    with the most rows; a time series folds the smallest series into 'other' and keeps the big ones exact."""
+    from analyzer.report import aggregate as ag
+
+    acc = ag.Accumulator(["k"], max_groups=10)
+    big = pa.table({"k": pa.array([f"big{i}" for i in range(5)] * 100)})
+    for i in range(50):
+        acc.add(pa.table({"k": pa.array([f"u{i}-{j}" for j in range(40)])}))
+        acc.add(big.slice(i * 10, 10))
+        acc._merge()
+        assert acc._parts[0].num_rows <= 10
+    got = dict(zip(acc.result()["k"].to_pylist(), acc.result()["count"].to_pylist(), strict=True))
+    assert acc.truncated and {k: got[k] for k in got if k.startswith("big")} == {f"big{i}": 100 for i in range(5)}
+
+    monkeypatch.setattr(ag, "MAX_SERIES_KEPT", 3)
+    monkeypatch.setattr(ag, "MERGE_ROWS", 8)
+    interval = ag.Interval(1, 1, "second", "1 s")
+    series = ag.SeriesOverTime(interval)
+    ts = pa.array([0] * 60, pa.timestamp("us", "UTC"))
+    for i in range(20):
+        names = ["a"] * 30 + ["b"] * 20 + [f"x{i}-{j}" for j in range(10)]
+        series.add(pa.table({"ts": ts, "series": pa.array(names)}))
+    out = series.result(n=2)
+    assert series.folded
+    assert dict(zip(out["series"].to_pylist(), out["count"].to_pylist(), strict=True)) == {
+        "a": 600, "b": 400, "other": 200}

@@ -23,6 +23,7 @@ OTHER = "other"
 QUANTILES = (0.5, 0.99)
 MAX_SERIES_KEPT = 4096  # distinct series an accumulator keeps per interval before folding the smallest into OTHER
 MERGE_ROWS = 1 << 18  # buffered partial rows that trigger a merge
+MAX_GROUPS = 200_000  # groups kept by the accumulators keyed by names (clients, topic-partitions, errors)
 MERGE_PARTS = 16  # buffered partial tables that trigger a merge (many small tables cost more than their rows)
 
 # Latency histograms: bucket b holds [10^(b/50), 10^((b+1)/50)) ms, each 4.7 % wide; values are clipped to
@@ -116,7 +117,9 @@ _FIRST = pc.ScalarAggregateOptions(skip_nulls=False)
 class Accumulator:
     """Per-``keys`` aggregates of tables added one batch at a time, merged exactly: the row count (``count``),
     sums, minima and maxima of columns, and the values of ``first`` columns from the row that comes first by
-    ``order`` (a sort_by list; ties keep the order the rows were added in). ``result`` is the merged table."""
+    ``order`` (a sort_by list; ties keep the order the rows were added in). ``result`` is the merged table.
+    With ``max_groups``, a merge that leaves more groups keeps only that many with the most rows (``truncated``
+    says so): a bound on memory for keys whose number hostile tables could make as large as the rows."""
 
     keys: list[str]
     sums: tuple[str, ...] = ()
@@ -126,6 +129,8 @@ class Accumulator:
     first: tuple[str, ...] = ()
     _parts: list[pa.Table] = field(default_factory=list)
     _rows: int = 0
+    max_groups: int | None = None
+    truncated: bool = False
     _dirty: bool = False  # a part added as it came (add_partial) may hold a key twice
 
     def _reduce(self, t: pa.Table, raw: bool) -> pa.Table:
@@ -149,6 +154,9 @@ class Accumulator:
     def _merge(self) -> None:
         if len(self._parts) > 1 or (self._parts and self._dirty):
             merged = self._reduce(pa.concat_tables(self._parts), raw=False)
+            if self.max_groups is not None and merged.num_rows > self.max_groups:
+                merged = merged.sort_by([("count", "descending")]).slice(0, self.max_groups)
+                self.truncated = True
             self._parts = [merged]
             self._dirty = False
         self._rows = sum(p.num_rows for p in self._parts)
@@ -187,7 +195,7 @@ class TopRows:
 class Distinct:
     """Distinct non-null values of a column, kept up to ``limit`` of them (then only "more than limit")."""
 
-    def __init__(self, limit: int = 1_000_000) -> None:
+    def __init__(self, limit: int = 100_000) -> None:
         self.values: set = set()
         self.limit = limit
         self.overflow = False

@@ -270,7 +270,8 @@ def _errors(source: TableSource, ex: scans.ExchangeAggregates, interval: ag.Inte
     table = scans.attach_frames(table, frames, [("expected", "ascending"), ("count", "descending"),
                                                 ("first_ts", "ascending")])
     n = groups.num_rows
-    shown = f"the {table.num_rows} largest of {n:,} groups" if n > table.num_rows else f"{n} groups"
+    of = f"more than {n:,} (only the {n:,} largest were kept)" if errors.groups.truncated else f"{n:,}"
+    shown = f"the {table.num_rows} largest of {of} groups" if n > table.num_rows else f"{n} groups"
     s.parts.append(Part(
         "Which client, topic and partition",
         f"Error codes grouped by name, API, client, topic and partition ({shown}; unexpected ones first, "
@@ -325,7 +326,8 @@ def _traffic(source: TableSource, interval: ag.Interval) -> tuple[Section, scans
     tp = tp.sort_by([("total", "descending"), ("topic", "ascending"), ("partition", "ascending")])
     s.parts.append(Part(
         "Busiest partitions",
-        f"The {min(TOP_PARTITIONS, tp.num_rows)} topic-partitions with the most record bytes (of {tp.num_rows:,}), "
+        f"The {min(TOP_PARTITIONS, tp.num_rows)} topic-partitions with the most record bytes (of "
+        f"{'more than ' if any(a.truncated for a in tr.per_partition.values()) else ''}{tp.num_rows:,}), "
         "produced and fetched. One partition far above its siblings is a hot key or a producer's partitioner.",
         fg.top_partitions(tp.slice(0, TOP_PARTITIONS))))
     g = tr.codecs.result()

@@ -72,7 +72,7 @@ class GroupEvents:
     more than MAX_GROUP_CLIENTS clients must be chosen from are the exchanges scanned again."""
 
     def __init__(self) -> None:
-        self.per_client = ag.Accumulator(["client"], sums=("kept",))
+        self.per_client = ag.Accumulator(["client"], sums=("kept",), max_groups=ag.MAX_GROUPS)
         self.rows = self.kept = 0
         self.first = {k: ag.TopRows(MAX_GROUP_EVENTS, [("ts", "ascending")]) for k in ("all", "kept")}
 
@@ -214,7 +214,7 @@ class ErrorAggregates:
 
     def __post_init__(self) -> None:
         self.over_time = ag.SeriesOverTime(self.interval, first=self.EXCHANGE)
-        self.groups = ag.Accumulator(list(self.KEYS), mins=("first_ts",), maxs=("last_ts",),
+        self.groups = ag.Accumulator(list(self.KEYS), mins=("first_ts",), maxs=("last_ts",), max_groups=ag.MAX_GROUPS,
                                      order=[("ts", "ascending"), *((c, "ascending") for c in self.EXCHANGE)],
                                      first=("ts", *self.EXCHANGE))
 
@@ -287,7 +287,8 @@ class TrafficAggregates:
         self.produce = ag.SeriesOverTime(self.interval, sums=("bytes", "records"), weight="bytes")
         self.fetch = ag.SeriesOverTime(self.interval, sums=("bytes", "records"), weight="bytes")
         self.lag = ag.SeriesOverTime(self.interval, maxs=("max_lag",))
-        self.per_partition = {k: ag.Accumulator(["topic", "partition"], sums=("bytes", "records"))
+        self.per_partition = {k: ag.Accumulator(["topic", "partition"], sums=("bytes", "records"),
+                                                max_groups=ag.MAX_GROUPS)
                               for k in ("produced", "fetched")}
 
     def add(self, p: pa.Table) -> None:
