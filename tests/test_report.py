@@ -328,3 +328,26 @@ def test_accumulators_stay_bounded_on_many_keys(monkeypatch) -> None:
     assert series.folded
     assert dict(zip(out["series"].to_pylist(), out["count"].to_pylist(), strict=True)) == {
         "a": 600, "b": 400, "other": 200}
+
+
+def test_times_outside_the_span_do_not_multiply_the_intervals(built, tmp_path) -> None:
+    """Exchanges dated hours apart decades after the capture files' span (tables put together by hand) land in
+    the last interval instead of adding an interval each."""
+    import datetime as dt
+
+    from analyzer.report import aggregate as ag
+    from analyzer.report import page
+    from analyzer.report.source import open_folder
+
+    folder = tmp_path / "tables"
+    shutil.copytree(built["tables"], folder)
+    ex = pq.read_table(folder / "exchanges.parquet")
+    column = ex.schema.get_field_index("request_first_ts")
+    start = dt.datetime(2090, 1, 1, tzinfo=dt.UTC)
+    far = pa.array([start + dt.timedelta(hours=i) for i in range(ex.num_rows)], ex.schema.field(column).type)
+    assert ex.num_rows > ag.MAX_BINS + 1
+    pq.write_table(ex.set_column(column, ex.schema.field(column), far), folder / "exchanges.parquet")
+    report = page.build(open_folder(str(folder)))
+    bins = {x for t in report.sections[0].parts[0].figure.data for x in t.x}
+    assert len(bins) <= ag.MAX_BINS + 1
+    assert sum(sum(t.y) for t in report.sections[0].parts[0].figure.data) == ex.num_rows

@@ -53,12 +53,16 @@ _STEPS = [  # (seconds, multiple, unit for floor_temporal, label)
 
 @dataclass(frozen=True)
 class Interval:
-    """The width of a time bin: floor_temporal's (multiple, unit), its seconds and a label for axes."""
+    """The width of a time bin: floor_temporal's (multiple, unit), its seconds and a label for axes; and the
+    capture span (µs since the epoch), into which times are held: a time outside it (tables put together by
+    hand) is drawn in the first or last interval rather than adding intervals without bound."""
 
     seconds: float
     multiple: int
     unit: str
     label: str
+    first_us: int | None = None
+    last_us: int | None = None
 
     def floor(self, ts: pa.ChunkedArray | pa.Array) -> pa.Array:
         """Each time's interval start, counted from the epoch as floor_temporal counts (the widths are whole
@@ -72,6 +76,8 @@ class Interval:
         if width < 1:
             return pc.floor_temporal(ts, multiple=self.multiple, unit=self.unit)
         values = pc.fill_null(ts.cast(pa.int64()), 0).to_numpy()
+        if self.first_us is not None and self.last_us is not None:
+            values = np.clip(values, self.first_us * per_second // 1_000_000, self.last_us * per_second // 1_000_000)
         floored = pa.array(values // width * width, pa.int64(), mask=ts.is_null().to_numpy(zero_copy_only=False)
                            if ts.null_count else None)
         return floored.cast(ts.type)
@@ -80,13 +86,15 @@ class Interval:
 def choose_interval(start: pa.Scalar | None, end: pa.Scalar | None, at_least: float = 0.0) -> Interval:
     """The narrowest width, of ``at_least`` seconds or more, that puts the span into at most MAX_BINS intervals."""
     span = 0.0
+    bounds: tuple[int | None, int | None] = (None, None)
     if start is not None and end is not None and start.is_valid and end.is_valid:
-        span = (end.value - start.value) / 1e6
+        first, last = (pc.cast(x, pa.timestamp("us", "UTC")).value for x in (start, end))
+        span, bounds = (last - first) / 1e6, (first, last)
     for seconds, multiple, unit, label in _STEPS:
         if seconds >= at_least and span / seconds <= MAX_BINS:
-            return Interval(seconds, multiple, unit, label)
+            return Interval(seconds, multiple, unit, label, *bounds)
     days = max(1, math.ceil(span / MAX_BINS / 86400))
-    return Interval(days * 86400.0, days, "day", f"{days} days")
+    return Interval(days * 86400.0, days, "day", f"{days} days", *bounds)
 
 
 def earlier(a: pa.Scalar | None, b: pa.Scalar | None) -> pa.Scalar | None:
