@@ -1,4 +1,5 @@
-"""Spark job: per-minute aggregates of the exchanges table -> Parquet tables ``api_usage`` and ``latency``.
+"""Spark job: per-minute aggregates of the exchanges table -> Parquet tables ``api_usage``, ``latency``,
+``exchange_counts`` and ``latency_histogram``.
 
     spark-submit spark_jobs/aggregate_job.py hdfs:///kafkacap/out      # on an existing export
     python -m spark_jobs.export_job captures/ -o out --aggregate       # or right after the export
@@ -8,7 +9,15 @@ response whose request is not in the capture), api_name, api_version, client_id,
 broker_port. ``api_usage`` has one row per group with the counts, bytes and a map of error counts by name
 (one row per group rather than one per error name: totals stay one sum away, and the map is empty for the
 common error-free group). ``latency`` has the latency percentiles per group, from ``percentile_approx``.
-Both are partitioned by ``capture_date`` like the export.
+
+``exchange_counts`` and ``latency_histogram`` are what ``kafkacap report`` draws its overview and latency
+sections from, so that the report of a large output reads no exchange row for them. ``exchange_counts``: per
+(minute, api_name, status, error_name of the failed ones) the exchanges and the first one's packets (the
+report's hover names them). ``latency_histogram``: per (minute, latency series, held, bucket) the exchanges in
+that log bucket of time (the report's buckets, 50 per factor of ten, compared with the same edges), the
+smallest and the largest time and the slowest exchange; histograms add up exactly over minutes, so the report
+reads its percentiles from them at any interval of a minute or more. All are partitioned by ``capture_date``
+like the export.
 """
 
 from __future__ import annotations
@@ -47,6 +56,25 @@ DOCS = {
     "latency_p99_ms": "99th percentile of latency_ms (percentile_approx).",
     "latency_max_ms": "Largest latency_ms.",
     "latency_mean_ms": "Mean latency_ms.",
+    "status": "The exchanges' status.",
+    "error_name": "error_name of the exchanges with status error; null for the others.",
+    "first_ts": "The group's earliest exchange time (request_first_ts, else response_first_ts).",
+    "request_capture_file": "capture_file of the group's first exchange by (time, request_frame).",
+    "request_frame": "request_frame of the group's first exchange by (time, request_frame, capture_file).",
+    "response_capture_file": "capture_file of the group's first exchange by (time, response_frame).",
+    "response_frame": "response_frame of the group's first exchange by (time, response_frame, capture_file).",
+    "series": "api_name, with Fetch split into 'Fetch (with records)', 'Fetch (empty)' (record_count 0) and "
+              "'Fetch' (record_count unknown); '(unknown API)' when api_name is null.",
+    "held": "Whether the broker held the exchanges by design (waited true, or null: unknown): the time is then "
+            "latency_ms; otherwise service time, service_ms (latency_ms where null).",
+    "bucket": "Log bucket b of the time: [10^(b/50), 10^((b+1)/50)) ms, each 4.7 % wide; times below 1 µs in "
+              "bucket -150, above 10^9 ms in bucket 449.",
+    "count": "Exchanges in the group.",
+    "min_ms": "Smallest time in the bucket (ms).",
+    "max_ms": "Largest time in the bucket (ms).",
+    "slowest_capture_file": "capture_file of the slowest exchange in the bucket (ties: lowest response_frame, "
+                            "then file).",
+    "slowest_response_frame": "response_frame of that exchange.",
     PARTITION_COLUMN: "UTC date of minute; the output is partitioned by it.",
 }
 
@@ -55,8 +83,63 @@ def _named(column, name: str):
     return column.alias(name, metadata={"comment": DOCS[name]} if name in DOCS else None)
 
 
+def _bucket(value):
+    """The histogram bucket of a time in ms (analyzer.report.aggregate.bucket_of): found by comparing with the
+    very edges the report uses (a logarithm gives the neighbourhood, the edges decide), so Spark and pyarrow put
+    every value in the same bucket."""
+    from pyspark.sql import functions as F
+
+    from analyzer.report.aggregate import HIST_EDGES, HIST_FIRST, HIST_PER_DECADE
+
+    last = len(HIST_EDGES) - 2
+    edges = F.array(*[F.lit(float(e)) for e in HIST_EDGES])
+    guess = F.least(F.greatest(F.floor(F.log10(value) * HIST_PER_DECADE).cast("int") - HIST_FIRST, F.lit(0)),
+                    F.lit(last))
+    lower = F.element_at(edges, guess + 1)  # element_at counts from 1
+    upper = F.element_at(edges, guess + 2)
+    index = (F.when(value < HIST_EDGES[0], 0).when(value >= HIST_EDGES[-1], last)
+             .when(value < lower, guess - 1).when(value >= upper, guess + 1).otherwise(guess))
+    return (index + HIST_FIRST).cast("short")
+
+
+def report_aggregates(ex):
+    """(exchange_counts, latency_histogram) DataFrames from exchanges with their ``minute``."""
+    from pyspark.sql import functions as F
+
+    ts = F.coalesce("request_first_ts", "response_first_ts")
+    failed = F.col("status") == "error"
+    counts = ex.groupBy("minute", "api_name", "status", F.when(failed, F.col("error_name")).alias("error_name")).agg(
+        F.count(F.lit(1)).alias("exchanges"), F.min(ts).alias("first_ts"),
+        F.min(F.struct(ts, F.col("request_frame").isNull(), "request_frame", "capture_file")).alias("_rq"),
+        F.min(F.struct(ts, F.col("response_frame").isNull(), "response_frame", "capture_file")).alias("_rs"))
+    counts = counts.select(
+        *[_named(F.col(c), c) for c in ("minute", "api_name", "status", "error_name")],
+        _named(F.col("exchanges"), "exchanges"), _named(F.col("first_ts"), "first_ts"),
+        _named(F.col("_rq.capture_file"), "request_capture_file"), _named(F.col("_rq.request_frame"), "request_frame"),
+        _named(F.col("_rs.capture_file"), "response_capture_file"),
+        _named(F.col("_rs.response_frame"), "response_frame"))
+
+    timed = ex.where(F.col("latency_ms").isNotNull() & ~F.isnan("latency_ms"))
+    fetch = (F.when(F.col("record_count") > 0, F.lit("Fetch (with records)"))
+             .when(F.col("record_count").isNotNull(), F.lit("Fetch (empty)")).otherwise(F.lit("Fetch")))
+    series = F.when(F.col("api_name") == "Fetch", fetch).otherwise(F.coalesce("api_name", F.lit("(unknown API)")))
+    held = F.coalesce("waited", F.lit(True))
+    value = F.when(held, F.col("latency_ms")).otherwise(F.coalesce("service_ms", "latency_ms"))
+    timed = timed.select("minute", series.alias("series"), held.alias("held"), value.alias("value"),
+                         "capture_file", "response_frame").where(~F.isnan("value"))
+    hist = timed.groupBy("minute", "series", "held", _bucket(F.col("value")).alias("bucket")).agg(
+        F.count(F.lit(1)).alias("count"), F.min("value").alias("min_ms"),
+        F.min(F.struct((-F.col("value")).alias("negative"), F.col("response_frame").isNull().alias("no_frame"),
+                       "response_frame", "capture_file")).alias("_slow"))
+    hist = hist.select(
+        *[_named(F.col(c), c) for c in ("minute", "series", "held", "bucket", "count", "min_ms")],
+        _named(-F.col("_slow.negative"), "max_ms"), _named(F.col("_slow.capture_file"), "slowest_capture_file"),
+        _named(F.col("_slow.response_frame"), "slowest_response_frame"))
+    return counts, hist
+
+
 def aggregates(exchanges):
-    """(api_usage, latency) DataFrames from an exchanges DataFrame."""
+    """(api_usage, latency, exchange_counts, latency_histogram) DataFrames from an exchanges DataFrame."""
     from pyspark.sql import functions as F
 
     first_ts = F.coalesce("request_first_ts", "response_first_ts")
@@ -90,7 +173,8 @@ def aggregates(exchanges):
     ).select(*keys, "samples", *[_named(F.col("_p")[i], f"latency_p{round(q * 100)}_ms")
                                  for i, q in enumerate(PERCENTILES)], "latency_max_ms", "latency_mean_ms")
     dated = [_named(F.to_date("minute"), PARTITION_COLUMN)]
-    return api_usage.select("*", *dated), latency.select("*", *dated)
+    counts, hist = report_aggregates(ex)
+    return tuple(df.select("*", *dated) for df in (api_usage, latency, counts, hist))
 
 
 def write_aggregates(spark, exchanges_uri: str, staging: Staging) -> None:
@@ -99,9 +183,9 @@ def write_aggregates(spark, exchanges_uri: str, staging: Staging) -> None:
 
     from spark_jobs.export_job import _run_concurrently, write_table
 
-    api_usage, latency = aggregates(spark.read.parquet(exchanges_uri))
     _run_concurrently([partial(write_table, df, name, staging)
-                       for name, df in zip(AGGREGATE_TABLES, (api_usage, latency), strict=True)])
+                       for name, df in zip(AGGREGATE_TABLES, aggregates(spark.read.parquet(exchanges_uri)),
+                                           strict=True)])
 
 
 def aggregate_output(spark, out: str) -> None:
@@ -130,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     from spark_jobs.session import build_session
 
     p = argparse.ArgumentParser(prog="aggregate_job.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("output", help="an export's output folder; api_usage and latency are written into it")
+    p.add_argument("output", help="an export's output folder; the aggregate tables are written into it")
     p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting")
     args = p.parse_args(argv)

@@ -20,7 +20,7 @@ import pyarrow.fs as pafs
 from analyzer.tables.schemas import OPTIONAL_SCHEMAS, SCHEMAS
 from spark_jobs.inputs import filesystem, is_local, local_path
 
-AGGREGATE_TABLES = ("api_usage", "latency")
+AGGREGATE_TABLES = ("api_usage", "latency", "exchange_counts", "latency_histogram")
 KNOWN_TABLES = (*SCHEMAS, *OPTIONAL_SCHEMAS, *AGGREGATE_TABLES)
 
 

@@ -222,3 +222,132 @@ def test_error_counts_are_the_tables(browser_view, built) -> None:
     for name, n in plotted.items():
         if name != "other":
             assert n == labels[name], name
+
+
+def _label_floor(page: str):
+    """The page's interval (its facts say it: '100 ms', '1 s', '5 min', ...) as a floor_temporal."""
+    label = re.search(r"<dt>time interval of the plots</dt><dd>([^<]+)</dd>", page).group(1)
+    number, unit = label.split(" ")
+    unit = {"ms": "millisecond", "s": "second", "min": "minute", "h": "hour", "day": "day", "days": "day"}[unit]
+    return lambda ts: pc.floor_temporal(ts, multiple=int(number), unit=unit)
+
+
+def test_plotted_percentiles_are_within_a_bucket_of_the_exact_ones(browser_view, built) -> None:
+    """p50 and p99 per interval and API of the service-time plot against pyarrow's exact quantile of the
+    tables' service_ms (rank floor(q (n - 1)), interpolation "lower"): within the stated bucket error."""
+    from analyzer.report.aggregate import PERCENTILE_ERROR
+
+    floor = _label_floor(built["report"].read_text(encoding="utf-8"))
+    ex = pq.read_table(built["tables"] / "exchanges.parquet")
+    ex = ex.filter(pc.and_(pc.is_valid(ex["latency_ms"]), pc.equal(ex["waited"], False)))
+    series = [("Fetch (with records)" if (r or 0) > 0 else "Fetch (empty)") if a == "Fetch" else a
+              for a, r in zip(ex["api_name"].to_pylist(), ex["record_count"].to_pylist(), strict=True)]
+    ts = pc.coalesce(ex["request_first_ts"], ex["response_first_ts"])
+    rows = pa.table({"series": pa.array(series), "bin": floor(ts).cast(pa.timestamp("us")),
+                     "ms": pc.coalesce(ex["service_ms"], ex["latency_ms"])})
+    checked = 0
+    for t in _figure(browser_view, "latency", 0)["traces"]:
+        name, q = t["name"].rsplit(" ", 1)
+        if name == "other":
+            continue
+        own = rows.filter(pc.equal(rows["series"], name))
+        for x, y in zip(t["x"], t["y"], strict=True):
+            values = own.filter(pc.equal(own["bin"], pa.scalar(dt_parse(x), pa.timestamp("us"))))["ms"]
+            exact = pc.quantile(values, q=int(q[1:]) / 100, interpolation="lower")[0].as_py()
+            assert abs(float(y) - exact) <= PERCENTILE_ERROR * exact + 1e-12, (name, q, x, y, exact)
+            checked += 1
+    assert checked > 10
+
+
+def dt_parse(text: str):
+    import datetime as dt
+
+    return dt.datetime.fromisoformat(text.replace(" ", "T"))
+
+
+def test_histogram_percentiles_merge_exactly_and_stay_within_a_bucket() -> None:
+    """Histograms of random latencies added in batches (merged as they come) against pyarrow's exact
+    quantiles of the whole: counts and maxima exact, p50/p90/p99 within PERCENTILE_ERROR; the same result
+    whatever the batches' order."""
+    import numpy as np
+
+    from analyzer.report import aggregate as ag
+
+    rng = np.random.default_rng(7)
+    n = 60_000
+    series = rng.choice(["a", "b", "c", "d"], n)
+    ms = np.concatenate([rng.lognormal(1.0, 2.0, n - 300), np.zeros(100), np.full(100, 5.0), rng.random(100) * 1e-4])
+    rng.shuffle(ms)
+    rows = pa.table({"series": series, "value": ms, "capture_file": pa.array(["f"] * n),
+                     "frame": pa.array(np.arange(n))})
+    results = []
+    for order in (np.arange(0, n, 7000), np.arange(0, n, 7000)[::-1]):
+        h = ag.LatencyHistograms(["series"])
+        for start in order:
+            h.add(rows.slice(int(start), 7000))
+        results.append(ag.percentiles(h.result(), ["series"], (0.5, 0.9, 0.99)).sort_by("series"))
+    assert results[0].equals(results[1])
+    got = results[0].to_pylist()
+    assert [r["series"] for r in got] == ["a", "b", "c", "d"]
+    for r in got:
+        own = rows.filter(pc.equal(rows["series"], r["series"]))["value"]
+        assert r["count"] == len(own)
+        assert r["max"] == pc.max(own).as_py()
+        for q in (50, 90, 99):
+            exact = pc.quantile(own, q=q / 100, interpolation="lower")[0].as_py()
+            assert abs(r[f"p{q}"] - exact) <= ag.PERCENTILE_ERROR * exact + 1e-12, (r["series"], q)
+    slowest = rows.sort_by([("value", "descending")]).slice(0, 1).to_pylist()[0]
+    top = max(got, key=lambda r: r["max"])
+    assert (top["series"], top["frame"]) == (slowest["series"], slowest["frame"])
+
+
+def test_accumulators_stay_bounded_on_many_keys(monkeypatch) -> None:
+    """Keys as many as the rows (hostile tables): an accumulator with max_groups keeps that many groups, those
+    with the most rows; a time series folds the smallest series into 'other' and keeps the big ones exact."""
+    from analyzer.report import aggregate as ag
+
+    acc = ag.Accumulator(["k"], max_groups=10)
+    big = pa.table({"k": pa.array([f"big{i}" for i in range(5)] * 100)})
+    for i in range(50):
+        acc.add(pa.table({"k": pa.array([f"u{i}-{j}" for j in range(40)])}))
+        acc.add(big.slice(i * 10, 10))
+        acc._merge()
+        assert acc._parts[0].num_rows <= 10
+    got = dict(zip(acc.result()["k"].to_pylist(), acc.result()["count"].to_pylist(), strict=True))
+    assert acc.truncated and {k: got[k] for k in got if k.startswith("big")} == {f"big{i}": 100 for i in range(5)}
+
+    monkeypatch.setattr(ag, "MAX_SERIES_KEPT", 3)
+    monkeypatch.setattr(ag, "MERGE_ROWS", 8)
+    interval = ag.Interval(1, 1, "second", "1 s")
+    series = ag.SeriesOverTime(interval)
+    ts = pa.array([0] * 60, pa.timestamp("us", "UTC"))
+    for i in range(20):
+        names = ["a"] * 30 + ["b"] * 20 + [f"x{i}-{j}" for j in range(10)]
+        series.add(pa.table({"ts": ts, "series": pa.array(names)}))
+    out = series.result(n=2)
+    assert series.folded
+    assert dict(zip(out["series"].to_pylist(), out["count"].to_pylist(), strict=True)) == {
+        "a": 600, "b": 400, "other": 200}
+
+
+def test_times_outside_the_span_do_not_multiply_the_intervals(built, tmp_path) -> None:
+    """Exchanges dated hours apart decades after the capture files' span (tables put together by hand) land in
+    the last interval instead of adding an interval each."""
+    import datetime as dt
+
+    from analyzer.report import aggregate as ag
+    from analyzer.report import page
+    from analyzer.report.source import open_folder
+
+    folder = tmp_path / "tables"
+    shutil.copytree(built["tables"], folder)
+    ex = pq.read_table(folder / "exchanges.parquet")
+    column = ex.schema.get_field_index("request_first_ts")
+    start = dt.datetime(2090, 1, 1, tzinfo=dt.UTC)
+    far = pa.array([start + dt.timedelta(hours=i) for i in range(ex.num_rows)], ex.schema.field(column).type)
+    assert ex.num_rows > ag.MAX_BINS + 1
+    pq.write_table(ex.set_column(column, ex.schema.field(column), far), folder / "exchanges.parquet")
+    report = page.build(open_folder(str(folder)))
+    bins = {x for t in report.sections[0].parts[0].figure.data for x in t.x}
+    assert len(bins) <= ag.MAX_BINS + 1
+    assert sum(sum(t.y) for t in report.sections[0].parts[0].figure.data) == ex.num_rows

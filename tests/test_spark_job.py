@@ -455,3 +455,36 @@ def test_the_job_decrypts_tls_with_the_key_log(spark, tmp_path) -> None:
         assert _rows(_dataset(tmp_path / "out" / table).drop_columns(["capture_date"])) == _rows(expected)
     decrypted = pq.read_table(tmp_path / "cli" / "connections.parquet").column("tls_decrypted").to_pylist()
     assert sum(bool(d) for d in decrypted) > 10
+
+
+def test_the_report_from_the_aggregates_is_the_report_from_the_rows(samples_run) -> None:
+    """The overview and latency sections drawn from exchange_counts and latency_histogram equal those drawn
+    from the exchange rows at the same (one-minute) interval: the same counts, first packets, histogram
+    buckets, hence the same percentiles; and the histogram holds every timed exchange of the CLI's export."""
+    from analyzer.report import page, scans
+    from analyzer.report.source import open_folder
+    from tests.test_report import _comparable
+
+    _, out, cli_tables, _ = samples_run
+    source = open_folder(str(out))
+    assert scans.has_exchange_aggregates(source)
+    from_aggregates = page.build(source, use_aggregates=True)
+    from_rows = page.build(source, use_aggregates=False, min_interval_s=60)
+    assert from_aggregates.interval == from_rows.interval and from_rows.interval.seconds >= 60
+    assert ("drawn from" in dict(from_aggregates.facts)) and ("drawn from" not in dict(from_rows.facts))
+    assert [f for f in from_aggregates.facts if f[0] != "drawn from"] == from_rows.facts
+    for a, r in zip(from_aggregates.sections[:2], from_rows.sections[:2], strict=True):
+        assert a.id == r.id and a.id in ("overview", "latency")
+        assert len(a.parts) == len(r.parts) and all(p.figure is not None for p in r.parts)
+        for pa_, pr in zip(a.parts, r.parts, strict=True):
+            assert _comparable(pa_.figure.to_json()) == _comparable(pr.figure.to_json()), (a.id, pr.title)
+    timed = [r for r in cli_tables["exchanges"].to_pylist() if r["latency_ms"] is not None]
+    values = [r["latency_ms"] if r["waited"] is not False else
+              (r["service_ms"] if r["service_ms"] is not None else r["latency_ms"]) for r in timed]
+    histogram = _dataset(out / "latency_histogram").to_pylist()
+    assert sum(r["count"] for r in histogram) == len(timed)
+    assert max(r["max_ms"] for r in histogram) == max(values)
+    assert min(r["min_ms"] for r in histogram) == min(values)
+    for r in histogram:  # every bucket holds what its edges say
+        assert 10 ** (r["bucket"] / 50) * (1 - 1e-12) <= r["min_ms"] or r["bucket"] == -150
+        assert r["max_ms"] < 10 ** ((r["bucket"] + 1) / 50) * (1 + 1e-12) or r["bucket"] == 449

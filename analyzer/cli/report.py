@@ -24,12 +24,15 @@ def _command() -> click.Command:
     @click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False),
                   help="The HTML file to write (one self-contained page; replaced if it exists).")
     @click.option("--title", default="kafkacap report", show_default=True, help="Title of the page.")
+    @click.option("--from-rows", is_flag=True,
+                  help="On a Spark output: read the exchange rows even where the job's aggregate tables are there "
+                       "(they give intervals of a minute at least; the rows, finer ones for a short span).")
     @click.option("--max-batch-mb", type=click.IntRange(1), default=64, show_default=True,
                   help="A compressed batch that would expand beyond this is reported, not expanded.")
     @click.option("--max-decompressed-mb", type=click.IntRange(1), default=4096, show_default=True,
                   help="Decompression budget per capture file.")
     def report(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progress, separate_files, out, title,
-               max_batch_mb, max_decompressed_mb) -> None:
+               from_rows, max_batch_mb, max_decompressed_mb) -> None:
         """Write one HTML page of plots (traffic, latency, errors, groups, connections): of capture files, or
         of a folder of tables written by `export` or by the Spark job (PATHS is then that one folder)."""
         try:
@@ -75,7 +78,7 @@ def _command() -> click.Command:
             except ReportInputError as exc:
                 raise click.ClickException(str(exc)) from None
             try:
-                size = write_report(source, out, title)
+                size = write_report(source, out, title, use_aggregates=not from_rows)
             except OSError as exc:
                 raise OutputError(f"cannot write the report to {out}: {exc.strerror or exc}") from None
         _err().print(Text(f"wrote {inert(out)} ({size / 1e6:.1f} MB)"))

@@ -10,15 +10,13 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
 from analyzer.report import aggregate as ag
 from analyzer.report import figures as fg
+from analyzer.report import scans
 from analyzer.report.source import TableSource
 
-MAX_GROUP_EVENTS = 5000  # markers in the consumer-group timeline
-MAX_GROUP_CLIENTS = 60  # its rows
-MAX_CONNECTIONS = 200  # bars in the connection timeline
+MAX_CONNECTIONS = scans.MAX_CONNECTIONS
 TOP_PARTITIONS = 20
 
 
@@ -75,180 +73,205 @@ class Report:
     interval: ag.Interval
 
 
-def _exchange_time(ex: pa.Table) -> pa.ChunkedArray:
-    """An exchange's time on the plots: its request's first byte, or the response's for an orphan response."""
-    return pc.coalesce(ex["request_first_ts"], ex["response_first_ts"])
+def time_span(source: TableSource) -> tuple[pa.Scalar | None, pa.Scalar | None]:
+    """The capture span, before any scan: from the files table (one row per capture file) when it has
+    times, else from the exchanges' and connections' timestamp columns (their Parquet statistics, so no row
+    is read, unless a row group lacks them)."""
+    files = source.read("files", ["first_ts", "last_ts"])
+    start, end = source_range(files)
+    if start is None:
+        start, end = source.time_range("exchanges", ["request_first_ts", "response_first_ts", "response_last_ts"])
+        c_start, c_end = source.time_range("connections", ["first_ts", "last_ts"])
+        start, end = ag.earlier(start, c_start), ag.later(end, c_end)
+    return start, end
 
 
-def build(source: TableSource, title: str = "kafkacap report") -> Report:
-    """Every section of the page from the tables (each read once, only the columns it needs)."""
-    ex = source.read("exchanges", [
-        "capture_file", "connection_id", "correlation_id", "client_ip", "client_port", "broker_ip", "broker_port",
-        "api_key", "api_name", "client_id", "request_first_ts", "response_first_ts", "response_last_ts",
-        "latency_ms", "error_code", "error_name", "status", "request_frame", "response_frame", "record_count",
-        "error_count", "waited", "service_ms", "group_id"])
-    ex = ex.append_column("ts", _exchange_time(ex))
+def source_range(files: pa.Table) -> tuple[pa.Scalar | None, pa.Scalar | None]:
+    lo = hi = None
+    for c in ("first_ts", "last_ts"):
+        col = files[c]
+        if len(col) and col.null_count < len(col):
+            mm = pc.min_max(col)
+            lo, hi = ag.earlier(lo, mm["min"]), ag.later(hi, mm["max"])
+    return lo, hi
+
+
+def build(source: TableSource, title: str = "kafkacap report", use_aggregates: bool = True,
+          min_interval_s: float = 0.0) -> Report:
+    """Every section of the page: the span first (interval chosen before any scan), then each table scanned
+    once in batches (the exchanges twice for the consumer-group markers, and narrowed for the packets of
+    the errors). With the Spark job's aggregate tables (and ``use_aggregates``), the overview and latency
+    come from them, at intervals of a minute or more (their resolution); ``min_interval_s`` asks for
+    intervals at least that wide in any case."""
+    from_aggregates = use_aggregates and scans.has_exchange_aggregates(source)
+    start, end = time_span(source)
+    interval = ag.choose_interval(start, end, at_least=max(min_interval_s, 60.0 if from_aggregates else 0.0))
+    ex = (scans.read_exchange_aggregates if from_aggregates else scans.scan_exchanges)(source, interval)
     files = source.read("files", [
         "capture_file", "format", "file_bytes", "packets", "first_ts", "last_ts", "exchanges", "connections",
         "status", "message", "kafka_packets", "tls_packets", "other_tcp_packets", "non_tcp_packets",
         "undecodable_packets", "damaged_places", "skipped_bytes"])
-    conns = source.read("connections", [
-        "capture_file", "connection_id", "client_ip", "client_port", "broker_ip", "broker_port", "first_ts",
-        "last_ts", "retransmissions", "out_of_order", "gap_bytes", "gaps", "syn_seen", "requests", "resyncs",
-        "ended", "client_ids", "tls"])
-    start, end = ag.min_max(files["first_ts"], files["last_ts"])
-    if start is None:
-        start, end = ag.min_max(ex["ts"], ex["response_last_ts"], conns["first_ts"], conns["last_ts"])
-    interval = ag.choose_interval(start, end)
+    conns = scans.scan_connections(source, interval)
     facts = _facts(ex, files, conns, start, end, interval)
+    traffic, tr = _traffic(source, interval)
     sections = [
         _overview(ex, interval),
         _latency(ex, interval),
         _errors(source, ex, interval),
-        _traffic(source, interval),
-        _groups(source, ex, interval),
+        traffic,
+        _groups(source, ex, interval, tr),
         _connections(conns, files, interval),
     ]
     return Report(title, facts, sections, interval)
 
 
-def _facts(ex, files, conns, start, end, interval) -> list[tuple[str, str]]:
+def _facts(ex: scans.ExchangeAggregates, files, conns: scans.ConnectionAggregates, start, end,
+           interval) -> list[tuple[str, str]]:
     span = "unknown"
     if start is not None and end is not None:
         span = f"{_when(start)} to {_when(end)} ({(end.value - start.value) / 1e6:,.3f} s)"
-    brokers = pc.count_distinct(pc.binary_join_element_wise(
-        conns["broker_ip"], conns["broker_port"].cast(pa.string()), ":")).as_py() if conns.num_rows else 0
-    client_ids = pc.count_distinct(ex["client_id"]).as_py() if ex.num_rows else 0
-    client_ips = pc.count_distinct(conns["client_ip"]).as_py() if conns.num_rows else 0
-    errors = pc.sum(pc.equal(ex["status"], "error")).as_py() or 0 if ex.num_rows else 0
     packets = pc.sum(files["packets"]).as_py() or 0 if files.num_rows else 0
-    return [
+    facts = [
         ("capture span", span),
         ("capture files", f"{files.num_rows:,} ({packets:,} packets)"),
-        ("brokers", f"{brokers:,} (address:port)"),
-        ("clients", f"{client_ids:,} client ids from {client_ips:,} addresses"),
-        ("connections", f"{conns.num_rows:,}"),
-        ("exchanges", f"{ex.num_rows:,} ({errors:,} with an error)"),
+        ("brokers", f"{conns.brokers.text()} (address:port)"),
+        ("clients", f"{ex.clients.text()} client ids from {conns.client_ips.text()} addresses"),
+        ("connections", f"{conns.rows:,}"),
+        ("exchanges", f"{ex.rows:,} ({ex.errors:,} with an error)"),
         ("time interval of the plots", interval.label),
     ]
+    if ex.from_aggregates:
+        facts.append(("drawn from", "the Spark job's per-minute aggregates (exchange_counts, latency_histogram, "
+                                    "api_usage) for the overview and latency"))
+    return facts
 
 
-def _overview(ex: pa.Table, interval: ag.Interval) -> Section:
+def _folded(t: ag.SeriesOverTime) -> str:
+    return (f" Series beyond the {ag.MAX_SERIES_KEPT:,} largest at some point were folded into "
+            f"'{ag.OTHER}' as the tables were read." if t.folded else "")
+
+
+def _overview(ex: scans.ExchangeAggregates, interval: ag.Interval) -> Section:
     s = Section("overview", "Overview")
-    if ex.num_rows == 0:
+    counts = ex.requests.result()
+    if ex.rows == 0 or counts is None:
         why = "The exchanges table is empty: no Kafka request or response was found (check --port or --detect-ports)."
         s.parts.append(Part("Requests over time by API", "", empty=why))
         s.parts.append(Part("Errors over time by name", "", empty=why))
         return s
-    top = ag.top_keys(ex, "api_name", None)
-    t = ex.append_column("series", ag.keep_top(ex["api_name"], top))
-    counts = ag.counts_by_interval(t, "ts", "series", interval, frame="request_frame")
     s.parts.append(Part(
         "Requests over time by API",
         f"Exchanges per {interval.label}, stacked by API ({ag.TOP_N} busiest by name, the rest as '{ag.OTHER}'). "
         "Look for bursts, gaps where traffic stopped, and an API whose share changes (a Metadata or "
         "FindCoordinator storm is clients reconnecting). Hover gives the first request's packet number in each "
-        "interval.", fg.stacked_counts(counts, interval, "exchanges", "request")))
-    err = t.filter(pc.equal(t["status"], "error"))
-    if err.num_rows == 0:
+        "interval." + _folded(ex.requests),
+        fg.stacked_counts(_frame_of(counts, "request_frame"), interval, "exchanges", "request")))
+    failed = ex.failures.result()
+    if failed is None:
         s.parts.append(Part("Errors over time by name", "", empty="No exchange has a non-zero error code."))
     else:
-        err = err.set_column(err.schema.get_field_index("series"), "series",
-                             ag.keep_top(err["error_name"], ag.top_keys(err, "error_name", None)))
-        counts = ag.counts_by_interval(err, "ts", "series", interval, frame="response_frame")
         s.parts.append(Part(
             "Errors over time by name",
             f"Exchanges with a non-zero error code per {interval.label}, by the error's name (the top-level error, "
             "else the first nested one). A steady trickle of one name is usually a misconfigured client; a burst "
-            "of many at once, a broker event. The Errors section breaks them down by client, topic and partition.",
-            fg.stacked_counts(counts, interval, "failed exchanges", "failed response")))
+            "of many at once, a broker event. The Errors section breaks them down by client, topic and partition."
+            + _folded(ex.failures),
+            fg.stacked_counts(_frame_of(failed, "response_frame"), interval, "failed exchanges", "failed response")))
     return s
 
 
-def _latency(ex: pa.Table, interval: ag.Interval) -> Section:
+def _frame_of(t: pa.Table, column: str) -> pa.Table:
+    return t.append_column("frame", t[column])
+
+
+def _latency(ex: scans.ExchangeAggregates, interval: ag.Interval) -> Section:
     s = Section("latency", "Latency", intro=(
         "latency_ms is the broker-side view: from the request's last byte to the response's last byte. "
         "Exchanges the broker held by design (the waited column: a Fetch long poll that ran out its max_wait_ms, "
         "a JoinGroup or SyncGroup held until the group settled) are drawn apart from service time, with the "
         "Fetches that brought records after a while (they may have been held until data arrived). Service time "
-        "is service_ms: latency less the long poll's max_wait_ms where it ran out."))
-    t = ex.filter(pc.is_valid(ex["latency_ms"]))
-    if t.num_rows == 0:
+        "is service_ms: latency less the long poll's max_wait_ms where it ran out. Percentiles are read from "
+        f"histograms of {ag.HIST_PER_DECADE} buckets per factor of ten (each {ag.bucket_edges(0)[1] - 1:.1%} "
+        f"wide): within {ag.PERCENTILE_ERROR:.1%} of the exact value, which they equal when the bucket holds one "
+        "value; the slowest is exact."))
+    h = ex.latency.result()
+    if h is None:
         why = ("No exchange has a latency: none had both its request and its response in the capture."
-               if ex.num_rows else "The exchanges table is empty.")
+               if ex.rows else "The exchanges table is empty.")
         for title in ("Service time over time", "Waits over time", "Latency distribution per API"):
             s.parts.append(Part(title, "", empty=why))
         return s
-    series = ag.latency_series(t["api_name"], t["record_count"])
-    # Held by design (the waited column), or possibly (null: a Fetch that brought records after a while):
-    # drawn with the waits; the rest as service time. Tables without the column: by API, as before it.
-    held = pc.fill_null(t["waited"], True) if t["waited"].null_count < len(t) else ag.is_wait(series)
-    service_ms = pc.coalesce(t["service_ms"], t["latency_ms"])
-    t = pa.table({"ts": t["ts"], "series": series, "latency_ms": t["latency_ms"],
-                  "capture_file": t["capture_file"], "frame": t["response_frame"]})
-    waits = t.filter(held)
-    service = t.filter(pc.invert(held))
-    service = service.set_column(2, "latency_ms", service_ms.filter(pc.invert(held)))
+    held = pc.fill_null(h["held"], True)
+    service, waits = h.filter(pc.invert(held)), h.filter(held)
     if service.num_rows:
-        top = ag.top_keys(service, "series", None)
-        service = service.set_column(1, "series", ag.keep_top(service["series"], top))
+        top = ag.top_keys(service, "series", "count")
+        service = ag.merge_histograms(service.set_column(1, "series", ag.keep_top(service["series"], top)),
+                                      ["bin", "series"])
         s.parts.append(Part(
             "Service time over time (p50 and p99 per API)",
-            f"Median (solid) and 99th percentile (dotted) latency per {interval.label} and API, log scale, from "
-            "t-digests (exact for small counts, within about 1 % otherwise). A p99 far above the p50 is a tail worth "
-            "a look; a step in both is the broker or the network. Hover names the slowest exchange's response "
-            "packet.", fg.latency_lines(ag.latency_by_interval(service, interval), interval)))
+            f"Median (solid) and 99th percentile (dotted) latency per {interval.label} and API, log scale. A p99 "
+            "far above the p50 is a tail worth a look; a step in both is the broker or the network. Hover names "
+            "the slowest exchange's response packet.",
+            fg.latency_lines(_lines(service), interval)))
     else:
         s.parts.append(Part("Service time over time", "", empty="Every exchange with a latency is a wait "
                             "(Fetch, JoinGroup, SyncGroup), drawn below."))
     if waits.num_rows:
+        waits = ag.merge_histograms(waits.drop_columns(["held"]), ["bin", "series"])
         s.parts.append(Part(
             "Waits over time (Fetch long polls, group joins)",
             f"The same percentiles for the APIs whose latency is mostly time spent waiting, per {interval.label}. "
             "Empty Fetch responses near the consumers' fetch.max.wait.ms (500 ms by default) are idle consumers, "
             "not a slow broker; JoinGroup and SyncGroup last as long as the rebalance.",
-            fg.latency_lines(ag.latency_by_interval(waits, interval), interval)))
+            fg.latency_lines(_lines(waits), interval)))
     else:
         s.parts.append(Part("Waits over time", "", empty="No Fetch, JoinGroup or SyncGroup exchange has a latency."))
     s.parts.append(Part(
         "Latency distribution per API",
         "How many exchanges of each API (Fetch split as above) fell in each latency bucket (log-spaced, colour on "
-        "a log scale). Two humps in one row are two populations: e.g. cached and uncached reads, or two brokers.",
-        fg.latency_heatmap(ag.latency_histogram(t))))
+        "a log scale): service time, or the whole latency for the waits. Two humps in one row are two "
+        "populations: e.g. cached and uncached reads, or two brokers.",
+        fg.latency_heatmap(ag.coarse_histogram(h, "series"))))
     return s
 
 
-def _errors(source: TableSource, ex: pa.Table, interval: ag.Interval) -> Section:
+def _lines(h: pa.Table) -> pa.Table:
+    return ag.percentiles(h, ["series", "bin"]).sort_by([("series", "ascending"), ("bin", "ascending")])
+
+
+def _errors(source: TableSource, ex: scans.ExchangeAggregates, interval: ag.Interval) -> Section:
     s = Section("errors", "Errors")
-    errors = source.read("errors", [
-        "capture_file", "connection_id", "correlation_id", "api_key", "api_name", "client_id", "response_last_ts",
-        "field_path", "topic", "partition", "error_code", "error_name", "retriable"])
-    if errors.num_rows == 0:
+    errors = scans.scan_errors(source, interval)
+    counts = errors.over_time.result()
+    groups = errors.groups.result()
+    if errors.rows == 0 or groups is None:
         why = ("The errors table is empty: no response carried a non-zero error code"
                + (" (or bodies were not decoded: --headers-only reads top-level errors into exchanges only)."
-                  if ex.num_rows and pc.sum(pc.equal(ex["status"], "unchecked")).as_py() else "."))
+                  if ex.rows and ex.unchecked else "."))
         s.parts.append(Part("Errors over time", "", empty=why))
         s.parts.append(Part("Which client, topic and partition", "", empty=why))
         return s
-    expected = ag.expected_error(errors["error_name"], errors["api_name"])
-    errors = errors.append_column("expected", expected)
-    label = pc.if_else(expected, pc.binary_join_element_wise(errors["error_name"], " (expected)", ""),
-                       errors["error_name"])
-    t = errors.append_column("series", ag.keep_top(label, ag.top_keys(errors.append_column("l", label), "l", None)))
-    frames = ex.filter(pc.or_(pc.fill_null(pc.greater(ex["error_count"], 0), False),
-                              pc.equal(ex["status"], "error"))).select(
-        ["capture_file", "connection_id", "correlation_id", "api_key", "response_frame"])
-    joined = t.join(frames, ["capture_file", "connection_id", "correlation_id", "api_key"], join_type="left outer")
-    counts = ag.counts_by_interval(joined, "response_last_ts", "series", interval, frame="response_frame")
-    s.parts.append(Part(
-        "Errors over time",
-        f"Every non-zero error code in the responses (top-level, per topic and per partition: one response can "
-        f"hold many) per {interval.label}, by name. Names marked 'expected' are steps of the group protocol, "
-        "not failures: MEMBER_ID_REQUIRED answers a consumer's first JoinGroup by design, REBALANCE_IN_PROGRESS "
-        "tells members to rejoin. Hover gives the first failed response's packet.",
-        fg.stacked_counts(counts, interval, "error codes", "response")))
-    table, groups = ag.error_table(errors, frames)
-    shown = f"the {table.num_rows} largest of {groups:,} groups" if groups > table.num_rows else f"{groups} groups"
+    groups = groups.sort_by([("expected", "ascending"), ("count", "descending"), ("first_ts", "ascending")])
+    table = groups.slice(0, scans.MAX_ERROR_GROUPS)
+    keys = pa.concat_tables([t.select(list(scans.ErrorAggregates.EXCHANGE)) for t in (table, counts)
+                             if t is not None])
+    frames = scans.response_frames(source, keys)
+    if counts is not None:
+        counts = scans.attach_frames(counts, frames, [("bin", "ascending"), ("series", "ascending")])
+        s.parts.append(Part(
+            "Errors over time",
+            f"Every non-zero error code in the responses (top-level, per topic and per partition: one response can "
+            f"hold many) per {interval.label}, by name. Names marked 'expected' are steps of the group protocol, "
+            "not failures: MEMBER_ID_REQUIRED answers a consumer's first JoinGroup by design, REBALANCE_IN_PROGRESS "
+            "tells members to rejoin. Hover gives the first failed response's packet." + _folded(errors.over_time),
+            fg.stacked_counts(counts, interval, "error codes", "response")))
+    else:
+        s.parts.append(Part("Errors over time", "", empty="No error row has a response time."))
+    table = scans.attach_frames(table, frames, [("expected", "ascending"), ("count", "descending"),
+                                                ("first_ts", "ascending")])
+    n = groups.num_rows
+    of = f"more than {n:,} (only the {n:,} largest were kept)" if errors.groups.truncated else f"{n:,}"
+    shown = f"the {table.num_rows} largest of {of} groups" if n > table.num_rows else f"{n} groups"
     s.parts.append(Part(
         "Which client, topic and partition",
         f"Error codes grouped by name, API, client, topic and partition ({shown}; unexpected ones first, "
@@ -262,47 +285,40 @@ def _errors(source: TableSource, ex: pa.Table, interval: ag.Interval) -> Section
     return s
 
 
-def _traffic(source: TableSource, interval: ag.Interval) -> Section:
+def _traffic(source: TableSource, interval: ag.Interval) -> tuple[Section, scans.TrafficAggregates]:
     s = Section("traffic", "Traffic")
-    p = source.read("partitions", [
-        "api_key", "topic", "partition", "request_last_ts", "response_last_ts", "request_record_bytes",
-        "response_record_bytes", "records", "batches", "codec", "uncompressed_bytes"],
-        filter=ds.field("api_key").isin([0, 1]))
-    produce = p.filter(pc.equal(p["api_key"], 0))
-    fetch = p.filter(pc.equal(p["api_key"], 1))
-    produce = pa.table({"ts": produce["request_last_ts"], "topic": produce["topic"],
-                        "partition": produce["partition"], "bytes": produce["request_record_bytes"],
-                        "records": produce["records"], "batches": produce["batches"], "codec": produce["codec"],
-                        "uncompressed_bytes": produce["uncompressed_bytes"]})
-    fetch = pa.table({"ts": fetch["response_last_ts"], "topic": fetch["topic"], "partition": fetch["partition"],
-                      "bytes": fetch["response_record_bytes"], "records": fetch["records"]})
-    if not (pc.sum(produce["bytes"]).as_py() or pc.sum(fetch["bytes"]).as_py()):
+    tr = scans.scan_partitions(source, interval)
+    if not tr.bytes:
         why = ("No Produce or Fetch partition carried record bytes"
                + (" (the partitions table is empty: --headers-only, or no Produce/Fetch in the capture)."
-                  if p.num_rows == 0 else "."))
+                  if tr.rows == 0 else "."))
         for title in ("Record bytes per topic over time", "Busiest partitions", "Compression per codec"):
             s.parts.append(Part(title, "", empty=why))
-        return s
-    both = pa.concat_tables([produce.select(["topic", "bytes"]), fetch.select(["topic", "bytes"])])
-    top = ag.top_keys(both, "topic", "bytes")
+        return s, tr
+    merged = [t for t in (tr.produce.merged(), tr.fetch.merged()) if t is not None]
+    top = ag.top_keys(pa.concat_tables([t.select(["series", "bytes"]) for t in merged]), "series", "bytes")
     palette = fg.colours([*top, ag.OTHER])
-    parts = []
-    for t in (produce, fetch):
-        t = t.append_column("series", ag.keep_top(t["topic"], top))
-        parts.append(ag.counts_by_interval(t, "ts", "series", interval, sums=("bytes", "records")))
+    parts = [t.result(top) for t in (tr.produce, tr.fetch)]
+    parts = [p if p is not None else _no_traffic() for p in parts]
     s.parts.append(Part(
         "Record bytes per topic over time",
         f"Record bytes on the wire (compressed, as sent) per {interval.label} and topic: produced (Produce "
         "requests, top) and fetched (Fetch responses, bottom). Hover adds the records. A producer hammering one "
-        "topic, or consumers re-reading far more than is produced, shows here.",
+        "topic, or consumers re-reading far more than is produced, shows here." + _folded(tr.produce)
+        + _folded(tr.fetch),
         fg.two_rows(fg.traffic_over_time(parts[0], interval, palette),
                     fg.traffic_over_time(parts[1], interval, palette),
                     ("Produce (request record bytes)", "Fetch (response record bytes)"),
                     f"bytes per {interval.label}")))
     per = []
-    for kind, t in (("produced", produce), ("fetched", fetch)):
-        g = ag.sum_by(t.filter(pc.is_valid(t["topic"])), ["topic", "partition"], ["bytes", "records"])
-        per.append(g.rename_columns(["topic", "partition", f"{kind}_bytes", f"{kind}_records", f"{kind}_rows"]))
+    for kind in ("produced", "fetched"):
+        g = tr.per_partition[kind].result()
+        if g is None:
+            g = pa.table({"topic": pa.array([], pa.string()), "partition": pa.array([], pa.int32()),
+                          "count": pa.array([], pa.int64()), "bytes": pa.array([], pa.int64()),
+                          "records": pa.array([], pa.int64())})
+        per.append(g.select(["topic", "partition", "bytes", "records", "count"]).rename_columns(
+            ["topic", "partition", f"{kind}_bytes", f"{kind}_records", f"{kind}_rows"]))
     tp = per[0].join(per[1], ["topic", "partition"], join_type="full outer")
     for c in ("produced_bytes", "fetched_bytes", "produced_records", "fetched_records"):
         tp = tp.set_column(tp.schema.get_field_index(c), c, pc.fill_null(tp[c], 0))
@@ -310,99 +326,78 @@ def _traffic(source: TableSource, interval: ag.Interval) -> Section:
     tp = tp.sort_by([("total", "descending"), ("topic", "ascending"), ("partition", "ascending")])
     s.parts.append(Part(
         "Busiest partitions",
-        f"The {min(TOP_PARTITIONS, tp.num_rows)} topic-partitions with the most record bytes (of {tp.num_rows:,}), "
+        f"The {min(TOP_PARTITIONS, tp.num_rows)} topic-partitions with the most record bytes (of "
+        f"{'more than ' if any(a.truncated for a in tr.per_partition.values()) else ''}{tp.num_rows:,}), "
         "produced and fetched. One partition far above its siblings is a hot key or a producer's partitioner.",
         fg.top_partitions(tp.slice(0, TOP_PARTITIONS))))
-    withc = produce.filter(pc.is_valid(produce["codec"]))
-    if withc.num_rows == 0:
+    g = tr.codecs.result()
+    if g is None:
         s.parts.append(Part("Compression per codec", "", empty="No Produce request carried record batches whose "
                             "codec was read."))
     else:
-        g = ag.sum_by(withc, ["codec"], ["bytes", "uncompressed_bytes", "batches", "records"])
-        g = g.rename_columns(["codec", "wire_bytes", "uncompressed_bytes", "batches", "records", "rows"])
+        g = g.select(["codec", "bytes", "uncompressed_bytes", "batches", "records", "count"]).rename_columns(
+            ["codec", "wire_bytes", "uncompressed_bytes", "batches", "records", "rows"])
         s.parts.append(Part(
             "Compression per codec",
             "Record bytes producers sent per codec, on the wire and uncompressed (uncompressed size as the batches "
             "declare it, where known without decompressing). Fetch is left out: it returns the same batches. "
             "A codec with a ratio near 1 costs CPU for nothing; 'none' with large volume may be worth compressing.",
             fg.compression(g.sort_by([("wire_bytes", "descending")]))))
-    return s
+    return s, tr
 
 
-def _groups(source: TableSource, ex: pa.Table, interval: ag.Interval) -> Section:
+def _no_traffic() -> pa.Table:
+    return pa.table({"bin": pa.array([], pa.timestamp("us", "UTC")), "series": pa.array([], pa.string()),
+                     "count": pa.array([], pa.int64()), "bytes": pa.array([], pa.int64()),
+                     "records": pa.array([], pa.int64())})
+
+
+def _groups(source: TableSource, ex: scans.ExchangeAggregates, interval: ag.Interval,
+            tr: scans.TrafficAggregates) -> Section:
     s = Section("groups", "Consumer groups", intro=(
         "Today's tables hold the group protocol's exchanges (who sent JoinGroup, SyncGroup, Heartbeat, "
         "OffsetCommit... and when) and the lag Fetch responses report; the groups themselves (group id, "
         "generations, members joining and leaving) await the groups table of issue 18, and will be drawn here "
         "then."))
-    g = ex.filter(pc.fill_null(pc.is_in(ex["api_name"], pa.array(ag.GROUP_APIS)), False))
-    if g.num_rows == 0:
+    g, note = ex.groups.select(source)
+    if g is None or g.num_rows == 0:
         s.parts.append(Part("Group protocol exchanges per client", "",
                             empty="No group-protocol exchange (FindCoordinator, JoinGroup, SyncGroup, Heartbeat, "
                                   "OffsetCommit, ...) is in the exchanges table."))
     else:
-        note = ""
-        if g.num_rows > MAX_GROUP_EVENTS:
-            keep = pc.or_(pc.not_equal(g["api_name"], "Heartbeat"), pc.equal(g["status"], "error"))
-            dropped = g.num_rows
-            g = g.filter(keep)
-            note = f" Heartbeats without error are left out ({dropped - g.num_rows:,} of them)."
-        client = pc.binary_join_element_wise(pc.fill_null(g["client_id"], "(no client_id)"), " @ ", g["client_ip"],
-                                             "")
-        g = g.append_column("client", client)
-        clients = pc.count_distinct(client).as_py()
-        if clients > MAX_GROUP_CLIENTS:
-            top = ag.top_keys(g, "client", None, MAX_GROUP_CLIENTS)
-            g = g.filter(pc.is_in(g["client"], pa.array(top)))
-            note += f" The {MAX_GROUP_CLIENTS} clients with the most exchanges are drawn (of {clients:,})."
-        if g.num_rows > MAX_GROUP_EVENTS:
-            note += f" Only the first {MAX_GROUP_EVENTS:,} of their {g.num_rows:,} exchanges are drawn."
-            g = g.sort_by([("ts", "ascending")]).slice(0, MAX_GROUP_EVENTS)
         s.parts.append(Part(
             "Group protocol exchanges per client",
             "One marker per exchange, by client and API; a cross is a response with an error. A rebalance shows as "
             "a column of JoinGroup and SyncGroup across clients; a rebalance storm as such columns again and "
             "again; a member that stops heartbeating as a row that ends." + note, fg.group_events(g)))
-    lag = source.read("partitions", ["api_key", "topic", "response_last_ts", "consumer_lag"],
-                      filter=ds.field("api_key") == 1)
-    lag = lag.filter(pc.is_valid(lag["consumer_lag"]))
-    if lag.num_rows == 0:
+    lag = tr.lag.result()
+    if lag is None:
         s.parts.append(Part("Consumer lag reported by Fetch", "", empty="No Fetch response reported a high "
                             "watermark for an offset fetched from (headers only, or no Fetch in the capture)."))
     else:
-        top = ag.top_keys(lag, "topic", None)
-        lag = pa.table({"bin": interval.floor(lag["response_last_ts"]),
-                        "series": ag.keep_top(lag["topic"], top), "lag": lag["consumer_lag"]})
-        lag = lag.filter(pc.is_valid(lag["bin"]))
-        agg = ag.group(lag, ["bin", "series"], [("lag", "max"), (None, "count_all")], ["max_lag", "count"])
         s.parts.append(Part(
             "Consumer lag reported by Fetch",
             f"The largest lag (high watermark minus the offset fetched from, as the broker reported it) per "
             f"{interval.label} and topic, over all partitions and consumers. Lag that keeps rising means "
-            "consumers fall behind; a saw-tooth is batching.",
-            fg.lag_lines(agg.sort_by([("series", "ascending"), ("bin", "ascending")]), interval)))
+            "consumers fall behind; a saw-tooth is batching." + _folded(tr.lag),
+            fg.lag_lines(lag.sort_by([("series", "ascending"), ("bin", "ascending")]), interval)))
     return s
 
 
 ENDED_ORDER = ("fin", "rst", "reused", "evicted", "capture_end", "continued")
 
 
-def _connections(conns: pa.Table, files: pa.Table, interval: ag.Interval) -> Section:
+def _connections(conns: scans.ConnectionAggregates, files: pa.Table, interval: ag.Interval) -> Section:
     s = Section("connections", "Connections and capture health")
-    if conns.num_rows == 0:
+    if conns.rows == 0:
         s.parts.append(Part("Connections opened and closed", "", empty="The connections table is empty: no Kafka "
                             "connection was found (check --port or --detect-ports)."))
         s.parts.append(Part("Connection timeline", "", empty="No connection."))
     else:
-        opened = conns.filter(pc.fill_null(conns["syn_seen"], False))
-        events = [pa.table({"ts": opened["first_ts"], "series": pa.repeat(pa.scalar("opened (SYN)"), opened.num_rows),
-                            "capture_file": opened["capture_file"], "frame": opened["connection_id"]})]
-        closed = conns.filter(pc.not_equal(conns["ended"], "capture_end"))
-        events.append(pa.table({"ts": closed["last_ts"],
-                                "series": pc.binary_join_element_wise("closed: ", closed["ended"], ""),
-                                "capture_file": closed["capture_file"], "frame": closed["connection_id"]}))
-        events = pa.concat_tables(events)
-        counts = ag.counts_by_interval(events, "ts", "series", interval, frame="frame")
+        merged = conns.events.merged()
+        counts = None
+        if merged is not None:  # every kind of opening and closing by name
+            counts = conns.events.result(sorted(set(merged["series"].to_pylist()) - {None}))
         s.parts.append(Part(
             "Connections opened and closed",
             f"Connections whose handshake is in the capture (opened) and connections that ended (by FIN, reset, "
@@ -410,18 +405,14 @@ def _connections(conns: pa.Table, files: pa.Table, interval: ag.Interval) -> Sec
             "or opens and closes in lockstep, are clients reconnecting. Hover: the first such connection's "
             "connection_id (its first packet).",
             fg.stacked_counts(counts, interval, "connections", "connection (first packet)"))
-            if counts.num_rows else Part("Connections opened and closed", "", empty="No connection opened or "
-                                         "closed inside the capture: all were open before it started and after "
-                                         "it ended."))
-        trouble = pc.add(pc.add(conns["retransmissions"], conns["gaps"]), conns["resyncs"])
-        c = conns.append_column("trouble", trouble)
+            if counts is not None and counts.num_rows else Part(
+                "Connections opened and closed", "", empty="No connection opened or closed inside the capture: all "
+                "were open before it started and after it ended."))
+        c = conns.timeline.rows.drop_columns(["rst"])
         note = ""
-        if c.num_rows > MAX_CONNECTIONS:
-            note = (f" {MAX_CONNECTIONS} of {c.num_rows:,} connections are drawn: those with the most "
+        if conns.rows > MAX_CONNECTIONS:
+            note = (f" {MAX_CONNECTIONS} of {conns.rows:,} connections are drawn: those with the most "
                     "retransmissions, gaps and resyncs, then the resets.")
-            c = c.append_column("rst", pc.equal(c["ended"], "rst"))
-            c = c.sort_by([("trouble", "descending"), ("rst", "descending"), ("first_ts", "ascending")])
-            c = c.slice(0, MAX_CONNECTIONS).drop_columns(["rst"])
         c = c.sort_by([("first_ts", "ascending"), ("capture_file", "ascending"), ("connection_id", "ascending")])
         several = pc.count_distinct(c["capture_file"]).as_py() > 1
         label = pc.binary_join_element_wise(
@@ -441,17 +432,14 @@ def _connections(conns: pa.Table, files: pa.Table, interval: ag.Interval) -> Sec
         s.parts.append(Part("Capture health", "", empty="The files table is empty (the Spark job writes it; an "
                             "older export may lack it)."))
         return s
-    gaps = pc.sum(conns["gaps"]).as_py() or 0 if conns.num_rows else 0
-    lost = pc.sum(conns["gap_bytes"]).as_py() or 0 if conns.num_rows else 0
-    retrans = pc.sum(conns["retransmissions"]).as_py() or 0 if conns.num_rows else 0
-    resyncs = pc.sum(conns["resyncs"]).as_py() or 0 if conns.num_rows else 0
+    t = conns.totals
     bad = files.filter(pc.not_equal(files["status"], "ok")).num_rows
     s.parts.append(Part(
         "Capture health",
-        f"Packets per capture file by what they were. Over all connections: {gaps:,} gaps ({lost:,} bytes the "
-        f"capture missed), {retrans:,} retransmitted segments, {resyncs:,} framer resyncs; {bad:,} of "
-        f"{files.num_rows:,} files damaged or unreadable. Gaps mean the capture (not the network) lost packets: "
-        "latencies and counts near them are incomplete.",
+        f"Packets per capture file by what they were. Over all connections: {t['gaps']:,} gaps ({t['gap_bytes']:,} "
+        f"bytes the capture missed), {t['retransmissions']:,} retransmitted segments, {t['resyncs']:,} framer "
+        f"resyncs; {bad:,} of {files.num_rows:,} files damaged or unreadable. Gaps mean the capture (not the "
+        "network) lost packets: latencies and counts near them are incomplete.",
         fg.file_packets(files.sort_by([("capture_file", "ascending")]).slice(0, 100)),
         table_html=_html_table(files.sort_by([("status", "descending"), ("capture_file", "ascending")]).slice(0, 100),
                                [("capture_file", "file"), ("format", "format"), ("packets", "packets"),
@@ -516,9 +504,9 @@ def render(report: Report) -> str:
         f"<main>{''.join(body)}</main></body></html>\n")
 
 
-def write_report(source: TableSource, path: str, title: str = "kafkacap report") -> int:
+def write_report(source: TableSource, path: str, title: str = "kafkacap report", use_aggregates: bool = True) -> int:
     """Build the page and write it to ``path`` (through a temporary file beside it); returns its size."""
-    text = render(build(source, title))
+    text = render(build(source, title, use_aggregates))
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
         with open(tmp, "w", encoding="utf-8") as f:
