@@ -22,9 +22,9 @@ from analyzer.cli.tls import TLS_KEYS, tls_keylog_option
               help="Output folder (local path or URI); replaced as a whole by the tables, one Parquet dataset per "
                    "table partitioned by capture_date.")
 @click.option("--master", default="local[*]", show_default=True, help="Spark master.")
-@click.option("--aggregate", is_flag=True, help="Also the api_usage and latency tables (per minute, API, client, "
-              "broker).")
-@click.option("--aggregate-only", is_flag=True, help="Only (re)compute api_usage and latency of an existing output.")
+@click.option("--aggregate", is_flag=True, help="Also the aggregate tables: api_usage and latency (per minute, "
+              "API, client, broker), and exchange_counts and latency_histogram (what kafkacap report reads).")
+@click.option("--aggregate-only", is_flag=True, help="Only (re)compute the aggregate tables of an existing output.")
 @click.option("-p", "--port", "ports", type=click.IntRange(1, 65535), multiple=True,
               help="Kafka broker port (repeatable). Default: 9092.")
 @click.option("--detect-ports", is_flag=True, help="Also find Kafka on any other port.")
@@ -76,7 +76,7 @@ def spark_command(paths, out, master, aggregate, aggregate_only, ports, detect_p
         say(f"Spark {spark.version} on {master}: started in {time.perf_counter() - started:.1f} s")
         if aggregate_only:
             aggregate_output(spark, out)
-            say(f"wrote api_usage and latency into {out}")
+            say(f"wrote api_usage, latency, exchange_counts and latency_histogram into {out}")
             return
         result = export(spark, list(paths), out, options, aggregate=aggregate, target_mb=target_mb, log=say)
     except JobError as exc:

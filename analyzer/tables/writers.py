@@ -35,7 +35,7 @@ ROW_GROUP_ROWS = 1 << 16  # Parquet batches are gathered up to this many rows pe
 MARKER = "_kafkacap.json"
 # What an output folder may hold to be replaced: tables of any format (or as the Spark job's folders, with its
 # aggregates and _SUCCESS), the marker, and what an interrupted export of an older version left behind.
-_OUR_TABLES = frozenset((*SCHEMAS, *OPTIONAL_SCHEMAS, "api_usage", "latency"))
+_OUR_TABLES = frozenset((*SCHEMAS, *OPTIONAL_SCHEMAS, "api_usage", "latency", "exchange_counts", "latency_histogram"))
 _OUR_OTHER_FILES = frozenset((MARKER, "_SUCCESS"))
 _OUR_PREFIX = ".kafkacap-"
 
