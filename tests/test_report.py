@@ -61,7 +61,7 @@ def test_report_of_an_export_folder_is_the_same_page(built, tmp_path) -> None:
 def test_report_of_a_spark_layout_folder_is_the_same_page(built, tmp_path) -> None:
     """Each table as a dataset partitioned by capture_date, as the Spark job writes it."""
     out = tmp_path / "spark_out"
-    for name in ("exchanges", "errors", "partitions", "connections", "files"):
+    for name in ("exchanges", "errors", "partitions", "connections", "files", "groups", "deliveries"):
         table = pq.read_table(built["tables"] / f"{name}.parquet")
         dates = pa.chunked_array([capture_dates(name, b) for b in table.to_batches()], pa.date32())
         pq.write_to_dataset(table.append_column("capture_date", dates), out / name, partition_cols=["capture_date"])
@@ -94,6 +94,7 @@ _TRACES = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(
     id: gd.id, section: gd.closest('section').id, rendered: !!gd.querySelector('.main-svg'),
     traces: gd._fullData.map(t => ({name: t.name, type: t.type, xaxis: t.xaxis,
         x: t.x ? Array.from(t.x, String) : null, y: t.y ? Array.from(t.y, String) : null,
+        text: Array.isArray(t.text) ? Array.from(t.text, String) : null,
         customdata: t.customdata ? Array.from(t.customdata, r => (r && r.length !== undefined)
             ? Array.from(r, String) : String(r)) : null}))}))"""
 
@@ -351,3 +352,24 @@ def test_times_outside_the_span_do_not_multiply_the_intervals(built, tmp_path) -
     bins = {x for t in report.sections[0].parts[0].figure.data for x in t.x}
     assert len(bins) <= ag.MAX_BINS + 1
     assert sum(sum(t.y) for t in report.sections[0].parts[0].figure.data) == ex.num_rows
+
+
+def test_group_timeline_is_the_groups_table(browser_view, built) -> None:
+    """Each member's time without partitions in each generation, as drawn, is the groups table's waited_ms."""
+    groups = pq.read_table(built["tables"] / "groups.parquet").to_pylist()
+    expected = Counter()
+    for g in groups:
+        for m in g["members"]:
+            if m["join_ts"] is not None and m["synced_ts"] is not None:
+                expected[f"{g['group_id']}: {m['client_id'] or m['member_id']}", g["generation_id"],
+                         f"{m['waited_ms']:,.1f}"] += 1
+    assert expected, "the samples hold consumer groups"
+    fig = _figure(browser_view, "groups", 0)
+    waits = [t for t in fig["traces"] if t["name"] == "rebalance: no partitions"]
+    assert len(waits) == 1
+    drawn = Counter()
+    texts = waits[0]["text"]
+    for y, text in zip(waits[0]["y"][0::3], texts[0::3], strict=True):
+        generation = int(text.split(";")[0].split()[-1])
+        drawn[y, generation, text.rsplit("waited ", 1)[1].removesuffix(" ms")] += 1
+    assert drawn == expected

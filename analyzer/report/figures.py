@@ -248,3 +248,27 @@ def file_packets(t: pa.Table) -> go.Figure:
     fig.update_yaxes(autorange="reversed", type="category")
     return _layout(fig, "capture file", x_title="packets", barmode="stack",
                    height=max(HEIGHT - 100, 80 + 24 * t.num_rows))
+
+
+def group_timeline(t: pa.Table) -> go.Figure:
+    """Per member (a row: group and client), its time without partitions in each rebalance (from its JoinGroup
+    to its assignment) and its time consuming (from its assignment to its next rejoin or leave), as line
+    segments; hover on either end: generation, partitions, the wait."""
+    fig = go.Figure()
+    for kind, colour, width in (("rebalance: no partitions", "#d55e00", 10), ("consuming", "#0072b2", 6)):
+        s = t.filter(pc.equal(t["kind"], kind))
+        if not s.num_rows:
+            continue
+        starts, ends = _times(s["start"]), _times(s["end"])
+        rows = s["member"].to_pylist()
+        text = s["text"].to_pylist()
+        x, y, hover = [], [], []
+        for a, b, r, h in zip(starts, ends, rows, text, strict=True):
+            x += [a, b, None]
+            y += [r, r, None]
+            hover += [h, h, None]
+        fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=kind, text=hover,
+                                 line={"color": colour, "width": width}, marker={"size": 4, "color": colour},
+                                 hovertemplate="%{y}<br>" + TIME_HOVER + "<br>%{text}<extra></extra>"))
+    n = len(set(t["member"].to_pylist()))
+    return _layout(fig, "member (group: client_id)", height=max(HEIGHT, 80 + 30 * n))

@@ -15,6 +15,7 @@ from analyzer.report import aggregate as ag
 from analyzer.report import figures as fg
 from analyzer.report import scans
 from analyzer.report.source import TableSource
+from analyzer.tables.schemas import TS
 
 MAX_CONNECTIONS = scans.MAX_CONNECTIONS
 TOP_PARTITIONS = 20
@@ -355,10 +356,20 @@ def _no_traffic() -> pa.Table:
 def _groups(source: TableSource, ex: scans.ExchangeAggregates, interval: ag.Interval,
             tr: scans.TrafficAggregates) -> Section:
     s = Section("groups", "Consumer groups", intro=(
-        "Today's tables hold the group protocol's exchanges (who sent JoinGroup, SyncGroup, Heartbeat, "
-        "OffsetCommit... and when) and the lag Fetch responses report; the groups themselves (group id, "
-        "generations, members joining and leaving) await the groups table of issue 18, and will be drawn here "
-        "then."))
+        "Each group's generations from the groups table: when each member was without partitions during a "
+        "rebalance and when it consumed; then the group protocol's exchanges themselves, and the lag Fetch "
+        "responses report."))
+    timeline, shown = group_segments(source.read("groups", GROUP_COLUMNS))
+    if timeline.num_rows == 0:
+        s.parts.append(Part("Generations and rebalances", "", empty="No consumer group generation is in the "
+                            "groups table (no JoinGroup answered in the capture, or an export from before it)."))
+    else:
+        s.parts.append(Part(
+            "Generations and rebalances",
+            "One row per member. Red: from its JoinGroup to its assignment (no partitions to consume: a "
+            "rebalance's stop time); blue: consuming, until it rejoins or leaves. A long red column across "
+            "members is a slow rebalance; many short ones a rebalance storm; a row that ends early, a member "
+            "that left." + shown, fg.group_timeline(timeline)))
     g, note = ex.groups.select(source)
     if g is None or g.num_rows == 0:
         s.parts.append(Part("Group protocol exchanges per client", "",
@@ -382,6 +393,44 @@ def _groups(source: TableSource, ex: scans.ExchangeAggregates, interval: ag.Inte
             "consumers fall behind; a saw-tooth is batching." + _folded(tr.lag),
             fg.lag_lines(lag.sort_by([("series", "ascending"), ("bin", "ascending")]), interval)))
     return s
+
+
+GROUP_COLUMNS = ["capture_file", "group_id", "generation_id", "members", "ended"]
+MAX_GENERATIONS = 500  # the latest generations drawn; the groups table holds them all
+
+
+def group_segments(groups: pa.Table) -> tuple[pa.Table, str]:
+    """The timeline's segments from the groups table (one row per generation: a few per rebalance), and a
+    note when only the latest MAX_GENERATIONS were kept."""
+    note = ""
+    if groups.num_rows > MAX_GENERATIONS:
+        groups = groups.sort_by([("ended", "descending")]).slice(0, MAX_GENERATIONS)
+        note = f" The latest {MAX_GENERATIONS:,} generations are drawn; the groups table holds them all."
+    rows = sorted(groups.to_pylist(), key=lambda g: (g["capture_file"] or "", g["group_id"], g["generation_id"]))
+    next_join: dict[tuple, dt.datetime] = {}  # (capture, group, member id, generation) -> its next join
+    for g in rows:
+        for m in g["members"] or ():
+            if m["join_ts"] is not None:
+                next_join[g["capture_file"], g["group_id"], m["member_id"], g["generation_id"] - 1] = m["join_ts"]
+    out = []
+    for g in rows:
+        for m in g["members"] or ():
+            who = f"{g['group_id']}: {m['client_id'] or m['member_id']}"
+            parts = ", ".join(f"{a['topic']} {','.join(map(str, a['partitions']))}"
+                              for a in (m["assignment"] or ())) or "none"
+            text = f"generation {g['generation_id']}; partitions {parts}"
+            if m["join_ts"] is not None and m["synced_ts"] is not None:
+                out.append({"member": who, "kind": "rebalance: no partitions", "start": m["join_ts"],
+                            "end": m["synced_ts"], "text": f"{text}; waited {m['waited_ms']:,.1f} ms"})
+            if m["synced_ts"] is not None:
+                end = next_join.get((g["capture_file"], g["group_id"], m["member_id"], g["generation_id"]))
+                end = end or m["left_ts"] or g["ended"]
+                if end is not None and end >= m["synced_ts"]:
+                    out.append({"member": who, "kind": "consuming", "start": m["synced_ts"], "end": end,
+                                "text": text})
+    schema = pa.schema([("member", pa.string()), ("kind", pa.string()), ("start", TS), ("end", TS),
+                        ("text", pa.string())])
+    return pa.Table.from_pylist(out, schema=schema), note
 
 
 ENDED_ORDER = ("fin", "rst", "reused", "evicted", "capture_end", "continued")
