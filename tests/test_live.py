@@ -135,3 +135,54 @@ def test_rolling_tables_write_whole_parts_per_rotation(tmp_path):
     table = pq.read_table(tmp_path / "r" / "connections")
     assert table.num_rows == 2 and table.schema.equals(empty.schema)
     assert not list((tmp_path / "r").rglob(".*"))
+
+
+def test_rolling_tables_write_row_groups_as_they_come_and_publish_whole_parts(tmp_path):
+    """Rows reach the disk as row groups before the rotation (memory does not grow with the interval), in a
+    hidden part no folder reader sees; the rotation publishes the part with every row written, in order."""
+    import datetime as dt
+
+    import pyarrow as pa
+
+    from analyzer.tables import writers
+    from analyzer.tables.schemas import CONNECTIONS_SCHEMA
+    from analyzer.tables.writers import RollingTables
+
+    rolling = RollingTables(str(tmp_path / "r"))
+    per_batch = 1000
+    batches = writers.ROW_GROUP_ROWS // per_batch * 3 + 7  # three row groups' worth, and some
+    base = {name: None for name in CONNECTIONS_SCHEMA.names} | {"capture_file": "live"}
+    for b in range(batches):
+        rows = [base | {"connection_id": b * per_batch + i} for i in range(per_batch)]
+        rolling.write("connections", pa.RecordBatch.from_pylist(rows, schema=CONNECTIONS_SCHEMA))
+    held = sum(batch.num_rows for batch in rolling._gathered.get("connections", []))
+    assert held < writers.ROW_GROUP_ROWS  # the rest is on disk already
+    (hidden,) = (tmp_path / "r" / "connections").glob(".part-*.tmp")
+    assert hidden.stat().st_size > 0
+    assert not list((tmp_path / "r" / "connections").glob("part-*"))
+    assert pq.read_table(tmp_path / "r" / "connections").num_rows == 0  # the hidden part is not read
+    (path,) = rolling.rotate(dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
+    assert not list((tmp_path / "r").rglob(".*.tmp"))
+    meta = pq.read_metadata(path)
+    assert meta.num_row_groups >= 3
+    ids = pq.read_table(tmp_path / "r" / "connections")["connection_id"].to_pylist()
+    assert ids == list(range(batches * per_batch))
+
+
+def test_rolling_tables_row_groups_are_bounded_in_bytes_too(tmp_path):
+    import datetime as dt
+
+    import pyarrow as pa
+
+    from analyzer.tables import writers
+    from analyzer.tables.schemas import CONNECTIONS_SCHEMA
+    from analyzer.tables.writers import RollingTables
+
+    rolling = RollingTables(str(tmp_path / "r"))
+    wide = {name: None for name in CONNECTIONS_SCHEMA.names} | {"capture_file": "x" * 20_000}
+    batch = pa.RecordBatch.from_pylist([wide | {"connection_id": i} for i in range(100)], schema=CONNECTIONS_SCHEMA)
+    for _ in range(12):  # 2 MB a batch: row groups of fewer rows than ROW_GROUP_ROWS
+        rolling.write("connections", batch)
+        assert sum(b.nbytes for b in rolling._gathered.get("connections", [])) < writers.ROLLING_ROW_GROUP_BYTES
+    (path,) = rolling.rotate(dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
+    assert pq.read_metadata(path).num_row_groups >= 2 and pq.read_metadata(path).num_rows == 1200
