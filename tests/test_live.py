@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import signal
+import struct
 import subprocess
 import threading
 import time
@@ -29,14 +30,18 @@ pytestmark = pytest.mark.filterwarnings(r"ignore:(read|open)_text is deprecated:
 
 
 def test_live_on_loopback_sees_every_request_the_clients_sent(tmp_path):
+    """... and the packets it kept (--pcap, rotated with the tables), analysed afterwards with ``kafkacap
+    export`` as one rotated set, give the same exchanges as the rolling tables."""
     reason = _unavailable()
     if reason:
         pytest.skip(reason)
     broker = TansuBroker("127.0.0.1", free_port(), log_dir=tmp_path)
     scenario = dataclasses.replace(CI_SMOKE, port=broker.port)
-    rolling, snapshot = tmp_path / "rolling", tmp_path / "screen.txt"
+    rolling, snapshot, kept = tmp_path / "rolling", tmp_path / "screen.txt", tmp_path / "kept"
+    kept.mkdir()
     command = [*truth_check.kafkacap_command(), "live", "-i", "lo", "--port", str(broker.port), "--write",
-               str(rolling), "--rotate", "1s", "--duration", "120", "--snapshot", str(snapshot)]
+               str(rolling), "--pcap", str(kept / "lo.pcap"), "--rotate", "1s", "--duration", "120",
+               "--snapshot", str(snapshot)]
     live = None
     try:
         broker.start()
@@ -72,6 +77,19 @@ def test_live_on_loopback_sees_every_request_the_clients_sent(tmp_path):
     screen = snapshot.read_text()
     assert "Requests per API" in screen and "Produce" in screen and "kernel drops 0" in screen
     assert f"{len(rows):,} exchanges" in out
+
+    pcaps = sorted(kept.glob("lo-*.pcap"))
+    assert len(pcaps) >= 2 and not list(kept.glob(".*"))  # rotated, every file renamed into place whole
+    exported = truth_check.export_tables(pcaps, tmp_path / "export", [broker.port])["exchanges"]
+    same = ["client_ip", "client_port", "broker_port", "correlation_id", "api_key", "api_version", "status",
+            "error_code", "request_first_ts", "response_last_ts", "connection_id", "request_frame", "response_frame",
+            "request_size", "response_size", "topics"]
+
+    def key(row: dict) -> tuple:
+        return tuple(str(row[c]) for c in same)
+
+    assert len(exported) == len(rows)
+    assert sorted(map(key, exported)) == sorted(map(key, rows))
 
 
 def test_a_capture_stream_is_analysed_as_it_arrives():
@@ -156,7 +174,8 @@ def test_rolling_tables_write_row_groups_as_they_come_and_publish_whole_parts(tm
         rows = [base | {"connection_id": b * per_batch + i} for i in range(per_batch)]
         rolling.write("connections", pa.RecordBatch.from_pylist(rows, schema=CONNECTIONS_SCHEMA))
     held = sum(batch.num_rows for batch in rolling._gathered.get("connections", []))
-    assert held < writers.ROW_GROUP_ROWS  # the rest is on disk already
+    assert held < writers.ROW_GROUP_ROWS  # the rest is on its way to the disk
+    rolling._queue.join()  # the writer thread has written what it was handed
     (hidden,) = (tmp_path / "r" / "connections").glob(".part-*.tmp")
     assert hidden.stat().st_size > 0
     assert not list((tmp_path / "r" / "connections").glob("part-*"))
@@ -186,3 +205,50 @@ def test_rolling_tables_row_groups_are_bounded_in_bytes_too(tmp_path):
         assert sum(b.nbytes for b in rolling._gathered.get("connections", [])) < writers.ROLLING_ROW_GROUP_BYTES
     (path,) = rolling.rotate(dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
     assert pq.read_metadata(path).num_row_groups >= 2 and pq.read_metadata(path).num_rows == 1200
+
+
+def test_kept_packets_rotate_into_whole_pcap_files_a_reader_takes_as_they_were(tmp_path):
+    import datetime as dt
+
+    from analyzer.capture.files import open_capture
+    from analyzer.capture.linklayer import ETHERNET
+    from analyzer.capture.live import RollingPcap
+
+    with open_capture(SAMPLE) as capture:
+        originals = [(ts, key, seq, bytes(payload)) for _no, ts, key, seq, _a, _f, payload, _s in capture.packets()]
+    frames = []
+    data = SAMPLE.read_bytes()  # a little-endian microsecond pcap: its records as they are
+    pos = 24
+    while pos + 16 <= len(data):
+        sec, usec, caplen, _ = struct.unpack_from("<IIII", data, pos)
+        frames.append(((sec * 1_000_000 + usec) * 1000 + 7, data[pos + 16:pos + 16 + caplen]))  # + 7 ns
+        pos += 16 + caplen
+    pcap = RollingPcap(str(tmp_path / "kept.pcap"), ETHERNET)
+    assert pcap.rotate(dt.datetime(2026, 1, 1, tzinfo=dt.UTC)) == []  # nothing kept: no file
+    half = len(frames) // 2
+    paths = []
+    for n, (ts, frame) in enumerate(frames):
+        pcap.packet(ts, frame)
+        if n == half:
+            assert list(tmp_path.glob(".kept-*.pcap.tmp")) and not list(tmp_path.glob("kept-*"))
+            paths += pcap.rotate(dt.datetime(2026, 1, 1, 0, 1, tzinfo=dt.UTC))
+    paths += pcap.rotate(dt.datetime(2026, 1, 1, 0, 2, tzinfo=dt.UTC))
+    assert [os.path.basename(p) for p in paths] == ["kept-20260101T000100000000Z-000001.pcap",
+                                                    "kept-20260101T000200000000Z-000002.pcap"]
+    assert sorted(os.listdir(tmp_path)) == sorted(os.path.basename(p) for p in paths)
+    assert pcap.packets == len(frames)
+    got = []
+    for path in paths:
+        with open_capture(path) as capture:
+            got += [(ts, key, seq, bytes(payload)) for _no, ts, key, seq, _a, _f, payload, _s in capture.packets()]
+            assert capture.stats.link_types == [ETHERNET]
+    assert got == [(ts + 7, key, seq, payload) for ts, key, seq, payload in originals]
+
+
+def test_pcap_needs_an_interface():
+    from click.testing import CliRunner
+
+    from analyzer.cli.live import live
+
+    result = CliRunner().invoke(live, ["-r", str(SAMPLE), "--pcap", "x.pcap", "--no-screen"])
+    assert result.exit_code == 2 and "--pcap keeps what -i captures" in result.output

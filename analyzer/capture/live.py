@@ -10,16 +10,23 @@ from the Kafka ports by libpcap through scapy when that is available (else every
 table drops what is not Kafka), kernel timestamps (``SO_TIMESTAMPNS``), a large receive buffer, and the
 kernel's own count of packets it dropped because the reader fell behind (``PACKET_STATISTICS``). On a loopback
 interface each packet is seen twice (leaving and arriving); the leaving copy is skipped, as libpcap does.
+
+``RollingPcap`` keeps the raw packets an interface source reads (``kafkacap live --pcap FILE``) as rotating pcap
+files, each written under a hidden name and renamed whole.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import os
 import queue
 import select
 import socket
 import struct
 import threading
 import time
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -40,6 +47,9 @@ MAX_BATCH = 4096  # packets handed on per poll at most (the caller's clock still
 QUEUED_PACKETS = 1 << 16  # read but not yet analysed; past it the reader waits (and the pipe's writer with it)
 _TIMESPEC = struct.Struct("qq")
 _STATS = struct.Struct("II")
+PCAP_NANO_MAGIC = 0xA1B23C4D
+_PCAP_HEADER = struct.Struct("<IHHiIII")
+_PCAP_RECORD = struct.Struct("<IIII")
 
 
 class LiveError(Exception):
@@ -121,6 +131,8 @@ class InterfaceSource:
         self._sock.setblocking(False)
         self._frame = 0
         self._cmsg_space = socket.CMSG_SPACE(_TIMESPEC.size)
+        # Called with (ts_ns, frame) for every packet read, before it is decoded (RollingPcap.packet).
+        self.keep: Callable[[int, bytes], None] | None = None
 
     def _attach(self, iface: str, capture_filter: str) -> bool:
         """Compile ``capture_filter`` with libpcap (through scapy) and attach it; False when that is not
@@ -145,6 +157,7 @@ class InterfaceSource:
             return out
         health = self._health
         decode = self._decode
+        keep = self.keep
         while len(out) < MAX_BATCH:
             try:
                 data, ancillary, _flags, address = self._sock.recvmsg(SNAPLEN, self._cmsg_space)
@@ -159,6 +172,8 @@ class InterfaceSource:
                     ts_ns = sec * 1_000_000_000 + nsec
             if ts_ns is None:
                 ts_ns = time.time_ns()
+            if keep is not None:
+                keep(ts_ns, data)
             self._frame += 1
             health.packets += 1
             decoded = decode(data, 0, len(data))
@@ -239,3 +254,51 @@ class StreamSource:
     def close(self) -> None:
         self._stop.set()
         self._capture.close()
+
+
+class RollingPcap:
+    """Raw packets kept as pcap (nanosecond timestamps, the source's link type), a file per rotation:
+    ``FILE-<UTC start>-<n>.pcap`` beside ``FILE`` (its ``.pcap`` taken off), which ``kafkacap export`` reads
+    as one rotated set. The current file is written under a hidden name (``.*.tmp``) and renamed into place
+    whole by ``rotate``; a period without packets leaves no file."""
+
+    def __init__(self, path: str, linktype: int, snaplen: int = SNAPLEN) -> None:
+        folder, name = os.path.split(os.path.abspath(path))
+        if name.lower().endswith(".pcap"):
+            name = name[:-5]
+        if not name:
+            raise LiveError(f"{path}: give a file name for the kept packets")
+        if not os.path.isdir(folder):
+            raise LiveError(f"{path}: folder {folder} does not exist")
+        self._folder, self._name = folder, name
+        self._header = _PCAP_HEADER.pack(PCAP_NANO_MAGIC, 2, 4, 0, 0, snaplen, linktype)
+        self._hidden = os.path.join(folder, f".{name}-{uuid.uuid4().hex[:8]}.pcap.tmp")
+        self._file = None
+        self.bytes = 0  # in the current file
+        self.packets = 0  # kept in all
+        self.parts = 0
+
+    def packet(self, ts_ns: int, frame: bytes) -> None:
+        f = self._file
+        if f is None:
+            f = self._file = open(self._hidden, "wb", buffering=1 << 20)  # noqa: SIM115 - closed by rotate
+            f.write(self._header)
+            self.bytes = len(self._header)
+        sec, nsec = divmod(ts_ns, 1_000_000_000)
+        f.write(_PCAP_RECORD.pack(sec, nsec, len(frame), len(frame)))
+        f.write(frame)
+        self.bytes += _PCAP_RECORD.size + len(frame)
+        self.packets += 1
+
+    def rotate(self, started: dt.datetime) -> list[str]:
+        """Close the current file and rename it into place (``started``: when it began); the paths."""
+        if self._file is None:
+            return []
+        self._file.close()
+        self._file = None
+        self.parts += 1
+        stamp = started.astimezone(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        path = os.path.join(self._folder, f"{self._name}-{stamp}-{self.parts:06d}.pcap")
+        os.replace(self._hidden, path)
+        self.bytes = 0
+        return [path]
