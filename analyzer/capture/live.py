@@ -127,7 +127,14 @@ class InterfaceSource:
             except OSError:
                 continue
         self._sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-        self._health.filtered_in_kernel = capture_filter is not None and self._attach(iface, capture_filter)
+        attached = False
+        if self._loopback:
+            # The leaving copies are dropped in the kernel, where they would take half the receive buffer (and
+            # count as drops when it overflows, though no packet is missed); skipped in poll when this fails.
+            attached = self._attach(iface, "inbound" + (f" and ({capture_filter})" if capture_filter else ""))
+        if not attached and capture_filter is not None:
+            attached = self._attach(iface, capture_filter)
+        self._health.filtered_in_kernel = capture_filter is not None and attached
         self._sock.setblocking(False)
         self._frame = 0
         self._cmsg_space = socket.CMSG_SPACE(_TIMESPEC.size)
