@@ -96,6 +96,8 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=10)
     parser.add_argument("--sample", type=float, default=10, help="seconds between RSS samples")
     parser.add_argument("--rotate", default="60s", help="live's --rotate")
+    parser.add_argument("--nice", type=int, default=0, help="run live and tcpreplay at this niceness (a negative "
+                        "one on a machine whose other jobs would take their CPU)")
     parser.add_argument("--json", type=Path, help="write the figures (and the whole RSS series) here")
     args = parser.parse_args()
     if shutil.which("tcpreplay") is None:
@@ -115,13 +117,14 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="kafkacap-live-") as tmp:
         rolling = Path(tmp) / "rolling"
         planned = (packets or 0) / args.pps if packets else args.minutes * 60
-        live = subprocess.Popen([sys.executable, "-m", "analyzer.cli", "live", "-i", "lo", "--port", str(args.port),
-                                 "--no-screen", "--write", str(rolling), "--rotate", args.rotate, "--duration",
-                                 str(planned + 120)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+        niced = ["nice", "-n", str(args.nice)] if args.nice else []
+        live = subprocess.Popen([*niced, sys.executable, "-m", "analyzer.cli", "live", "-i", "lo", "--port",
+                                 str(args.port), "--no-screen", "--write", str(rolling), "--rotate", args.rotate,
+                                 "--duration", str(planned + 120)], cwd=REPO, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
         time.sleep(3)
         started = time.monotonic()
-        replay = subprocess.Popen(["tcpreplay", "-i", "lo", f"--pps={args.pps}", f"--loop={args.loops}",
+        replay = subprocess.Popen([*niced, "tcpreplay", "-i", "lo", f"--pps={args.pps}", f"--loop={args.loops}",
                                    str(capture)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         samples: list[tuple[float, float]] = []
         next_sample = started + args.sample
@@ -146,7 +149,7 @@ def main() -> int:
     sent_packets, sent_bytes = (int(sent.group(1)), int(sent.group(2))) if sent else (None, None)
     drops = re.search(r"kernel drops ([\d,]+|unknown)", out)
     figures = {
-        "capture": capture.name, "copies": copies, "pps_asked": args.pps, "rotate": args.rotate,
+        "capture": capture.name, "copies": copies, "pps_asked": args.pps, "rotate": args.rotate, "nice": args.nice,
         "seconds": round(elapsed, 1), "packets_sent": sent_packets,
         "packets_per_s": round(sent_packets / elapsed) if sent_packets else None,
         "wire_mb_per_s": round(sent_bytes / elapsed / 1e6, 2) if sent_bytes else None,
