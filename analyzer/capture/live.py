@@ -44,6 +44,8 @@ PACKET_OUTGOING = 4
 SNAPLEN = 262_144
 RECEIVE_BUFFER = 64 << 20  # what the kernel may queue while the analysis catches up
 MAX_BATCH = 4096  # packets handed on per poll at most (the caller's clock still ticks under a flood)
+MIN_BATCH = 256  # packets a poll gathers, waiting up to GATHER_SECONDS for them, before handing them on
+GATHER_SECONDS = 0.01
 QUEUED_PACKETS = 1 << 16  # read but not yet analysed; past it the reader waits (and the pipe's writer with it)
 _TIMESPEC = struct.Struct("qq")
 _STATS = struct.Struct("II")
@@ -184,19 +186,33 @@ class InterfaceSource:
             return False
 
     def poll(self, timeout: float) -> list[tuple]:
+        """The packets that arrive within ``timeout`` seconds. Once one has come, those that follow within
+        ``GATHER_SECONDS`` (up to ``MIN_BATCH``) are gathered with it: handed on one by one as they trickle in,
+        each would cost a step of the analysis (a wakeup, a failed read, a call into the flow table)."""
         out: list[tuple] = []
-        ready, _, _ = select.select([self._sock], [], [], max(timeout, 0))
+        sock = self._sock
+        ready, _, _ = select.select([sock], [], [], max(timeout, 0))
         if not ready:
             return out
         health = self._health
         decode = self._decode
         keep = self.keep
+        loopback = self._loopback
+        cmsg_space = self._cmsg_space
+        deadline = None
         while len(out) < MAX_BATCH:
             try:
-                data, ancillary, _flags, address = self._sock.recvmsg(SNAPLEN, self._cmsg_space)
+                data, ancillary, _flags, address = sock.recvmsg(SNAPLEN, cmsg_space)
             except BlockingIOError:
-                break
-            if self._loopback and address[2] == PACKET_OUTGOING:
+                if len(out) >= MIN_BATCH:
+                    break
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + GATHER_SECONDS
+                if now >= deadline or not select.select([sock], [], [], deadline - now)[0]:
+                    break
+                continue
+            if loopback and address[2] == PACKET_OUTGOING:
                 continue
             ts_ns = None
             for level, kind, value in ancillary:
