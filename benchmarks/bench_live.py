@@ -52,6 +52,13 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
+def prioritised(pid: int, nice: int) -> None:
+    """Give the scheduling group of ``pid``'s session (an autogroup) the niceness ``nice``, where there is one."""
+    group = Path(f"/proc/{pid}/autogroup")
+    if nice and group.exists():
+        group.write_text(str(nice))
+
+
 def sequential(source: Path, copies: int, folder: Path = DATA) -> tuple[Path, int]:
     """``folder``/STEM-seq-xN.pcap: ``copies`` copies of ``source`` one after another, each on its own addresses
     (cached by that name); (path, packets)."""
@@ -96,8 +103,10 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=10)
     parser.add_argument("--sample", type=float, default=10, help="seconds between RSS samples")
     parser.add_argument("--rotate", default="60s", help="live's --rotate")
-    parser.add_argument("--nice", type=int, default=0, help="run live and tcpreplay at this niceness (a negative "
-                        "one on a machine whose other jobs would take their CPU)")
+    parser.add_argument("--nice", type=int, default=0, help="run live and tcpreplay at this niceness, each in its "
+                        "own session whose scheduling group gets it too (with the kernel's autogroups, a process's "
+                        "own niceness weighs only against its session's): a negative one on a machine whose other "
+                        "jobs would take their CPU")
     parser.add_argument("--json", type=Path, help="write the figures (and the whole RSS series) here")
     args = parser.parse_args()
     if shutil.which("tcpreplay") is None:
@@ -121,11 +130,14 @@ def main() -> int:
         live = subprocess.Popen([*niced, sys.executable, "-m", "analyzer.cli", "live", "-i", "lo", "--port",
                                  str(args.port), "--no-screen", "--write", str(rolling), "--rotate", args.rotate,
                                  "--duration", str(planned + 120)], cwd=REPO, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        prioritised(live.pid, args.nice)
         time.sleep(3)
         started = time.monotonic()
         replay = subprocess.Popen([*niced, "tcpreplay", "-i", "lo", f"--pps={args.pps}", f"--loop={args.loops}",
-                                   str(capture)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                   str(capture)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  start_new_session=True)
+        prioritised(replay.pid, args.nice)
         samples: list[tuple[float, float]] = []
         next_sample = started + args.sample
         while replay.poll() is None:
