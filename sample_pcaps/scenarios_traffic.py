@@ -90,14 +90,29 @@ class _GroupMember(threading.Thread):
         self.assigned = threading.Event()
         self.stopping = threading.Event()
         self.failure: Exception | None = None
+        # The client's own view of each assignment: when its rebalance listener was told, the generation and
+        # member id its coordinator holds then, and the partitions (the truth the groups table is held to).
+        self.assignments: list[dict] = []
 
     def run(self) -> None:
-        from kafka import KafkaConsumer
+        from kafka import ConsumerRebalanceListener, KafkaConsumer
+
+        member = self
+
+        class Listener(ConsumerRebalanceListener):
+            def on_partitions_revoked(self, revoked) -> None:
+                member.assignments.append({"event": "revoked", "time": time.time(), **member.generation(consumer),
+                                           "partitions": sorted(tp.partition for tp in revoked)})
+
+            def on_partitions_assigned(self, assigned) -> None:
+                member.assignments.append({"event": "assigned", "time": time.time(), **member.generation(consumer),
+                                           "partitions": sorted(tp.partition for tp in assigned)})
 
         try:
-            consumer = KafkaConsumer(self.topic, **kp_options(self.ctx, self.client_id), group_id=self.group,
+            consumer = KafkaConsumer(**kp_options(self.ctx, self.client_id), group_id=self.group,
                                      auto_offset_reset="earliest", enable_auto_commit=False,
                                      session_timeout_ms=SESSION_TIMEOUT_MS, heartbeat_interval_ms=HEARTBEAT_MS)
+            consumer.subscribe([self.topic], listener=Listener())
         except Exception as exc:  # reported by the scenario
             self.failure = exc
             return
@@ -118,6 +133,12 @@ class _GroupMember(threading.Thread):
                         pass
         finally:
             consumer.close()
+
+    @staticmethod
+    def generation(consumer) -> dict:
+        """The generation and member id the client's coordinator holds (kafka-python keeps them internal)."""
+        held = getattr(getattr(consumer, "_coordinator", None), "_generation", None)
+        return {"generation_id": getattr(held, "generation_id", None), "member_id": getattr(held, "member_id", None)}
 
     def wait_consumed(self, count: int, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -151,7 +172,8 @@ def consumer_group(ctx: Context) -> None:
         if member.failure:
             _note_failure(ctx, member.client_id, member.failure)
         ctx.truth.consumed(topic, member.consumed, client_id=member.client_id)
-        ctx.truth.group(group, member=member.client_id, committed={topic: member.committed}, left=True)
+        ctx.truth.group(group, member=member.client_id, committed={topic: member.committed}, left=True,
+                        assignments=[{**a, "topic": topic} for a in member.assignments])
     ctx.truth.notes.append(f"cg-member-a read {first_alone} records alone before cg-member-b joined")
 
 

@@ -81,9 +81,11 @@ class ScenarioTruth:
         _add(entry["consumers"], client_id)
 
     def group(self, group_id: str, *, member: str, committed: dict[str, dict[int, int]] | None = None,
-              left: bool = False) -> None:
+              left: bool = False, assignments: list[dict] | None = None) -> None:
         entry = self.groups.setdefault(group_id, {"members": [], "committed": {}, "left": []})
         _add(entry["members"], member)
+        if assignments:
+            entry.setdefault("assignments", {})[member] = assignments
         for topic, offsets in (committed or {}).items():
             entry["committed"].setdefault(topic, {}).update({str(p): o for p, o in offsets.items()})
         if left:

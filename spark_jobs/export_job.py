@@ -135,6 +135,11 @@ def _export(spark, inputs: list[str], out: str, options: Options, aggregate: boo
                 _write_driver_side(staging, table, [], manifest[table])
         _write_driver_side(staging, "files", [_files_table(reports, files, stitcher)], [])
         clock.lap("write")
+        with described(spark, "kafkacap: derive groups"):
+            _write_driver_side(staging, "groups", [_groups_table(spark, staging)], [])
+        with described(spark, "kafkacap: derive deliveries"):
+            _write_deliveries(spark, staging)
+        clock.lap("derive")
         if aggregate:
             from spark_jobs.aggregate_job import write_aggregates
 
@@ -259,6 +264,78 @@ def _files_table(reports: list[FileReport], files: list[CaptureInput], stitcher:
             row[size_at] = sizes.get(r.path, row[size_at])
         rows.append(tuple(row))
     return pa.Table.from_batches([files_batch(rows)])
+
+
+def _groups_table(spark, staging: Staging) -> pa.Table:
+    """The groups table from the exchanges just written: the join, sync and leave rows collected (a few per
+    member and rebalance), heartbeats and commits counted by Spark, then the CLI's own derivation."""
+    from pyspark.sql import functions as F
+
+    from analyzer.derived import groups
+
+    exchanges = spark.read.parquet(staging.uri("exchanges")).where(F.col("group_id").isNotNull())
+    detail = exchanges.where(F.col("api_name").isin(*groups.DETAIL_APIS)).select(*groups.COLUMNS).toArrow()
+    counts = (exchanges.where(F.col("api_name").isin(*groups.COUNTED_APIS) & F.col("generation_id").isNotNull())
+              .groupBy(*groups.COUNT_KEYS)
+              .agg(F.count(F.lit(1)).alias("requests"), F.max("response_last_ts").alias("last_ts"))).toArrow()
+    return groups.groups_table(groups.detail_rows(detail), counts.cast(groups.COUNTS_SCHEMA))
+
+
+def _write_deliveries(spark, staging: Staging) -> None:
+    """The deliveries table (analyzer.derived.deliveries) by a range join in Spark: each Fetch range exploded
+    into the offset buckets it covers, joined with the Produce rows of its topic, partition and bucket, and the
+    earliest covering Fetch kept per produced batch and consumer, ties broken as the CLI breaks them."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from analyzer.derived import deliveries as d
+
+    parts = spark.read.parquet(staging.uri("partitions"))
+    produced = parts.where((F.col("api_name") == "Produce") & (F.col("base_offset") >= 0)
+                           & (F.coalesce(F.col("records"), F.lit(0)) > 0) & F.col("request_last_ts").isNotNull())
+    span = F.col("records_last_offset") - F.col("records_first_offset")
+    fetched = parts.where((F.col("api_name") == "Fetch") & (F.col("records_first_offset") >= 0)
+                          & F.col("response_last_ts").isNotNull() & (span >= 0) & (span < d.MAX_SPAN))
+    conns = spark.read.parquet(staging.uri("connections")).select("capture_file", "connection_id", "client_ip")
+    fetched = fetched.join(conns, ["capture_file", "connection_id"], "left")
+    named = (spark.read.parquet(staging.uri("exchanges")).where(F.col("group_id").isNotNull())
+             .select("client_ip", "client_id", "group_id").distinct()
+             .groupBy("client_ip", "client_id")
+             .agg(F.when(F.count("group_id") == 1, F.first("group_id")).alias("group_id")))
+    p = produced.select(
+        "topic", "partition", "base_offset", "records", F.col("client_id").alias("producer_client_id"),
+        F.col("capture_file").alias("produce_capture_file"), F.col("connection_id").alias("produce_connection_id"),
+        F.col("correlation_id").alias("produce_correlation_id"), F.col("request_last_ts").alias("produced_ts"),
+        F.col("response_last_ts").alias("acked_ts"),
+        F.floor(F.col("base_offset") / d.BUCKET).alias("bucket"))
+    f = fetched.select(
+        F.col("topic").alias("f_topic"), F.col("partition").alias("f_partition"), "records_first_offset",
+        "records_last_offset", F.col("client_id").alias("consumer_client_id"),
+        F.col("client_ip").alias("consumer_ip"), F.col("capture_file").alias("fetch_capture_file"),
+        F.col("connection_id").alias("fetch_connection_id"), F.col("correlation_id").alias("fetch_correlation_id"),
+        F.col("response_last_ts").alias("fetched_ts"),
+        F.explode(F.sequence(F.floor(F.col("records_first_offset") / d.BUCKET),
+                             F.floor(F.col("records_last_offset") / d.BUCKET))).alias("f_bucket"))
+    joined = p.join(f, (p.topic == f.f_topic) & (p.partition == f.f_partition) & (p.bucket == f.f_bucket)
+                    & (p.base_offset >= f.records_first_offset) & (p.base_offset <= f.records_last_offset)
+                    & (f.fetched_ts >= p.produced_ts))
+    first = Window.partitionBy("produce_capture_file", "produce_connection_id", "produce_correlation_id", "topic",
+                               "partition", "consumer_ip", "consumer_client_id").orderBy(
+        "fetched_ts", "fetch_connection_id", "fetch_correlation_id")
+    rows = (joined.withColumn("n", F.row_number().over(first)).where(F.col("n") == 1)
+            .join(named, (F.col("consumer_ip") == named.client_ip)
+                  & (F.col("consumer_client_id") == named.client_id), "left")
+            .withColumn("delivery_ms", _elapsed_ms("produced_ts", "fetched_ts"))
+            .withColumn("after_ack_ms", _elapsed_ms("acked_ts", "fetched_ts")))
+    write_table(rows.select(*d.DELIVERIES_SCHEMA.names, F.to_date("produced_ts").alias(PARTITION_COLUMN)),
+                "deliveries", staging)
+
+
+def _elapsed_ms(start: str, end: str):
+    """end - start in ms as the CLI computes it: the difference in whole microseconds, then divided."""
+    from pyspark.sql import functions as F
+
+    return (F.unix_micros(F.col(end)) - F.unix_micros(F.col(start))).cast("double") / 1000.0
 
 
 def write_table(df, table: str, staging: Staging) -> None:

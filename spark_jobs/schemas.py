@@ -22,6 +22,8 @@ DATE_SOURCES: dict[str, tuple[str, ...]] = {
     "records": ("frame_ts",),
     "connections": ("first_ts",),
     "files": ("first_ts",),
+    "groups": ("rebalance_start", "ended"),
+    "deliveries": ("produced_ts",),
 }
 
 

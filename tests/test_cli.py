@@ -261,8 +261,8 @@ def test_export_replaces_previous_tables_without_leftovers(tmp_path):
     out = tmp_path / "out"
     assert invoke("export", cap, "-o", out).exit_code == 0
     assert invoke("export", cap, "-o", out).exit_code == 0
-    assert sorted(os.listdir(out)) == ["_kafkacap.json", *(f"{t}.parquet" for t in ("connections", "errors",
-                                                                                  "exchanges", "files", "partitions"))]
+    tables = ("connections", "deliveries", "errors", "exchanges", "files", "groups", "partitions")
+    assert sorted(os.listdir(out)) == ["_kafkacap.json", *(f"{t}.parquet" for t in tables)]
 
 
 def test_show_decodes_a_chosen_exchange_as_a_tree(tmp_path):

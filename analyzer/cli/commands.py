@@ -366,13 +366,20 @@ def summary(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progr
     """Summarise Kafka traffic: capture span and rates, API usage and latency percentiles, slowest service
     times, errors (protocol steps apart), brokers, clients, topics, connections."""
     from analyzer.cli.summary import Collector, print_summary, summary_document
-    from analyzer.tables.schemas import CONNECTIONS_SCHEMA, EXCHANGES_SCHEMA, PARTITIONS_SCHEMA
+    from analyzer.tables.schemas import (
+        CONNECTIONS_SCHEMA,
+        DELIVERIES_SCHEMA,
+        EXCHANGES_SCHEMA,
+        GROUPS_SCHEMA,
+        PARTITIONS_SCHEMA,
+    )
 
     sink = Collector()
     reports = _analyse(paths, _options(ports, detect_ports, headers_only, verify_crc, separate_files=separate_files),
                        jobs, sink, no_progress)
     tables = (sink.table("exchanges", EXCHANGES_SCHEMA), sink.table("connections", CONNECTIONS_SCHEMA), reports,
-              sink.table("partitions", PARTITIONS_SCHEMA))
+              sink.table("partitions", PARTITIONS_SCHEMA), sink.table("groups", GROUPS_SCHEMA),
+              sink.table("deliveries", DELIVERIES_SCHEMA))
     if as_json:
         from analyzer.cli.jsonout import dumps
 
@@ -397,7 +404,13 @@ def summary(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progr
 def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progress, separate_files, out_dir, fmt,
            with_summary, records, max_batch_mb, max_decompressed_mb) -> None:
     """Write the exchanges, connections and files tables to a folder."""
-    from analyzer.tables.schemas import CONNECTIONS_SCHEMA, EXCHANGES_SCHEMA, PARTITIONS_SCHEMA
+    from analyzer.tables.schemas import (
+        CONNECTIONS_SCHEMA,
+        DELIVERIES_SCHEMA,
+        EXCHANGES_SCHEMA,
+        GROUPS_SCHEMA,
+        PARTITIONS_SCHEMA,
+    )
     from analyzer.tables.writers import OutputFolderError, TableFolder
 
     try:
@@ -434,7 +447,8 @@ def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progre
     if collector is not None:
         print_summary(_out(), collector.table("exchanges", EXCHANGES_SCHEMA),
                       collector.table("connections", CONNECTIONS_SCHEMA), reports,
-                      collector.table("partitions", PARTITIONS_SCHEMA), headers_only=headers_only,
+                      collector.table("partitions", PARTITIONS_SCHEMA), collector.table("groups", GROUPS_SCHEMA),
+                      collector.table("deliveries", DELIVERIES_SCHEMA), headers_only=headers_only,
                       verify_crc=verify_crc)
     rows = sum(r.exchanges for r in reports)
     _err().print(Text(f"wrote {rows:,} exchanges to " + inert(", ".join(written))))

@@ -42,7 +42,8 @@ def _fmt_ms(v: float | None) -> str:
 
 
 def print_summary(console: Console, exchanges: pa.Table, connections: pa.Table,
-                  reports: list[FileReport], partitions: pa.Table | None = None, *, headers_only: bool = False,
+                  reports: list[FileReport], partitions: pa.Table | None = None, groups: pa.Table | None = None,
+                  deliveries: pa.Table | None = None, *, headers_only: bool = False,
                   verify_crc: bool = False) -> None:
     """The summary; ``headers_only`` and ``verify_crc`` are the run's options, which decide what the
     figures can and cannot include (the summary says so)."""
@@ -59,6 +60,10 @@ def print_summary(console: Console, exchanges: pa.Table, connections: pa.Table,
         _clients(console, exchanges)
         if partitions is not None and partitions.num_rows:
             _topics(console, partitions)
+        if groups is not None and groups.num_rows:
+            _groups(console, group_rows(groups))
+        if deliveries is not None and deliveries.num_rows:
+            _deliveries(console, delivery_rows(deliveries))
     crc = "not checked (--headers-only decodes no record batch)" if headers_only else (
         None if verify_crc else "not checked (--verify-crc)")
     _connections(console, connections, exchanges, partitions, crc)
@@ -271,6 +276,99 @@ def _topics(console: Console, parts: pa.Table, top: int = 15) -> None:
     console.print(t)
 
 
+def group_rows(groups: pa.Table) -> list[dict]:
+    """Per consumer group (and capture): its generations, the rebalances that made them, and how long members
+    went without partitions, with one entry per generation."""
+    out: dict[tuple, dict] = {}
+    for g in groups.sort_by([("capture_file", "ascending"), ("group_id", "ascending"),
+                             ("generation_id", "ascending")]).to_pylist():
+        entry = out.setdefault((g["capture_file"], g["group_id"]), {
+            "capture_file": g["capture_file"], "group_id": g["group_id"], "generations": 0,
+            "rebalance_ms_total": 0.0, "stop_ms_total": 0.0, "stop_ms_max": None, "members_max": 0,
+            "generation_rows": []})
+        entry["generations"] += 1
+        entry["rebalance_ms_total"] += g["rebalance_ms"] or 0.0
+        entry["stop_ms_total"] += g["stop_ms"] or 0.0
+        if g["stop_ms"] is not None:
+            entry["stop_ms_max"] = max(entry["stop_ms_max"] or 0.0, g["stop_ms"])
+        entry["members_max"] = max(entry["members_max"], g["member_count"])
+        entry["generation_rows"].append({
+            "generation_id": g["generation_id"], "protocol_name": g["protocol_name"],
+            "members": [m["client_id"] or m["member_id"] for m in g["members"]],
+            "joined": g["joined"], "left": g["left"],
+            "left_group": [m["client_id"] or m["member_id"] for m in g["members"] if m["left_ts"] is not None],
+            "rebalance_start": g["rebalance_start"], "rebalance_ms": g["rebalance_ms"], "stop_ms": g["stop_ms"]})
+    for entry in out.values():
+        entry["rebalance_ms_total"] = round(entry["rebalance_ms_total"], 3)
+        entry["stop_ms_total"] = round(entry["stop_ms_total"], 3)
+    return list(out.values())
+
+
+def delivery_rows(deliveries: pa.Table) -> list[dict]:
+    """End-to-end latency per topic and consuming group (or client, outside groups): produced batches
+    delivered, and produce-to-fetch percentiles."""
+    t = deliveries.append_column("consumer", pc.coalesce(deliveries["group_id"],
+                                                         pc.binary_join_element_wise("client ", deliveries[
+                                                             "consumer_client_id"], "")))
+    agg = t.group_by(["topic", "consumer"]).aggregate([
+        ([], "count_all"), ("delivery_ms", "tdigest", pc.TDigestOptions(q=[0.5, 0.99])), ("delivery_ms", "max")])
+    out = []
+    for r in agg.sort_by([("topic", "ascending"), ("consumer", "ascending")]).to_pylist():
+        p50, p99 = r["delivery_ms_tdigest"] or (None, None)
+        out.append({"topic": r["topic"], "consumer": r["consumer"], "batches": r["count_all"],
+                    "delivery_p50_ms": None if p50 is None else round(p50, 3),
+                    "delivery_p99_ms": None if p99 is None else round(p99, 3),
+                    "delivery_max_ms": r["delivery_ms_max"]})
+    return out
+
+
+def _deliveries(console: Console, rows: list[dict], top: int = 20) -> None:
+    t = Table(title="End-to-end: produce request to the consumer's fetch response (ms)", title_justify="left")
+    for col in ("topic", "consumer (group or client)", "batches", "p50", "p99", "max"):
+        t.add_column(col, justify="left" if col.startswith(("topic", "consumer")) else "right")
+    for r in rows[:top]:
+        t.add_row(inert_text(r["topic"]), inert_text(r["consumer"]), f"{r['batches']:,}",
+                  _fmt_ms(r["delivery_p50_ms"]), _fmt_ms(r["delivery_p99_ms"]), _fmt_ms(r["delivery_max_ms"]))
+    console.print(t)
+    if len(rows) > top:
+        console.print(f"  ... {len(rows) - top:,} more (kafkacap export: the deliveries table)")
+
+
+MAX_GENERATION_ROWS = 40
+
+
+def _groups(console: Console, rows: list[dict]) -> None:
+    t = Table(title="Consumer groups: generations and the rebalances that made them (times in ms)",
+              title_justify="left")
+    for col in ("group", "gen", "members", "joined", "gone", "left", "rebalance", "stop", "started"):
+        t.add_column(col, justify="right" if col in ("gen", "rebalance", "stop") else "left",
+                     overflow="fold")
+    shown = 0
+    for entry in rows:
+        for g in entry["generation_rows"]:
+            if shown >= MAX_GENERATION_ROWS:
+                break
+            t.add_row(inert_text(entry["group_id"]), str(g["generation_id"]),
+                      inert_text(", ".join(sorted(set(g["members"])))),
+                      "-" if g["joined"] is None else str(len(g["joined"])),
+                      "-" if g["left"] is None else str(len(g["left"])), str(len(g["left_group"])),
+                      _fmt_ms(g["rebalance_ms"]), _fmt_ms(g["stop_ms"]),
+                      g["rebalance_start"].strftime("%H:%M:%S.%f")[:-3] if g["rebalance_start"] else "-")
+            shown += 1
+    console.print(t)
+    console.print("  joined/gone: members new to / missing from the generation before (- when it is not in the "
+                  "capture); left: members that sent LeaveGroup; rebalance: first JoinGroup to the last member's "
+                  "assignment; stop: the longest a member of the generation before went without partitions")
+    total = sum(len(e["generation_rows"]) for e in rows)
+    if total > shown:
+        console.print(f"  ... {total - shown:,} more generations (kafkacap export: the groups table)")
+    for entry in rows:
+        console.print(Text(f"  {entry['group_id']}: {entry['generations']} generation"
+                           f"{'s' if entry['generations'] != 1 else ''}, up to {entry['members_max']} members, "
+                           f"members without partitions {_fmt_ms(entry['stop_ms_total'])} ms in all "
+                           f"(longest {_fmt_ms(entry['stop_ms_max'])} ms)"))
+
+
 def _files(console: Console, reports: list[FileReport]) -> None:
     t = Table(title="Capture files", title_justify="left")
     for col, just in (("file", "left"), ("format", "left"), ("packets", "right"), ("connections", "right"),
@@ -444,7 +542,8 @@ SUMMARY_FORMAT = 1  # the version of summary_document's structure; raised when a
 
 
 def summary_document(exchanges: pa.Table, connections: pa.Table, reports: list[FileReport],
-                     partitions: pa.Table | None = None, *, headers_only: bool = False,
+                     partitions: pa.Table | None = None, groups: pa.Table | None = None,
+                     deliveries: pa.Table | None = None, *, headers_only: bool = False,
                      verify_crc: bool = False) -> dict:
     """What the summary shows, as one JSON-ready structure (``kafkacap summary --json``, documented in
     docs/summary-json.md): the same figures as the terminal, every row in full (no top-N cut but ``slowest``)."""
@@ -470,6 +569,8 @@ def summary_document(exchanges: pa.Table, connections: pa.Table, reports: list[F
         "brokers": broker_rows(exchanges),
         "clients": client_rows(exchanges, None),
         "topics": topic_rows(partitions) if partitions is not None and partitions.num_rows else [],
+        "groups": group_rows(groups) if groups is not None and groups.num_rows else [],
+        "deliveries": delivery_rows(deliveries) if deliveries is not None and deliveries.num_rows else [],
         "connections": {"count": connections.num_rows, "ended": dict(sorted(ended.items())),
                         **{key: value for key, _, value in anomaly_counts(connections, exchanges)}},
         "crc_failures": crc_failure_rows(partitions) if verify_crc and not headers_only else None,

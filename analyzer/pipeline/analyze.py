@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analyzer.capture.files import STDIN, Capture, CaptureError, CaptureStats, open_capture
-from analyzer.pipeline.carry import Handoff, carry_over, continues
+from analyzer.pipeline.carry import Handoff, carried_connections, carry_over, continues
 from analyzer.pipeline.collector import collector_tuned
 from analyzer.session.matching import Outputs
 from analyzer.tables.schemas import (
@@ -264,7 +264,7 @@ def _carry_into(following: Sequence[str], table: FlowTable, stats: CaptureStats,
                 name_of: Callable[[str], str]) -> dict[int, tuple]:
     """Follow open connections into the next file(s); returns their connection rows as of this file's end
     (the next file's analysis counts its own packets of them; the stitch stage adds the two up)."""
-    snapshots = {c.conn_id: c.row() for c in table.open if c.ended is None}
+    snapshots = {c.conn_id: c.row() for c in carried_connections(table, stats.last_ts_ns)}
     if not snapshots:
         return {}
     opened: list = []
@@ -318,7 +318,9 @@ def _emit_exchanges(table: FlowTable, name: str, sink: BatchSink, report: FileRe
     out = table.out
     names = partial(topic_text, topic_names=out.topic_names)  # topic ids to text, at the end of the batch
     if out.exchanges:
-        batch = exchanges_batch(out.exchanges.drain(names), name)
+        columns = out.exchanges.drain(names)
+        columns["subscription"], columns["assignment"] = out.group_details.drain(len(columns["api_key"]), names)
+        batch = exchanges_batch(columns, name)
         report.exchanges += batch.num_rows
         counts = report.status_counts
         for item in pc.value_counts(batch.column("status")).to_pylist():

@@ -24,6 +24,7 @@ CHECK_EVERY = 1024  # packets fed between checks for connections come to rest
 READ_THROUGH = 1 << 62  # hand-over point of a connection read through a whole file
 SHORT_FILE = 10_000  # packets: a file this short is read through to find idle connections in the next one
 OVERLAP_NS = 1_000_000_000  # a next file starting this much before this one ends is a parallel capture
+TAIL_NS = 2 * 1_000_000_000  # a closing handshake's last packets follow its FINs within this (capture time)
 
 
 @dataclass
@@ -46,6 +47,14 @@ FollowingFile = tuple[str, Iterator[tuple], Callable[[], int]]
 """(name, its packets, its packet count once they are all read)."""
 
 
+def carried_connections(table: FlowTable, last_ts: int | None) -> list:
+    """The connections followed into the next file: the open ones, and those closed just before the file
+    ended (the last ACK of their FINs, or an RST, may be in the next file, where one pass over the
+    concatenated files would still give it to them)."""
+    return [c for c in table.open if c.ended is None
+            or (last_ts is not None and c.closing_ts >= last_ts - TAIL_NS)]
+
+
 def carry_over(table: FlowTable, following: Iterable[FollowingFile], base: int,
                last_ts: int | None) -> list[Handoff]:
     """Feed the following files' packets of the table's open connections (numbered on from ``base``).
@@ -54,22 +63,26 @@ def carry_over(table: FlowTable, following: Iterable[FollowingFile], base: int,
     one after. Returns one hand-over per connection and file it shows up in. Connections still busy at the
     time bound stay open; ``table.finish()`` settles them as usual.
     """
-    carried = [c for c in table.open if c.ended is None]
+    carried = carried_connections(table, last_ts)
     if not carried:
         return []
+    tails = [c for c in carried if c.ended is not None]
     by_key = {}
     for conn in carried:
         by_key[conn.client_key] = by_key[conn.broker_key] = conn
     rows = table.out.exchanges
     start_rows = len(rows)
     deadline = None if last_ts is None else last_ts + CARRY_NS
+    tail_ids = {c.conn_id for c in tails}
+    tail_deadline = None if last_ts is None else last_ts + TAIL_NS
     busy = {c.conn_id for c in carried if not c.can_hand_over(base)}
     seen: list[tuple[str, dict[int, int], dict[int, int]]] = []  # per file: first packets, hand-over points
     for name, packets, count in following:
         first_seen: dict[int, int] = {}
         stop: dict[int, int] = {}
         seen.append((name, first_seen, stop))
-        ended = _follow(table, packets, base, deadline, by_key, busy, first_seen, stop, len(carried))
+        ended = _follow(table, packets, base, deadline, by_key, busy, first_seen, stop, len(carried),
+                        tail_ids, tail_deadline)
         unseen = any(c.conn_id not in first_seen for c in carried)
         if ended or not (busy or (unseen and count() < SHORT_FILE)):
             break
@@ -87,7 +100,8 @@ def carry_over(table: FlowTable, following: Iterable[FollowingFile], base: int,
 
 
 def _follow(table: FlowTable, packets: Iterator[tuple], base: int, deadline: int | None, by_key: dict,
-            busy: set[int], first_seen: dict[int, int], stop: dict[int, int], carried: int) -> bool:
+            busy: set[int], first_seen: dict[int, int], stop: dict[int, int], carried: int,
+            tail_ids: set[int] = frozenset(), tail_deadline: int | None = None) -> bool:
     """One following file; True when the time bound or every connection's hand-over ended the reading."""
     batch: list[tuple] = []
     no = 0
@@ -97,6 +111,12 @@ def _follow(table: FlowTable, packets: Iterator[tuple], base: int, deadline: int
         if deadline is not None and pkt[1] > deadline:
             done = True
             break
+        if tail_ids and tail_deadline is not None and pkt[1] > tail_deadline:  # no late packet of theirs now
+            carried -= sum(1 for cid in tail_ids if cid not in first_seen)
+            tail_ids = frozenset()
+            if not busy and len(first_seen) >= carried:
+                done = True
+                break
         conn = by_key.get(pkt[2])
         if conn is None:
             continue

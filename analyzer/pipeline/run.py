@@ -20,6 +20,7 @@ import pyarrow.ipc as ipc
 from analyzer.capture.chunks import joined_walk
 from analyzer.capture.files import STDIN, CaptureError, open_capture
 from analyzer.capture.pcap import MAGICS
+from analyzer.derived.tables import DerivedTables
 from analyzer.pipeline.analyze import BatchSink, FileReport, Options, analyze_file, capture_names
 from analyzer.pipeline.stitch import Stitcher, capture_sets, next_files
 from analyzer.tables.schemas import files_batch
@@ -190,11 +191,13 @@ def run(
     tasks = plan(files, max(1, jobs), stitch)
     reports: list[FileReport] = []
     stitcher = Stitcher()
+    derived = DerivedTables()
     final_sink = sink
 
     def sink(table: str, batch: pa.RecordBatch) -> None:
         out = stitcher.apply(table, batch)
         if out is not None:
+            derived.feed(table, out)
             final_sink(table, out)
 
     if jobs <= 1 or len(tasks) == 1:
@@ -257,7 +260,10 @@ def run(
         r.exchanges -= stitcher.dropped.get(r.name, 0)
     spanning = stitcher.finish()
     if spanning is not None:
+        derived.feed("connections", spanning)
         final_sink("connections", spanning)
+    for table, batch in derived.finish():
+        final_sink(table, batch)
     final_sink("files", files_batch([(*file_row(r), *stitcher.file_columns(r.name)) for r in merged]))
     return merged
 

@@ -82,6 +82,7 @@ _UNDEFINED = _m._UNDEFINED
 _SETTING_NAMES = _m._SETTING_NAMES
 _SETTINGS = _m._SETTINGS
 cdef int SASL_HANDSHAKE = 17, SASL_AUTHENTICATE = 36, FIND_COORDINATOR = 10, JOIN_GROUP = 11
+cdef int SYNC_GROUP = 14, CONSUMER_GROUP_HEARTBEAT = 68
 # Extracted's fields by position (a NamedTuple: reading by index skips the attribute lookup)
 cdef Py_ssize_t X_TOP_ERROR = 3, X_ACKS = 6, X_TRANSACTIONAL_ID = 7, X_FIELDS = 11
 
@@ -219,6 +220,7 @@ cdef class Request:
     cdef readonly object body  # its Extracted (_NOTHING: not read, _UNDEFINED: no layout to read it by)
     cdef readonly bint malformed
     cdef readonly object records  # (topic, partition) -> its records field's summary, or None
+    cdef readonly object group_body  # a group API's request body, kept for its member details (or None)
 
     def __repr__(self):
         return (f"Request(correlation_id={self.correlation_id}, api_key={self.api_key}, "
@@ -226,7 +228,7 @@ cdef class Request:
 
 
 cdef Request new_request(int32_t correlation_id, api_key, api_version, client_id, first_ts, first_no, last_ts,
-                         last_no, size, bint acks0, note, body, bint malformed, records):
+                         last_no, size, bint acks0, note, body, bint malformed, records, group_body=None):
     cdef Request r = Request.__new__(Request)
     r.correlation_id = correlation_id
     r.api_key = api_key
@@ -242,6 +244,7 @@ cdef Request new_request(int32_t correlation_id, api_key, api_version, client_id
     r.body = body
     r.malformed = malformed
     r.records = records
+    r.group_body = group_body
     return r
 
 
@@ -381,10 +384,14 @@ cdef class ExchangeMatcher:
         if client_id not in self.client_ids:
             self._new_client_id(client_id, head, end)
         self.last_request_corr = corr
+        if key == JOIN_GROUP or key == SYNC_GROUP or key == CONSUMER_GROUP_HEARTBEAT:
+            group_body = bytes(head[body:end]) if out.bodies and not (bad or lossy) and end >= size + 4 else None
+        else:
+            group_body = None
         recs = self._records(head, x, corr, key, ver, client_id, last_ts) if key == PRODUCE and x.partitions else None
         pending = self.pending
         pending.append(new_request(corr, key, ver, client_id, first_ts, first_no, last_ts, last_no, size + 4, acks0,
-                                   note, x, bad, recs))
+                                   note, x, bad, recs, group_body))
         if self.by_corr is not None or len(pending) > SCAN_IN_FLIGHT:
             self._indexed(corr)
 
@@ -623,6 +630,8 @@ cdef class ExchangeMatcher:
                     note = _join(note, "record_count and record_bytes unknown: partitions left out")
         else:  # headers only: what the bodies hold is unknown, not empty
             topics = partition_count = None
+        if req.group_body is not None and status is not MALFORMED and not lossy and end >= size + 4:
+            out.group_details.add(self.rows.rows, key, ver, req.group_body, bytes(head[body:end]))
         self.rows.add(self.conn, key, ver, corr, client_id, req.first_ts, req.last_ts, first_ts, last_ts, req.size,
                       size + 4, error_code, throttle, status, req.first_no, last_no, note, topics, partition_count,
                       error_count, record_count, record_bytes, None, settings_of(key, rx, x))

@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from itertools import islice
 
+from analyzer.session.groups import GroupDetails
 from analyzer.tables._columns import ErrorColumns, ExchangeColumns, PartitionColumns
 from analyzer.tables.schemas import SETTING_FIELDS
 from dissectors.kafka.extract import (
@@ -30,7 +31,7 @@ from dissectors.kafka.extract import (
     MAX_TOPICS,
     Extracted,
 )
-from dissectors.kafka.records import Limits, RecordsError
+from dissectors.kafka.records import SUMMARY_CRC_FAILURES, V2_HEADER_SIZE, Limits, RecordsError
 from dissectors.kafka.records import batches as record_batches
 from dissectors.kafka.records import records as record_rows_of
 from dissectors.kafka.records import summarize as summarize_batches
@@ -167,7 +168,7 @@ class Outputs:
 
     __slots__ = ("exchanges", "errors", "partitions", "topic_names", "bodies", "tap", "limits", "verify_crc",
                  "records", "max_in_flight", "in_flight_note", "held_rows", "drain", "requests_dropped",
-                 "tls_keys")
+                 "tls_keys", "group_details")
 
     def __init__(self, bodies: bool = True, verify_crc: bool = False, records: bool = False,
                  limits: Limits | None = None, max_in_flight: int = MAX_IN_FLIGHT) -> None:
@@ -185,6 +186,7 @@ class Outputs:
         self.errors = ErrorColumns()
         self.partitions = PartitionColumns()
         self.topic_names: dict[bytes, str] = {}  # topic id -> name, from Metadata responses
+        self.group_details = GroupDetails()  # the exchanges' subscription and assignment columns
         # Requests held in flight per connection (checked once the queue outgrows a scan: never below that).
         self.max_in_flight = max(max_in_flight, SCAN_IN_FLIGHT)
         self.requests_dropped = 0  # over max_in_flight, all connections together (for the files table)
@@ -212,7 +214,8 @@ class Outputs:
 def crc_note(recs: dict[tuple, tuple], topic_names: dict[bytes, str]) -> str | None:
     """What --verify-crc found wrong in an exchange's records fields: how many batches, in which
     partitions (the first few), or None when every checked batch is sound."""
-    failing = [(topic, partition, summary[-1]) for (topic, partition), summary in recs.items() if summary[-1]]
+    failing = [(topic, partition, summary[SUMMARY_CRC_FAILURES]) for (topic, partition), summary in recs.items()
+               if summary[SUMMARY_CRC_FAILURES]]
     if not failing:
         return None
     batches = sum(n for _, _, n in failing)
@@ -232,18 +235,22 @@ def record_rows(o: Outputs, connection_id: int, head, x: Extracted, corr: int, k
         if p.records_offset is None:
             continue
         length = min(p.record_bytes, len(head) - p.records_offset)
-        try:
-            found = record_batches(head, p.records_offset, length, limits=o.limits, verify_crc=o.verify_crc)
+        try:  # not measured: the walk below expands every compressed batch, which gives its true size
+            found = record_batches(head, p.records_offset, length, limits=o.limits, verify_crc=o.verify_crc,
+                                   measure=False)
         except RecordsError:
             found = None
-        out[(p.topic, p.partition)] = summarize_batches(found, o.verify_crc)
         if found:
             head_of_row = (connection_id, corr, key, ver, client_id, ts, p.topic, p.partition)
+            sizes: dict[int, int] = {}
             try:
                 o.records.add(head_of_row, record_rows_of(head, p.records_offset, length, limits=o.limits,
-                                                          skip_refused=True, known=found))
+                                                          skip_refused=True, known=found, sizes=sizes))
             except RecordsError:
                 pass  # a corrupt batch: its batch row says so; the records before it are kept
+            for i, size in sizes.items():
+                found[i] = found[i]._replace(uncompressed_bytes=V2_HEADER_SIZE + size)
+        out[(p.topic, p.partition)] = summarize_batches(found, o.verify_crc)
     if len(o.records) >= o.held_rows:
         o.make_room()
     return out

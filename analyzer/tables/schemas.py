@@ -129,6 +129,12 @@ EXCHANGES_SCHEMA = pa.schema([
        "latency_ms. The summary's slowest service times and per-broker percentiles use this."),
     _f("error_expected", pa.bool_(), "Whether error_code is a step of the protocol rather than a failure, for this "
        "API (as the errors table's expected column); false when error_code is 0, null when it is unknown."),
+    _f("subscription", pa.list_(pa.string()),
+       "Topics the member subscribes to: a consumer JoinGroup's protocol metadata (the consumer protocol's "
+       "subscription, first protocol), or a ConsumerGroupHeartbeat's subscribed_topic_names when sent."),
+    _f("assignment", pa.list_(pa.struct([("topic", pa.string()), ("partitions", pa.list_(pa.int32()))])),
+       "Partitions the member was given: a consumer SyncGroup response's assignment (the consumer protocol), "
+       "or a ConsumerGroupHeartbeat response's, when sent; null when not in the exchange or unreadable."),
 ])
 
 # Settings columns in EXCHANGE_ROW_FIELDS order (filled by the core from Extracted.fields and the like).
@@ -291,7 +297,14 @@ PARTITIONS_SCHEMA = pa.schema([
     _f("batches", pa.int32(), "Complete record batches (or top-level legacy messages) in the records field."),
     _f("records", pa.int64(), "Records in them (legacy compressed wrappers: their inner messages)."),
     _f("codec", pa.string(), "Compression: none, gzip, snappy, lz4, zstd (several joined with '+')."),
-    _f("uncompressed_bytes", pa.int64(), "Size of the batches uncompressed, when known without decompressing."),
+    _f("uncompressed_bytes", pa.int64(), "Size of the complete batches with their payloads uncompressed (each "
+       "batch's header plus its payload's size; legacy wrappers: expanded). For a compressed v2 batch, the "
+       "size its payload declares (gzip ISIZE trailer, snappy block lengths, lz4/zstd frame content size) is "
+       "trusted without decompressing, once checked plausible: room for the batch's records, within what the "
+       "codec can expand that many bytes to, within --max-batch-mb. A payload that declares nothing plausible "
+       "is decompressed within the limits and measured. With --records, every payload is decompressed and the "
+       "size is the decompressed one. Null when some batch's size is not known (refused by the limits, corrupt, "
+       "unknown codec)."),
     _f("compression_ratio", pa.float64(), "uncompressed_bytes / record bytes on the wire."),
     _f("producer_id", pa.int64(), "Producer id of the first batch (-1: not idempotent)."),
     _f("producer_epoch", pa.int16(), "Producer epoch of the first batch."),
@@ -304,6 +317,15 @@ PARTITIONS_SCHEMA = pa.schema([
     _f("truncated_batches", pa.int32(), "Batches cut at the end of the field (Fetch size limit; not an error)."),
     _f("crc_failures", pa.int32(), "Batches whose CRC-32C (v2) or CRC-32 (legacy) did not match; null unless "
        "--verify-crc."),
+    _f("records_first_offset", pa.int64(), "Offset of the first record of the complete batches: the first v2 "
+       "batch's base offset; legacy: the first message's offset (a compressed wrapper's: its first inner "
+       "message's, as the records table numbers it; null unless the wrapper was expanded). Fetch responses: "
+       "the log offsets the consumer received. Produce requests: the offsets the client wrote, relative "
+       "(usually from 0), not log offsets (base_offset in the response is where they were appended)."),
+    _f("records_last_offset", pa.int64(), "Offset of the last record of the complete batches: the last v2 "
+       "batch's base offset plus its last offset delta; legacy: the last message's offset (a compressed "
+       "wrapper's: its last inner message's, else the wrapper's own, which brokers give its last inner "
+       "message). Relative offsets in Produce requests, as above."),
     _f("consumer_lag", pa.int64(), "Fetch: high_watermark minus fetch_offset, the lag as the broker reported it."),
     _f("data_age_ms", pa.float64(), "Fetch: response time minus the earliest fetched record timestamp."),
 ])
@@ -321,13 +343,13 @@ PARTITION_ROW_FIELDS = (
     *(f"asked_{name}" for name in PARTITION_OFFSET_FIELDS), *(f"answered_{name}" for name in PARTITION_OFFSET_FIELDS),
     "request_record_bytes", "response_record_bytes", "batches", "records", "codec", "uncompressed_bytes",
     "producer_id", "producer_epoch", "base_sequence", "transactional", "control", "first_record_ts", "max_record_ts",
-    "truncated_batches", "crc_failures",
+    "truncated_batches", "crc_failures", "records_first_offset", "records_last_offset",
 )
 
 # A partition row is written from the exchange's keys, the request's and the response's PartitionEntry of the
 # topic-partition and the records field's summary (see analyzer.tables._columns.PartitionColumns).
-RECORD_SUMMARY_FIELDS = PARTITION_ROW_FIELDS[-13:]
-"""The fields of a records summary (dissectors.kafka.records.summary), in its order."""
+RECORD_SUMMARY_FIELDS = PARTITION_ROW_FIELDS[-15:]
+"""The fields of a records summary (dissectors.kafka.records.summarize), in its order."""
 
 _RETRIABLE = pa.array([is_retriable(c) for c in range(-1, _MAX_ERROR)], pa.bool_())
 
@@ -639,6 +661,8 @@ def exchanges_batch(c: dict, capture_file: str) -> pa.RecordBatch:
         *(c[name] for name in SETTING_FIELDS),
         *_waits(api_key, latency, c["record_count"], c["max_wait_ms"], error_code),
         pc.if_else(pc.is_valid(error_code), expected_errors(_error_name_array(error_code), api_names), None),
+        *(c[name] if name in c else pa.nulls(len(api_key), EXCHANGES_SCHEMA.field(name).type)
+          for name in ("subscription", "assignment")),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=EXCHANGES_SCHEMA)
 
@@ -775,8 +799,77 @@ FILES_SCHEMA = pa.schema([
        "file that stands alone): request_frame, response_frame and connection_id count on across a set."),
 ])
 
+_ASSIGNMENT = pa.list_(pa.struct([("topic", pa.string()), ("partitions", pa.list_(pa.int32()))]))
+
+GROUP_MEMBER_TYPE = pa.struct([
+    _f("member_id", pa.string(), "Member id the coordinator gave."),
+    _f("group_instance_id", pa.string(), "Static membership id (KIP-345), if the member has one."),
+    _f("client_id", pa.string(), "client_id of the member's JoinGroup."),
+    _f("client_ip", pa.string(), "Address the member connected to the coordinator from."),
+    _f("client_port", pa.int32(), "Its port."),
+    _f("connection_id", pa.int64(), "Connection of the member's JoinGroup (see connections)."),
+    _f("subscription", pa.list_(pa.string()), "Topics the member subscribed to (its JoinGroup metadata)."),
+    _f("assignment", _ASSIGNMENT, "Partitions its SyncGroup answer gave it."),
+    _f("join_ts", TS, "Its first JoinGroup request of this rebalance (a MEMBER_ID_REQUIRED attempt included)."),
+    _f("synced_ts", TS, "When its SyncGroup response (the assignment) arrived; null if not seen."),
+    _f("waited_ms", pa.float64(), "synced_ts - join_ts: how long the member had no partitions to consume."),
+    _f("left_ts", TS, "When it sent LeaveGroup in this generation; null if it did not (or not seen)."),
+    _f("heartbeats", pa.int64(), "Heartbeat requests it sent with this generation."),
+    _f("commits", pa.int64(), "OffsetCommit requests it sent with this generation."),
+])
+
+GROUPS_SCHEMA = pa.schema([
+    _f("capture_file", pa.string(), "Capture file (or rotated set) of the exchanges: a generation seen in two "
+       "captures is a row of each."),
+    _f("group_id", pa.string(), "The consumer group."),
+    _f("generation_id", pa.int32(), "Generation id the coordinator answered JoinGroup with."),
+    _f("protocol_type", pa.string(), "Protocol type of the members' JoinGroup (consumer, connect, ...)."),
+    _f("protocol_name", pa.string(), "Protocol the coordinator chose (the assignor: range, roundrobin, ...)."),
+    _f("leader", pa.string(), "Member id of the leader, which computed the assignment."),
+    _f("broker_ip", pa.string(), "Address of the coordinator."),
+    _f("broker_port", pa.int32(), "Its port."),
+    _f("member_count", pa.int32(), "Members seen joining this generation."),
+    _f("members", pa.list_(GROUP_MEMBER_TYPE), "Each member: ids, client, subscription, assignment, times."),
+    _f("joined", pa.list_(pa.string()), "Member ids new since the previous generation (null when that "
+       "generation is not in the capture)."),
+    _f("left", pa.list_(pa.string()), "Member ids of the previous generation not in this one (null likewise)."),
+    _f("rebalance_start", TS, "The first JoinGroup request of the rebalance that made this generation."),
+    _f("rebalance_end", TS, "The last member's SyncGroup response: every member has its assignment (null if "
+       "some member's was not seen)."),
+    _f("rebalance_ms", pa.float64(), "rebalance_end - rebalance_start."),
+    _f("stop_ms", pa.float64(), "The longest time a member of the previous generation went without partitions: "
+       "its rejoin to its new assignment (null for a first generation or without the previous one)."),
+    _f("ended", TS, "The next generation's rebalance_start, else the last exchange seen with this generation."),
+    _f("next_generation_id", pa.int32(), "The next generation of the group seen in the capture."),
+])
+
+DELIVERIES_SCHEMA = pa.schema([
+    _f("topic", pa.string(), "Topic of the produced batch."),
+    _f("partition", pa.int32(), "Its partition."),
+    _f("base_offset", pa.int64(), "Offset the broker gave the batch's first record (the Produce response)."),
+    _f("records", pa.int64(), "Records in the produced batches of that partition entry."),
+    _f("producer_client_id", pa.string(), "client_id of the Produce request."),
+    _f("produce_capture_file", pa.string(), "Capture file of the Produce exchange."),
+    _f("produce_connection_id", pa.int64(), "Its connection (see connections)."),
+    _f("produce_correlation_id", pa.int32(), "Its correlation id (see exchanges)."),
+    _f("produced_ts", TS, "When the Produce request was sent (its last packet)."),
+    _f("acked_ts", TS, "When the Produce response arrived (its last packet)."),
+    _f("consumer_client_id", pa.string(), "client_id of the consumer's Fetch."),
+    _f("consumer_ip", pa.string(), "Address the consumer fetched from: with the client id, the consumer."),
+    _f("group_id", pa.string(), "The consumer's group: the one its group exchanges name (null if none or several)."),
+    _f("fetch_capture_file", pa.string(), "Capture file of the Fetch exchange."),
+    _f("fetch_connection_id", pa.int64(), "Its connection."),
+    _f("fetch_correlation_id", pa.int32(), "Its correlation id."),
+    _f("fetched_ts", TS, "When the first Fetch response of this consumer holding base_offset arrived after the "
+       "Produce (its last packet)."),
+    _f("delivery_ms", pa.float64(), "fetched_ts - produced_ts: end-to-end latency from producer to consumer."),
+    _f("after_ack_ms", pa.float64(), "fetched_ts - acked_ts: how long after the producer's acknowledgement the "
+       "consumer had it (negative when the consumer got it first, as with acks=all and a fast follower)."),
+])
+
 SCHEMAS = {"exchanges": EXCHANGES_SCHEMA, "errors": ERRORS_SCHEMA, "partitions": PARTITIONS_SCHEMA,
-           "connections": CONNECTIONS_SCHEMA, "files": FILES_SCHEMA}
+           "connections": CONNECTIONS_SCHEMA, "files": FILES_SCHEMA, "groups": GROUPS_SCHEMA,
+           "deliveries": DELIVERIES_SCHEMA}
 OPTIONAL_SCHEMAS = {"records": RECORDS_SCHEMA}  # written only when asked for (kafkacap export --records)
 
 

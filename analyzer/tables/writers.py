@@ -37,8 +37,7 @@ ROLLING_QUEUED_GROUPS = 4  # rolling tables' row groups waiting for the writer t
 MARKER = "_kafkacap.json"
 # What an output folder may hold to be replaced: tables of any format (or as the Spark job's folders, with its
 # aggregates and _SUCCESS), the marker, and what an interrupted export of an older version left behind.
-_OUR_TABLES = frozenset(("exchanges", "errors", "partitions", "records", "connections", "files", "api_usage",
-                         "latency"))
+_OUR_TABLES = frozenset((*SCHEMAS, *OPTIONAL_SCHEMAS, "api_usage", "latency"))
 _OUR_OTHER_FILES = frozenset((MARKER, "_SUCCESS"))
 _OUR_PREFIX = ".kafkacap-"
 
@@ -108,13 +107,18 @@ def far_times_as_text(batch: pa.RecordBatch, separator: str, utc: str) -> pa.Rec
 
 
 def flatten_lists(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """CSV has no lists: list columns (topics) become comma-joined text (Kafka topic names hold no commas)."""
-    if not any(pa.types.is_list(f.type) for f in batch.schema):
+    """CSV has no lists: lists of text (topics) become comma-joined text (Kafka topic names hold no commas),
+    other nested columns (assignments, group members) JSON text."""
+    if not any(pa.types.is_nested(f.type) for f in batch.schema):
         return batch
     arrays, fields = [], []
     for f, col in zip(batch.schema, batch.columns, strict=True):
-        if pa.types.is_list(f.type):
+        if pa.types.is_list(f.type) and pa.types.is_string(f.type.value_type):
             col = pa.array([None if v is None else ",".join(v) for v in col.to_pylist()], pa.string())
+            f = pa.field(f.name, pa.string(), metadata=f.metadata)
+        elif pa.types.is_nested(f.type):
+            col = pa.array([None if v is None else json.dumps(v, default=_json_default, ensure_ascii=False)
+                            for v in col.to_pylist()], pa.string())
             f = pa.field(f.name, pa.string(), metadata=f.metadata)
         arrays.append(col)
         fields.append(f)

@@ -3,35 +3,43 @@
 headers are all in view, read header by header straight into the totals.
 
 ``summarize_v2`` is the C entry point for compiled callers; ``summary_at`` the Python one, which returns the
-tuple of :func:`dissectors.kafka.records.summarize` (``RECORDS_SUMMARY_FIELDS`` in analyzer/tables) and hands
+tuple of :func:`dissectors.kafka.records.summarize` (``RECORD_SUMMARY_FIELDS`` in analyzer/tables) and hands
 anything else (legacy message sets, a header cut short, a malformed length) to the general path in
-``dissectors.kafka.records``, which stays the reference.
+``dissectors.kafka.records``, which stays the reference. Uncompressed batches stay in C; the payload size of a
+compressed one comes from ``records.payload_size``, called once the whole field is known to be plain v2 (so
+that a field handed to the general path is not measured, and charged to the decompression budget, twice).
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport INT64_MAX, INT64_MIN, int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t
 
 from dissectors.kafka._wire cimport Cursor, cursor_init, rd_i16, rd_i32, rd_i64, rd_u8, skip
 
 from dissectors.kafka import records as _general
 
 cdef enum:
+    MIN_RECORD_SIZE = 7  # records.MIN_RECORD_SIZE
+    GZIP_MAX_EXPANSION = 1032  # records._MAX_EXPANSION
+    LZ4_MAX_EXPANSION = 256
     V2_HEADER_SIZE = 61
     LOG_OVERHEAD = 12  # base offset and batch length precede what the length counts
     V2_CRC_FROM = 21  # CRC-32C covers attributes to the end of the batch
     MAX_CODECS = 8  # the codec is 3 bits
 
 _CODEC_TEXT = tuple(_general.codec_name(c) for c in range(8))
-_EMPTY_SUMMARY = (0, 0, None, None, None, None, None, False, False, None, None, 0, None)
-_EMPTY_SUMMARY_CHECKED = (*_EMPTY_SUMMARY[:-1], 0)
+_EMPTY_SUMMARY = (0, 0, None, None, None, None, None, False, False, None, None, 0, None, None, None)
+_EMPTY_SUMMARY_CHECKED = (*_EMPTY_SUMMARY[:12], 0, None, None)
+_payload_size = _general.payload_size
 NO_SUMMARY = _general.NO_SUMMARY
 
 
 cdef struct V2Header:
+    int64_t base_offset
     int32_t batch_length
     int32_t magic
     int32_t crc  # as the wire holds it (a uint32 read as int32)
     int16_t attributes
+    int32_t last_offset_delta
     int64_t first_timestamp
     int64_t max_timestamp
     int64_t producer_id
@@ -44,13 +52,13 @@ cdef inline void read_header(const uint8_t* buf, Py_ssize_t pos, V2Header* h) no
     """The header fields a summary needs, from a batch whose V2_HEADER_SIZE bytes the caller has in view."""
     cdef Cursor c
     cursor_init(&c, buf, pos, pos + V2_HEADER_SIZE)
-    skip(&c, 8)  # base offset
+    h.base_offset = rd_i64(&c)
     h.batch_length = rd_i32(&c)
     skip(&c, 4)  # partition leader epoch
     h.magic = <int8_t>rd_u8(&c)
     h.crc = rd_i32(&c)
     h.attributes = rd_i16(&c)
-    skip(&c, 4)  # last offset delta
+    h.last_offset_delta = rd_i32(&c)
     h.first_timestamp = rd_i64(&c)
     h.max_timestamp = rd_i64(&c)
     h.producer_id = rd_i64(&c)
@@ -68,8 +76,9 @@ cdef struct Summary:
     int64_t records
     uint8_t codecs[MAX_CODECS]  # codec numbers in order of first appearance
     int ncodecs
-    bint compressed  # some batch is compressed: the uncompressed size is not known
-    int64_t uncompressed
+    bint compressed  # some batch is compressed: its payload size is not in its header
+    int64_t uncompressed  # of the uncompressed batches (and, once measured, of the compressed ones)
+    bint uncompressed_known
     int64_t producer_id
     int16_t producer_epoch
     int32_t base_sequence
@@ -80,6 +89,9 @@ cdef struct Summary:
     int64_t max_timestamp
     bint truncated
     int64_t crc_failures
+    int64_t first_offset  # base offset of the first complete batch
+    int64_t last_offset  # of the last complete batch's last record
+    bint last_offset_known  # base offset + last offset delta fits in int64
 
 
 cdef int summarize_v2(const uint8_t* buf, Py_ssize_t offset, Py_ssize_t length, bint verify_crc,
@@ -94,7 +106,9 @@ cdef int summarize_v2(const uint8_t* buf, Py_ssize_t offset, Py_ssize_t length, 
     cdef bint seen
     s.batches = s.records = s.uncompressed = s.crc_failures = 0
     s.ncodecs = s.flags = 0
-    s.compressed = s.truncated = s.have_first = s.have_max = False
+    s.compressed = s.truncated = s.have_first = s.have_max = s.last_offset_known = False
+    s.uncompressed_known = True
+    s.first_offset = s.last_offset = 0
     s.first_timestamp = s.max_timestamp = 0
     read_header(buf, pos, &h)
     if not plain_v2(&h):
@@ -107,6 +121,12 @@ cdef int summarize_v2(const uint8_t* buf, Py_ssize_t offset, Py_ssize_t length, 
         if wire > end - pos:
             s.truncated = True
             break
+        if not s.batches:
+            s.first_offset = h.base_offset
+        s.last_offset_known = not ((h.last_offset_delta > 0 and h.base_offset > INT64_MAX - h.last_offset_delta)
+                                   or (h.last_offset_delta < 0 and h.base_offset < INT64_MIN - h.last_offset_delta))
+        if s.last_offset_known:
+            s.last_offset = h.base_offset + h.last_offset_delta
         s.batches += 1
         s.records += h.record_count
         codec = h.attributes & 7
@@ -120,8 +140,10 @@ cdef int summarize_v2(const uint8_t* buf, Py_ssize_t offset, Py_ssize_t length, 
             s.ncodecs += 1
         if codec:
             s.compressed = True
-        else:
+        elif s.uncompressed_known:
             s.uncompressed += wire
+            if s.uncompressed > SUM_CAP:
+                s.uncompressed_known = False
         if h.first_timestamp >= 0 and (not s.have_first or h.first_timestamp < s.first_timestamp):
             s.first_timestamp = h.first_timestamp
             s.have_first = True
@@ -142,6 +164,195 @@ cdef int summarize_v2(const uint8_t* buf, Py_ssize_t offset, Py_ssize_t length, 
     return 0
 
 
+# Declared sizes of the two codecs read here in C (gzip's trailer; lz4 frames, the default of librdkafka, whose
+# blocks declare their sizes through their sequences): the same reading as codecs.declared_size, which stays
+# the reference. Anything else, and anything unusual (malformed, huge), is left to it: -1.
+cdef enum:
+    GZIP = 1
+    LZ4 = 3
+    DEFER = -1
+
+cdef int64_t SIZE_CAP = (<int64_t>1) << 40  # records.MAX_DECLARED; sizes past it are left to the Python reading
+cdef int64_t SUM_CAP = (<int64_t>1) << 62  # records.SUM_CAP
+
+
+cdef inline uint32_t le32(const uint8_t* p) noexcept nogil:
+    return p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16) | (<uint32_t>p[3] << 24)
+
+
+cdef int64_t gzip_declared(const uint8_t* p, Py_ssize_t n) noexcept nogil:
+    if n < 18 or p[0] != 0x1F or p[1] != 0x8B:
+        return DEFER
+    return le32(p + n - 4)
+
+
+cdef int64_t lz4_block_size(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end, int64_t history,
+                            int64_t most) noexcept nogil:
+    """codecs._lz4_block_size: the size of the block p[pos:end] by its sequences, or DEFER."""
+    cdef int64_t out = 0, length
+    cdef uint32_t offset
+    cdef uint8_t token, byte
+    while True:
+        if pos >= end:
+            return DEFER
+        token = p[pos]
+        pos += 1
+        length = token >> 4
+        if length == 15:
+            while True:
+                if pos >= end:
+                    return DEFER
+                byte = p[pos]
+                pos += 1
+                length += byte
+                if byte != 255:
+                    break
+        if length > end - pos:
+            return DEFER  # literals run past the block
+        pos += length
+        out += length
+        if pos == end:
+            break
+        if end - pos < 2:
+            return DEFER
+        offset = p[pos] | (<uint32_t>p[pos + 1] << 8)
+        pos += 2
+        if offset == 0 or offset > out + history:
+            return DEFER
+        length = token & 15
+        if length == 15:
+            while True:
+                if pos >= end:
+                    return DEFER
+                byte = p[pos]
+                pos += 1
+                length += byte
+                if byte != 255:
+                    break
+        out += length + 4
+        if out > most:
+            return DEFER
+    return out if out <= most else DEFER
+
+
+cdef int64_t lz4_declared(const uint8_t* p, Py_ssize_t n) noexcept nogil:
+    """codecs.declared_size of lz4 frames end to end (content sizes, else block sizes), or DEFER."""
+    cdef Py_ssize_t pos = 0, at, stop
+    cdef int64_t total = 0, frame_total, content, block_max, size, history
+    cdef uint32_t word
+    cdef uint8_t flags
+    cdef bint has_content
+    cdef int code
+    while True:
+        if n - pos < 7 or p[pos] != 0x04 or p[pos + 1] != 0x22 or p[pos + 2] != 0x4D or p[pos + 3] != 0x18:
+            return DEFER
+        flags = p[pos + 4]
+        code = p[pos + 5] >> 4 & 7
+        if flags >> 6 != 1 or code < 4:
+            return DEFER
+        block_max = (<int64_t>1) << (8 + 2 * code)  # 64 KiB, 256 KiB, 1 MiB, 4 MiB
+        at = pos + 6
+        has_content = flags & 0x08
+        content = 0
+        if has_content:
+            if n - at < 9:
+                return DEFER
+            if p[at + 7] or p[at + 6] or p[at + 5]:  # past 2**40: the Python reading has the room
+                return DEFER
+            content = le32(p + at) | (<int64_t>p[at + 4] << 32)
+            at += 8
+        if flags & 0x01:
+            at += 4
+        if n <= at:
+            return DEFER
+        pos = at + 1  # past the header checksum
+        frame_total = 0
+        while True:
+            if n - pos < 4:
+                return DEFER
+            word = le32(p + pos)
+            pos += 4
+            if word == 0:
+                break
+            size = word & 0x7FFFFFFF
+            if size > block_max or size > n - pos:
+                return DEFER
+            if not has_content:
+                if word >> 31:
+                    frame_total += size
+                else:
+                    history = 0 if flags & 0x20 else (frame_total if frame_total < 65535 else 65535)
+                    size = lz4_block_size(p, pos, pos + size, history, block_max)
+                    if size < 0:
+                        return DEFER
+                    frame_total += size
+                    size = word & 0x7FFFFFFF
+                if frame_total > SIZE_CAP:
+                    return DEFER
+            pos += size + (4 if flags & 0x10 else 0)
+            if pos > n:
+                return DEFER
+        if flags & 0x04:
+            pos += 4
+        if pos > n:
+            return DEFER
+        total += content if has_content else frame_total
+        if total > SIZE_CAP:
+            return DEFER
+        if pos >= n:
+            return total
+
+
+cdef int measure_compressed(const uint8_t* buf, Py_ssize_t offset, Summary* s, object data,
+                            object limits) except -1:
+    """Add the uncompressed size of the compressed batches to ``s.uncompressed`` (all ``s.batches`` complete
+    batches from ``offset`` are plain v2, as summarize_v2 found them); ``s.uncompressed_known`` False where some
+    size is not known. Every compressed batch is measured, as the general path does (same budget charged):
+    gzip and lz4 payloads whose declared size is plausible in C, the others by records.payload_size."""
+    cdef Py_ssize_t pos = offset
+    cdef Py_ssize_t wire
+    cdef int64_t n, size, max_batch = -1
+    cdef int codec
+    cdef V2Header h
+    if limits is None:
+        limits = _general.Limits()
+    most = limits.max_batch_bytes
+    if isinstance(most, int) and 0 <= most <= SIZE_CAP:
+        max_batch = most
+    view = None
+    for n in range(s.batches):
+        read_header(buf, pos, &h)
+        wire = LOG_OVERHEAD + <Py_ssize_t>h.batch_length
+        codec = h.attributes & 7
+        if codec:
+            size = DEFER
+            if max_batch >= 0:
+                if codec == GZIP:
+                    size = gzip_declared(buf + pos + V2_HEADER_SIZE, wire - V2_HEADER_SIZE)
+                    if size > GZIP_MAX_EXPANSION * (wire - V2_HEADER_SIZE) + 64:
+                        size = DEFER
+                elif codec == LZ4:
+                    size = lz4_declared(buf + pos + V2_HEADER_SIZE, wire - V2_HEADER_SIZE)
+                    if size > LZ4_MAX_EXPANSION * (wire - V2_HEADER_SIZE) + 64:
+                        size = DEFER
+                if size < MIN_RECORD_SIZE * <int64_t>h.record_count or size > max_batch:
+                    size = DEFER
+            if size == DEFER:
+                if view is None:
+                    view = memoryview(data)
+                found = _payload_size(codec, view[pos + V2_HEADER_SIZE:pos + wire], h.record_count, limits)
+                if found is None:
+                    s.uncompressed_known = False
+                else:
+                    size = found  # at most MAX_DECLARED, or what the limits let expand
+            if size >= 0 and s.uncompressed_known:
+                s.uncompressed += V2_HEADER_SIZE + size
+                if s.uncompressed > SUM_CAP:
+                    s.uncompressed_known = False
+        pos += wire
+    return 0
+
+
 def summary_at(buf, Py_ssize_t offset, Py_ssize_t length, bint verify_crc, limits):
     """``summarize(batches(...))`` of ``buf[offset:offset + length]``, or NO_SUMMARY where that raises
     RecordsError; positional arguments, for the per-partition call of the exchange matcher."""
@@ -158,18 +369,21 @@ def summary_at(buf, Py_ssize_t offset, Py_ssize_t length, bint verify_crc, limit
                 return _general._summary_by_batches(buf, offset, length, verify_crc, limits)
             return _EMPTY_SUMMARY_CHECKED if verify_crc else _EMPTY_SUMMARY
         done = summarize_v2(<const uint8_t*>view.buf, offset, length, verify_crc, &s, buf)
+        if done == 0 and s.compressed:
+            measure_compressed(<const uint8_t*>view.buf, offset, &s, buf, limits)
     finally:
         PyBuffer_Release(&view)
     if done < 0:
         return _general._summary_by_batches(buf, offset, length, verify_crc, limits)
     if not s.batches:
         return (0, 0, None, None, None, None, None, False, False, None, None, 1,
-                s.crc_failures if verify_crc else None)
+                s.crc_failures if verify_crc else None, None, None)
     if s.ncodecs == 1:
         codecs = _CODEC_TEXT[s.codecs[0]]
     else:
         codecs = "+".join([_CODEC_TEXT[s.codecs[i]] for i in range(s.ncodecs)])
-    return (s.batches, s.records, codecs, None if s.compressed else s.uncompressed,
+    return (s.batches, s.records, codecs, s.uncompressed if s.uncompressed_known else None,
             s.producer_id, s.producer_epoch, s.base_sequence, s.flags & 0x10 != 0, s.flags & 0x20 != 0,
             s.first_timestamp if s.have_first else None, s.max_timestamp if s.have_max else None,
-            1 if s.truncated else 0, s.crc_failures if verify_crc else None)
+            1 if s.truncated else 0, s.crc_failures if verify_crc else None, s.first_offset,
+            s.last_offset if s.last_offset_known else None)

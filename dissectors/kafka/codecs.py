@@ -313,3 +313,214 @@ def _unzstd(data, bound: int):
         raise _refused("zstd", content_size, bound)
     guess = content_size if content_size is not None else 4 * len(view)
     return _into_growing(cramjam.zstd.decompress_into, view, bound, guess, "zstd")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Declared sizes: what a payload says it expands to, read from its framing without expanding it
+
+
+_ZSTD_SKIPPABLE = range(0x184D2A50, 0x184D2A60)  # magic numbers of zstd's skippable frames
+_ZSTD_BLOCK_MAX = 128 * 1024
+
+
+def declared_size(codec: int, data) -> int | None:
+    """The size ``data`` (a payload compressed with Kafka codec ``codec``) declares it expands to, or None
+    where its framing does not say (an lz4 or zstd frame without a content size). Nothing is expanded and the
+    declaration is not checked against the data: the caller decides whether to trust it.
+
+    gzip: the ISIZE trailer (size modulo 2**32 of the last member; no Kafka client writes more than one);
+    snappy: the block lengths (raw, xerial or the official framing); lz4: every frame's content size, or
+    without one (librdkafka, aiokafka), the sizes its blocks expand to, read from their sequences' lengths;
+    zstd: every frame's content size. Frames are walked block header by block header to their end, so a
+    second frame is not missed. CorruptData where the framing is malformed.
+    """
+    view = memoryview(data)
+    if codec == GZIP:
+        if len(view) < 18 or view[:2] != b"\x1f\x8b":
+            raise CorruptData("gzip: not a gzip member")
+        return int.from_bytes(view[-4:], "little")
+    if codec == SNAPPY:
+        if view[:8] == XERIAL_MAGIC:
+            return _xerial_size(view)
+        if view[:10] == SNAPPY_FRAMED_MAGIC:
+            return _snappy_framed_size(view)
+        return _raw_len(view)
+    if codec == LZ4:
+        return _frames_size(view, _lz4_frame)
+    if codec == ZSTD:
+        return _frames_size(view, _zstd_frame)
+    raise CorruptData(f"unknown compression codec {codec}")
+
+
+def _xerial_size(view: memoryview) -> int:
+    total, pos, end = 0, 16, len(view)
+    if end < 16:
+        raise CorruptData("snappy: xerial header cut short")
+    while pos < end:
+        if pos + 4 > end:
+            raise CorruptData("snappy: xerial block length cut short")
+        size = int.from_bytes(view[pos:pos + 4], "big")
+        pos += 4
+        if size > end - pos:
+            raise CorruptData("snappy: xerial block runs past the payload")
+        total += _raw_len(view[pos:pos + size])
+        pos += size
+    return total
+
+
+def _snappy_framed_size(view: memoryview) -> int:
+    """The official snappy framing: chunks of a type byte and a 3-byte length; compressed chunks (0) hold a
+    CRC and a raw block, uncompressed ones (1) a CRC and the data; 0x80 and up are skippable."""
+    total, pos, end = 0, 0, len(view)
+    while pos < end:
+        if end - pos < 4:
+            raise CorruptData("snappy: chunk header cut short")
+        kind = view[pos]
+        size = int.from_bytes(view[pos + 1:pos + 4], "little")
+        pos += 4
+        if size > end - pos:
+            raise CorruptData("snappy: chunk runs past the payload")
+        if kind == 0x00 or kind == 0x01:
+            if size < 4:
+                raise CorruptData("snappy: chunk without its checksum")
+            total += _raw_len(view[pos + 4:pos + size]) if kind == 0x00 else size - 4
+        elif kind < 0x80:
+            raise CorruptData(f"snappy: reserved chunk type {kind}")
+        pos += size
+    return total
+
+
+def _frames_size(view: memoryview, frame) -> int | None:
+    """The sum of the content sizes of the frames ``view`` holds end to end, each read by ``frame(view, pos)``
+    -> (declared content size or None, position after the frame); None if some frame declares none."""
+    total, pos = 0, 0
+    while True:
+        size, pos = frame(view, pos)
+        if size is None:
+            return None
+        total += size
+        if pos >= len(view):
+            return total
+
+
+_LZ4_BLOCK_MAX = {4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}  # by the BD byte's block size code
+
+
+def _lz4_frame(view: memoryview, pos: int) -> tuple[int, int]:
+    """An lz4 frame at ``pos``: descriptor, blocks (a 4-byte length each, the high bit for stored blocks, 0 to
+    end), optional block and content checksums. Its size: the content size of the header; without one, the
+    sum of its blocks' sizes (see _lz4_block_size). Checksums are not verified."""
+    checksum_at, content_size = _lz4_descriptor(view[pos:])
+    flags, bd = view[pos + 4], view[pos + 5]
+    block_max = _LZ4_BLOCK_MAX.get(bd >> 4 & 7)
+    if flags >> 6 != 1 or block_max is None:
+        raise CorruptData("lz4: unknown frame version or block size")
+    block_checksum = 4 if flags & 0x10 else 0
+    independent = flags & 0x20
+    pos += checksum_at + 1
+    end = len(view)
+    total = 0
+    while True:
+        if end - pos < 4:
+            raise CorruptData("lz4: block length cut short")
+        word = int.from_bytes(view[pos:pos + 4], "little")
+        pos += 4
+        if word == 0:  # the end mark
+            break
+        size = word & 0x7FFFFFFF
+        if size > block_max or size > end - pos:
+            raise CorruptData("lz4: block runs past the payload or its maximum size")
+        if content_size is None:
+            if word & 0x80000000:
+                total += size
+            else:
+                total += _lz4_block_size(view, pos, pos + size, 0 if independent else min(total, 65535), block_max)
+        pos += size + block_checksum
+        if pos > end:
+            raise CorruptData("lz4: block checksum cut short")
+    pos += 4 if flags & 0x04 else 0
+    if pos > end:
+        raise CorruptData("lz4: content checksum cut short")
+    return (total if content_size is None else content_size), pos
+
+
+def _lz4_block_size(view: memoryview, pos: int, end: int, history: int, most: int) -> int:
+    """The size an lz4 block expands to, by its sequences (a token; literal length, literals; match offset and
+    length), without expanding it: a sequence's match may reach back ``history`` bytes before the block (the
+    frame's earlier blocks when blocks are linked) and no further; at most ``most`` bytes."""
+    out = 0
+    while True:
+        if pos >= end:
+            raise CorruptData("lz4: block ends inside a sequence")
+        token = view[pos]
+        pos += 1
+        length = token >> 4
+        if length == 15:
+            while True:
+                if pos >= end:
+                    raise CorruptData("lz4: literal length cut short")
+                byte = view[pos]
+                pos += 1
+                length += byte
+                if byte != 255:
+                    break
+        pos += length
+        out += length
+        if pos >= end:
+            if pos > end:
+                raise CorruptData("lz4: literals run past the block")
+            break  # the last sequence: literals only
+        if end - pos < 2:
+            raise CorruptData("lz4: match offset cut short")
+        offset = view[pos] | view[pos + 1] << 8
+        pos += 2
+        if offset == 0 or offset > out + history:
+            raise CorruptData("lz4: match offset before the start of the data")
+        length = token & 15
+        if length == 15:
+            while True:
+                if pos >= end:
+                    raise CorruptData("lz4: match length cut short")
+                byte = view[pos]
+                pos += 1
+                length += byte
+                if byte != 255:
+                    break
+        out += length + 4
+        if out > most:
+            raise CorruptData("lz4: block expands past its maximum size")
+    if out > most:
+        raise CorruptData("lz4: block expands past its maximum size")
+    return out
+
+
+def _zstd_frame(view: memoryview, pos: int) -> tuple[int | None, int]:
+    """A zstd frame at ``pos`` (or a skippable frame, which declares 0): header, blocks (a 3-byte header
+    each: last flag, type, size), optional checksum."""
+    end = len(view)
+    if end - pos >= 8 and int.from_bytes(view[pos:pos + 4], "little") in _ZSTD_SKIPPABLE:
+        pos += 8 + int.from_bytes(view[pos + 4:pos + 8], "little")
+        if pos > end:
+            raise CorruptData("zstd: skippable frame runs past the payload")
+        return 0, pos
+    content_size = zstd_content_size(view[pos:])
+    descriptor = view[pos + 4]
+    single_segment = descriptor & 0x20
+    pos += 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[descriptor & 3]
+    pos += (1 if single_segment else 0, 2, 4, 8)[descriptor >> 6]
+    while True:
+        if end - pos < 3:
+            raise CorruptData("zstd: block header cut short")
+        header = int.from_bytes(view[pos:pos + 3], "little")
+        kind, size = header >> 1 & 3, header >> 3
+        if kind == 3:
+            raise CorruptData("zstd: reserved block type")
+        pos += 3 + (1 if kind == 1 else size)  # an RLE block holds one byte
+        if pos > end:
+            raise CorruptData("zstd: block runs past the payload")
+        if header & 1:
+            break
+    pos += 4 if descriptor & 0x04 else 0
+    if pos > end:
+        raise CorruptData("zstd: checksum cut short")
+    return content_size, pos

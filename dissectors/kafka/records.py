@@ -4,8 +4,10 @@
 Two depths, because tables need batch facts for every frame but record facts rarely:
 
 - :func:`batches` walks batch headers only. A v2 batch header carries its record count, codec, offsets and
-  timestamps, so nothing is decompressed; a legacy compressed message wraps its inner messages, so counting
-  them means expanding it (``decompress_legacy``). One ``struct.unpack_from`` per batch.
+  timestamps; its uncompressed size is read from what the compressed payload declares (gzip, snappy, most
+  lz4 and zstd frames: :func:`payload_size`), and only a payload that declares nothing plausible is
+  decompressed. A legacy compressed message wraps its inner messages, so counting them means expanding it
+  (``decompress_legacy``). One ``struct.unpack_from`` per batch.
 - :func:`records` decodes every record (decompressing v2 batches): offsets, timestamps, key and value
   sizes, header keys, and the first tracing header (W3C ``traceparent``, ``b3``, ``uber-trace-id``, ``sw8``).
 
@@ -23,10 +25,14 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from dissectors.kafka.codecs import (
+    GZIP,
+    LZ4,
+    SNAPPY,
     CorruptData,
     DecompressionRefused,
     RecordsError,
     codec_name,
+    declared_size,
     decompress,
 )
 
@@ -38,6 +44,7 @@ __all__ = ["BatchInfo", "RecordInfo", "Limits", "batches", "records", "summary_a
 V2_HEADER = struct.Struct(">qiibIhiqqqhii")
 V2_HEADER_SIZE = V2_HEADER.size  # 61
 V2_CRC_FROM = 21  # CRC-32C covers attributes to the end of the batch
+_INT64 = range(-(1 << 63), 1 << 63)
 LOG_OVERHEAD = 12  # baseOffset/offset + batchLength/messageSize precede what the length counts
 OFFSET_LENGTH_MAGIC = struct.Struct(">qi4xb")  # enough to learn a batch's magic (byte 16)
 # Legacy message: offset, messageSize, crc, magic, attributes [, timestamp (magic 1)], key, value
@@ -96,11 +103,18 @@ class BatchInfo(NamedTuple):
     """One record batch (magic 2) or one top-level legacy message (magic 0/1).
 
     A field is None where the format does not carry it. ``uncompressed_bytes`` is what ``wire_bytes`` would
-    be with the payload stored uncompressed (known for uncompressed batches and expanded legacy wrappers).
+    be with the payload stored uncompressed: a v2 batch's header and its payload's size (see
+    :func:`payload_size`), a legacy wrapper's expanded size; None where that is not known (refused, corrupt,
+    not measured).
     A batch cut short by the end of the bytes has ``truncated`` True; if even its header is cut, the fields
     it does not reach are -1 (``magic``, ``base_offset``, ``batch_length``), 0 (``crc``, ``record_count``)
     or "unknown". A legacy wrapper that was not expanded (``decompress_legacy`` False, corrupt, or
     ``refused`` by the limits, with ``note`` saying why) counts as one record.
+
+    ``first_offset`` and ``last_offset``: the offsets of its first and last record (None where not known, or
+    past int64): a v2 batch's base offset and base offset + last offset delta; a legacy message's offset; an
+    expanded legacy wrapper's first and last inner offsets as :func:`records` gives them (magic 1: relative to
+    the wrapper's, which is its last's); a wrapper not expanded: its own offset as the last, no first.
     """
 
     magic: int
@@ -125,6 +139,8 @@ class BatchInfo(NamedTuple):
     crc_ok: bool | None
     refused: bool = False
     note: str | None = None
+    first_offset: int | None = None
+    last_offset: int | None = None
 
 
 class RecordInfo(NamedTuple):
@@ -186,14 +202,16 @@ def _cut(buf, pos: int, end: int) -> BatchInfo:
     batch_length = int.from_bytes(buf[pos + 8:pos + 12], "big", signed=True) if end - pos >= 12 else -1
     return _new(BatchInfo, (magic, base_offset, batch_length, None, 0, "unknown", None, False, False, None,
                             None, None, None, None, None, 0, end - pos, None, True, None, False,
-                            "batch header cut short"))
+                            "batch header cut short", None, None))
 
 
 def batches(buf, offset: int, length: int, *, verify_crc: bool = False, decompress_legacy: bool = True,
-            limits: Limits | None = None) -> list[BatchInfo]:
-    """Header facts of every batch in ``buf[offset:offset+length]``; no v2 payload is decompressed."""
+            limits: Limits | None = None, measure: bool = True) -> list[BatchInfo]:
+    """Header facts of every batch in ``buf[offset:offset+length]``. ``measure``: learn the uncompressed size
+    of compressed v2 batches (:func:`payload_size`); without it, they have none (a caller that decompresses
+    them anyway, as :func:`records` does, learns it there)."""
     end = _check_span(buf, offset, length)
-    if limits is None and decompress_legacy:
+    if limits is None and (decompress_legacy or measure):
         limits = Limits()
     out: list[BatchInfo] = []
     pos = offset
@@ -204,7 +222,7 @@ def batches(buf, offset: int, length: int, *, verify_crc: bool = False, decompre
                 break
             base_offset, batch_length, magic = OFFSET_LENGTH_MAGIC.unpack_from(buf, pos)
             if magic == 2:
-                info = _v2_header(buf, pos, end, batch_length, verify_crc)
+                info = _v2_header(buf, pos, end, batch_length, verify_crc, limits if measure else None)
             elif magic == 0 or magic == 1:
                 info = _legacy_header(buf, pos, end, verify_crc, decompress_legacy, limits)
             else:
@@ -220,7 +238,7 @@ def batches(buf, offset: int, length: int, *, verify_crc: bool = False, decompre
     return out
 
 
-def _v2_header(buf, pos: int, end: int, batch_length: int, verify_crc: bool) -> BatchInfo:
+def _v2_header(buf, pos: int, end: int, batch_length: int, verify_crc: bool, limits: Limits | None) -> BatchInfo:
     if batch_length < V2_HEADER_SIZE - LOG_OVERHEAD:
         raise RecordsError(f"record batch length {batch_length} below the v2 header size")
     if end - pos < V2_HEADER_SIZE:
@@ -235,17 +253,57 @@ def _v2_header(buf, pos: int, end: int, batch_length: int, verify_crc: bool) -> 
     if verify_crc and not truncated:
         crc_ok = _crc32c(memoryview(buf)[pos + V2_CRC_FROM:pos + wire]) == crc
     codec = attributes & 7
+    if codec == 0:
+        uncompressed = wire
+    elif limits is None or truncated:
+        uncompressed = None
+    else:
+        size = payload_size(codec, memoryview(buf)[pos + V2_HEADER_SIZE:pos + wire], record_count, limits)
+        uncompressed = None if size is None else V2_HEADER_SIZE + size
+    last_offset = base_offset + last_offset_delta
     return _new(BatchInfo, (
         2, base_offset, batch_length, leader_epoch, crc, codec_name(codec), _TIMESTAMP_TYPES[attributes >> 3 & 1],
         bool(attributes & 0x10), bool(attributes & 0x20), last_offset_delta, first_timestamp, max_timestamp,
         producer_id, producer_epoch, base_sequence, record_count, wire if not truncated else end - pos,
-        wire if codec == 0 else None, truncated, crc_ok, False, None))
+        uncompressed, truncated, crc_ok, False, None, base_offset, last_offset if last_offset in _INT64 else None))
+
+
+MIN_RECORD_SIZE = 7  # a v2 record's length, attributes, two deltas, key and value lengths, header count
+MAX_DECLARED = 1 << 40  # a declared size past this is not plausible, whatever the limits say
+SUM_CAP = 1 << 62  # a records field's uncompressed total past this is not known (no int64 overflow)
+# At most how many bytes one compressed byte can stand for (deflate: 258-byte matches in under two bits;
+# snappy: a 3-byte copy of 64 bytes; lz4: a match length extended by 255 per byte). A declared size past it
+# cannot be true. zstd (a 4-byte RLE block stands for up to 128 KiB) has no useful bound.
+_MAX_EXPANSION = {GZIP: 1032, SNAPPY: 22, LZ4: 256}
+
+
+def payload_size(codec: int, payload, record_count: int, limits: Limits) -> int | None:
+    """Uncompressed size of a compressed v2 batch's ``payload`` holding ``record_count`` records.
+
+    The size the payload declares (:func:`dissectors.kafka.codecs.declared_size`) is taken as is when it is
+    plausible: room for the records (MIN_RECORD_SIZE each), no more than the codec can expand the payload to,
+    and within the per-batch limit. Otherwise the payload is decompressed within ``limits`` (charged to its
+    budget) and measured. None where that is refused or the payload is corrupt; never raises."""
+    try:
+        size = declared_size(codec, payload)
+    except (ValueError, IndexError):  # RecordsError, or a framing this reading did not foresee
+        size = None
+    if size is not None:
+        most = _MAX_EXPANSION.get(codec)
+        if (MIN_RECORD_SIZE * record_count <= size <= min(limits.max_batch_bytes, MAX_DECLARED)
+                and (most is None or size <= most * len(payload) + 64)):
+            return size
+    try:
+        return len(limits.expand(codec, payload))
+    except RecordsError:
+        return None
 
 
 # What the partitions table keeps of one records field, in this order: batches, records, codec,
 # uncompressed_bytes, producer_id, producer_epoch, base_sequence, transactional, control, first_timestamp_ms,
-# max_timestamp_ms, truncated_batches, crc_failures.
-NO_SUMMARY = (None,) * 13
+# max_timestamp_ms, truncated_batches, crc_failures, records_first_offset, records_last_offset.
+NO_SUMMARY = (None,) * 15
+SUMMARY_CRC_FAILURES = 12  # the index of crc_failures in a summary
 
 
 def summarize(found: list[BatchInfo] | None, verified: bool = False) -> tuple:
@@ -258,16 +316,22 @@ def summarize(found: list[BatchInfo] | None, verified: bool = False) -> tuple:
     first_ts = max_ts = None
     producer = (None, None, None)
     txn = control = False
+    first_offset = last_offset = None
     for b in found:
         if b.truncated:
             truncated += 1
             continue
+        if not batches:
+            first_offset = b.first_offset
+        last = b
         batches += 1
         records += b.record_count
         if b.codec not in codecs:
             codecs.append(b.codec)
         if uncompressed is not None:
             uncompressed = None if b.uncompressed_bytes is None else uncompressed + b.uncompressed_bytes
+            if uncompressed is not None and uncompressed > SUM_CAP:
+                uncompressed = None
         if b.first_timestamp is not None and b.first_timestamp >= 0:
             first_ts = b.first_timestamp if first_ts is None else min(first_ts, b.first_timestamp)
         if b.max_timestamp is not None and b.max_timestamp >= 0:
@@ -278,8 +342,10 @@ def summarize(found: list[BatchInfo] | None, verified: bool = False) -> tuple:
         control = control or b.control
         if b.crc_ok is False:
             crc_failures += 1
+    if batches:
+        last_offset = last.last_offset
     return (batches, records, "+".join(codecs) or None, uncompressed if batches else None, *producer, txn, control,
-            first_ts, max_ts, truncated, crc_failures if verified else None)
+            first_ts, max_ts, truncated, crc_failures if verified else None, first_offset, last_offset)
 
 
 def _summary_by_batches(buf, offset: int, length: int, verify_crc: bool, limits: Limits | None) -> tuple:
@@ -352,28 +418,42 @@ def _legacy_header(buf, pos: int, end: int, verify_crc: bool, decompress_legacy:
         crc_ok = zlib.crc32(memoryview(buf)[pos + 16:pos + message.wire]) == message.crc
     codec = message.attributes & 7
     count, uncompressed, refused, note = 1, message.wire, False, None
+    first_offset = last_offset = message.offset
     if codec != 0:
-        uncompressed = None
+        uncompressed = first_offset = None
         if decompress_legacy and message.value_size >= 0:
             try:
                 inner = limits.expand(codec, memoryview(buf)[message.value_at:message.value_at + message.value_size])
-                count = sum(1 for _ in _messages(inner, 0, len(inner)))
+                count, first, last = 0, None, None
+                for m in _messages(inner, 0, len(inner)):
+                    count += 1
+                    if first is None:
+                        first = m.offset
+                    last = m.offset
                 uncompressed = message.wire - message.value_size + len(inner)
+                if count:  # offsets as _legacy_records numbers them
+                    shift = message.offset - last if message.magic == 1 else 0
+                    first_offset, last_offset = first + shift, last + shift
+                    first_offset = first_offset if first_offset in _INT64 else None
+                    last_offset = last_offset if last_offset in _INT64 else None
             except DecompressionRefused as exc:
                 refused, note = True, str(exc)
             except RecordsError as exc:
                 note = str(exc)
     return _legacy_info(message.magic, message.offset, message.size, message.crc, message.attributes,
-                        message.timestamp, count, message.wire, uncompressed, False, crc_ok, refused, note)
+                        message.timestamp, count, message.wire, uncompressed, False, crc_ok, refused, note,
+                        first_offset, last_offset)
 
 
 def _legacy_info(magic: int, offset: int, size: int, crc: int, attributes: int, timestamp: int | None,
                  count: int, wire: int, uncompressed: int | None, truncated: bool, crc_ok: bool | None,
-                 refused: bool = False, note: str | None = None) -> BatchInfo:
+                 refused: bool = False, note: str | None = None, first_offset: int | None = None,
+                 last_offset: int | None = None) -> BatchInfo:
     return _new(BatchInfo, (
         magic, offset, size, None, crc, codec_name(attributes & 7),
         _TIMESTAMP_TYPES[attributes >> 3 & 1] if magic == 1 else None, False, False, None, timestamp,
-        timestamp, None, None, None, count, wire, uncompressed, truncated, crc_ok, refused, note))
+        timestamp, None, None, None, count, wire, uncompressed, truncated, crc_ok, refused, note, first_offset,
+        last_offset))
 
 
 def _messages(buf, pos: int, end: int) -> Iterator[_Message]:
@@ -391,13 +471,14 @@ def _messages(buf, pos: int, end: int) -> Iterator[_Message]:
 
 
 def records(buf, offset: int, length: int, *, limits: Limits | None = None, skip_refused: bool = False,
-            known: list[BatchInfo] | None = None) -> Iterator[RecordInfo]:
+            known: list[BatchInfo] | None = None, sizes: dict[int, int] | None = None) -> Iterator[RecordInfo]:
     """Every record of ``buf[offset:offset+length]``, decompressing as needed.
 
     A batch cut short at the end yields nothing. A batch over the limits raises DecompressionRefused, or
     with ``skip_refused`` is passed over (``limits.refused`` counts it). ``known``: what :func:`batches` said
     of the same bytes; a legacy wrapper it could not expand (refused or corrupt, its ``note`` says why) is
-    passed over, not expanded (and charged, and counted) a second time.
+    passed over, not expanded (and charged, and counted) a second time. ``sizes`` receives, by batch index
+    (as in :func:`batches`' list), the decompressed payload size of every compressed v2 batch expanded.
     """
     end = _check_span(buf, offset, length)
     if limits is None:
@@ -415,7 +496,7 @@ def records(buf, offset: int, length: int, *, limits: Limits | None = None, skip
                 if wire > end - pos:
                     return
                 try:
-                    yield from _v2_records(buf, pos, wire, limits)
+                    yield from _v2_records(buf, pos, wire, limits, sizes, index)
                 except DecompressionRefused:
                     if not skip_refused:
                         raise
@@ -462,7 +543,8 @@ def _varint(buf, pos: int) -> tuple[int, int]:
 _NO_HEADER_KEYS: list[str] = []  # shared by every record without headers (never appended to)
 
 
-def _v2_records(buf, pos: int, wire: int, limits: Limits) -> Iterator[RecordInfo]:
+def _v2_records(buf, pos: int, wire: int, limits: Limits, sizes: dict[int, int] | None,
+                index: int) -> Iterator[RecordInfo]:
     (base_offset, _, _, _, _, attributes, _, first_timestamp, max_timestamp, _, _, _,
      count) = V2_HEADER.unpack_from(buf, pos)
     codec = attributes & 7
@@ -473,6 +555,8 @@ def _v2_records(buf, pos: int, wire: int, limits: Limits) -> Iterator[RecordInfo
     data = memoryview(buf)[pos + V2_HEADER_SIZE:pos + wire]
     if codec != 0:
         data = limits.expand(codec, data)
+        if sizes is not None:
+            sizes[index] = len(data)
     if count < 0:
         raise RecordsError(f"negative record count {count}")
     at, end = 0, len(data)

@@ -1,5 +1,6 @@
 """The whole pipeline: any bytes as one capture file, analysed into tables (bodies, records, CRCs checked,
-Kafka found on any port), packet by packet and in bulk.
+Kafka found on any port), packet by packet and in bulk, and the derived tables (groups, deliveries) made of
+them.
 
 Documented error: none: ``analyze_file`` never raises on bad input; a file it cannot read gets ``error`` set
 to a message for the user. A report saying "internal error" is a defect the pipeline caught, so it fails
@@ -8,6 +9,7 @@ here too.
 
 from __future__ import annotations
 
+from analyzer.derived.tables import DerivedTables
 from analyzer.pipeline.analyze import Options, analyze_file
 from tests.fuzz.targets._scratch import scratch_file
 
@@ -19,12 +21,11 @@ OPTIONS = (
 )
 
 
-def _discard(table: str, batch) -> None:
-    """The batches are built (every conversion runs) and dropped."""
-
-
 def test_one_input(data: bytes) -> None:
     path = scratch_file(data)
     for options in OPTIONS:
-        report = analyze_file(path, options, _discard)
+        derived = DerivedTables()  # the batches are built (every conversion runs), fed on and dropped
+        report = analyze_file(path, options, derived.feed)
         assert not (report.error or "").startswith("internal error"), report.error
+        for _ in derived.finish():
+            pass

@@ -1,0 +1,86 @@
+"""The derived tables of a run, fed with its batches as they pass and made at its end."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from analyzer.derived.deliveries import deliveries_table, fetched_rows, produced_rows
+from analyzer.derived.groups import COLUMNS as GROUP_COLUMNS
+from analyzer.derived.groups import detail_rows, groups_table, member_counts, merge_counts
+from analyzer.tables.schemas import EXCHANGES_SCHEMA, PARTITIONS_SCHEMA
+
+CONNECTION_KEYS = {"capture_file": pa.string(), "connection_id": pa.int64(), "client_ip": pa.string()}
+MERGE_EVERY = 256  # partial counts merged this often, so they stay as small as their distinct keys
+
+
+class DerivedTables:
+    """Keeps what the derived tables need from the batches a run writes, and makes the tables at the end:
+
+    - groups: the group APIs' JoinGroup, SyncGroup and LeaveGroup rows (a few per member and rebalance) and
+      running counts of heartbeats and commits (one row per member and generation);
+    - deliveries: the Produce partition rows the broker appended and the Fetch partition rows that returned
+      records (a few columns each), each connection's client address, and the groups of client ids.
+    """
+
+    def __init__(self) -> None:
+        self._detail: list[pa.Table] = []
+        self._counts: list[pa.Table] = []
+        self._produced: list[pa.Table] = []
+        self._fetched: list[pa.Table] = []
+        self._connections: list[pa.Table] = []
+        self._groups_of: dict[tuple[str | None, str | None], set[str]] = {}
+
+    def feed(self, table: str, batch: pa.RecordBatch) -> None:
+        if table == "exchanges":
+            self._exchanges(pa.Table.from_batches([batch]))
+        elif table == "partitions":
+            for rows, into in ((produced_rows(batch), self._produced), (fetched_rows(batch), self._fetched)):
+                if rows.num_rows:
+                    into.append(rows)
+        elif table == "connections":
+            self._connections.append(pa.Table.from_batches([batch]).select(list(CONNECTION_KEYS)))
+
+    def _exchanges(self, t: pa.Table) -> None:
+        if "group_id" not in t.column_names:
+            return
+        t = t.select([c for c in GROUP_COLUMNS if c in t.column_names])
+        t = t.filter(pc.is_valid(t["group_id"]))  # the group-scoped exchanges: a few per member and second
+        if not t.num_rows:
+            return
+        rows = detail_rows(t)
+        if rows.num_rows:
+            self._detail.append(rows)
+        counts = member_counts(t)
+        if counts.num_rows:
+            self._counts.append(counts)
+            if len(self._counts) >= MERGE_EVERY:
+                self._counts = [merge_counts(self._counts)]
+        for r in t.group_by(["client_ip", "client_id", "group_id"]).aggregate([]).to_pylist():
+            self._groups_of.setdefault((r["client_ip"], r["client_id"]), set()).add(r["group_id"])
+
+    def finish(self) -> Iterator[tuple[str, pa.RecordBatch]]:
+        """(table, batch) of each derived table (one batch each, possibly empty)."""
+        detail = pa.concat_tables(self._detail) if self._detail else detail_rows(EXCHANGES_SCHEMA.empty_table())
+        yield "groups", _one_batch(groups_table(detail, merge_counts(self._counts)))
+        empty = PARTITIONS_SCHEMA.empty_table()
+        produced = pa.concat_tables(self._produced) if self._produced else produced_rows(empty)
+        fetched = pa.concat_tables(self._fetched) if self._fetched else fetched_rows(empty)
+        keys = list(self._groups_of)
+        consumers = pa.table({"client_ip": pa.array([k[0] for k in keys], pa.string()),
+                              "client_id": pa.array([k[1] for k in keys], pa.string()),
+                              "group_id": pa.array([next(iter(v)) if len(v) == 1 else None
+                                                    for v in self._groups_of.values()], pa.string())})
+        connections = (pa.concat_tables(self._connections) if self._connections
+                       else pa.table({k: pa.array([], t) for k, t in CONNECTION_KEYS.items()}))
+        connections = connections.group_by(["capture_file", "connection_id"]).aggregate([("client_ip", "min")])
+        connections = connections.rename_columns({"client_ip_min": "client_ip"})
+        yield "deliveries", _one_batch(deliveries_table(produced, fetched, connections, consumers))
+        self.__init__()
+
+
+def _one_batch(t: pa.Table) -> pa.RecordBatch:
+    batches = t.combine_chunks().to_batches()
+    return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=t.schema)
