@@ -9,7 +9,8 @@ The interface source is an ``AF_PACKET`` socket bound to one interface, with the
 from the Kafka ports by libpcap through scapy when that is available (else every packet comes up and the flow
 table drops what is not Kafka), kernel timestamps (``SO_TIMESTAMPNS``), a large receive buffer, and the
 kernel's own count of packets it dropped because the reader fell behind (``PACKET_STATISTICS``). On a loopback
-interface each packet is seen twice (leaving and arriving); the leaving copy is skipped, as libpcap does.
+interface each packet is seen twice (leaving and arriving); the leaving copy is dropped by the kernel filter
+(``inbound``), or skipped here when no filter can be attached.
 
 ``RollingPcap`` keeps the raw packets an interface source reads (``kafkacap live --pcap FILE``) as rotating pcap
 files, each written under a hidden name and renamed whole.
