@@ -211,3 +211,61 @@ def test_decompression_returns_the_payload_within_the_bound_and_refuses_past_it(
             codecs.decompress(codec, payload, bound)
     else:
         assert bytes(codecs.decompress(codec, payload, bound)) == data
+
+
+# ---------------------------------------------------------------------------------------------------------
+# TLS records across segments
+
+
+class Plaintext(ByteSink):
+    def __init__(self) -> None:
+        self.bytes = bytearray()
+
+    def data(self, ts_ns: int, frame_no: int, chunk: memoryview) -> None:
+        self.bytes += chunk
+
+    def gap(self, ts_ns: int, nbytes: int) -> None:
+        raise AssertionError("no bytes were lost")
+
+
+def tls_plaintext(segments: list[tuple[bool, bytes]], cuts: list[list[int]]) -> tuple[bytes, bytes, int]:
+    """Both directions' plaintext (client's, server's) and the records opened, each segment handed over in the
+    pieces ``cuts`` gives (positions inside it)."""
+    from analyzer.tls.layer import TlsDirection, TlsSession
+    from tests.fuzz.targets.tls import KEYS, Outputs
+
+    session = TlsSession(Outputs(KEYS))
+    sinks = (Plaintext(), Plaintext())
+    directions = (TlsDirection(session, True, sinks[0]), TlsDirection(session, False, sinks[1]))
+    for no, ((from_client, payload), at) in enumerate(zip(segments, cuts, strict=True)):
+        bounds = [0, *sorted(set(at)), len(payload)]
+        for start, end in zip(bounds, bounds[1:], strict=False):
+            if end > start:
+                directions[0 if from_client else 1].data(no, no, memoryview(payload)[start:end])
+    return bytes(sinks[0].bytes), bytes(sinks[1].bytes), session.opened
+
+
+@cache
+def tls_samples() -> list[list[tuple[bool, bytes]]]:
+    from tests.fuzz.seeds import SAMPLES, TLS_SAMPLES, tls_connections
+
+    return [conn for name in TLS_SAMPLES for conn in tls_connections(SAMPLES / name)]
+
+
+@QUICK
+@given(st.data())
+def test_tls_plaintext_is_the_same_however_the_segments_are_cut(data):
+    segments = data.draw(st.sampled_from(tls_samples()))
+    whole = tls_plaintext(segments, [[] for _ in segments])
+    cuts = [data.draw(st.lists(st.integers(0, len(payload)), max_size=6)) for _, payload in segments]
+    assert tls_plaintext(segments, cuts) == whole
+
+
+def test_the_sample_tls_connections_decrypt():
+    """The property above compares something: the sample connections with logged keys give Kafka plaintext
+    (a request's size prefix then its api key and version, as the truth files' clients sent)."""
+    opened = [tls_plaintext(conn, [[] for _ in conn]) for conn in tls_samples()]
+    readable = [(client, server) for client, server, records in opened if records]
+    assert len(readable) >= 10
+    for client, _server in readable:
+        assert looks_like_request(client, 4, len(client), struct.unpack_from(">i", client)[0])

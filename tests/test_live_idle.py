@@ -34,3 +34,50 @@ def test_a_quiet_connection_is_closed_after_the_idle_limit(tmp_path):
     assert conn["ended"] == "idle"
     statuses = sorted(r["status"] for r in rows["exchanges"])
     assert statuses == ["no_response", "ok"]
+
+
+class _Trickle:
+    """A live source handing on one packet per poll, as a quiet link does."""
+
+    linktype = 1
+
+    def __init__(self, packets: list[tuple]) -> None:
+        self.packets = list(packets)
+
+    def poll(self, timeout: float) -> list[tuple]:
+        return [self.packets.pop(0)] if self.packets else []
+
+    def health(self):
+        from analyzer.capture.live import LiveHealth
+
+        return LiveHealth()
+
+    def close(self) -> None:
+        pass
+
+
+def test_live_rows_leave_within_the_drain_interval_not_after_every_step(tmp_path):
+    import time
+
+    from analyzer.pipeline.live import DRAIN_SECONDS, LiveAnalysis
+
+    c = craft.Conversation()
+    c.handshake()
+    for n in range(20):
+        c.send(True, craft.heartbeat_request(n))
+        c.send(False, craft.heartbeat_response(n))
+    with open_capture(craft.write(tmp_path / "c.pcap", c.packets)) as capture:
+        packets = [(no, ts, key, seq, ack, flags, bytes(payload), seg_len)
+                   for no, ts, key, seq, ack, flags, payload, seg_len in capture.packets()]
+    batches: list[int] = []
+    analysis = LiveAnalysis(_Trickle(packets), Options(ports=(9092,)),
+                            lambda name, batch: batches.append(batch.num_rows) if name == "exchanges" else None)
+    started = time.monotonic()
+    for _ in packets:
+        analysis.step(0)
+    if time.monotonic() - started < DRAIN_SECONDS / 2:  # a slow machine may have passed a drain time
+        assert not batches  # every packet analysed, the rows not yet handed on
+    deadline = time.monotonic() + 2 * DRAIN_SECONDS
+    while sum(batches) < 20 and time.monotonic() < deadline:
+        analysis.step(0.01)
+    assert sum(batches) == 20 and len(batches) <= 3

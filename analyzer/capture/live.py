@@ -9,22 +9,30 @@ The interface source is an ``AF_PACKET`` socket bound to one interface, with the
 from the Kafka ports by libpcap through scapy when that is available (else every packet comes up and the flow
 table drops what is not Kafka), kernel timestamps (``SO_TIMESTAMPNS``), a large receive buffer, and the
 kernel's own count of packets it dropped because the reader fell behind (``PACKET_STATISTICS``). On a loopback
-interface each packet is seen twice (leaving and arriving); the leaving copy is skipped, as libpcap does.
+interface each packet is seen twice (leaving and arriving); the leaving copy is dropped by the kernel filter
+(``inbound``), or skipped here when no filter can be attached.
+
+``RollingPcap`` keeps the raw packets an interface source reads (``kafkacap live --pcap FILE``) as rotating pcap
+files, each written under a hidden name and renamed whole.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import os
 import queue
 import select
 import socket
 import struct
 import threading
 import time
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from analyzer.capture.files import Capture, CaptureError, open_capture
-from analyzer.capture.linklayer import ETHERNET, RAW, decoder
+from analyzer.capture.linklayer import ETHERNET, IPV4_TCP_HEADERS_LEN, RAW, Decoder, decoder, fast_path
 
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
@@ -37,9 +45,14 @@ PACKET_OUTGOING = 4
 SNAPLEN = 262_144
 RECEIVE_BUFFER = 64 << 20  # what the kernel may queue while the analysis catches up
 MAX_BATCH = 4096  # packets handed on per poll at most (the caller's clock still ticks under a flood)
+MIN_BATCH = 256  # packets a poll gathers, waiting up to GATHER_SECONDS for them, before handing them on
+GATHER_SECONDS = 0.01
 QUEUED_PACKETS = 1 << 16  # read but not yet analysed; past it the reader waits (and the pipe's writer with it)
 _TIMESPEC = struct.Struct("qq")
 _STATS = struct.Struct("II")
+PCAP_NANO_MAGIC = 0xA1B23C4D
+_PCAP_HEADER = struct.Struct("<IHHiIII")
+_PCAP_RECORD = struct.Struct("<IIII")
 
 
 class LiveError(Exception):
@@ -82,6 +95,32 @@ CAPTURE_PERMISSION_HINT = (
     "sudo tcpdump -i IFACE -w - -U port 9092 | kafkacap live -r -")
 
 
+def frame_decoder(linktype: int) -> Callable[[bytes], tuple | int]:
+    """``decoder(linktype)`` for one whole frame, with the file readers' one-unpack path in front for IPv4 and
+    TCP without options below the link header: live, each packet is decoded on its own, and the general path
+    costs several calls a packet."""
+    general: Decoder = decoder(linktype)
+    fast = fast_path(linktype, 0)
+    if fast is None:
+        return lambda frame: general(frame, 0, len(frame))
+    ip_at, fields, want, min_len = fast
+    headers_len = IPV4_TCP_HEADERS_LEN
+
+    def decode(frame: bytes) -> tuple | int:
+        size = len(frame)
+        if size >= min_len:
+            link_proto, ver_ihl, ip_len, fragment, proto, key, seq, ack, offset, flags = fields(frame, 0)
+            if link_proto == want and ver_ihl == 0x45 and proto == 6 and not fragment & 0x3FFF:
+                headers = headers_len[offset]
+                seg_len = ip_len - headers  # negative: a bad TCP offset, or no IP length (TSO): the general path
+                if seg_len >= 0:
+                    stop = ip_at + ip_len
+                    return key, seq, ack, flags, ip_at + headers, stop if stop < size else size, seg_len
+        return general(frame, 0, size)
+
+    return decode
+
+
 class InterfaceSource:
     """Packets of one network interface, read from a packet socket."""
 
@@ -108,7 +147,7 @@ class InterfaceSource:
             raise LiveError(f"{iface}: link type {hatype} is not supported live; capture with tcpdump -w - and "
                             "pipe it in (kafkacap live -r -)")
         self._loopback = hatype == ARPHRD_LOOPBACK
-        self._decode = decoder(self.linktype)
+        self._decode = frame_decoder(self.linktype)
         self._health = LiveHealth(kernel_drops=0)
         for option, value in ((SO_RCVBUFFORCE, RECEIVE_BUFFER), (socket.SO_RCVBUF, RECEIVE_BUFFER)):
             try:
@@ -117,10 +156,19 @@ class InterfaceSource:
             except OSError:
                 continue
         self._sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-        self._health.filtered_in_kernel = capture_filter is not None and self._attach(iface, capture_filter)
+        attached = False
+        if self._loopback:
+            # The leaving copies are dropped in the kernel, where they would take half the receive buffer (and
+            # count as drops when it overflows, though no packet is missed); skipped in poll when this fails.
+            attached = self._attach(iface, "inbound" + (f" and ({capture_filter})" if capture_filter else ""))
+        if not attached and capture_filter is not None:
+            attached = self._attach(iface, capture_filter)
+        self._health.filtered_in_kernel = capture_filter is not None and attached
         self._sock.setblocking(False)
         self._frame = 0
         self._cmsg_space = socket.CMSG_SPACE(_TIMESPEC.size)
+        # Called with (ts_ns, frame) for every packet read, before it is decoded (RollingPcap.packet).
+        self.keep: Callable[[int, bytes], None] | None = None
 
     def _attach(self, iface: str, capture_filter: str) -> bool:
         """Compile ``capture_filter`` with libpcap (through scapy) and attach it; False when that is not
@@ -139,18 +187,33 @@ class InterfaceSource:
             return False
 
     def poll(self, timeout: float) -> list[tuple]:
+        """The packets that arrive within ``timeout`` seconds. Once one has come, those that follow within
+        ``GATHER_SECONDS`` (up to ``MIN_BATCH``) are gathered with it: handed on one by one as they trickle in,
+        each would cost a step of the analysis (a wakeup, a failed read, a call into the flow table)."""
         out: list[tuple] = []
-        ready, _, _ = select.select([self._sock], [], [], max(timeout, 0))
+        sock = self._sock
+        ready, _, _ = select.select([sock], [], [], max(timeout, 0))
         if not ready:
             return out
         health = self._health
         decode = self._decode
+        keep = self.keep
+        loopback = self._loopback
+        cmsg_space = self._cmsg_space
+        deadline = None
         while len(out) < MAX_BATCH:
             try:
-                data, ancillary, _flags, address = self._sock.recvmsg(SNAPLEN, self._cmsg_space)
+                data, ancillary, _flags, address = sock.recvmsg(SNAPLEN, cmsg_space)
             except BlockingIOError:
-                break
-            if self._loopback and address[2] == PACKET_OUTGOING:
+                if len(out) >= MIN_BATCH:
+                    break
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + GATHER_SECONDS
+                if now >= deadline or not select.select([sock], [], [], deadline - now)[0]:
+                    break
+                continue
+            if loopback and address[2] == PACKET_OUTGOING:
                 continue
             ts_ns = None
             for level, kind, value in ancillary:
@@ -159,9 +222,11 @@ class InterfaceSource:
                     ts_ns = sec * 1_000_000_000 + nsec
             if ts_ns is None:
                 ts_ns = time.time_ns()
+            if keep is not None:
+                keep(ts_ns, data)
             self._frame += 1
             health.packets += 1
-            decoded = decode(data, 0, len(data))
+            decoded = decode(data)
             if decoded.__class__ is int:
                 continue
             key, seq, ack, flags, start, stop, seg_len = decoded
@@ -239,3 +304,51 @@ class StreamSource:
     def close(self) -> None:
         self._stop.set()
         self._capture.close()
+
+
+class RollingPcap:
+    """Raw packets kept as pcap (nanosecond timestamps, the source's link type), a file per rotation:
+    ``FILE-<UTC start>-<n>.pcap`` beside ``FILE`` (its ``.pcap`` taken off), which ``kafkacap export`` reads
+    as one rotated set. The current file is written under a hidden name (``.*.tmp``) and renamed into place
+    whole by ``rotate``; a period without packets leaves no file."""
+
+    def __init__(self, path: str, linktype: int, snaplen: int = SNAPLEN) -> None:
+        folder, name = os.path.split(os.path.abspath(path))
+        if name.lower().endswith(".pcap"):
+            name = name[:-5]
+        if not name:
+            raise LiveError(f"{path}: give a file name for the kept packets")
+        if not os.path.isdir(folder):
+            raise LiveError(f"{path}: folder {folder} does not exist")
+        self._folder, self._name = folder, name
+        self._header = _PCAP_HEADER.pack(PCAP_NANO_MAGIC, 2, 4, 0, 0, snaplen, linktype)
+        self._hidden = os.path.join(folder, f".{name}-{uuid.uuid4().hex[:8]}.pcap.tmp")
+        self._file = None
+        self.bytes = 0  # in the current file
+        self.packets = 0  # kept in all
+        self.parts = 0
+
+    def packet(self, ts_ns: int, frame: bytes) -> None:
+        f = self._file
+        if f is None:
+            f = self._file = open(self._hidden, "wb", buffering=1 << 20)  # noqa: SIM115 - closed by rotate
+            f.write(self._header)
+            self.bytes = len(self._header)
+        sec, nsec = divmod(ts_ns, 1_000_000_000)
+        f.write(_PCAP_RECORD.pack(sec, nsec, len(frame), len(frame)))
+        f.write(frame)
+        self.bytes += _PCAP_RECORD.size + len(frame)
+        self.packets += 1
+
+    def rotate(self, started: dt.datetime) -> list[str]:
+        """Close the current file and rename it into place (``started``: when it began); the paths."""
+        if self._file is None:
+            return []
+        self._file.close()
+        self._file = None
+        self.parts += 1
+        stamp = started.astimezone(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        path = os.path.join(self._folder, f"{self._name}-{stamp}-{self.parts:06d}.pcap")
+        os.replace(self._hidden, path)
+        self.bytes = 0
+        return [path]

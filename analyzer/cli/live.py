@@ -23,8 +23,11 @@ from analyzer.cli.tls import TLS_KEYS, tls_keylog_option
 @click.option("--headers-only", is_flag=True, help="Decode headers and top-level errors only.")
 @click.option("-w", "--write", "write_dir", type=click.Path(file_okay=False),
               help="Rolling Parquet tables in this folder: DIR/<table>/part-*.parquet, one part per rotation.")
-@click.option("--rotate", help="When to start a new part: a time (60s, 5m) or a size of gathered rows "
-              "(100MB). Default with --write: 60s.")
+@click.option("--pcap", "pcap_path", type=click.Path(dir_okay=False),
+              help="Also keep the raw packets (with -i): FILE-<UTC start>-<n>.pcap, one file per rotation, "
+                   "which kafkacap export reads as one capture.")
+@click.option("--rotate", help="When to start a new part: a time (60s, 5m) or a size (100MB: of the rows "
+              "gathered, or of the pcap file). Default with --write or --pcap: 60s.")
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), help="Stop after this many seconds.")
 @click.option("--idle-timeout", type=click.FloatRange(min=1), default=300, show_default=True,
               help="Close a connection that carried no packet for this many seconds (ended idle): a peer that "
@@ -32,10 +35,10 @@ from analyzer.cli.tls import TLS_KEYS, tls_keylog_option
 @click.option("--no-screen", is_flag=True, help="No live screen: only the final figures (for logs and scripts).")
 @click.option("--snapshot", type=click.Path(dir_okay=False), help="Also write the final screen as text here.")
 @tls_keylog_option
-def live(iface, read_path, ports, detect_ports, headers_only, write_dir, rotate, duration, idle_timeout, no_screen,
-         snapshot) -> None:
+def live(iface, read_path, ports, detect_ports, headers_only, write_dir, pcap_path, rotate, duration, idle_timeout,
+         no_screen, snapshot) -> None:
     """Watch Kafka traffic live: requests, errors and service times per API, refreshed every second."""
-    from analyzer.capture.live import InterfaceSource, LiveError, StreamSource, ports_filter
+    from analyzer.capture.live import InterfaceSource, LiveError, RollingPcap, StreamSource, ports_filter
     from analyzer.cli.live_view import parse_rotation, run_live
     from analyzer.pipeline.analyze import Options
 
@@ -44,6 +47,9 @@ def live(iface, read_path, ports, detect_ports, headers_only, write_dir, rotate,
     if read_path == "-" and sys.stdin.isatty():
         raise click.UsageError("-r - reads a capture from standard input, which is a terminal here "
                                "(pipe one in: tcpdump -w - -U | kafkacap live -r -)")
+    if pcap_path is not None and iface is None:
+        raise click.UsageError("--pcap keeps what -i captures; a stream read with -r is a capture already "
+                               "(keep it with tee: tcpdump -w - -U | tee FILE | kafkacap live -r -)")
     parse_rotation(rotate)
     options = Options(ports=tuple(ports) or (9092,), detect_ports=detect_ports, bodies=not headers_only,
                       tls_keys=click.get_current_context().meta.get(TLS_KEYS))
@@ -55,6 +61,7 @@ def live(iface, read_path, ports, detect_ports, headers_only, write_dir, rotate,
         else:
             source = StreamSource(read_path)
             label, name = f"reading {'standard input' if read_path == '-' else read_path}", f"live-{started}"
+        pcap = RollingPcap(pcap_path, source.linktype) if pcap_path is not None else None
     except LiveError as exc:
         raise click.ClickException(str(exc)) from None
     filtered = source.health().filtered_in_kernel
@@ -62,7 +69,7 @@ def live(iface, read_path, ports, detect_ports, headers_only, write_dir, rotate,
                                          " (no kernel filter: every packet is read and sorted here)"))
     Console(stderr=True).print(where)
     run_live(source, options, name=name, label=label, duration=duration, write_dir=write_dir, rotate=rotate,
-             snapshot=snapshot, screen=not no_screen, idle_seconds=idle_timeout)
+             snapshot=snapshot, screen=not no_screen, idle_seconds=idle_timeout, pcap=pcap)
 
 
 def register(group: click.Group) -> None:

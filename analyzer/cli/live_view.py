@@ -156,16 +156,20 @@ class LiveStats:
 
 
 def render(stats: LiveStats, *, source: str, health, open_connections: int, sort: str, started: float,
-           written_parts: int, rotating: str | None) -> Group:
+           written_parts: int, rotating: str | None, pcap_files: int | None = None) -> Group:
     """One screen of the live view."""
     elapsed = time.monotonic() - started
     drops = "unknown" if health.kernel_drops is None else f"{health.kernel_drops:,}"
+    kept = ""
+    if rotating:
+        kept = f"  rolling tables: {written_parts} parts" + (f", pcap files: {pcap_files}" if pcap_files is not None
+                                                             else "") + f" ({rotating})"
     status = Text.assemble(
         ("kafkacap live ", "bold"), inert(source), f"  {elapsed:,.0f} s  packets {health.packets:,}  "
         f"exchanges {stats.exchanges:,}  open connections {open_connections:,}  ",
         ("kernel drops " + drops, "red" if health.kernel_drops else "dim"),
         f"  gaps {stats.gap_bytes:,} B  resyncs {stats.resyncs:,}",
-        f"  rolling tables: {written_parts} parts ({rotating})" if rotating else "",
+        kept,
         "\nkeys: s sort by " + "/".join(SORTS) + f" (now {sort}), q quit", style=None)
     apis = Table(title=f"Requests per API (last {stats.last_interval:.1f} s, and since start; latency in ms, "
                        "* waits by design)", title_justify="left", expand=False)
@@ -265,15 +269,19 @@ def _console(record: bool) -> Console:
 
 
 def run_live(source, options, *, name: str, label: str, duration: float | None, write_dir: str | None,
-             rotate: str | None, snapshot: str | None, screen: bool, idle_seconds: float = 300.0) -> int:
-    """The live loop: analysis, screen, rotation; returns the number of exchanges seen."""
+             rotate: str | None, snapshot: str | None, screen: bool, idle_seconds: float = 300.0,
+             pcap=None) -> int:
+    """The live loop: analysis, screen, rotation of the rolling tables and of the kept packets (``pcap``, a
+    ``RollingPcap`` fed by the source); returns the number of exchanges seen."""
     from analyzer.pipeline.live import LiveAnalysis
     from analyzer.tables.writers import RollingTables
 
     rotate_s, rotate_bytes = parse_rotation(rotate)
-    if write_dir is not None and rotate_s is None and rotate_bytes is None:
+    if (write_dir is not None or pcap is not None) and rotate_s is None and rotate_bytes is None:
         rotate_s = 60.0
     rolling = RollingTables(write_dir) if write_dir is not None else None
+    if pcap is not None:
+        source.keep = pcap.packet
     stats = LiveStats()
     part_started = dt.datetime.now(dt.UTC)
     part_clock = time.monotonic()
@@ -293,18 +301,20 @@ def run_live(source, options, *, name: str, label: str, duration: float | None, 
     keys = Keys() if screen else None
     sort = [SORTS[0]]
     stop = [False]
-    rotating = f"every {rotate}" if rolling is not None else None
+    rotating = f"every {rotate or '60s'}" if rolling is not None or pcap is not None else None
 
-    def rotate_now() -> None:
+    def rotate_now(last: bool = False) -> None:
         nonlocal part_started, part_clock
-        if rolling is None:
-            return
-        written[0] += len(rolling.rotate(part_started))
+        if pcap is not None:
+            pcap.rotate(part_started)
+        if rolling is not None:
+            written[0] += len(rolling.close(part_started) if last else rolling.rotate(part_started))
         part_started, part_clock = dt.datetime.now(dt.UTC), time.monotonic()
 
     def view():
         return render(stats, source=label, health=source.health(), open_connections=analysis.open_connections,
-                      sort=sort[0], started=started, written_parts=written[0], rotating=rotating)
+                      sort=sort[0], started=started, written_parts=written[0], rotating=rotating,
+                      pcap_files=pcap.parts if pcap is not None else None)
 
     def until() -> bool:
         return stop[0] or (duration is not None and time.monotonic() - started >= duration)
@@ -317,8 +327,9 @@ def run_live(source, options, *, name: str, label: str, duration: float | None, 
                 stop[0] = True
             elif k in ("s", "S"):
                 sort[0] = SORTS[(SORTS.index(sort[0]) + 1) % len(SORTS)]
-        if rolling is not None and ((rotate_s is not None and time.monotonic() - part_clock >= rotate_s) or (
-                rotate_bytes is not None and rolling.pending_bytes >= rotate_bytes)):
+        if rotating is not None and ((rotate_s is not None and time.monotonic() - part_clock >= rotate_s) or (
+                rotate_bytes is not None and max(rolling.pending_bytes if rolling is not None else 0,
+                                                 pcap.bytes if pcap is not None else 0) >= rotate_bytes)):
             rotate_now()
         if live_view is not None:
             live_view.update(view())
@@ -345,7 +356,7 @@ def run_live(source, options, *, name: str, label: str, duration: float | None, 
             keys.close()
         health = analysis.finish()
         stats.tick()
-        rotate_now()
+        rotate_now(last=True)
     final = _console(snapshot is not None)
     with contextlib.suppress(BrokenPipeError):
         final.print(view())

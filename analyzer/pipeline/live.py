@@ -1,10 +1,12 @@
 """A live analysis: packets from a live source, fed to the flow table as they arrive, rows handed on at once.
 
 The same flow table, framing and matching as for files; what differs is the clock. ``step(timeout)`` takes
-whatever packets arrived within the timeout (possibly none), and rows are drained after every step, so an
-exchange reaches the screen and the rolling tables within a step of its response. Memory stays flat over an
-endless run: the flow table's limits bound the connections and requests in flight, closed connections are
-retired, and rows leave at once.
+whatever packets arrived within the timeout (possibly none), and rows are drained every ``DRAIN_SECONDS`` (and
+before each tick), so an exchange reaches the screen and the rolling tables within a fraction of a second of its
+response. Not after every step: under load a step holds a few hundred packets, and turning its rows into Arrow
+batches (and the screen's figures) has a fixed cost per batch that would then exceed the analysis itself.
+Memory stays flat over an endless run: the flow table's limits bound the connections and requests in flight,
+closed connections are retired, and rows leave within ``DRAIN_SECONDS``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from analyzer.capture.live import LiveHealth, LiveSource
 from analyzer.pipeline.analyze import BatchSink, FileReport, Options, drain, flow_table
 
 LIVE_NAME = "live"  # capture_file of live rows
+DRAIN_SECONDS = 0.25
 
 
 class LiveAnalysis:
@@ -32,6 +35,7 @@ class LiveAnalysis:
         self.packets = 0
         self.idle_ns = int(idle_seconds * 1e9)
         self.expired = 0
+        self.drained = time.monotonic()
 
     def step(self, timeout: float) -> bool:
         """Analyse what arrives within ``timeout`` seconds; False once the source has ended."""
@@ -39,16 +43,24 @@ class LiveAnalysis:
         if packets:
             self.packets += len(packets)
             self.table.feed(packets)
+        ended = self.source.health().ended
+        if ended or time.monotonic() - self.drained >= DRAIN_SECONDS:
+            self.drain()
+        return not ended
+
+    def drain(self) -> None:
+        """Hand on the rows the flow table holds."""
         drain(self.table, self.name, self.sink, self.report)
-        return not self.source.health().ended
+        self.drained = time.monotonic()
 
     def run(self, until: Callable[[], bool], tick: Callable[[], None] | None = None, every: float = 1.0) -> None:
         """Step until ``until()`` or the source ends, calling ``tick()`` about every ``every`` seconds."""
         next_tick = time.monotonic() + every
         while not until():
-            more = self.step(min(0.2, max(next_tick - time.monotonic(), 0)))
+            more = self.step(min(DRAIN_SECONDS, max(next_tick - time.monotonic(), 0)))
             if time.monotonic() >= next_tick:
                 self.expired += self.table.expire_idle(self.idle_ns)  # once a tick: it looks at every connection
+                self.drain()
                 if tick is not None:
                     tick()
                 next_tick = time.monotonic() + every

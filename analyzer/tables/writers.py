@@ -32,6 +32,8 @@ from analyzer.tables.schemas import OPTIONAL_SCHEMAS, SCHEMAS
 
 WRITE_QUEUE_BATCHES = 2  # batches waiting for the writer thread: bounds the memory they hold
 ROW_GROUP_ROWS = 1 << 16  # Parquet batches are gathered up to this many rows per row group
+ROLLING_ROW_GROUP_BYTES = 8 << 20  # or, for rolling tables, up to this many bytes (what a table may hold back)
+ROLLING_QUEUED_GROUPS = 4  # rolling tables' row groups waiting for the writer thread
 MARKER = "_kafkacap.json"
 # What an output folder may hold to be replaced: tables of any format (or as the Spark job's folders, with its
 # aggregates and _SUCCESS), the marker, and what an interrupted export of an older version left behind.
@@ -292,10 +294,14 @@ class TableFolder:
 class RollingTables:
     """Tables written a part at a time, for a run that never ends (``kafkacap live --write DIR``).
 
-    Batches are gathered per table and written out when ``rotate`` is called (by time or size, the caller's
-    choice) as ``DIR/<table>/part-<UTC start>-<n>.parquet``: a folder per table, which pyarrow, Spark and
-    ``kafkacap report DIR`` read as one table. Each part is written under a hidden name and renamed into place
-    when complete, so a reader never sees half a file.
+    Each table's current part is an open Parquet writer on a hidden name in ``DIR/<table>/``; batches are
+    gathered up to a row group (``ROW_GROUP_ROWS`` rows or ``ROLLING_ROW_GROUP_BYTES``, whichever comes first)
+    and written as they come, so memory holds at most a row group per table (and the few queued for the writer)
+    whatever the rotation interval. A writer thread encodes them (Arrow releases the GIL): the analysis, which
+    must keep up with the link, does not wait for the compression. ``rotate`` (by time or size, the caller's
+    choice) closes the parts and renames each into place as ``part-<UTC start>-<n>.parquet``: a folder per
+    table, which pyarrow, Spark and ``kafkacap report DIR`` read as one table, and a reader never sees half a
+    file (hidden names, ``.*``, are passed over by those readers).
     """
 
     def __init__(self, folder: str) -> None:
@@ -303,30 +309,86 @@ class RollingTables:
         os.makedirs(folder, exist_ok=True)
         self.folder = folder
         self._gathered: dict[str, list[pa.RecordBatch]] = {}
-        self.pending_bytes = 0
+        self._gathered_rows: dict[str, int] = {}
+        self._gathered_bytes: dict[str, int] = {}
+        self._open: dict[str, tuple[pq.ParquetWriter, str]] = {}  # table -> (writer, hidden path); writer thread's
+        self.pending_bytes = 0  # bytes of rows (in memory, as Arrow) in the current parts
         self.parts = 0
+        self._token = uuid.uuid4().hex[:8]
+        self._queue: queue.Queue[tuple[str, list[pa.RecordBatch]] | None] = queue.Queue(ROLLING_QUEUED_GROUPS)
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._drain, daemon=True, name="kafkacap rolling tables writer")
+        self._thread.start()
         with open(os.path.join(folder, MARKER), "w", encoding="utf-8") as f:
             json.dump({"format": "parquet", "layout": "rolling"}, f)
 
     def write(self, table: str, batch: pa.RecordBatch) -> None:
-        if batch.num_rows:
-            self._gathered.setdefault(table, []).append(batch)
-            self.pending_bytes += batch.nbytes
+        if self._failure is not None:
+            raise self._failure
+        if not batch.num_rows:
+            return
+        self._gathered.setdefault(table, []).append(batch)
+        rows = self._gathered_rows[table] = self._gathered_rows.get(table, 0) + batch.num_rows
+        size = self._gathered_bytes[table] = self._gathered_bytes.get(table, 0) + batch.nbytes
+        self.pending_bytes += batch.nbytes
+        if rows >= ROW_GROUP_ROWS or size >= ROLLING_ROW_GROUP_BYTES:
+            self._flush(table)
 
-    def rotate(self, started: dt.datetime) -> list[str]:
-        """Write what was gathered since the last rotation; the paths written."""
-        written = []
-        stamp = started.astimezone(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
-        for table, batches in sorted(self._gathered.items()):
-            schema = (SCHEMAS | OPTIONAL_SCHEMAS)[table]
+    def _flush(self, table: str) -> None:
+        """Hand the table's gathered batches to the writer thread, as one row group of its current part."""
+        batches = self._gathered.pop(table, None)
+        self._gathered_rows.pop(table, None)
+        self._gathered_bytes.pop(table, None)
+        if batches:
+            self._queue.put((table, batches))
+
+    def _drain(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is not None and self._failure is None:
+                    self._write_group(*item)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's next write or rotate
+                self._failure = exc
+            finally:
+                self._queue.task_done()
+            if item is None:
+                return
+
+    def _write_group(self, table: str, batches: list[pa.RecordBatch]) -> None:
+        schema = (SCHEMAS | OPTIONAL_SCHEMAS)[table]
+        current = self._open.get(table)
+        if current is None:
             folder = os.path.join(self.folder, table)
             os.makedirs(folder, exist_ok=True)
+            hidden = os.path.join(folder, f".part-{self._token}.parquet.tmp")
+            writer = pq.ParquetWriter(hidden, schema, compression="zstd", use_dictionary=dictionary_columns(schema))
+            current = self._open[table] = (writer, hidden)
+        current[0].write_table(pa.Table.from_batches(batches, schema=schema), row_group_size=1 << 30)
+
+    def rotate(self, started: dt.datetime) -> list[str]:
+        """Close the current parts and rename them into place (``started``: when they began); the paths."""
+        for table in sorted(self._gathered):
+            self._flush(table)
+        self._queue.join()  # the writer thread is idle from here until the next write
+        if self._failure is not None:
+            raise self._failure
+        written = []
+        stamp = started.astimezone(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        for table, (writer, hidden) in sorted(self._open.items()):
+            writer.close()
             self.parts += 1
-            name = f"part-{stamp}-{self.parts:06d}.parquet"
-            hidden = os.path.join(folder, f".{name}.tmp")
-            pq.write_table(pa.Table.from_batches(batches, schema=schema), hidden, compression="zstd")
-            os.replace(hidden, os.path.join(folder, name))
-            written.append(os.path.join(folder, name))
-        self._gathered.clear()
+            path = os.path.join(self.folder, table, f"part-{stamp}-{self.parts:06d}.parquet")
+            os.replace(hidden, path)
+            written.append(path)
+        self._open.clear()
         self.pending_bytes = 0
         return written
+
+    def close(self, started: dt.datetime) -> list[str]:
+        """The last rotation, and the writer thread ends."""
+        try:
+            return self.rotate(started)
+        finally:
+            self._queue.put(None)
+            self._thread.join()

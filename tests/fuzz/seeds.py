@@ -255,10 +255,64 @@ def tcp_seeds() -> list[bytes]:
     return out
 
 
+TLS_SAMPLES = ("tansu_tls.pcap", "tansu_tls_resume.pcap")
+MAX_TLS_SEED = 12_000  # a handshake with its certificate and the first protected records
+
+
+def tls_connections(path: Path) -> list[list[tuple[bool, bytes]]]:
+    """The TLS connections of a capture: each one's segments in capture order, (from the client?, payload),
+    retransmissions left out."""
+    conns: dict[bytes, list[tuple[bytes, bytes]]] = {}
+    seen: set[tuple[bytes, int]] = set()
+    with open_capture(path) as capture:
+        for _no, _ts, key, seq, _ack, _flags, payload, _seg_len in capture.packets():
+            if not len(payload) or (key, seq) in seen:
+                continue
+            seen.add((key, seq))
+            conns.setdefault(min(key, reverse_key(key)), []).append((key, bytes(payload)))
+    out = []
+    for segments in conns.values():
+        client, first = segments[0]
+        if first[:2] != b"\x16\x03" or len(first) < 6 or first[5] != 1:  # a ClientHello first
+            continue
+        out.append([(key == client, payload) for key, payload in segments])
+    return out
+
+
+def tls_script(segments: list[tuple[bool, bytes]], op_extra: int = 0, limit: int = MAX_TLS_SEED) -> bytes:
+    """Steps of the tls target, one per segment, up to ``limit`` bytes."""
+    out = bytearray()
+    for from_client, payload in segments:
+        step = struct.pack(">BH", (0 if from_client else 1) | op_extra, len(payload)) + payload
+        if len(out) + len(step) > limit:
+            break
+        out += step
+    return bytes(out)
+
+
+def tls_seeds() -> list[bytes]:
+    """Each sample TLS connection's start as it was, cut in small pieces, with a loss in the client's
+    protected records, and once after a key log step (flags bit 0)."""
+    out = []
+    keys = (SAMPLES / "tansu_tls.keys.log").read_bytes()
+    for name in TLS_SAMPLES:
+        for n, segments in enumerate(tls_connections(SAMPLES / name)):
+            out.append(bytes([n & 0xF8]) + tls_script(segments))
+            if n < 3:
+                out.append(bytes([0x06]) + tls_script(segments, op_extra=4))  # pieces; the hello parsers
+                lossy = list(segments)
+                late = [i for i, (c, _p) in enumerate(lossy) if c][-1]
+                out.append(bytes([0x08]) + tls_script(lossy[:late]) + struct.pack(">BH", 2, 100)
+                           + tls_script(lossy[late:]))
+                out.append(bytes([0x01]) + struct.pack(">H", len(keys[:2000])).rjust(3, b"\0")
+                           + keys[:2000] + tls_script(segments, limit=MAX_TLS_SEED - 2003))
+    return out
+
+
 def all_seeds() -> dict[str, list[bytes]]:
     out: dict[str, list[bytes]] = {name: [] for name in (
         "capture", "linklayer", "tcp", "framing", "headers", "extract", "decoder", "records", "codecs",
-        "legacy07", "pipeline")}
+        "legacy07", "pipeline", "tls")}
     seen: set[tuple] = set()
     for path in sample_captures():
         cuts = capture_cuts(path)
@@ -272,6 +326,7 @@ def all_seeds() -> dict[str, list[bytes]]:
         kafka_seeds(path, out, seen)
     out["tcp"] = tcp_seeds()
     out["legacy07"] = legacy07_seeds()
+    out["tls"] = tls_seeds()
     return out
 
 

@@ -18,4 +18,5 @@ TARGETS = (
     "codecs",  # dissectors.kafka.codecs: bounded decompression
     "legacy07",  # dissectors.kafka.legacy07: the Kafka 0.7 wire format
     "pipeline",  # analyzer.pipeline.analyze: one capture file in, tables out
+    "tls",  # analyzer.tls: records, handshake, key log, decryption, losses
 )
