@@ -340,8 +340,9 @@ def _traffic(source: TableSource, interval: ag.Interval) -> tuple[Section, scans
             ["codec", "wire_bytes", "uncompressed_bytes", "batches", "records", "rows"])
         s.parts.append(Part(
             "Compression per codec",
-            "Record bytes producers sent per codec, on the wire and uncompressed (uncompressed size as the batches "
-            "declare it, where known without decompressing). Fetch is left out: it returns the same batches. "
+            "Record bytes producers sent per codec, on the wire and uncompressed (the size a batch's compressed "
+            "data declares, else measured by decompressing it within the limits). Fetch is left out: it returns "
+            "the same batches. "
             "A codec with a ratio near 1 costs CPU for nothing; 'none' with large volume may be worth compressing.",
             fg.compression(g.sort_by([("wire_bytes", "descending")]))))
     return s, tr
