@@ -2,6 +2,11 @@
 connections of one large file (the workers walk the file's records a part each, then every worker reads
 the whole file and keeps only its shard of the connections), and the merge of the workers' batches into
 one sink in a deterministic order.
+
+The merge runs while the workers do: each worker publishes every batch as a file of its own in the spool
+the moment it is built, and the parent hands the batches that are due to the sink (whose writer threads
+encode them) as they appear. Waiting for a worker to end before writing its rows would leave all the
+encoding of the output to after the analysis, one process working alone.
 """
 
 from __future__ import annotations
@@ -141,23 +146,28 @@ def _classic_pcap(path: str) -> bool:
 
 _read_so_far = None  # per task, the file bytes its worker has read (a shared array the workers inherit)
 PROGRESS_POLL = 0.2  # seconds between the parent's looks at the workers' progress
+SPOOL_POLL = 0.02  # seconds between the parent's looks for new batches in the spool (at most)
 
 
-def _run_task(task: Task, options: Options, spool: str, walk: str | None = None,
-              slot: int | None = None) -> tuple[FileReport, dict[str, str]]:
-    """Worker side: analyse, spooling each table's batches to an Arrow IPC file for the parent, and
-    telling how far it has read in its ``slot`` of the shared progress array."""
-    writers: dict[str, ipc.RecordBatchStreamWriter] = {}
-    paths: dict[str, str] = {}
+def _batch_path(folder: str, table: str, number: int) -> str:
+    return os.path.join(folder, f"{table}.{number}.arrow")
+
+
+def _run_task(task: Task, options: Options, folder: str, walk: str | None = None,
+              slot: int | None = None) -> tuple[FileReport, dict[str, int]]:
+    """Worker side: analyse, publishing each batch in ``folder`` as an Arrow IPC file of its own (written
+    aside, then renamed: a name that exists holds a whole batch) for the parent to take as soon as it is
+    there; returns the report and the number of batches of each table. Tells how far it has read in its
+    ``slot`` of the shared progress array."""
+    counts: dict[str, int] = {}
 
     def sink(table: str, batch: pa.RecordBatch) -> None:
-        w = writers.get(table)
-        if w is None:
-            fd, path = tempfile.mkstemp(prefix=f"{table}-", suffix=".arrow", dir=spool)
-            os.close(fd)
-            paths[table] = path
-            w = writers[table] = ipc.new_stream(path, batch.schema)
-        w.write_batch(batch)
+        number = counts.get(table, 0)
+        path = _batch_path(folder, table, number)
+        with pa.OSFile(path + ".part", "wb") as f, ipc.new_stream(f, batch.schema) as w:
+            w.write_batch(batch)
+        os.rename(path + ".part", path)
+        counts[table] = number + 1
 
     walked = np.load(walk, mmap_mode="r") if walk is not None else None
     progress = None
@@ -170,9 +180,61 @@ def _run_task(task: Task, options: Options, spool: str, walk: str | None = None,
 
     report = analyze_file(task.path, options, sink, task.shard, progress, following=task.following,
                           name_of=task.name_of(), balance_shards=task.balanced, walked=walked)
-    for w in writers.values():
-        w.close()
-    return report, paths
+    return report, counts
+
+
+class _Spools:
+    """The batches of a group of tasks run at once (the shards of one file, or one file alone), handed on
+    as their workers publish them, in an order fixed in advance whatever the timing: per table, each task's
+    first batch in task order, then each one's second, and so on (a task with no more is passed over)."""
+
+    def __init__(self, folders: list[str], futures: list) -> None:
+        self.folders = folders
+        self.futures = futures
+        self.results: list[tuple[FileReport, dict[str, int]] | None] = [None] * len(folders)
+        self.cursors: dict[str, tuple[int, int]] = {}  # table -> (round, task) of the next batch due
+
+    def forward(self, sink: BatchSink) -> bool:
+        """Hand every batch that is due and published to ``sink``; True once all are handed on. Raises what
+        a worker raised."""
+        for i, fut in enumerate(self.futures):
+            if self.results[i] is None and fut.done():
+                self.results[i] = fut.result()
+        for folder in self.folders:
+            for name in os.listdir(folder):
+                if not name.endswith(".part"):
+                    self.cursors.setdefault(name.split(".", 1)[0], (0, 0))
+        for result in self.results:
+            for table in result[1] if result is not None else ():
+                self.cursors.setdefault(table, (0, 0))
+        finished = all(r is not None for r in self.results)
+        for table in sorted(self.cursors):
+            finished = self._forward_table(table, sink) and finished
+        return finished
+
+    def _forward_table(self, table: str, sink: BatchSink) -> bool:
+        """The due batches of one table; True when its last one is handed on."""
+        rnd, at = self.cursors[table]
+        n = len(self.folders)
+        try:
+            while True:
+                known = [r[1].get(table, 0) if r is not None else None for r in self.results]
+                if None not in known and rnd >= max(known):
+                    return True
+                path = _batch_path(self.folders[at], table, rnd)
+                if known[at] is not None and rnd >= known[at]:
+                    pass  # this task has no more of this table
+                elif os.path.exists(path):
+                    for batch in _read_spool(path):
+                        sink(table, batch)
+                    os.unlink(path)
+                else:
+                    return False  # not written yet: later
+                at += 1
+                if at == n:
+                    rnd, at = rnd + 1, 0
+        finally:
+            self.cursors[table] = (rnd, at)
 
 
 def run(
@@ -213,7 +275,7 @@ def run(
             reports.append(report)
             advance(_size(task.path))
     else:
-        from concurrent.futures import ProcessPoolExecutor, wait  # loaded only when there are workers
+        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait  # only with workers
         from multiprocessing import get_context
 
         global _read_so_far
@@ -222,6 +284,7 @@ def run(
         shares = [_size(t.path) // (t.shard[1] if t.shard else 1) for t in tasks]
         read = _read_so_far = context.RawArray("q", len(tasks)) if on_progress else None  # before the fork
         shown = 0
+        poll = min(SPOOL_POLL, PROGRESS_POLL) if on_progress else SPOOL_POLL
 
         def show_progress() -> None:
             nonlocal shown
@@ -233,21 +296,21 @@ def run(
         try:
             with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
                 walks = _shared_walks(pool, tasks, spool)
-                futures = [pool.submit(_run_task, t, options, spool, walks.get(t.path) if t.shard else None, i)
-                           for i, t in enumerate(tasks)]
-                for i, fut in enumerate(futures):
-                    while read is not None and not fut.done():  # the bar moves while the workers read
-                        wait([fut], timeout=PROGRESS_POLL)
-                        show_progress()
-                    report, paths = fut.result()
-                    for table, path in paths.items():
-                        for batch in _read_spool(path):
-                            sink(table, batch)
-                        os.unlink(path)
-                    _add_to_stitcher(stitcher, report)
-                    reports.append(report)
+                folders = [tempfile.mkdtemp(prefix=f"task{i}-", dir=spool) for i in range(len(tasks))]
+                futures = [pool.submit(_run_task, t, options, folders[i], walks.get(t.path) if t.shard else None,
+                                       i) for i, t in enumerate(tasks)]
+                for group in _groups(tasks):
+                    spools = _Spools([folders[i] for i in group], [futures[i] for i in group])
+                    while not spools.forward(sink):
+                        wait([futures[i] for i in group], timeout=poll, return_when=FIRST_COMPLETED)
+                        if read is not None:  # the bar moves while the workers read
+                            show_progress()
+                    for i, (report, _) in zip(group, spools.results, strict=True):
+                        _add_to_stitcher(stitcher, report)
+                        reports.append(report)
+                        if read is not None:
+                            read[i] = shares[i]
                     if read is not None:
-                        read[i] = shares[i]
                         show_progress()
         finally:
             _read_so_far = None
@@ -260,6 +323,17 @@ def run(
         final_sink("connections", spanning)
     final_sink("files", files_batch([(*file_row(r), *stitcher.file_columns(r.name)) for r in merged]))
     return merged
+
+
+def _groups(tasks: list[Task]) -> list[list[int]]:
+    """The tasks merged together: the shards of one file (consecutive in the plan), or one task alone."""
+    groups: list[list[int]] = []
+    for i, t in enumerate(tasks):
+        if t.shard is not None and t.shard[0] > 0 and groups and tasks[groups[-1][-1]].path == t.path:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
 
 
 def _add_to_stitcher(stitcher: Stitcher, report: FileReport) -> None:
