@@ -1,9 +1,9 @@
 """A memory-mapped pcap read a chunk of packets at a time: the header fields of a whole chunk in one gather.
 
 The per-packet reader (analyzer.capture.pcap) unpacks each record's headers with a precompiled struct: about a
-microsecond of interpreter time per packet, whatever the packet holds. Here the record walk is the only
-per-packet Python work (one small unpack to find the next record); the link, IPv4 and TCP fields of every
-record in the chunk are then copied out of the map in one numpy gather and decoded as columns. The columns
+microsecond of interpreter time per packet, whatever the packet holds. Here the record walk (compiled,
+``_walk.pyx``) is the only step taken record by record; the link, IPv4 and TCP fields of every record in the
+chunk are then copied out of the map in one numpy gather and decoded as columns. The columns
 feed the flow table's bulk path (analyzer.tcp.bulk), which handles runs of ordinary packets without looking at
 each one. Packets that are not IPv4 without options on the file's link type (IPv6, VLAN tags, fragments,
 short records) go through the per-packet decoder as before; a chunk holding any of them is handed on as
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from analyzer.capture._walk import walk_records
 from analyzer.capture.linklayer import (
     ETHERNET,
     IPV4,
@@ -128,7 +129,7 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
     here would give. Damage is found and passed over as the per-packet reader does (``_pcap.Resync``): the
     same records are read, tested on whole columns."""
     order = header.byte_order
-    walk = _caplen_reader(order)
+    little = order == "<"
     limit = header.caplen_limit
     layout = _Layout(buf, order, header.linktype, header.ts_unit_ns)
     end = len(buf)
@@ -150,7 +151,7 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
         while pos < end:
             stop = min(pos + CHUNK_BYTES, end)
             if walked is None:
-                offsets, pos, header_cut = _walk(view, walk, pos, stop)
+                offsets, pos, header_cut = _walk(view, little, pos, stop)
                 starts, nexts = _bounds(offsets, pos)
             else:
                 e, header_cut = _walked_to(walked, i, stop)
@@ -216,34 +217,11 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
         settle_stats(stats, frame, counts, ts)
 
 
-def _caplen_reader(order: str):
-    """``unpack_from`` of a record header's caplen, as a 1-tuple: where the next record starts, for ``_walk``."""
-    return struct.Struct(order + "8xI4x").unpack_from
-
-
-def _walk(view: memoryview, walk, pos: int, stop: int) -> tuple[list[int], int, bool]:
+def _walk(view, little: bool, pos: int, stop: int) -> tuple[np.ndarray, int, bool]:
     """The record starts from ``pos`` on until one at or past ``stop`` (or CHUNK_PACKETS of them), the position
     after the last, and whether the walk ran into the end of the buffer (the last start is then left out: no
-    header there).
-
-    The only per-packet Python work of the chunked reading: four records a turn (the walk may end up to three
-    records past ``stop``), read through a memoryview (an unpack from the mmap itself costs a fifth more)."""
-    offsets: list[int] = []
-    add = offsets.append
-    try:
-        while pos < stop and len(offsets) < CHUNK_PACKETS:
-            add(pos)
-            pos += walk(view, pos)[0] + 16  # RECORD_HEADER_LEN, as a constant
-            add(pos)
-            pos += walk(view, pos)[0] + 16
-            add(pos)
-            pos += walk(view, pos)[0] + 16
-            add(pos)
-            pos += walk(view, pos)[0] + 16
-    except struct.error:
-        offsets.pop()
-        return offsets, pos, True
-    return offsets, pos, False
+    header there). Four records a turn: the walk may end up to three records past ``stop``."""
+    return walk_records(view, pos, stop, little, CHUNK_PACKETS)
 
 
 def _walked_to(walked: np.ndarray, i: int, stop: int) -> tuple[int, bool]:
@@ -272,12 +250,12 @@ def walk_part(buf, pos: int, header: PcapHeader, part: int, parts: int,
     end = len(buf)
     at = cuts[part]
     stop = cuts[part + 1] if part + 1 < parts else end
-    walk = _caplen_reader(header.byte_order)
+    little = header.byte_order == "<"
     view = memoryview(buf)
     pieces = []
     while True:
-        offsets, at, cut = _walk(view, walk, at, min(at + CHUNK_BYTES, stop))
-        pieces.append(np.array(offsets, np.int64))
+        offsets, at, cut = _walk(view, little, at, min(at + CHUNK_BYTES, stop))
+        pieces.append(offsets)
         if cut or at >= stop:
             break
         if release is not None:
@@ -311,7 +289,7 @@ def joined_walk(parts: list[np.ndarray]) -> np.ndarray | None:
     return np.concatenate([p[:-1] for p in parts[:-1]] + parts[-1:])
 
 
-def _bounds(offsets: list[int], pos: int) -> tuple[np.ndarray, np.ndarray]:
+def _bounds(offsets: np.ndarray, pos: int) -> tuple[np.ndarray, np.ndarray]:
     """Each record's start and the next one's (``pos`` after the last)."""
     starts = np.array(offsets, np.int64)
     nexts = np.empty_like(starts)
@@ -345,7 +323,7 @@ def flow_sample(buf, pos: int, header: PcapHeader, windows: int = SAMPLE_WINDOWS
     headers; one where none is found is left out. A wrong guess makes the plan worse, never the rows."""
     end = len(buf)
     order = header.byte_order
-    walk = _caplen_reader(order)
+    little = order == "<"
     layout = _Layout(buf, order, header.linktype, header.ts_unit_ns)
     plausible = _RecordCheck(buf, pos, header)
     keys, flags, lengths = [np.empty(0, "V12")], [np.empty(0, np.int64)], [np.empty(0, np.int64)]
@@ -357,17 +335,17 @@ def flow_sample(buf, pos: int, header: PcapHeader, windows: int = SAMPLE_WINDOWS
         at = done if pos + i * step <= done else plausible.boundary(pos + i * step)
         if at is None:
             continue
-        offsets, at, _ = _walk(layout.view, walk, at, min(at + nbytes, pos + (i + 1) * step))
-        if at > end and offsets:  # the last record runs past the end of the file
-            at = offsets.pop()
-        if not offsets:
+        offsets, at, _ = _walk(layout.view, little, at, min(at + nbytes, pos + (i + 1) * step))
+        if at > end and len(offsets):  # the last record runs past the end of the file
+            offsets, at = offsets[:-1], int(offsets[-1])
+        if not len(offsets):
             continue
         done = at
         rec, seg_len, fast, _ = layout.fields(*_bounds(offsets, at))
         keys.append(rec["key"][fast])
         flags.append(rec["flags"][fast].astype(np.int64))
         lengths.append(seg_len[fast])
-        covered += at - offsets[0]
+        covered += at - int(offsets[0])
     return np.concatenate(keys), np.concatenate(flags), np.concatenate(lengths), covered / max(end - pos, 1)
 
 
