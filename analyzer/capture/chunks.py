@@ -13,7 +13,7 @@ per-packet tuples instead of columns.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Container, Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -120,14 +120,13 @@ def _record_dtype(order: str, linktype: int) -> tuple[np.dtype, int]:
 
 
 def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: CaptureStats,
-                skip: Container[bytes] = (), walked: np.ndarray | None = None) -> Iterator[PacketChunk]:
+                skip: Container[bytes] = ()) -> Iterator[PacketChunk]:
     """Chunks of the records from ``pos`` on, CHUNK_BYTES of the file at a time (``buf`` maps the whole file).
 
     Packets of flows in ``skip`` are left in the columns (the bulk path drops whole flows at once); in a
-    chunk handed on as tuples they are left out, as the per-packet reader does. ``walked``: the file's
-    record starts from ``pos`` on, found before (``walk_part``); the chunks are then exactly those the walk
-    here would give. Damage is found and passed over as the per-packet reader does (``_pcap.Resync``): the
-    same records are read, tested on whole columns."""
+    chunk handed on as tuples they are left out, as the per-packet reader does. Damage is found and passed
+    over as the per-packet reader does (``_pcap.Resync``): the same records are read, tested on whole
+    columns."""
     order = header.byte_order
     little = order == "<"
     limit = header.caplen_limit
@@ -145,18 +144,10 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
     resynced = False
     stats.first_ts_ns = first_timestamp(struct.Struct(order + "II").unpack_from, buf, pos, header.ts_unit_ns)
     try:
-        if walked is not None and (not len(walked) or walked[0] != pos):
-            walked = None  # not this file's walk: walk here
-        i = 0  # with ``walked``: the index of ``pos`` in it
         while pos < end:
             stop = min(pos + CHUNK_BYTES, end)
-            if walked is None:
-                offsets, pos, header_cut = _walk(view, little, pos, stop)
-                starts, nexts = _bounds(offsets, pos)
-            else:
-                e, header_cut = _walked_to(walked, i, stop)
-                starts, nexts = walked[i:e], walked[i + 1:e + 1]
-                i, pos = e, int(walked[e])
+            offsets, pos, header_cut = _walk(view, little, pos, stop)
+            starts, nexts = _bounds(offsets, pos)
             header_cut = header_cut and pos < end  # not cut: the walk reached the end of the file (or past it)
             caplens = nexts - starts - RECORD_HEADER_LEN
             bad = (caplens > limit) | (nexts > end)
@@ -208,7 +199,7 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
                 if moved is None:
                     break
                 pos = moved[1]
-                walked, checked, last_start, last_sec, resynced = None, False, None, None, True
+                checked, last_start, last_sec, resynced = False, None, None, True
             elif header_cut:
                 resync.note(f"truncated packet record header at {source.where(pos)} (file cut short?)",
                             end - pos)
@@ -222,71 +213,6 @@ def _walk(view, little: bool, pos: int, stop: int) -> tuple[np.ndarray, int, boo
     after the last, and whether the walk ran into the end of the buffer (the last start is then left out: no
     header there). Four records a turn: the walk may end up to three records past ``stop``."""
     return walk_records(view, pos, stop, little, CHUNK_PACKETS)
-
-
-def _walked_to(walked: np.ndarray, i: int, stop: int) -> tuple[int, bool]:
-    """Where ``_walk`` from ``walked[i]`` would end given ``stop``, and whether it ran into a cut header:
-    it checks the stop every four records, and fails on the last position of ``walked``, which has no
-    readable header (see ``walk_part``)."""
-    last = len(walked) - 1
-    k = int(np.searchsorted(walked, stop))  # the first start at or past the stop
-    turns = min(max(1, -(-(k - i) // 4)), CHUNK_PACKETS // 4)
-    e = i + 4 * turns
-    return (e, False) if e <= last else (last, True)
-
-
-def walk_part(buf, pos: int, header: PcapHeader, part: int, parts: int,
-              release: Callable[[int], object] | None = None) -> np.ndarray | None:
-    """Part ``part`` of ``parts`` of the record walk from ``pos``, for processes that share a file to split
-    the walk instead of each doing all of it: the record starts from the part's first record to the next
-    part's first (included); for the last part to the end, the final position (past the end of the file, or
-    where a record header is cut) included. The parts start at record boundaries found near equal fractions
-    of the file (``_RecordCheck``); concatenated without their last elements but for the last part's, they
-    are the whole walk. None when a boundary is not found, or the walk does not land on it (damage).
-    ``release(pos)``: told now and then how far the walk has got (the pages behind may go)."""
-    cuts = part_starts(buf, pos, header, parts)
-    if cuts is None:
-        return None
-    end = len(buf)
-    at = cuts[part]
-    stop = cuts[part + 1] if part + 1 < parts else end
-    little = header.byte_order == "<"
-    view = memoryview(buf)
-    pieces = []
-    while True:
-        offsets, at, cut = _walk(view, little, at, min(at + CHUNK_BYTES, stop))
-        pieces.append(offsets)
-        if cut or at >= stop:
-            break
-        if release is not None:
-            release(at)  # the pages walked: half a file each would otherwise stay resident
-    walked = np.concatenate([*pieces, np.array([at], np.int64)])
-    if part + 1 == parts:
-        return walked
-    k = int(np.searchsorted(walked, stop))  # the walk may run a few records past the stop: trim
-    return walked[:k + 1] if k < len(walked) and walked[k] == stop else None
-
-
-def part_starts(buf, pos: int, header: PcapHeader, parts: int) -> list[int] | None:
-    """The first record of each of ``parts`` parts of the file: ``pos``, then record boundaries found from
-    equal fractions of it on; None when one is not found or they do not increase."""
-    check = _RecordCheck(buf, pos, header)
-    cuts = [pos]
-    size = len(buf) - pos
-    for p in range(1, parts):
-        at = check.boundary(pos + size * p // parts)
-        if at is None or at <= cuts[-1]:
-            return None
-        cuts.append(at)
-    return cuts
-
-
-def joined_walk(parts: list[np.ndarray]) -> np.ndarray | None:
-    """The whole walk from its parts (``walk_part``), or None when they do not join up."""
-    for a, b in zip(parts, parts[1:], strict=False):
-        if not len(a) or not len(b) or a[-1] != b[0]:
-            return None
-    return np.concatenate([p[:-1] for p in parts[:-1]] + parts[-1:])
 
 
 def _bounds(offsets: np.ndarray, pos: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,7 +1,7 @@
 """Running the pipeline over many files: input discovery, a process pool across files and across the
-connections of one large file (the workers walk the file's records a part each, then every worker reads
-the whole file and keeps only its shard of the connections), and the merge of the workers' batches into
-one sink in a deterministic order.
+connections of one large file (every worker reads the whole file and keeps only its shard of the
+connections: the per-packet work before that choice is compiled or done on whole columns, and costs
+little), and the merge of the workers' batches into one sink in a deterministic order.
 
 The merge runs while the workers do: each worker publishes every batch as a file of its own in the spool
 the moment it is built, and the parent hands the batches that are due to the sink (whose writer threads
@@ -18,13 +18,10 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from analyzer.capture.chunks import joined_walk
-from analyzer.capture.files import STDIN, CaptureError, open_capture
-from analyzer.capture.pcap import MAGICS
+from analyzer.capture.files import STDIN
 from analyzer.pipeline.analyze import BatchSink, FileReport, Options, analyze_file, capture_names
 from analyzer.pipeline.stitch import Stitcher, capture_sets, next_files
 from analyzer.tables.schemas import files_batch
@@ -106,44 +103,6 @@ def plan(files: list[str], jobs: int, stitch: bool = True) -> list[Task]:
     return tasks
 
 
-def _walk_part(path: str, part: int, parts: int) -> np.ndarray | None:
-    """Worker side: one part of the record walk of a file split over processes (None: each process walks
-    the whole file itself)."""
-    try:
-        cap = open_capture(path)
-    except CaptureError:
-        return None
-    with cap:
-        return cap.walk_part(part, parts)
-
-
-def _shared_walks(pool, tasks: list[Task], spool: str) -> dict[str, str]:
-    """The record walks of the files split over processes, walked a part per process at once and saved in
-    the spool: each process then reads the record starts instead of walking the whole file (a fifth of its
-    work). A file whose parts do not join up (damage, a boundary not found) is walked by each process as
-    before."""
-    parts_of = {t.path: t.shard[1] for t in tasks if t.shard is not None and _classic_pcap(t.path)}
-    futures = {path: [pool.submit(_walk_part, path, p, n) for p in range(n)] for path, n in parts_of.items()}
-    walks = {}
-    for path, parts in futures.items():
-        pieces = [f.result() for f in parts]
-        walked = None if any(p is None for p in pieces) else joined_walk(pieces)
-        if walked is not None:
-            fd, walks[path] = tempfile.mkstemp(prefix="walk-", suffix=".npy", dir=spool)
-            with os.fdopen(fd, "wb") as f:
-                np.save(f, walked)
-    return walks
-
-
-def _classic_pcap(path: str) -> bool:
-    """Whether the file starts as a plain (uncompressed) pcap: the only kind read by walking its records."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(4) in MAGICS
-    except OSError:
-        return False
-
-
 _read_so_far = None  # per task, the file bytes its worker has read (a shared array the workers inherit)
 PROGRESS_POLL = 0.2  # seconds between the parent's looks at the workers' progress
 SPOOL_POLL = 0.02  # seconds between the parent's looks for new batches in the spool (at most)
@@ -153,8 +112,8 @@ def _batch_path(folder: str, table: str, number: int) -> str:
     return os.path.join(folder, f"{table}.{number}.arrow")
 
 
-def _run_task(task: Task, options: Options, folder: str, walk: str | None = None,
-              slot: int | None = None) -> tuple[FileReport, dict[str, int]]:
+def _run_task(task: Task, options: Options, folder: str, slot: int | None = None) -> tuple[FileReport,
+                                                                                        dict[str, int]]:
     """Worker side: analyse, publishing each batch in ``folder`` as an Arrow IPC file of its own (written
     aside, then renamed: a name that exists holds a whole batch) for the parent to take as soon as it is
     there; returns the report and the number of batches of each table. Tells how far it has read in its
@@ -169,7 +128,6 @@ def _run_task(task: Task, options: Options, folder: str, walk: str | None = None
         os.rename(path + ".part", path)
         counts[table] = number + 1
 
-    walked = np.load(walk, mmap_mode="r") if walk is not None else None
     progress = None
     if slot is not None and _read_so_far is not None:
         shares = task.shard[1] if task.shard else 1  # every shard reads the whole file: each counts its share
@@ -179,7 +137,7 @@ def _run_task(task: Task, options: Options, folder: str, walk: str | None = None
             read_so_far[slot] = read // shares
 
     report = analyze_file(task.path, options, sink, task.shard, progress, following=task.following,
-                          name_of=task.name_of(), balance_shards=task.balanced, walked=walked)
+                          name_of=task.name_of(), balance_shards=task.balanced)
     return report, counts
 
 
@@ -228,8 +186,10 @@ class _Spools:
                     for batch in _read_spool(path):
                         sink(table, batch)
                     os.unlink(path)
-                else:
+                elif known[at] is None:
                     return False  # not written yet: later
+                else:
+                    raise RuntimeError(f"the spool lost a batch: {path}")
                 at += 1
                 if at == n:
                     rnd, at = rnd + 1, 0
@@ -295,14 +255,14 @@ def run(
 
         try:
             with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-                walks = _shared_walks(pool, tasks, spool)
                 folders = [tempfile.mkdtemp(prefix=f"task{i}-", dir=spool) for i in range(len(tasks))]
-                futures = [pool.submit(_run_task, t, options, folders[i], walks.get(t.path) if t.shard else None,
-                                       i) for i, t in enumerate(tasks)]
+                futures = [pool.submit(_run_task, t, options, folders[i], i) for i, t in enumerate(tasks)]
                 for group in _groups(tasks):
                     spools = _Spools([folders[i] for i in group], [futures[i] for i in group])
                     while not spools.forward(sink):
-                        wait([futures[i] for i in group], timeout=poll, return_when=FIRST_COMPLETED)
+                        running = [futures[i] for i in group if not futures[i].done()]
+                        if running:
+                            wait(running, timeout=poll, return_when=FIRST_COMPLETED)
                         if read is not None:  # the bar moves while the workers read
                             show_progress()
                     for i, (report, _) in zip(group, spools.results, strict=True):
@@ -342,8 +302,10 @@ def _add_to_stitcher(stitcher: Stitcher, report: FileReport) -> None:
 
 
 def _read_spool(path: str) -> Iterator[pa.RecordBatch]:
-    """Batch by batch through ordinary reads (a memory map would keep the whole spool resident)."""
-    with pa.OSFile(path) as source:
+    """The batches of one spool file, mapped, not copied: a spool file holds one batch, and its pages go when
+    the sink has done with it (reading into fresh memory cost the parent more in zeroed pages than the
+    reading itself)."""
+    with pa.memory_map(path) as source:
         yield from ipc.open_stream(source)
 
 
