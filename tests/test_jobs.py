@@ -108,7 +108,9 @@ def test_the_merge_order_is_fixed_whatever_the_timing(tmp_path, seed):
     def sink(table: str, b: pa.RecordBatch) -> None:
         handed.append((table, b.column(0)[0].as_py()))
 
+    deadline = time.monotonic() + 60
     while not spools.forward(sink):
+        assert time.monotonic() < deadline, "the merge never finished"
         time.sleep(0.0005)
     for t in threads:
         t.join()
