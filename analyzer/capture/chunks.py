@@ -1,9 +1,9 @@
 """A memory-mapped pcap read a chunk of packets at a time: the header fields of a whole chunk in one gather.
 
 The per-packet reader (analyzer.capture.pcap) unpacks each record's headers with a precompiled struct: about a
-microsecond of interpreter time per packet, whatever the packet holds. Here the record walk is the only
-per-packet Python work (one small unpack to find the next record); the link, IPv4 and TCP fields of every
-record in the chunk are then copied out of the map in one numpy gather and decoded as columns. The columns
+microsecond of interpreter time per packet, whatever the packet holds. Here the record walk (compiled,
+``_walk.pyx``) is the only step taken record by record; the link, IPv4 and TCP fields of every record in the
+chunk are then copied out of the map in one numpy gather and decoded as columns. The columns
 feed the flow table's bulk path (analyzer.tcp.bulk), which handles runs of ordinary packets without looking at
 each one. Packets that are not IPv4 without options on the file's link type (IPv6, VLAN tags, fragments,
 short records) go through the per-packet decoder as before; a chunk holding any of them is handed on as
@@ -13,13 +13,14 @@ per-packet tuples instead of columns.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Container, Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
+from analyzer.capture._walk import walk_records
 from analyzer.capture.linklayer import (
     ETHERNET,
     IPV4,
@@ -119,16 +120,15 @@ def _record_dtype(order: str, linktype: int) -> tuple[np.dtype, int]:
 
 
 def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: CaptureStats,
-                skip: Container[bytes] = (), walked: np.ndarray | None = None) -> Iterator[PacketChunk]:
+                skip: Container[bytes] = ()) -> Iterator[PacketChunk]:
     """Chunks of the records from ``pos`` on, CHUNK_BYTES of the file at a time (``buf`` maps the whole file).
 
     Packets of flows in ``skip`` are left in the columns (the bulk path drops whole flows at once); in a
-    chunk handed on as tuples they are left out, as the per-packet reader does. ``walked``: the file's
-    record starts from ``pos`` on, found before (``walk_part``); the chunks are then exactly those the walk
-    here would give. Damage is found and passed over as the per-packet reader does (``_pcap.Resync``): the
-    same records are read, tested on whole columns."""
+    chunk handed on as tuples they are left out, as the per-packet reader does. Damage is found and passed
+    over as the per-packet reader does (``_pcap.Resync``): the same records are read, tested on whole
+    columns."""
     order = header.byte_order
-    walk = _caplen_reader(order)
+    little = order == "<"
     limit = header.caplen_limit
     layout = _Layout(buf, order, header.linktype, header.ts_unit_ns)
     end = len(buf)
@@ -144,18 +144,10 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
     resynced = False
     stats.first_ts_ns = first_timestamp(struct.Struct(order + "II").unpack_from, buf, pos, header.ts_unit_ns)
     try:
-        if walked is not None and (not len(walked) or walked[0] != pos):
-            walked = None  # not this file's walk: walk here
-        i = 0  # with ``walked``: the index of ``pos`` in it
         while pos < end:
             stop = min(pos + CHUNK_BYTES, end)
-            if walked is None:
-                offsets, pos, header_cut = _walk(view, walk, pos, stop)
-                starts, nexts = _bounds(offsets, pos)
-            else:
-                e, header_cut = _walked_to(walked, i, stop)
-                starts, nexts = walked[i:e], walked[i + 1:e + 1]
-                i, pos = e, int(walked[e])
+            offsets, pos, header_cut = _walk(view, little, pos, stop)
+            starts, nexts = _bounds(offsets, pos)
             header_cut = header_cut and pos < end  # not cut: the walk reached the end of the file (or past it)
             caplens = nexts - starts - RECORD_HEADER_LEN
             bad = (caplens > limit) | (nexts > end)
@@ -207,7 +199,7 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
                 if moved is None:
                     break
                 pos = moved[1]
-                walked, checked, last_start, last_sec, resynced = None, False, None, None, True
+                checked, last_start, last_sec, resynced = False, None, None, True
             elif header_cut:
                 resync.note(f"truncated packet record header at {source.where(pos)} (file cut short?)",
                             end - pos)
@@ -216,102 +208,14 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
         settle_stats(stats, frame, counts, ts)
 
 
-def _caplen_reader(order: str):
-    """``unpack_from`` of a record header's caplen, as a 1-tuple: where the next record starts, for ``_walk``."""
-    return struct.Struct(order + "8xI4x").unpack_from
-
-
-def _walk(view: memoryview, walk, pos: int, stop: int) -> tuple[list[int], int, bool]:
+def _walk(view, little: bool, pos: int, stop: int) -> tuple[np.ndarray, int, bool]:
     """The record starts from ``pos`` on until one at or past ``stop`` (or CHUNK_PACKETS of them), the position
     after the last, and whether the walk ran into the end of the buffer (the last start is then left out: no
-    header there).
-
-    The only per-packet Python work of the chunked reading: four records a turn (the walk may end up to three
-    records past ``stop``), read through a memoryview (an unpack from the mmap itself costs a fifth more)."""
-    offsets: list[int] = []
-    add = offsets.append
-    try:
-        while pos < stop and len(offsets) < CHUNK_PACKETS:
-            add(pos)
-            pos += walk(view, pos)[0] + 16  # RECORD_HEADER_LEN, as a constant
-            add(pos)
-            pos += walk(view, pos)[0] + 16
-            add(pos)
-            pos += walk(view, pos)[0] + 16
-            add(pos)
-            pos += walk(view, pos)[0] + 16
-    except struct.error:
-        offsets.pop()
-        return offsets, pos, True
-    return offsets, pos, False
+    header there). Four records a turn: the walk may end up to three records past ``stop``."""
+    return walk_records(view, pos, stop, little, CHUNK_PACKETS)
 
 
-def _walked_to(walked: np.ndarray, i: int, stop: int) -> tuple[int, bool]:
-    """Where ``_walk`` from ``walked[i]`` would end given ``stop``, and whether it ran into a cut header:
-    it checks the stop every four records, and fails on the last position of ``walked``, which has no
-    readable header (see ``walk_part``)."""
-    last = len(walked) - 1
-    k = int(np.searchsorted(walked, stop))  # the first start at or past the stop
-    turns = min(max(1, -(-(k - i) // 4)), CHUNK_PACKETS // 4)
-    e = i + 4 * turns
-    return (e, False) if e <= last else (last, True)
-
-
-def walk_part(buf, pos: int, header: PcapHeader, part: int, parts: int,
-              release: Callable[[int], object] | None = None) -> np.ndarray | None:
-    """Part ``part`` of ``parts`` of the record walk from ``pos``, for processes that share a file to split
-    the walk instead of each doing all of it: the record starts from the part's first record to the next
-    part's first (included); for the last part to the end, the final position (past the end of the file, or
-    where a record header is cut) included. The parts start at record boundaries found near equal fractions
-    of the file (``_RecordCheck``); concatenated without their last elements but for the last part's, they
-    are the whole walk. None when a boundary is not found, or the walk does not land on it (damage).
-    ``release(pos)``: told now and then how far the walk has got (the pages behind may go)."""
-    cuts = part_starts(buf, pos, header, parts)
-    if cuts is None:
-        return None
-    end = len(buf)
-    at = cuts[part]
-    stop = cuts[part + 1] if part + 1 < parts else end
-    walk = _caplen_reader(header.byte_order)
-    view = memoryview(buf)
-    pieces = []
-    while True:
-        offsets, at, cut = _walk(view, walk, at, min(at + CHUNK_BYTES, stop))
-        pieces.append(np.array(offsets, np.int64))
-        if cut or at >= stop:
-            break
-        if release is not None:
-            release(at)  # the pages walked: half a file each would otherwise stay resident
-    walked = np.concatenate([*pieces, np.array([at], np.int64)])
-    if part + 1 == parts:
-        return walked
-    k = int(np.searchsorted(walked, stop))  # the walk may run a few records past the stop: trim
-    return walked[:k + 1] if k < len(walked) and walked[k] == stop else None
-
-
-def part_starts(buf, pos: int, header: PcapHeader, parts: int) -> list[int] | None:
-    """The first record of each of ``parts`` parts of the file: ``pos``, then record boundaries found from
-    equal fractions of it on; None when one is not found or they do not increase."""
-    check = _RecordCheck(buf, pos, header)
-    cuts = [pos]
-    size = len(buf) - pos
-    for p in range(1, parts):
-        at = check.boundary(pos + size * p // parts)
-        if at is None or at <= cuts[-1]:
-            return None
-        cuts.append(at)
-    return cuts
-
-
-def joined_walk(parts: list[np.ndarray]) -> np.ndarray | None:
-    """The whole walk from its parts (``walk_part``), or None when they do not join up."""
-    for a, b in zip(parts, parts[1:], strict=False):
-        if not len(a) or not len(b) or a[-1] != b[0]:
-            return None
-    return np.concatenate([p[:-1] for p in parts[:-1]] + parts[-1:])
-
-
-def _bounds(offsets: list[int], pos: int) -> tuple[np.ndarray, np.ndarray]:
+def _bounds(offsets: np.ndarray, pos: int) -> tuple[np.ndarray, np.ndarray]:
     """Each record's start and the next one's (``pos`` after the last)."""
     starts = np.array(offsets, np.int64)
     nexts = np.empty_like(starts)
@@ -345,7 +249,7 @@ def flow_sample(buf, pos: int, header: PcapHeader, windows: int = SAMPLE_WINDOWS
     headers; one where none is found is left out. A wrong guess makes the plan worse, never the rows."""
     end = len(buf)
     order = header.byte_order
-    walk = _caplen_reader(order)
+    little = order == "<"
     layout = _Layout(buf, order, header.linktype, header.ts_unit_ns)
     plausible = _RecordCheck(buf, pos, header)
     keys, flags, lengths = [np.empty(0, "V12")], [np.empty(0, np.int64)], [np.empty(0, np.int64)]
@@ -357,17 +261,17 @@ def flow_sample(buf, pos: int, header: PcapHeader, windows: int = SAMPLE_WINDOWS
         at = done if pos + i * step <= done else plausible.boundary(pos + i * step)
         if at is None:
             continue
-        offsets, at, _ = _walk(layout.view, walk, at, min(at + nbytes, pos + (i + 1) * step))
-        if at > end and offsets:  # the last record runs past the end of the file
-            at = offsets.pop()
-        if not offsets:
+        offsets, at, _ = _walk(layout.view, little, at, min(at + nbytes, pos + (i + 1) * step))
+        if at > end and len(offsets):  # the last record runs past the end of the file
+            offsets, at = offsets[:-1], int(offsets[-1])
+        if not len(offsets):
             continue
         done = at
         rec, seg_len, fast, _ = layout.fields(*_bounds(offsets, at))
         keys.append(rec["key"][fast])
         flags.append(rec["flags"][fast].astype(np.int64))
         lengths.append(seg_len[fast])
-        covered += at - offsets[0]
+        covered += at - int(offsets[0])
     return np.concatenate(keys), np.concatenate(flags), np.concatenate(lengths), covered / max(end - pos, 1)
 
 

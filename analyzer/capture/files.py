@@ -28,15 +28,12 @@ import threading
 import zlib
 from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, BinaryIO
+from typing import BinaryIO
 
 from analyzer.capture import chunks as _pcap_chunks
 from analyzer.capture import pcap as _pcap
 from analyzer.capture import pcapng as _pcapng
 from analyzer.capture.linklayer import Buffer
-
-if TYPE_CHECKING:
-    import numpy as np
 
 __all__ = ["STDIN", "Capture", "CaptureError", "CaptureStats", "open_capture"]
 
@@ -125,26 +122,16 @@ class Capture:
         mapped = self._chunkable()
         return None if mapped is None else _pcap_chunks.flow_sample(*mapped, self._header)
 
-    def chunks(self, skip: Container[bytes] = (),
-               walked: np.ndarray | None = None) -> Iterator[_pcap_chunks.PacketChunk] | None:
+    def chunks(self, skip: Container[bytes] = ()) -> Iterator[_pcap_chunks.PacketChunk] | None:
         """The TCP packets in chunks of columns (see analyzer.capture.chunks), or None when this capture is
-        not read that way (pcapng, compressed files, link types without a fixed layout): use packets().
-        ``walked``: the record starts, when another process walked the file (``walk_part``)."""
+        not read that way (pcapng, compressed files, link types without a fixed layout): use packets()."""
         if self._iterator is not None:
             raise RuntimeError("Capture.packets() or chunks() can be called only once")
         mapped = self._chunkable()
         if mapped is None:
             return None
-        self._iterator = _pcap_chunks.pcap_chunks(self._source, *mapped, self._header, self.stats, skip, walked)
+        self._iterator = _pcap_chunks.pcap_chunks(self._source, *mapped, self._header, self.stats, skip)
         return self._iterator
-
-    def walk_part(self, part: int, parts: int) -> np.ndarray | None:
-        """One part of the record walk (see ``_pcap_chunks.walk_part``), or None when the capture is not read
-        in chunks or the part cannot be walked on its own."""
-        mapped = self._chunkable()
-        if mapped is None:
-            return None
-        return _pcap_chunks.walk_part(*mapped, self._header, part, parts, self._source.release)
 
     def _chunkable(self) -> tuple[Buffer, int] | None:
         """The whole file and where its first record starts, when it can be read in chunks."""

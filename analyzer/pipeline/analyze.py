@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import chain, islice
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -36,9 +35,6 @@ from analyzer.tcp.flows import FlowTable
 from analyzer.tls.keylog import KeyLog
 from dissectors.kafka.framing import DEFAULT_KEEP, DEFAULT_MAX_FRAME
 from dissectors.kafka.records import Limits
-
-if TYPE_CHECKING:
-    import numpy as np
 
 STEP_PACKETS = 1 << 16
 
@@ -117,7 +113,6 @@ def analyze_file(
     following: Sequence[str] = (),
     name_of: Callable[[str], str] = os.path.basename,
     balance_shards: bool = False,
-    walked: np.ndarray | None = None,
 ) -> FileReport:
     """Analyse ``path``; ``progress(n)`` is called now and then with the file bytes read so far.
 
@@ -127,15 +122,13 @@ def analyze_file(
     inputs from several folders).
     ``balance_shards``: split the connections by load instead of by hash (``analyzer.tcp.shards``; only for a
     file analysed on its own, not one of a rotated set).
-    ``walked``: the file's record starts, walked by several processes together (``Capture.walk_part``).
     """
     with collector_tuned():
-        return _analyze_file(path, options, sink, shard, progress, tap, following, name_of, balance_shards,
-                             walked)
+        return _analyze_file(path, options, sink, shard, progress, tap, following, name_of, balance_shards)
 
 
 def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap, following: Sequence[str],
-                  name_of: Callable[[str], str], balance_shards: bool, walked: np.ndarray | None) -> FileReport:
+                  name_of: Callable[[str], str], balance_shards: bool) -> FileReport:
     started = time.perf_counter()
     name = name_of(os.fspath(path))
     report = FileReport(path=os.fspath(path), name=name, shard=shard)
@@ -159,7 +152,7 @@ def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap,
             sample = cap.flow_sample()
             if sample is not None:
                 table.shards.expect(*sample)
-        step = _stepper(cap, table, options.bulk, walked)
+        step = _stepper(cap, table, options.bulk)
         rows = table.rows
         # Rows are drained after each step, and also as soon as a table fills up within one.
         table.out.drain_at(options.batch_rows, lambda: _emit_exchanges(table, name, sink, report))
@@ -212,9 +205,9 @@ def _file_secrets(out: Outputs, run_keys: KeyLog | None) -> Callable[[bytes], No
     return add
 
 
-def _stepper(cap: Capture, table: FlowTable, bulk: bool, walked: np.ndarray | None = None) -> Callable[[], bool]:
+def _stepper(cap: Capture, table: FlowTable, bulk: bool) -> Callable[[], bool]:
     """A function that feeds the table its next step of packets and says whether there may be more."""
-    chunks = cap.chunks(table.ignored, walked) if bulk else None
+    chunks = cap.chunks(table.ignored) if bulk else None
     if chunks is not None:
         def next_chunk() -> bool:
             chunk = next(chunks, None)

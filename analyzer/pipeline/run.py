@@ -1,7 +1,12 @@
 """Running the pipeline over many files: input discovery, a process pool across files and across the
-connections of one large file (the workers walk the file's records a part each, then every worker reads
-the whole file and keeps only its shard of the connections), and the merge of the workers' batches into
-one sink in a deterministic order.
+connections of one large file (every worker reads the whole file and keeps only its shard of the
+connections: the per-packet work before that choice is compiled or done on whole columns, and costs
+little), and the merge of the workers' batches into one sink in a deterministic order.
+
+The merge runs while the workers do: each worker publishes every batch as a file of its own in the spool
+the moment it is built, and the parent hands the batches that are due to the sink (whose writer threads
+encode them) as they appear. Waiting for a worker to end before writing its rows would leave all the
+encoding of the output to after the analysis, one process working alone.
 """
 
 from __future__ import annotations
@@ -13,13 +18,10 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from analyzer.capture.chunks import joined_walk
-from analyzer.capture.files import STDIN, CaptureError, open_capture
-from analyzer.capture.pcap import MAGICS
+from analyzer.capture.files import STDIN
 from analyzer.derived.tables import DerivedTables
 from analyzer.pipeline.analyze import BatchSink, FileReport, Options, analyze_file, capture_names
 from analyzer.pipeline.stitch import Stitcher, capture_sets, next_files
@@ -102,65 +104,31 @@ def plan(files: list[str], jobs: int, stitch: bool = True) -> list[Task]:
     return tasks
 
 
-def _walk_part(path: str, part: int, parts: int) -> np.ndarray | None:
-    """Worker side: one part of the record walk of a file split over processes (None: each process walks
-    the whole file itself)."""
-    try:
-        cap = open_capture(path)
-    except CaptureError:
-        return None
-    with cap:
-        return cap.walk_part(part, parts)
-
-
-def _shared_walks(pool, tasks: list[Task], spool: str) -> dict[str, str]:
-    """The record walks of the files split over processes, walked a part per process at once and saved in
-    the spool: each process then reads the record starts instead of walking the whole file (a fifth of its
-    work). A file whose parts do not join up (damage, a boundary not found) is walked by each process as
-    before."""
-    parts_of = {t.path: t.shard[1] for t in tasks if t.shard is not None and _classic_pcap(t.path)}
-    futures = {path: [pool.submit(_walk_part, path, p, n) for p in range(n)] for path, n in parts_of.items()}
-    walks = {}
-    for path, parts in futures.items():
-        pieces = [f.result() for f in parts]
-        walked = None if any(p is None for p in pieces) else joined_walk(pieces)
-        if walked is not None:
-            fd, walks[path] = tempfile.mkstemp(prefix="walk-", suffix=".npy", dir=spool)
-            with os.fdopen(fd, "wb") as f:
-                np.save(f, walked)
-    return walks
-
-
-def _classic_pcap(path: str) -> bool:
-    """Whether the file starts as a plain (uncompressed) pcap: the only kind read by walking its records."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(4) in MAGICS
-    except OSError:
-        return False
-
-
 _read_so_far = None  # per task, the file bytes its worker has read (a shared array the workers inherit)
 PROGRESS_POLL = 0.2  # seconds between the parent's looks at the workers' progress
+SPOOL_POLL = 0.02  # seconds between the parent's looks for new batches in the spool (at most)
 
 
-def _run_task(task: Task, options: Options, spool: str, walk: str | None = None,
-              slot: int | None = None) -> tuple[FileReport, dict[str, str]]:
-    """Worker side: analyse, spooling each table's batches to an Arrow IPC file for the parent, and
-    telling how far it has read in its ``slot`` of the shared progress array."""
-    writers: dict[str, ipc.RecordBatchStreamWriter] = {}
-    paths: dict[str, str] = {}
+def _batch_path(folder: str, table: str, number: int) -> str:
+    return os.path.join(folder, f"{table}.{number}.arrow")
+
+
+def _run_task(task: Task, options: Options, folder: str, slot: int | None = None) -> tuple[FileReport,
+                                                                                        dict[str, int]]:
+    """Worker side: analyse, publishing each batch in ``folder`` as an Arrow IPC file of its own (written
+    aside, then renamed: a name that exists holds a whole batch) for the parent to take as soon as it is
+    there; returns the report and the number of batches of each table. Tells how far it has read in its
+    ``slot`` of the shared progress array."""
+    counts: dict[str, int] = {}
 
     def sink(table: str, batch: pa.RecordBatch) -> None:
-        w = writers.get(table)
-        if w is None:
-            fd, path = tempfile.mkstemp(prefix=f"{table}-", suffix=".arrow", dir=spool)
-            os.close(fd)
-            paths[table] = path
-            w = writers[table] = ipc.new_stream(path, batch.schema)
-        w.write_batch(batch)
+        number = counts.get(table, 0)
+        path = _batch_path(folder, table, number)
+        with pa.OSFile(path + ".part", "wb") as f, ipc.new_stream(f, batch.schema) as w:
+            w.write_batch(batch)
+        os.rename(path + ".part", path)
+        counts[table] = number + 1
 
-    walked = np.load(walk, mmap_mode="r") if walk is not None else None
     progress = None
     if slot is not None and _read_so_far is not None:
         shares = task.shard[1] if task.shard else 1  # every shard reads the whole file: each counts its share
@@ -170,10 +138,64 @@ def _run_task(task: Task, options: Options, spool: str, walk: str | None = None,
             read_so_far[slot] = read // shares
 
     report = analyze_file(task.path, options, sink, task.shard, progress, following=task.following,
-                          name_of=task.name_of(), balance_shards=task.balanced, walked=walked)
-    for w in writers.values():
-        w.close()
-    return report, paths
+                          name_of=task.name_of(), balance_shards=task.balanced)
+    return report, counts
+
+
+class _Spools:
+    """The batches of a group of tasks run at once (the shards of one file, or one file alone), handed on
+    as their workers publish them, in an order fixed in advance whatever the timing: per table, each task's
+    first batch in task order, then each one's second, and so on (a task with no more is passed over)."""
+
+    def __init__(self, folders: list[str], futures: list) -> None:
+        self.folders = folders
+        self.futures = futures
+        self.results: list[tuple[FileReport, dict[str, int]] | None] = [None] * len(folders)
+        self.cursors: dict[str, tuple[int, int]] = {}  # table -> (round, task) of the next batch due
+
+    def forward(self, sink: BatchSink) -> bool:
+        """Hand every batch that is due and published to ``sink``; True once all are handed on. Raises what
+        a worker raised."""
+        for i, fut in enumerate(self.futures):
+            if self.results[i] is None and fut.done():
+                self.results[i] = fut.result()
+        for folder in self.folders:
+            for name in os.listdir(folder):
+                if not name.endswith(".part"):
+                    self.cursors.setdefault(name.split(".", 1)[0], (0, 0))
+        for result in self.results:
+            for table in result[1] if result is not None else ():
+                self.cursors.setdefault(table, (0, 0))
+        finished = all(r is not None for r in self.results)
+        for table in sorted(self.cursors):
+            finished = self._forward_table(table, sink) and finished
+        return finished
+
+    def _forward_table(self, table: str, sink: BatchSink) -> bool:
+        """The due batches of one table; True when its last one is handed on."""
+        rnd, at = self.cursors[table]
+        n = len(self.folders)
+        try:
+            while True:
+                known = [r[1].get(table, 0) if r is not None else None for r in self.results]
+                if None not in known and rnd >= max(known):
+                    return True
+                path = _batch_path(self.folders[at], table, rnd)
+                if known[at] is not None and rnd >= known[at]:
+                    pass  # this task has no more of this table
+                elif os.path.exists(path):
+                    for batch in _read_spool(path):
+                        sink(table, batch)
+                    os.unlink(path)
+                elif known[at] is None:
+                    return False  # not written yet: later
+                else:
+                    raise RuntimeError(f"the spool lost a batch: {path}")
+                at += 1
+                if at == n:
+                    rnd, at = rnd + 1, 0
+        finally:
+            self.cursors[table] = (rnd, at)
 
 
 def run(
@@ -216,7 +238,7 @@ def run(
             reports.append(report)
             advance(_size(task.path))
     else:
-        from concurrent.futures import ProcessPoolExecutor, wait  # loaded only when there are workers
+        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait  # only with workers
         from multiprocessing import get_context
 
         global _read_so_far
@@ -225,6 +247,7 @@ def run(
         shares = [_size(t.path) // (t.shard[1] if t.shard else 1) for t in tasks]
         read = _read_so_far = context.RawArray("q", len(tasks)) if on_progress else None  # before the fork
         shown = 0
+        poll = min(SPOOL_POLL, PROGRESS_POLL) if on_progress else SPOOL_POLL
 
         def show_progress() -> None:
             nonlocal shown
@@ -235,22 +258,22 @@ def run(
 
         try:
             with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-                walks = _shared_walks(pool, tasks, spool)
-                futures = [pool.submit(_run_task, t, options, spool, walks.get(t.path) if t.shard else None, i)
-                           for i, t in enumerate(tasks)]
-                for i, fut in enumerate(futures):
-                    while read is not None and not fut.done():  # the bar moves while the workers read
-                        wait([fut], timeout=PROGRESS_POLL)
-                        show_progress()
-                    report, paths = fut.result()
-                    for table, path in paths.items():
-                        for batch in _read_spool(path):
-                            sink(table, batch)
-                        os.unlink(path)
-                    _add_to_stitcher(stitcher, report)
-                    reports.append(report)
+                folders = [tempfile.mkdtemp(prefix=f"task{i}-", dir=spool) for i in range(len(tasks))]
+                futures = [pool.submit(_run_task, t, options, folders[i], i) for i, t in enumerate(tasks)]
+                for group in _groups(tasks):
+                    spools = _Spools([folders[i] for i in group], [futures[i] for i in group])
+                    while not spools.forward(sink):
+                        running = [futures[i] for i in group if not futures[i].done()]
+                        if running:
+                            wait(running, timeout=poll, return_when=FIRST_COMPLETED)
+                        if read is not None:  # the bar moves while the workers read
+                            show_progress()
+                    for i, (report, _) in zip(group, spools.results, strict=True):
+                        _add_to_stitcher(stitcher, report)
+                        reports.append(report)
+                        if read is not None:
+                            read[i] = shares[i]
                     if read is not None:
-                        read[i] = shares[i]
                         show_progress()
         finally:
             _read_so_far = None
@@ -268,14 +291,27 @@ def run(
     return merged
 
 
+def _groups(tasks: list[Task]) -> list[list[int]]:
+    """The tasks merged together: the shards of one file (consecutive in the plan), or one task alone."""
+    groups: list[list[int]] = []
+    for i, t in enumerate(tasks):
+        if t.shard is not None and t.shard[0] > 0 and groups and tasks[groups[-1][-1]].path == t.path:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
 def _add_to_stitcher(stitcher: Stitcher, report: FileReport) -> None:
     packets = report.stats.packets if report.stats else 0
     stitcher.add_file(report.name, packets, report.continues_in, report.handoffs)
 
 
 def _read_spool(path: str) -> Iterator[pa.RecordBatch]:
-    """Batch by batch through ordinary reads (a memory map would keep the whole spool resident)."""
-    with pa.OSFile(path) as source:
+    """The batches of one spool file, mapped, not copied: a spool file holds one batch, and its pages go when
+    the sink has done with it (reading into fresh memory cost the parent more in zeroed pages than the
+    reading itself)."""
+    with pa.memory_map(path) as source:
         yield from ipc.open_stream(source)
 
 

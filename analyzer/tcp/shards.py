@@ -1,6 +1,6 @@
 """Which process handles which connection when one file is split over several (``--jobs``).
 
-Every process reads every record of the file (walked together beforehand, see analyzer.pipeline.run) and keeps
+Every process reads every record of the file (the walk compiled, the headers gathered as columns) and keeps
 only its shard of the connections, so the decision must come out the same in every process without them
 talking to each other. A hash of the connection's addresses
 does that, but a few heavy producers landing on one side leave the other process idle at the end (in the
@@ -31,7 +31,7 @@ from analyzer.capture.chunks import number_keys
 from analyzer.session.connection import reverse_key, split_key
 
 # Work per frame against work per packet. Fitted to callgrind counts of one to four shards of the benchmark
-# capture (bodies decoded), the work beyond the shared walk is about 120 k instructions a frame and nothing
+# capture (bodies decoded), the work beyond reading the records is about 120 k instructions a frame and nothing
 # measurable per packet or byte; packets count a little, for senders that do not set PSH.
 FRAME_COST = 50
 PSH = 0x08

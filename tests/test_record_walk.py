@@ -1,0 +1,59 @@
+"""The compiled record walk (analyzer.capture._walk) against the walk written out plainly, record by record,
+on well-formed records, on bytes from nowhere and at every edge of the buffer: it must take the same starts,
+stop at the same place and never read outside the buffer."""
+
+from __future__ import annotations
+
+import random
+import struct
+
+import pytest
+from analyzer.capture._walk import walk_records
+
+
+def plain_walk(buf: bytes, pos: int, stop: int, little: bool, most: int) -> tuple[list[int], int, bool]:
+    """Four records a turn while the position is before ``stop`` and fewer than ``most`` starts are taken; a
+    position whose 16-byte header does not fit in the buffer ends the walk, cut, without being taken."""
+    caplen = struct.Struct(("<" if little else ">") + "8xI4x")
+    starts: list[int] = []
+    while pos < stop and len(starts) < most:
+        for _ in range(4):
+            if pos + 16 > len(buf):
+                return starts, pos, True
+            starts.append(pos)
+            pos += 16 + caplen.unpack_from(buf, pos)[0]
+    return starts, pos, False
+
+
+def records(rng: random.Random, little: bool, count: int) -> bytes:
+    out = bytearray()
+    for _ in range(count):
+        body = bytes(rng.randrange(256) for _ in range(rng.choice((0, 1, 40, 60, 300))))
+        out += struct.pack(("<" if little else ">") + "IIII", 1, 2, len(body), len(body)) + body
+    return bytes(out)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_walk_takes_the_starts_of_the_plain_walk(seed):
+    rng = random.Random(seed)
+    little = rng.random() < 0.5
+    buf = records(rng, little, rng.randrange(0, 60))
+    if rng.random() < 0.5:  # cut anywhere, a header included
+        buf = buf[:rng.randrange(len(buf) + 1)]
+    if rng.random() < 0.3:  # or bytes from nowhere: caplens of up to 4 GB
+        buf = bytes(rng.randrange(256) for _ in range(rng.randrange(200)))
+    for _ in range(20):
+        pos = rng.randrange(-2, len(buf) + 20) if rng.random() < 0.2 else 0
+        pos = max(pos, 0)
+        stop = rng.randrange(pos, len(buf) + 40) if rng.random() < 0.7 else 1 << 40
+        most = rng.choice((0, 4, 8, 1 << 17))
+        starts, end, cut = walk_records(buf, pos, stop, little, most)
+        assert (starts.tolist(), end, cut) == plain_walk(buf, pos, stop, little, most)
+
+
+def test_a_header_reaching_the_last_byte_is_read_and_one_past_it_is_not():
+    one = struct.pack("<IIII", 0, 0, 4, 4) + b"abcd"
+    assert walk_records(one, 0, 100, True, 8)[0].tolist() == [0]
+    assert walk_records(one, 0, 100, True, 8)[1:] == (20, True)
+    assert walk_records(one[:15], 0, 100, True, 8)[1:] == (0, True)
+    assert walk_records(b"", 0, 100, True, 8)[0].tolist() == []
