@@ -57,6 +57,7 @@ from spark_jobs.write_task import (
     sweep_attempts,
     write_empty,
     write_partition,
+    write_rows,
 )
 
 ROW_TABLES = ("exchanges", "errors", "partitions", "connections")
@@ -284,7 +285,8 @@ def _groups_table(spark, staging: Staging) -> pa.Table:
 def _write_deliveries(spark, staging: Staging) -> None:
     """The deliveries table (analyzer.derived.deliveries) by a range join in Spark: each Fetch range exploded
     into the offset buckets it covers, joined with the Produce rows of its topic, partition and bucket, and the
-    earliest covering Fetch kept per produced batch and consumer, ties broken as the CLI breaks them."""
+    earliest covering Fetch kept per produced batch and consumer, ties broken as the CLI breaks them (capture
+    file, connection, correlation id)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -321,14 +323,15 @@ def _write_deliveries(spark, staging: Staging) -> None:
                     & (f.fetched_ts >= p.produced_ts))
     first = Window.partitionBy("produce_capture_file", "produce_connection_id", "produce_correlation_id", "topic",
                                "partition", "consumer_ip", "consumer_client_id").orderBy(
-        "fetched_ts", "fetch_connection_id", "fetch_correlation_id")
+        "fetched_ts", "fetch_capture_file", "fetch_connection_id", "fetch_correlation_id")
     rows = (joined.withColumn("n", F.row_number().over(first)).where(F.col("n") == 1)
             .join(named, (F.col("consumer_ip") == named.client_ip)
                   & (F.col("consumer_client_id") == named.client_id), "left")
             .withColumn("delivery_ms", _elapsed_ms("produced_ts", "fetched_ts"))
             .withColumn("after_ack_ms", _elapsed_ms("acked_ts", "fetched_ts")))
-    write_table(rows.select(*d.DELIVERIES_SCHEMA.names, F.to_date("produced_ts").alias(PARTITION_COLUMN)),
-                "deliveries", staging)
+    manifest = rows.select(*d.DELIVERIES_SCHEMA.names).mapInArrow(
+        partial(write_rows, table="deliveries", root=staging.uri("deliveries")), MANIFEST_DDL).collect()
+    _write_driver_side(staging, "deliveries", [], manifest)
 
 
 def _elapsed_ms(start: str, end: str):

@@ -155,3 +155,27 @@ def write_partition(batches: Iterator[pa.RecordBatch], table: str, stitcher: Sti
     types = (pa.string(), pa.string(), pa.int64(), pa.binary())
     columns = list(zip(*rows, strict=True)) if rows else [()] * 4
     yield pa.RecordBatch.from_arrays([pa.array(c, t) for c, t in zip(columns, types, strict=True)], names=names)
+
+
+def write_rows(batches: Iterator[pa.RecordBatch], table: str, root: str) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` function for a table Spark computed (the derived ``deliveries``): its rows in, cast to
+    the table's schema and written as the row tables are, manifest rows (MANIFEST_DDL) out."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    writer = TableWriter(root, table, f"part-{context.partitionId() if context else 0:05d}")
+    schema = base_schema(table)
+    try:
+        for batch in batches:
+            if batch.num_rows:
+                for rows in pa.Table.from_batches([batch]).select(schema.names).cast(schema).to_batches():
+                    writer.write(rows)
+        written = writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    names = ("kind", "name", "rows", "data")
+    yield pa.RecordBatch.from_arrays([pa.array([FILE] * len(written), pa.string()),
+                                      pa.array([p for p, _ in written], pa.string()),
+                                      pa.array([n for _, n in written], pa.int64()),
+                                      pa.nulls(len(written), pa.binary())], names=names)

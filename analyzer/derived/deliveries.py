@@ -107,6 +107,8 @@ def deliveries_table(produced: pa.Table, fetched: pa.Table, connections: pa.Tabl
     first = fetched["records_first_offset"].to_numpy(zero_copy_only=False)
     last = fetched["records_last_offset"].to_numpy(zero_copy_only=False)
     f_ts = _ns(fetched["response_last_ts"])
+    f_file = np.unique(np.asarray(fetched["capture_file"].to_pylist(), dtype=object).astype(str),
+                       return_inverse=True)[1].reshape(-1)  # ranks in text order, as Spark sorts
     f_conn = fetched["connection_id"].to_numpy(zero_copy_only=False)
     f_corr = fetched["correlation_id"].to_numpy(zero_copy_only=False)
     p_order = np.lexsort((base, tp_p))  # produced rows by topic-partition, then base offset
@@ -135,8 +137,8 @@ def deliveries_table(produced: pa.Table, fetched: pa.Table, connections: pa.Tabl
         p_idx, f_rep = p_idx[later], f_rep[later]
         if not len(p_idx):
             continue
-        # per produced batch, its earliest covering fetch first (ties: by connection, then correlation id)
-        order = np.lexsort((f_corr[f_rep], f_conn[f_rep], f_ts[f_rep], p_idx))
+        # per produced batch, its earliest covering fetch first (ties: by capture file, connection, correlation)
+        order = np.lexsort((f_corr[f_rep], f_conn[f_rep], f_file[f_rep], f_ts[f_rep], p_idx))
         p_idx, f_rep = p_idx[order], f_rep[order]
         keep = np.concatenate(([True], p_idx[1:] != p_idx[:-1]))
         pairs_p.append(p_idx[keep])
