@@ -298,8 +298,10 @@ def _write_deliveries(spark, staging: Staging) -> None:
     span = F.col("records_last_offset") - F.col("records_first_offset")
     fetched = parts.where((F.col("api_name") == "Fetch") & (F.col("records_first_offset") >= 0)
                           & F.col("response_last_ts").isNotNull() & (span >= 0) & (span < d.MAX_SPAN))
-    conns = spark.read.parquet(staging.uri("connections")).select("capture_file", "connection_id", "client_ip")
+    conns = spark.read.parquet(staging.uri("connections")).select("capture_file", "connection_id", "client_ip",
+                                                                   "broker_ip", "broker_port")
     fetched = fetched.join(conns, ["capture_file", "connection_id"], "left")
+    produced = produced.join(conns.drop("client_ip"), ["capture_file", "connection_id"], "left")
     named = (spark.read.parquet(staging.uri("exchanges")).where(F.col("group_id").isNotNull())
              .select("client_ip", "client_id", "group_id").distinct()
              .groupBy("client_ip", "client_id")
@@ -308,17 +310,19 @@ def _write_deliveries(spark, staging: Staging) -> None:
         "topic", "partition", "base_offset", "records", F.col("client_id").alias("producer_client_id"),
         F.col("capture_file").alias("produce_capture_file"), F.col("connection_id").alias("produce_connection_id"),
         F.col("correlation_id").alias("produce_correlation_id"), F.col("request_last_ts").alias("produced_ts"),
-        F.col("response_last_ts").alias("acked_ts"),
+        F.col("response_last_ts").alias("acked_ts"), "broker_ip", "broker_port",
         F.floor(F.col("base_offset") / d.BUCKET).alias("bucket"))
     f = fetched.select(
         F.col("topic").alias("f_topic"), F.col("partition").alias("f_partition"), "records_first_offset",
         "records_last_offset", F.col("client_id").alias("consumer_client_id"),
         F.col("client_ip").alias("consumer_ip"), F.col("capture_file").alias("fetch_capture_file"),
         F.col("connection_id").alias("fetch_connection_id"), F.col("correlation_id").alias("fetch_correlation_id"),
-        F.col("response_last_ts").alias("fetched_ts"),
+        F.col("response_last_ts").alias("fetched_ts"), F.col("broker_ip").alias("f_broker_ip"),
+        F.col("broker_port").alias("f_broker_port"),
         F.explode(F.sequence(F.floor(F.col("records_first_offset") / d.BUCKET),
                              F.floor(F.col("records_last_offset") / d.BUCKET))).alias("f_bucket"))
     joined = p.join(f, (p.topic == f.f_topic) & (p.partition == f.f_partition) & (p.bucket == f.f_bucket)
+                    & p.broker_ip.eqNullSafe(f.f_broker_ip) & p.broker_port.eqNullSafe(f.f_broker_port)
                     & (p.base_offset >= f.records_first_offset) & (p.base_offset <= f.records_last_offset)
                     & (f.fetched_ts >= p.produced_ts))
     first = Window.partitionBy("produce_capture_file", "produce_connection_id", "produce_correlation_id", "topic",

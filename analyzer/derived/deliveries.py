@@ -3,7 +3,10 @@
 A Produce response gives each partition's batch its ``base_offset``; a Fetch response returns a partition's
 records from ``records_first_offset`` to ``records_last_offset``. A produced batch reaches a consumer in the
 first Fetch response of that consumer that covers its base offset and comes after the Produce: one row per
-produced batch and consumer, with the time in between. A consumer is a client id at a client address (a
+produced batch and consumer, with the time in between. Produce and Fetch are matched where the same broker
+(address and port) serves the partition, its leader: offsets of a partition are that cluster's, and two
+clusters (or two copies of one capture on other addresses) never mix; a consumer fetching from a follower
+replica (KIP-392) is not matched. A consumer is a client id at a client address (a
 group's members often share a client id, never a partition at the same time; several consumers on one host
 with one client id are one consumer here). Its group is the one its group exchanges name, when only one.
 
@@ -21,6 +24,7 @@ from analyzer.tables.schemas import DELIVERIES_SCHEMA, PARTITIONS_SCHEMA
 
 PRODUCE, FETCH = 0, 1
 MAX_SPAN = 1 << 22  # offsets one Fetch response's records may span and still be matched
+MAX_PAIRS = 1 << 22  # (Fetch, produced batch) candidates held at once per partition and consumer
 BUCKET = 1 << 16  # offsets per bucket of the Spark job's range join (a span covers at most 65 buckets)
 
 PRODUCE_COLUMNS = ("capture_file", "connection_id", "correlation_id", "client_id", "topic", "partition", "base_offset",
@@ -91,17 +95,22 @@ def deliveries_table(produced: pa.Table, fetched: pa.Table, connections: pa.Tabl
     if not produced.num_rows or not fetched.num_rows:
         return DELIVERIES_SCHEMA.empty_table()
     produced = produced.combine_chunks()
-    fetched = fetched.append_column("row", pa.array(np.arange(fetched.num_rows)))
-    fetched = fetched.join(connections, ["capture_file", "connection_id"], join_type="left outer")
-    fetched = fetched.join(consumers, ["client_ip", "client_id"], join_type="left outer").sort_by("row")
-    fetched = fetched.drop_columns(["row"]).combine_chunks()
-    topic_p, topic_f = _codes(produced["topic"], fetched["topic"])
-    part_p = produced["partition"].to_numpy(zero_copy_only=False).astype(np.int64) + (1 << 31)  # non-negative
-    part_f = fetched["partition"].to_numpy(zero_copy_only=False).astype(np.int64) + (1 << 31)
-    tp = _pairs([np.concatenate([topic_p, topic_f]), np.concatenate([part_p, part_f])])
-    tp_p, tp_f = tp[:produced.num_rows], tp[produced.num_rows:]
+    fetched = fetched.combine_chunks()
+    fetched = _with(fetched, ["capture_file", "connection_id"], connections, ["client_ip", "broker_ip", "broker_port"])
+    fetched = _with(fetched, ["client_ip", "client_id"], consumers, ["group_id"])
+    produced = _with(produced.combine_chunks(), ["capture_file", "connection_id"], connections,
+                     ["broker_ip", "broker_port"])
+    n_p = produced.num_rows
+    topic = np.concatenate(_codes(produced["topic"], fetched["topic"]))
+    part = np.concatenate([produced["partition"].to_numpy(zero_copy_only=False),
+                           fetched["partition"].to_numpy(zero_copy_only=False)]).astype(np.int64) + (1 << 31)
+    broker = np.concatenate(_codes(produced["broker_ip"], fetched["broker_ip"]))
+    port = np.concatenate([pc.fill_null(t["broker_port"], -1).to_numpy(zero_copy_only=False)
+                           for t in (produced, fetched)]).astype(np.int64) + 1
+    tp = _pairs([topic, part, broker, port])  # a partition as one broker (its leader) serves it
+    tp_p, tp_f = tp[:n_p], tp[n_p:]
     ip_f, client_f = _codes(fetched["client_ip"]), _codes(fetched["client_id"])
-    group_f = _pairs([tp_f, ip_f[0], client_f[0]])  # (topic-partition, consumer) of each Fetch row
+    group_f = _pairs([tp_f, ip_f[0], client_f[0]])  # (partition at its broker, consumer) of each Fetch row
     base = produced["base_offset"].to_numpy(zero_copy_only=False)
     p_ts = _ns(produced["request_last_ts"])
     first = fetched["records_first_offset"].to_numpy(zero_copy_only=False)
@@ -111,7 +120,15 @@ def deliveries_table(produced: pa.Table, fetched: pa.Table, connections: pa.Tabl
                        return_inverse=True)[1].reshape(-1)  # ranks in text order, as Spark sorts
     f_conn = fetched["connection_id"].to_numpy(zero_copy_only=False)
     f_corr = fetched["correlation_id"].to_numpy(zero_copy_only=False)
-    p_order = np.lexsort((base, tp_p))  # produced rows by topic-partition, then base offset
+
+    def earliest(p_idx: np.ndarray, f_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per produced batch, its earliest covering fetch (ties: by capture file, connection, correlation)."""
+        order = np.lexsort((f_corr[f_idx], f_conn[f_idx], f_file[f_idx], f_ts[f_idx], p_idx))
+        p_idx, f_idx = p_idx[order], f_idx[order]
+        keep = np.concatenate(([True], p_idx[1:] != p_idx[:-1]))
+        return p_idx[keep], f_idx[keep]
+
+    p_order = np.lexsort((base, tp_p))  # produced rows by partition and broker, then base offset
     tp_sorted = tp_p[p_order]
     f_order = np.argsort(group_f, kind="stable")
     bounds = np.flatnonzero(np.diff(group_f[f_order])) + 1
@@ -125,28 +142,35 @@ def deliveries_table(produced: pa.Table, fetched: pa.Table, connections: pa.Tabl
         ps = p_order[lo_p:hi_p]
         b = base[ps]
         lo = np.searchsorted(b, first[fs], "left")
-        hi = np.searchsorted(b, last[fs], "right")
-        n = np.maximum(hi - lo, 0)
-        total = int(n.sum())
-        if not total:
-            continue
-        f_rep = np.repeat(fs, n)
-        starts = np.repeat(lo - np.concatenate(([0], np.cumsum(n)[:-1])), n)
-        p_idx = ps[starts + np.arange(total)]
-        later = f_ts[f_rep] >= p_ts[p_idx]
-        p_idx, f_rep = p_idx[later], f_rep[later]
-        if not len(p_idx):
-            continue
-        # per produced batch, its earliest covering fetch first (ties: by capture file, connection, correlation)
-        order = np.lexsort((f_corr[f_rep], f_conn[f_rep], f_file[f_rep], f_ts[f_rep], p_idx))
-        p_idx, f_rep = p_idx[order], f_rep[order]
-        keep = np.concatenate(([True], p_idx[1:] != p_idx[:-1]))
-        pairs_p.append(p_idx[keep])
-        pairs_f.append(f_rep[keep])
+        n = np.maximum(np.searchsorted(b, last[fs], "right") - lo, 0)
+        found_p: list[np.ndarray] = []
+        found_f: list[np.ndarray] = []
+        ends = np.cumsum(n)
+        start = 0
+        while start < len(fs):  # slices of at most MAX_PAIRS (fetch, produced batch) pairs: memory stays bounded
+            stop = max(int(np.searchsorted(ends, (ends[start - 1] if start else 0) + MAX_PAIRS, "right")), start + 1)
+            cn = n[start:stop]
+            total = int(cn.sum())
+            if total:
+                f_rep = np.repeat(fs[start:stop], cn)
+                offsets = np.repeat(lo[start:stop] - np.concatenate(([0], np.cumsum(cn)[:-1])), cn)
+                p_idx = ps[offsets + np.arange(total)]
+                later = f_ts[f_rep] >= p_ts[p_idx]
+                if later.any():
+                    p_idx, f_rep = earliest(p_idx[later], f_rep[later])
+                    found_p.append(p_idx)
+                    found_f.append(f_rep)
+            start = stop
+        if found_p:
+            p_idx, f_rep = earliest(np.concatenate(found_p), np.concatenate(found_f))
+            pairs_p.append(p_idx)
+            pairs_f.append(f_rep)
     if not pairs_p:
         return DELIVERIES_SCHEMA.empty_table()
-    p = produced.take(pa.array(np.concatenate(pairs_p)))
-    f = fetched.take(pa.array(np.concatenate(pairs_f)))
+    pp, ff = np.concatenate(pairs_p), np.concatenate(pairs_f)
+    order = np.lexsort((f_corr[ff], f_conn[ff], f_file[ff], f_ts[ff], pp, p_ts[pp]))  # by production time
+    p = produced.take(pa.array(pp[order]))
+    f = fetched.take(pa.array(ff[order]))
     columns = {
         "topic": p["topic"], "partition": p["partition"], "base_offset": p["base_offset"], "records": p["records"],
         "producer_client_id": p["client_id"], "produce_capture_file": p["capture_file"],
@@ -158,9 +182,21 @@ def deliveries_table(produced: pa.Table, fetched: pa.Table, connections: pa.Tabl
         "delivery_ms": _elapsed_ms(p["request_last_ts"], f["response_last_ts"]),
         "after_ack_ms": _elapsed_ms(p["response_last_ts"], f["response_last_ts"]),
     }
-    t = pa.table({name: columns[name] for name in DELIVERIES_SCHEMA.names}).cast(DELIVERIES_SCHEMA)
-    return t.sort_by([("produced_ts", "ascending"), ("topic", "ascending"), ("partition", "ascending"),
-                      ("consumer_client_id", "ascending")])
+    return pa.table({name: columns[name] for name in DELIVERIES_SCHEMA.names}).cast(DELIVERIES_SCHEMA)
+
+
+def _with(t: pa.Table, keys: list[str], right: pa.Table, values: list[str]) -> pa.Table:
+    """``t`` with ``values`` of ``right`` (unique on ``keys``) looked up by ``keys``, in ``t``'s row order
+    (only the keys and the values go through the join)."""
+    left = t.select(keys).append_column("_row", pa.array(np.arange(t.num_rows)))
+    found = left.join(right.select([*keys, *values]), keys, join_type="left outer")
+    rows = found["_row"].to_numpy()
+    place = np.empty(len(rows), dtype=np.int64)
+    place[rows] = np.arange(len(rows))
+    found = found.take(pa.array(place))
+    for name in values:
+        t = t.append_column(right.schema.field(name), found[name])
+    return t
 
 
 def _elapsed_ms(start: pa.ChunkedArray, end: pa.ChunkedArray) -> pa.ChunkedArray:

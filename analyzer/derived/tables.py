@@ -12,7 +12,8 @@ from analyzer.derived.groups import COLUMNS as GROUP_COLUMNS
 from analyzer.derived.groups import detail_rows, groups_table, member_counts, merge_counts
 from analyzer.tables.schemas import EXCHANGES_SCHEMA, PARTITIONS_SCHEMA
 
-CONNECTION_KEYS = {"capture_file": pa.string(), "connection_id": pa.int64(), "client_ip": pa.string()}
+CONNECTION_KEYS = {"capture_file": pa.string(), "connection_id": pa.int64(), "client_ip": pa.string(),
+                   "broker_ip": pa.string(), "broker_port": pa.int32()}
 MERGE_EVERY = 256  # partial counts merged this often, so they stay as small as their distinct keys
 
 
@@ -75,8 +76,10 @@ class DerivedTables:
                                                     for v in self._groups_of.values()], pa.string())})
         connections = (pa.concat_tables(self._connections) if self._connections
                        else pa.table({k: pa.array([], t) for k, t in CONNECTION_KEYS.items()}))
-        connections = connections.group_by(["capture_file", "connection_id"]).aggregate([("client_ip", "min")])
-        connections = connections.rename_columns({"client_ip_min": "client_ip"})
+        connections = connections.group_by(["capture_file", "connection_id"]).aggregate(
+            [("client_ip", "min"), ("broker_ip", "min"), ("broker_port", "min")])
+        connections = connections.rename_columns({"client_ip_min": "client_ip", "broker_ip_min": "broker_ip",
+                                                  "broker_port_min": "broker_port"})
         yield "deliveries", _one_batch(deliveries_table(produced, fetched, connections, consumers))
         self.__init__()
 

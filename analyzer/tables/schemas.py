@@ -862,7 +862,7 @@ DELIVERIES_SCHEMA = pa.schema([
     _f("fetch_connection_id", pa.int64(), "Its connection."),
     _f("fetch_correlation_id", pa.int32(), "Its correlation id."),
     _f("fetched_ts", TS, "When the first Fetch response of this consumer holding base_offset arrived after the "
-       "Produce (its last packet)."),
+       "Produce (its last packet), from the broker the Produce went to (the partition's leader)."),
     _f("delivery_ms", pa.float64(), "fetched_ts - produced_ts: end-to-end latency from producer to consumer."),
     _f("after_ack_ms", pa.float64(), "fetched_ts - acked_ts: how long after the producer's acknowledgement the "
        "consumer had it (negative when the consumer got it first, as with acks=all and a fast follower)."),
