@@ -39,7 +39,7 @@ $(BUILT): $(CORE_SOURCES) | $(RUN_STAMP)
 	touch $(BUILT)
 
 run: $(RUN_STAMP) $(BUILT)
-	$(BIN)/kafkacap export sample_pcaps -o out --summary --detect-ports
+	$(BIN)/kafkacap export sample_pcaps -o out --summary --detect-ports --deliveries
 
 test: $(STAMP) $(BUILT)
 	$(BIN)/ruff check analyzer dissectors spark_jobs tests benchmarks sample_pcaps

@@ -138,8 +138,9 @@ def _export(spark, inputs: list[str], out: str, options: Options, aggregate: boo
         clock.lap("write")
         with described(spark, "kafkacap: derive groups"):
             _write_driver_side(staging, "groups", [_groups_table(spark, staging)], [])
-        with described(spark, "kafkacap: derive deliveries"):
-            _write_deliveries(spark, staging)
+        if options.deliveries:
+            with described(spark, "kafkacap: derive deliveries"):
+                _write_deliveries(spark, staging)
         clock.lap("derive")
         if aggregate:
             from spark_jobs.aggregate_job import write_aggregates
@@ -376,6 +377,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--headers-only", action="store_true", help="headers and top-level errors only")
     p.add_argument("--verify-crc", action="store_true", help="check every record batch's CRC")
     p.add_argument("--records", action="store_true", help="also the records table")
+    p.add_argument("--deliveries", action="store_true", help="also the deliveries table (end-to-end latency)")
     p.add_argument("--max-batch-mb", type=int, default=64)
     p.add_argument("--max-decompressed-mb", type=int, default=4096)
     p.add_argument("--separate-files", action="store_true",
@@ -388,12 +390,13 @@ def parser() -> argparse.ArgumentParser:
 
 def options_from(ports: list[int] | tuple[int, ...], detect_ports: bool, headers_only: bool, verify_crc: bool,
                  records: bool, max_batch_mb: int, max_decompressed_mb: int, separate_files: bool,
-                 tls_keys: KeyLog | None = None) -> Options:
+                 tls_keys: KeyLog | None = None, deliveries: bool = False) -> Options:
     """The analysis options, as ``kafkacap export`` builds them from the same flags. The key log travels to
     the executors inside the options (as its text, never through a repr)."""
     return Options(ports=tuple(ports) or (9092,), detect_ports=detect_ports, bodies=not headers_only,
                    verify_crc=verify_crc, records=records, max_batch_mb=max_batch_mb,
-                   max_decompressed_mb=max_decompressed_mb, stitch=not separate_files, tls_keys=tls_keys)
+                   max_decompressed_mb=max_decompressed_mb, stitch=not separate_files, tls_keys=tls_keys,
+                   deliveries=deliveries)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -412,7 +415,8 @@ def main(argv: list[str] | None = None) -> int:
             except KeyLogError as exc:
                 raise JobError(str(exc)) from None
         options = options_from(args.ports, args.detect_ports, args.headers_only, args.verify_crc, args.records,
-                               args.max_batch_mb, args.max_decompressed_mb, args.separate_files, keys)
+                               args.max_batch_mb, args.max_decompressed_mb, args.separate_files, keys,
+                               args.deliveries)
         started = time.perf_counter()
         spark = build_session(args.master, "kafkacap-export", _parse_conf(args.conf))
         say(f"Spark session: {time.perf_counter() - started:.1f} s")

@@ -16,8 +16,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from analyzer.cli.commands import main
 from tests import craft
 
-TABLES = ("connections", "deliveries", "errors", "exchanges", "files", "groups", "partitions",
-          "records")  # records: when some
+TABLES = ("connections", "errors", "exchanges", "files", "groups", "partitions", "records")  # records: when some
 CAPTURE_START = 1_700_000_000.0
 UTC = dt.UTC
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)

@@ -141,7 +141,7 @@ def test_an_assignment_cut_in_its_partitions_is_refused() -> None:
 @pytest.fixture(scope="module")
 def with_records(tmp_path_factory):
     out = tmp_path_factory.mktemp("deliveries") / "out"
-    result = CliRunner().invoke(cli, ["export", str(SAMPLE), "--records", "-o", str(out)])
+    result = CliRunner().invoke(cli, ["export", str(SAMPLE), "--records", "--deliveries", "-o", str(out)])
     assert result.exit_code == 0, result.output
     return {t: pq.read_table(out / f"{t}.parquet") for t in ("deliveries", "records", "exchanges", "partitions")}
 

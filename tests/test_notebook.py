@@ -123,7 +123,7 @@ def export_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("notebook") / "out"
     troubled = _troubled_capture(out.parent / "troubled.pcap")
     result = CliRunner().invoke(main, ["export", str(SAMPLES), troubled, "-o", str(out), "--detect-ports",
-                                       "--no-progress"])
+                                       "--no-progress", "--deliveries"])
     assert result.exit_code == 0, result.output
     return out
 
@@ -618,7 +618,8 @@ def test_cells_run_on_a_capture_without_groups_or_deliveries(notebook, tmp_path)
     from analyzer.cli.commands import main
 
     out = tmp_path / "out"
-    result = CliRunner().invoke(main, ["export", str(SAMPLES / "tansu_admin.pcap"), "-o", str(out), "--no-progress"])
+    result = CliRunner().invoke(main, ["export", str(SAMPLES / "tansu_admin.pcap"), "-o", str(out), "--no-progress",
+                                       "--deliveries"])
     assert result.exit_code == 0, result.output
     answers = _run_notebook_cells(notebook, out)
     assert (answers["row_counts"]["groups"], answers["row_counts"]["deliveries"]) == (0, 0)

@@ -299,7 +299,7 @@ def test_job_survives_a_killed_worker_with_the_cli_rows(cluster: Cluster, tmp_pa
         "--master", cluster.master_url, "--name", "kafkacap-cluster-test",
         "--archives", f"{_packages_archive(tmp_path)}#kafkacap", "--conf", "spark.executorEnv.PYTHONPATH=kafkacap",
         *(arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")),
-        str(ROOT / "spark_jobs" / "export_job.py"), str(inputs), "-o", str(out), "--detect-ports",
+        str(ROOT / "spark_jobs" / "export_job.py"), str(inputs), "-o", str(out), "--detect-ports", "--deliveries",
         "--target-mb", "1",
     ], program="spark-submit", env=env)
 

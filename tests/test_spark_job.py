@@ -38,7 +38,7 @@ from spark_jobs.inputs import CaptureInput, group_files, list_captures  # noqa: 
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_pcaps"
 SPLIT_SOURCE = SAMPLES / "tansu_consumer_group.pcap"
-TABLES = tuple(SCHEMAS)  # exchanges, errors, partitions, connections, files
+TABLES = (*SCHEMAS, "deliveries")  # the row tables, groups, and deliveries (asked for: --deliveries)
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +76,8 @@ def _rotate(src: Path, folder: Path, pieces: int) -> list[Path]:
 
 
 def _cli_export(paths: list[str], out: Path) -> dict[str, pa.Table]:
-    result = CliRunner().invoke(cli, ["export", *paths, "-o", str(out), "--detect-ports", "--no-progress"])
+    result = CliRunner().invoke(cli, ["export", *paths, "-o", str(out), "--detect-ports", "--no-progress",
+                                      "--deliveries"])
     assert result.exit_code == 0, result.output
     return {t: pq.read_table(out / f"{t}.parquet") for t in TABLES}
 
@@ -99,7 +100,7 @@ def samples_run(spark, tmp_path_factory):
     (out / "exchanges" / "capture_date=1999-01-01").mkdir(parents=True)  # a previous run's leftovers
     (out / "exchanges" / "capture_date=1999-01-01" / "part-0.parquet").write_bytes(b"old")
     (out / "api_usage").mkdir()
-    result = export(spark, inputs, str(out), Options(detect_ports=True), aggregate=True)
+    result = export(spark, inputs, str(out), Options(detect_ports=True, deliveries=True), aggregate=True)
     return result, out, _cli_export(inputs, base / "cli"), base
 
 
@@ -214,7 +215,7 @@ def damaged_run(spark, tmp_path_factory):
     (inputs / "garbage.pcap").write_bytes(bytes(range(256)) * 40)
     (inputs / "empty.pcap").write_bytes(b"")
     out = folder / "out"
-    result = export(spark, [str(inputs)], str(out), Options(detect_ports=True))
+    result = export(spark, [str(inputs)], str(out), Options(detect_ports=True, deliveries=True))
     return result, out, _cli_export([str(inputs)], folder / "cli")
 
 

@@ -181,13 +181,13 @@ def report_files(err: Console, reports: list[FileReport]) -> None:
 
 def _options(ports: tuple[int, ...], detect_ports: bool, headers_only: bool = False, verify_crc: bool = False,
              records: bool = False, max_batch_mb: int = 64, max_decompressed_mb: int = 4096,
-             separate_files: bool = False) -> Options:
+             separate_files: bool = False, deliveries: bool = False) -> Options:
     from analyzer.pipeline.analyze import Options
 
     ctx = click.get_current_context(silent=True)
     return Options(ports=tuple(ports) or (9092,), detect_ports=detect_ports, bodies=not headers_only,
                    verify_crc=verify_crc, records=records, max_batch_mb=max_batch_mb,
-                   max_decompressed_mb=max_decompressed_mb, stitch=not separate_files,
+                   max_decompressed_mb=max_decompressed_mb, stitch=not separate_files, deliveries=deliveries,
                    tls_keys=ctx.meta.get(TLS_KEYS) if ctx is not None else None)
 
 
@@ -361,8 +361,10 @@ def main() -> None:
 @_common
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON document with the same figures (structure: docs/summary-json.md).")
+@click.option("--deliveries", is_flag=True, help="Also end-to-end latency: the deliveries table (one row per "
+              "produced batch and consumer that fetched it) and its summary lines. Slower.")
 def summary(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progress, separate_files,
-            as_json) -> None:
+            as_json, deliveries) -> None:
     """Summarise Kafka traffic: capture span and rates, API usage and latency percentiles, slowest service
     times, errors (protocol steps apart), brokers, clients, topics, connections."""
     from analyzer.cli.summary import Collector, print_summary, summary_document
@@ -375,11 +377,11 @@ def summary(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progr
     )
 
     sink = Collector()
-    reports = _analyse(paths, _options(ports, detect_ports, headers_only, verify_crc, separate_files=separate_files),
-                       jobs, sink, no_progress)
+    reports = _analyse(paths, _options(ports, detect_ports, headers_only, verify_crc, separate_files=separate_files,
+                                       deliveries=deliveries), jobs, sink, no_progress)
     tables = (sink.table("exchanges", EXCHANGES_SCHEMA), sink.table("connections", CONNECTIONS_SCHEMA), reports,
               sink.table("partitions", PARTITIONS_SCHEMA), sink.table("groups", GROUPS_SCHEMA),
-              sink.table("deliveries", DELIVERIES_SCHEMA))
+              sink.table("deliveries", DELIVERIES_SCHEMA) if deliveries else None)
     if as_json:
         from analyzer.cli.jsonout import dumps
 
@@ -401,8 +403,10 @@ def summary(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progr
               help="A compressed batch that would expand beyond this is reported, not expanded.")
 @click.option("--max-decompressed-mb", type=click.IntRange(1), default=4096, show_default=True,
               help="Decompression budget per capture file.")
+@click.option("--deliveries", is_flag=True, help="Also end-to-end latency: the deliveries table (one row per "
+              "produced batch and consumer that fetched it) and its summary lines. Slower.")
 def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progress, separate_files, out_dir, fmt,
-           with_summary, records, max_batch_mb, max_decompressed_mb) -> None:
+           with_summary, records, max_batch_mb, max_decompressed_mb, deliveries) -> None:
     """Write the exchanges, connections and files tables to a folder."""
     from analyzer.tables.schemas import (
         CONNECTIONS_SCHEMA,
@@ -435,7 +439,7 @@ def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progre
 
     try:
         reports = _analyse(paths, _options(ports, detect_ports, headers_only, verify_crc, records, max_batch_mb,
-                                           max_decompressed_mb, separate_files), jobs, sink, no_progress)
+                                           max_decompressed_mb, separate_files, deliveries), jobs, sink, no_progress)
     except BaseException:
         folder.abort()
         raise
@@ -448,7 +452,8 @@ def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progre
         print_summary(_out(), collector.table("exchanges", EXCHANGES_SCHEMA),
                       collector.table("connections", CONNECTIONS_SCHEMA), reports,
                       collector.table("partitions", PARTITIONS_SCHEMA), collector.table("groups", GROUPS_SCHEMA),
-                      collector.table("deliveries", DELIVERIES_SCHEMA), headers_only=headers_only,
+                      collector.table("deliveries", DELIVERIES_SCHEMA) if deliveries else None,
+                      headers_only=headers_only,
                       verify_crc=verify_crc)
     rows = sum(r.exchanges for r in reports)
     _err().print(Text(f"wrote {rows:,} exchanges to " + inert(", ".join(written))))

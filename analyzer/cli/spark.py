@@ -31,6 +31,7 @@ from analyzer.cli.tls import TLS_KEYS, tls_keylog_option
 @click.option("--headers-only", is_flag=True, help="Decode headers and top-level errors only.")
 @click.option("--verify-crc", is_flag=True, help="Check every record batch's CRC.")
 @click.option("--records", is_flag=True, help="Also a records table: one row per record.")
+@click.option("--deliveries", is_flag=True, help="Also the deliveries table: end-to-end latency, produce to fetch.")
 @click.option("--max-batch-mb", type=click.IntRange(1), default=64, show_default=True)
 @click.option("--max-decompressed-mb", type=click.IntRange(1), default=4096, show_default=True)
 @click.option("--separate-files", is_flag=True,
@@ -44,7 +45,8 @@ from analyzer.cli.tls import TLS_KEYS, tls_keylog_option
                    "output folder.")
 @tls_keylog_option
 def spark_command(paths, out, master, aggregate, aggregate_only, ports, detect_ports, headers_only, verify_crc,
-                  records, max_batch_mb, max_decompressed_mb, separate_files, target_mb, confs, report_path) -> None:
+                  records, deliveries, max_batch_mb, max_decompressed_mb, separate_files, target_mb, confs,
+                  report_path) -> None:
     """Run the Spark job: capture files (local, hdfs://, s3://, gs://; folders and globs) to partitioned
     Parquet tables, the same rows as `export`."""
     if not paths and not aggregate_only:
@@ -69,7 +71,8 @@ def spark_command(paths, out, master, aggregate, aggregate_only, ports, detect_p
     try:
         conf = _parse_conf(list(confs))
         options = options_from(ports, detect_ports, headers_only, verify_crc, records, max_batch_mb,
-                               max_decompressed_mb, separate_files, click.get_current_context().meta.get(TLS_KEYS))
+                               max_decompressed_mb, separate_files, click.get_current_context().meta.get(TLS_KEYS),
+                               deliveries)
         started = time.perf_counter()
         with err.status("starting Spark"):
             spark = build_session(master, "kafkacap", conf)

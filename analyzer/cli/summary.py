@@ -570,7 +570,7 @@ def summary_document(exchanges: pa.Table, connections: pa.Table, reports: list[F
         "clients": client_rows(exchanges, None),
         "topics": topic_rows(partitions) if partitions is not None and partitions.num_rows else [],
         "groups": group_rows(groups) if groups is not None and groups.num_rows else [],
-        "deliveries": delivery_rows(deliveries) if deliveries is not None and deliveries.num_rows else [],
+        "deliveries": None if deliveries is None else delivery_rows(deliveries) if deliveries.num_rows else [],
         "connections": {"count": connections.num_rows, "ended": dict(sorted(ended.items())),
                         **{key: value for key, _, value in anomaly_counts(connections, exchanges)}},
         "crc_failures": crc_failure_rows(partitions) if verify_crc and not headers_only else None,

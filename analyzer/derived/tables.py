@@ -26,7 +26,8 @@ class DerivedTables:
       records (a few columns each), each connection's client address, and the groups of client ids.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, deliveries: bool = True) -> None:
+        self.deliveries = deliveries
         self._detail: list[pa.Table] = []
         self._counts: list[pa.Table] = []
         self._produced: list[pa.Table] = []
@@ -37,6 +38,8 @@ class DerivedTables:
     def feed(self, table: str, batch: pa.RecordBatch) -> None:
         if table == "exchanges":
             self._exchanges(pa.Table.from_batches([batch]))
+        elif not self.deliveries:
+            return
         elif table == "partitions":
             for rows, into in ((produced_rows(batch), self._produced), (fetched_rows(batch), self._fetched)):
                 if rows.num_rows:
@@ -66,6 +69,9 @@ class DerivedTables:
         """(table, batch) of each derived table (one batch each, possibly empty)."""
         detail = pa.concat_tables(self._detail) if self._detail else detail_rows(EXCHANGES_SCHEMA.empty_table())
         yield "groups", _one_batch(groups_table(detail, merge_counts(self._counts)))
+        if not self.deliveries:
+            self.__init__(False)
+            return
         empty = PARTITIONS_SCHEMA.empty_table()
         produced = pa.concat_tables(self._produced) if self._produced else produced_rows(empty)
         fetched = pa.concat_tables(self._fetched) if self._fetched else fetched_rows(empty)
@@ -81,7 +87,7 @@ class DerivedTables:
         connections = connections.rename_columns({"client_ip_min": "client_ip", "broker_ip_min": "broker_ip",
                                                   "broker_port_min": "broker_port"})
         yield "deliveries", _one_batch(deliveries_table(produced, fetched, connections, consumers))
-        self.__init__()
+        self.__init__(True)
 
 
 def _one_batch(t: pa.Table) -> pa.RecordBatch:

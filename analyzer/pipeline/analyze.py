@@ -58,6 +58,7 @@ class Options:
     bodies: bool = True  # decode request/response bodies (topics, partitions, nested errors)
     verify_crc: bool = False  # check the CRC of every record batch
     records: bool = False  # one row per record (the records table)
+    deliveries: bool = False  # the deliveries table (end-to-end latency, analyzer.derived.deliveries)
     max_batch_mb: int = 64  # decompressed size a single batch may reach before it is refused
     max_decompressed_mb: int = 4096  # decompressed bytes per capture file, all batches together
     stitch: bool = True  # the files of a rotated set (tcpdump -C/-G) make one capture (analyzer.pipeline.stitch)

@@ -213,7 +213,7 @@ def run(
     tasks = plan(files, max(1, jobs), stitch)
     reports: list[FileReport] = []
     stitcher = Stitcher()
-    derived = DerivedTables()
+    derived = DerivedTables(deliveries=options.deliveries)
     final_sink = sink
 
     def sink(table: str, batch: pa.RecordBatch) -> None:

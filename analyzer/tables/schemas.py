@@ -869,9 +869,9 @@ DELIVERIES_SCHEMA = pa.schema([
 ])
 
 SCHEMAS = {"exchanges": EXCHANGES_SCHEMA, "errors": ERRORS_SCHEMA, "partitions": PARTITIONS_SCHEMA,
-           "connections": CONNECTIONS_SCHEMA, "files": FILES_SCHEMA, "groups": GROUPS_SCHEMA,
-           "deliveries": DELIVERIES_SCHEMA}
-OPTIONAL_SCHEMAS = {"records": RECORDS_SCHEMA}  # written only when asked for (kafkacap export --records)
+           "connections": CONNECTIONS_SCHEMA, "files": FILES_SCHEMA, "groups": GROUPS_SCHEMA}
+# Written only when asked for (kafkacap export --records, --deliveries): each costs a good share of an analysis.
+OPTIONAL_SCHEMAS = {"records": RECORDS_SCHEMA, "deliveries": DELIVERIES_SCHEMA}
 
 
 def files_batch(rows: list[tuple]) -> pa.RecordBatch:
