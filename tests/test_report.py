@@ -61,7 +61,7 @@ def test_report_of_an_export_folder_is_the_same_page(built, tmp_path) -> None:
 def test_report_of_a_spark_layout_folder_is_the_same_page(built, tmp_path) -> None:
     """Each table as a dataset partitioned by capture_date, as the Spark job writes it."""
     out = tmp_path / "spark_out"
-    for name in ("exchanges", "errors", "partitions", "connections", "files", "groups", "deliveries"):
+    for name in ("exchanges", "errors", "partitions", "connections", "files", "groups"):
         table = pq.read_table(built["tables"] / f"{name}.parquet")
         dates = pa.chunked_array([capture_dates(name, b) for b in table.to_batches()], pa.date32())
         pq.write_to_dataset(table.append_column("capture_date", dates), out / name, partition_cols=["capture_date"])
