@@ -32,6 +32,7 @@ from dissectors.kafka.errors import is_expected
 
 WINDOW_SECONDS = 60  # how far back "recent" reaches (slowest exchanges, failing clients)
 RECENT_MAX = 20_000  # exchanges kept for that window at most (the slowest and the failures are kept first)
+MAX_GROUPS = 10_000  # groups followed on the screen; later ones are left out (memory stays bounded)
 BUCKETS_PER_DECADE = 20  # the since-start latency histogram: buckets about 12 % wide
 SORTS = ("requests", "errors", "p99")
 
@@ -79,6 +80,9 @@ class LiveStats:
         self.resyncs = 0
         self.interval_started = time.monotonic()
         self.last_interval = 1.0
+        # group id -> its latest figures: generation, members seen syncing it, and when the last rebalance step
+        # (JoinGroup, SyncGroup, REBALANCE_IN_PROGRESS) and the last stable heartbeat or commit were seen
+        self.groups: dict[str, dict] = {}
 
     def exchanges_batch(self, batch: pa.RecordBatch) -> None:
         """Counts and latencies per API with Arrow; only the rows the screen may list become Python objects
@@ -120,6 +124,45 @@ class LiveStats:
                 self.recent.append((now, row))
         while self.recent and (self.recent[0][0] < now - WINDOW_SECONDS or len(self.recent) > RECENT_MAX):
             self.recent.popleft()
+        self._groups(t, time.time())
+
+    def _groups(self, t: pa.Table, now: float) -> None:
+        """The group-scoped rows: which groups are rebalancing (members joining or syncing, told to rejoin), on
+        the capture clock (live: the wall clock)."""
+        if "group_id" not in t.column_names:
+            return
+        g = t.filter(pc.is_valid(t["group_id"]))
+        g = g.sort_by("request_first_ts")
+        columns = ["group_id", "api_name", "error_name", "generation_id", "member_id", "client_id",
+                   "request_first_ts"]
+        for r in g.select(columns).to_pylist():  # the group-scoped rows: a few per member and second
+            seen = r["request_first_ts"].timestamp() if r["request_first_ts"] is not None else now
+            entry = self.groups.get(r["group_id"])
+            if entry is None:
+                if len(self.groups) >= MAX_GROUPS:
+                    continue
+                entry = self.groups[r["group_id"]] = {"generation": None, "joining": set(), "step": None,
+                                                      "stable": None, "generations": 0}
+            step = r["api_name"] in ("JoinGroup", "SyncGroup") or r["error_name"] == "REBALANCE_IN_PROGRESS"
+            if step:
+                if entry["step"] is None or (entry["stable"] or 0) > entry["step"]:
+                    entry["joining"] = set()
+                entry["step"] = seen
+                if len(entry["joining"]) < 1000:
+                    entry["joining"].add(r["client_id"] or r["member_id"] or "?")
+            elif r["error_name"] == "NONE":
+                entry["stable"] = seen
+            if r["generation_id"] is not None and r["error_name"] == "NONE" and (
+                    entry["generation"] is None or r["generation_id"] > entry["generation"]):
+                entry["generation"] = r["generation_id"]
+                entry["generations"] += 1
+
+    def rebalancing(self, n: int = 8) -> list[tuple[str, dict]]:
+        """Groups with a rebalance step in the last WINDOW_SECONDS and no stable heartbeat or commit since."""
+        now = time.time()
+        busy = [(k, v) for k, v in self.groups.items() if v["step"] is not None and now - v["step"] < WINDOW_SECONDS
+                and (v["stable"] is None or v["stable"] <= v["step"])]
+        return sorted(busy, key=lambda kv: -kv[1]["step"])[:n]
 
     def connections_batch(self, batch: pa.RecordBatch) -> None:
         t = pa.Table.from_batches([batch])
@@ -209,9 +252,17 @@ def render(stats: LiveStats, *, source: str, health, open_connections: int, sort
         failing.add_column(col, justify="right" if col == "failures" else "left")
     for (client_id, ip), count, last in stats.failing_clients():
         failing.add_row(inert_text(client_id, missing="(null)"), inert_text(ip), f"{count:,}", inert_text(last))
+    groups = Table(title=f"Groups rebalancing now (a join or sync in the last {WINDOW_SECONDS} s, no stable "
+                         "heartbeat since)", title_justify="left")
+    for col in ("group", "generation", "members joining", "generations seen"):
+        groups.add_column(col, justify="left" if col in ("group", "members joining") else "right")
+    for group_id, g in stats.rebalancing():
+        groups.add_row(inert_text(group_id), "-" if g["generation"] is None else str(g["generation"]),
+                       inert_text(", ".join(sorted(g["joining"])[:6]) + (" ..." if len(g["joining"]) > 6 else "")),
+                       f"{g['generations']:,}")
     closed = ", ".join(f"{k} {v:,}" for k, v in sorted(stats.connections_closed.items())) or "none"
     conns = Text(f"connections: {stats.connections_opened:,} opened (SYN seen), closed: {closed}")
-    return Group(status, apis, slow, failing, conns)
+    return Group(status, apis, slow, failing, groups, conns)
 
 
 class Keys:
