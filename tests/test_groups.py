@@ -182,3 +182,19 @@ def test_delivery_is_the_first_fetch_that_returned_the_offset(with_records) -> N
         mine = sorted(f for f in fetches if f[1] == r["consumer_client_id"] and f[0] >= r["produced_ts"])
         assert mine[0][2:] == (r["fetch_connection_id"], r["fetch_correlation_id"])
         assert mine[0][0] == r["fetched_ts"]
+
+
+def test_group_names_from_the_capture_reach_the_terminal_inert(tables) -> None:
+    """A group id is capture bytes: printed in the summary, its control characters must not act."""
+    import io
+
+    from rich.console import Console
+
+    from analyzer.cli.summary import _groups, group_rows
+
+    hostile = tables["groups"].set_column(1, "group_id", pa.array(["bill\x1b[2J\x07ing"] * tables["groups"].num_rows))
+    out = io.StringIO()
+    _groups(Console(file=out, width=200, force_terminal=True, color_system=None), group_rows(hostile))
+    text = out.getvalue()
+    assert "\x1b[2J" not in text and "\x07" not in text
+    assert "bill" in text and "ing" in text

@@ -363,7 +363,7 @@ def _groups(console: Console, rows: list[dict]) -> None:
     if total > shown:
         console.print(f"  ... {total - shown:,} more generations (kafkacap export: the groups table)")
     for entry in rows:
-        console.print(Text(f"  {entry['group_id']}: {entry['generations']} generation"
+        console.print(Text(f"  {inert(entry['group_id'])}: {entry['generations']} generation"
                            f"{'s' if entry['generations'] != 1 else ''}, up to {entry['members_max']} members, "
                            f"members without partitions {_fmt_ms(entry['stop_ms_total'])} ms in all "
                            f"(longest {_fmt_ms(entry['stop_ms_max'])} ms)"))
