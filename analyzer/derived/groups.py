@@ -87,7 +87,6 @@ class _Member:
     subscription: list | None = None
     assignment: list | None = None
     join_ts: datetime | None = None
-    joined_ts: datetime | None = None
     synced_ts: datetime | None = None
     left_ts: datetime | None = None
     heartbeats: int = 0
@@ -168,7 +167,6 @@ def groups_table(detail: pa.Table, counts: pa.Table) -> pa.Table:
             first = _earliest(attempts.pop((cap, group, r["member_id"]), None),
                               attempts.pop((cap, group, conn), None), start)
             m.join_ts = _earliest(m.join_ts, first)
-            m.joined_ts = r["response_last_ts"]
             m.subscription = r["subscription"] if r["subscription"] is not None else m.subscription
             g.protocol_type = g.protocol_type or r["protocol_type"]
             g.protocol_name = g.protocol_name or r["protocol_name"]

@@ -70,7 +70,6 @@ class DerivedTables:
         detail = pa.concat_tables(self._detail) if self._detail else detail_rows(EXCHANGES_SCHEMA.empty_table())
         yield "groups", _one_batch(groups_table(detail, merge_counts(self._counts)))
         if not self.deliveries:
-            self.__init__(False)
             return
         empty = PARTITIONS_SCHEMA.empty_table()
         produced = pa.concat_tables(self._produced) if self._produced else produced_rows(empty)
@@ -87,7 +86,6 @@ class DerivedTables:
         connections = connections.rename_columns({"client_ip_min": "client_ip", "broker_ip_min": "broker_ip",
                                                   "broker_port_min": "broker_port"})
         yield "deliveries", _one_batch(deliveries_table(produced, fetched, connections, consumers))
-        self.__init__(True)
 
 
 def _one_batch(t: pa.Table) -> pa.RecordBatch:

@@ -186,12 +186,27 @@ cdef int64_t gzip_declared(const uint8_t* p, Py_ssize_t n) noexcept nogil:
     return le32(p + n - 4)
 
 
+cdef inline Py_ssize_t lz4_length_more(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
+                                       int64_t* length) noexcept nogil:
+    """An lz4 length's extension bytes (each added, until one is not 255): the position after them, or -1 when
+    the block ends first."""
+    cdef uint8_t byte
+    while True:
+        if pos >= end:
+            return -1
+        byte = p[pos]
+        pos += 1
+        length[0] += byte
+        if byte != 255:
+            return pos
+
+
 cdef int64_t lz4_block_size(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end, int64_t history,
                             int64_t most) noexcept nogil:
     """codecs._lz4_block_size: the size of the block p[pos:end] by its sequences, or DEFER."""
     cdef int64_t out = 0, length
     cdef uint32_t offset
-    cdef uint8_t token, byte
+    cdef uint8_t token
     while True:
         if pos >= end:
             return DEFER
@@ -199,14 +214,9 @@ cdef int64_t lz4_block_size(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end, in
         pos += 1
         length = token >> 4
         if length == 15:
-            while True:
-                if pos >= end:
-                    return DEFER
-                byte = p[pos]
-                pos += 1
-                length += byte
-                if byte != 255:
-                    break
+            pos = lz4_length_more(p, pos, end, &length)
+            if pos < 0:
+                return DEFER
         if length > end - pos:
             return DEFER  # literals run past the block
         pos += length
@@ -221,14 +231,9 @@ cdef int64_t lz4_block_size(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end, in
             return DEFER
         length = token & 15
         if length == 15:
-            while True:
-                if pos >= end:
-                    return DEFER
-                byte = p[pos]
-                pos += 1
-                length += byte
-                if byte != 255:
-                    break
+            pos = lz4_length_more(p, pos, end, &length)
+            if pos < 0:
+                return DEFER
         out += length + 4
         if out > most:
             return DEFER

@@ -22,6 +22,7 @@ One library (cramjam) does the codec work for all four besides zlib.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterator
 
 import cramjam
 
@@ -154,11 +155,9 @@ def _raw_into(block, out) -> None:
         raise CorruptData("snappy: block shorter than it declares", written)
 
 
-def _unsnappy_xerial(view: memoryview, bound: int):
-    """xerial's SnappyOutputStream: 16-byte header (magic, version, compatible version), then blocks, each an
-    int32 length and a raw snappy block."""
-    blocks = []
-    total = 0
+def _xerial_blocks(view: memoryview) -> Iterator[memoryview]:
+    """The raw snappy blocks of xerial's SnappyOutputStream: a 16-byte header (magic, version, compatible
+    version), then blocks, each an int32 length and a raw snappy block."""
     pos, end = 16, len(view)
     if end < 16:
         raise CorruptData("snappy: xerial header cut short")
@@ -169,8 +168,15 @@ def _unsnappy_xerial(view: memoryview, bound: int):
         pos += 4
         if size > end - pos:
             raise CorruptData("snappy: xerial block runs past the payload")
-        block = view[pos:pos + size]
+        yield view[pos:pos + size]
         pos += size
+
+
+def _unsnappy_xerial(view: memoryview, bound: int):
+    """xerial's framing expanded: every block's size first (its varint), then the blocks into one buffer."""
+    blocks = []
+    total = 0
+    for block in _xerial_blocks(view):
         expanded = _raw_len(block)
         total += expanded
         if total > bound:
@@ -353,19 +359,7 @@ def declared_size(codec: int, data) -> int | None:
 
 
 def _xerial_size(view: memoryview) -> int:
-    total, pos, end = 0, 16, len(view)
-    if end < 16:
-        raise CorruptData("snappy: xerial header cut short")
-    while pos < end:
-        if pos + 4 > end:
-            raise CorruptData("snappy: xerial block length cut short")
-        size = int.from_bytes(view[pos:pos + 4], "big")
-        pos += 4
-        if size > end - pos:
-            raise CorruptData("snappy: xerial block runs past the payload")
-        total += _raw_len(view[pos:pos + size])
-        pos += size
-    return total
+    return sum(_raw_len(block) for block in _xerial_blocks(view))
 
 
 def _snappy_framed_size(view: memoryview) -> int:
