@@ -10,6 +10,7 @@ result and the text of its error are exactly the reference's.
 
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.tuple cimport PyTuple_GET_ITEM
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint64_t
 from libc.string cimport memcmp
@@ -29,6 +30,7 @@ from dissectors.kafka.apis import (
 )
 from dissectors.kafka.extract import ERRORS_AT_TOP, ERRORS_NONE, MAX_TOPICS, PARTITION_APIS, ErrorEntry
 from dissectors.kafka.extract import error_placement, extract
+from dissectors.kafka.extract_rules import Extracted, PartitionEntry
 from dissectors.kafka.headers import (
     HeaderError,
     HeaderTruncated,
@@ -83,8 +85,27 @@ _SETTING_NAMES = _m._SETTING_NAMES
 _SETTINGS = _m._SETTINGS
 cdef int SASL_HANDSHAKE = 17, SASL_AUTHENTICATE = 36, FIND_COORDINATOR = 10, JOIN_GROUP = 11
 cdef int SYNC_GROUP = 14, CONSUMER_GROUP_HEARTBEAT = 68
-# Extracted's fields by position (a NamedTuple: reading by index skips the attribute lookup)
-cdef Py_ssize_t X_TOP_ERROR = 3, X_ACKS = 6, X_TRANSACTIONAL_ID = 7, X_FIELDS = 11
+# Extracted's and PartitionEntry's fields by position (NamedTuples: reading by index skips the attribute lookup
+# and, on a tuple subclass, Cython's generic indexing), checked by name below.
+cdef Py_ssize_t X_TOPICS = 0, X_PARTITION_COUNT = 1, X_ERRORS = 2, X_TOP_ERROR = 3, X_THROTTLE = 4
+cdef Py_ssize_t X_PARTITIONS = 5, X_ACKS = 6, X_TRANSACTIONAL_ID = 7, X_TOPIC_IDS = 9, X_LEFT_OUT = 10, X_FIELDS = 11
+cdef Py_ssize_t P_TOPIC = 0, P_PARTITION = 1, P_RECORDS_OFFSET = 16, P_RECORD_BYTES = 17
+if Extracted._fields != ("topics", "partition_count", "errors", "top_error", "throttle_time_ms", "partitions",
+                         "acks", "transactional_id", "complete", "topic_ids", "left_out", "fields"):
+    raise ImportError("Extracted's fields moved: update the positions in _matching.pyx")
+if (PartitionEntry._fields[:2] != ("topic", "partition") or len(PartitionEntry._fields) != 18
+        or PartitionEntry._fields[16:] != ("records_offset", "record_bytes")):
+    raise ImportError("PartitionEntry's fields moved: update the positions in _matching.pyx")
+
+
+cdef inline object xf(object entry, Py_ssize_t i):
+    """Field ``i`` of an Extracted or a PartitionEntry (tuples whose length the checks above fix)."""
+    return <object>PyTuple_GET_ITEM(entry, i)
+
+
+cdef inline tuple where_of(object p):
+    """A PartitionEntry's (topic, partition): its key among an exchange's partitions."""
+    return (xf(p, P_TOPIC), xf(p, P_PARTITION))
 
 
 cdef dict settings_of(object api_key, object request, object response):
@@ -152,7 +173,7 @@ cdef tuple _totals(recs, list parts):
         if count:
             records += count
     for p in parts:
-        n = p[17]  # PartitionEntry.record_bytes
+        n = xf(p, P_RECORD_BYTES)
         if n:
             size += n
     return records, size
@@ -372,7 +393,7 @@ cdef class ExchangeMatcher:
                 bad = True
                 note = _join(note, f"request body: {exc}")
         if key == PRODUCE:
-            acks = x.acks
+            acks = xf(x, X_ACKS)
             if acks is None:
                 try:
                     acks = produce_acks(head, body, end, ver)
@@ -388,7 +409,8 @@ cdef class ExchangeMatcher:
             group_body = bytes(head[body:end]) if out.bodies and not (bad or lossy) and end >= size + 4 else None
         else:
             group_body = None
-        recs = self._records(head, x, corr, key, ver, client_id, last_ts) if key == PRODUCE and x.partitions else None
+        recs = self._records(head, x, corr, key, ver, client_id, last_ts) if key == PRODUCE and xf(x, X_PARTITIONS) \
+            else None
         pending = self.pending
         pending.append(new_request(corr, key, ver, client_id, first_ts, first_no, last_ts, last_no, size + 4, acks0,
                                    note, x, bad, recs, group_body))
@@ -585,12 +607,13 @@ cdef class ExchangeMatcher:
                         status = UNCHECKED if status == OK else status
             else:
                 x = extract(head, body, end, key, ver, True, partial=lossy or end < size + 4)
-                throttle = x.throttle_time_ms
-                error_code = x.top_error
+                throttle = xf(x, X_THROTTLE)
+                error_code = xf(x, X_TOP_ERROR)
                 if not error_code:
-                    error_code = x.errors[0].error_code if x.errors else 0
-                if x.topic_ids:
-                    out.topic_names.update(x.topic_ids)
+                    errors = xf(x, X_ERRORS)
+                    error_code = errors[0].error_code if errors else 0
+                if xf(x, X_TOPIC_IDS):
+                    out.topic_names.update(xf(x, X_TOPIC_IDS))
         except HeaderError as exc:  # DecodeError too: the body does not follow its schema
             status = MALFORMED
             note = _join(note, f"response: {exc}")
@@ -600,10 +623,11 @@ cdef class ExchangeMatcher:
             status = ERROR
         if lossy:
             note = _join(note, "response bytes lost in capture")
-        if key == FETCH and x.partitions:  # Fetch: the records come back in the response
-            recs, parts = self._records(head, x, corr, key, ver, client_id, last_ts), x.partitions
+        answered = xf(x, X_PARTITIONS)
+        if key == FETCH and answered:  # Fetch: the records come back in the response
+            recs, parts = self._records(head, x, corr, key, ver, client_id, last_ts), answered
         else:
-            parts = rx.partitions
+            parts = xf(rx, X_PARTITIONS)
         if recs:
             record_count, record_bytes = _totals(recs, parts)
             if out.verify_crc:
@@ -611,15 +635,17 @@ cdef class ExchangeMatcher:
         else:
             record_count = record_bytes = None
         if out.bodies:
-            topics = rx.topics
-            if x.topics and x.topics != topics:
-                topics = list(dict.fromkeys(topics + x.topics)) if topics else x.topics
+            topics = xf(rx, X_TOPICS)
+            x_topics = xf(x, X_TOPICS)
+            if x_topics and x_topics != topics:
+                topics = list(dict.fromkeys(topics + x_topics)) if topics else x_topics
                 if len(topics) > MAX_TOPICS:
                     note = _join(note, f"topics: the first {MAX_TOPICS:,} names of request and response kept, "
                                        f"{len(topics) - MAX_TOPICS:,} more left out")
                     topics = topics[:MAX_TOPICS]
-            partition_count, error_count = max(rx.partition_count, x.partition_count), len(x.errors)
-            if x.left_out is not None or rx.left_out is not None:  # a limit kept rows out: say which
+            partition_count = max(xf(rx, X_PARTITION_COUNT), xf(x, X_PARTITION_COUNT))
+            error_count = len(xf(x, X_ERRORS))
+            if xf(x, X_LEFT_OUT) is not None or xf(rx, X_LEFT_OUT) is not None:  # a limit kept rows out: say which
                 note = _join(note, _left_out_note("request", rx.left_out))
                 note = _join(note, _left_out_note("response", x.left_out))
                 if x.left_out is not None:
@@ -635,10 +661,10 @@ cdef class ExchangeMatcher:
         self.rows.add(self.conn, key, ver, corr, client_id, req.first_ts, req.last_ts, first_ts, last_ts, req.size,
                       size + 4, error_code, throttle, status, req.first_no, last_no, note, topics, partition_count,
                       error_count, record_count, record_bytes, None, settings_of(key, rx, x))
-        if x.errors:
+        if xf(x, X_ERRORS):
             self._emit_errors(req, last_ts, x)
-        if key in PARTITION_APIS and (rx.partitions or x.partitions):
-            self._emit_partitions(req, last_ts, x.partitions, recs)
+        if (answered or xf(rx, X_PARTITIONS)) and key in PARTITION_APIS:
+            self._emit_partitions(req, last_ts, answered, recs)
 
     cdef _unread_response(self, Request req, first_ts, last_ts, last_no, Py_ssize_t size, head, bint lossy):
         """The response to a request of an undefined API or version, or an ApiVersions UNSUPPORTED_VERSION.
@@ -805,12 +831,12 @@ cdef class ExchangeMatcher:
         o = self.out
         if o.records is None:  # batch summaries only
             size, limits, verify_crc = len(head), o.limits, o.verify_crc
-            for p in x.partitions:
-                at = p[-2]  # records_offset, record_bytes
+            for p in <list>xf(x, X_PARTITIONS):
+                at = xf(p, P_RECORDS_OFFSET)
                 if at is not None:
-                    length = size - at
-                    found[p[:2]] = records_summary(head, at, p[-1] if p[-1] < length else length, verify_crc,
-                                                   limits)
+                    length = size - <Py_ssize_t>at
+                    n = xf(p, P_RECORD_BYTES)
+                    found[where_of(p)] = records_summary(head, at, n if n < length else length, verify_crc, limits)
             return found
         return _m.record_rows(o, self.conn.connection_id, head, x, corr, key, ver, client_id, ts)
 
@@ -828,22 +854,24 @@ cdef class ExchangeMatcher:
     cdef _emit_partitions(self, Request req, rs_last, list answered, recs):
         """One row per topic-partition, the request's and the response's entries of it paired, with the
         summary of its records field (see analyzer.tables._columns.PartitionColumns)."""
-        cdef list asked = req.body.partitions
+        cdef list asked = xf(req.body, X_PARTITIONS)
         cdef PartitionColumns partitions = self.partitions
         cdef int64_t connection_id = self.conn.connection_id
         corr, key, ver, client_id = req.correlation_id, req.api_key, req.api_version, req.client_id
         rq_last = req.last_ts
         out = self.out
-        if len(asked) == 1 and len(answered) == 1 and asked[0][:2] == answered[0][:2]:
-            rq = asked[0]  # the common case: one partition, asked and answered
-            partitions.add(connection_id, corr, key, ver, client_id, rq_last, rs_last, rq, answered[0],
-                           recs.get(rq[:2]) if recs else None)
-            return
+        if len(asked) == 1 and len(answered) == 1:
+            rq, rs = asked[0], answered[0]
+            if xf(rq, P_PARTITION) == xf(rs, P_PARTITION) and xf(rq, P_TOPIC) == xf(rs, P_TOPIC):
+                # the common case: one partition, asked and answered
+                partitions.add(connection_id, corr, key, ver, client_id, rq_last, rs_last, rq, rs,
+                               recs.get(where_of(rq)) if recs else None)
+                return
         merged = {}
         for p in asked:
-            merged.setdefault(p[:2], [p, None])
+            merged.setdefault(where_of(p), [p, None])
         for p in answered:
-            slot = merged.setdefault(p[:2], [None, None])
+            slot = merged.setdefault(where_of(p), [None, None])
             if slot[1] is None:
                 slot[1] = p
         for where, (rq, rs) in merged.items():
