@@ -23,3 +23,11 @@ cdef class ByteSink:
     cpdef gap(self, object ts, int64_t nbytes)
     # The stream ended at ``ts``: nothing more will come.
     cpdef finish(self, object ts)
+
+
+cdef class FrameSink:
+    # The frames a framer split off, of the requests or the responses of one connection (``response``), called
+    # in C by the framer given it: the frame's first and last packet (time, number), its size prefix, its first
+    # bytes (``head``, the size prefix included) and whether some of its bytes were lost.
+    cdef int frame(self, bint response, object first_ts, object first_no, object last_ts, object last_no,
+                   Py_ssize_t size, object head, bint lossy) except -1

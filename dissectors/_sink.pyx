@@ -14,3 +14,9 @@ cdef class ByteSink:
 
     cpdef finish(self, object ts):
         pass
+
+
+cdef class FrameSink:
+    cdef int frame(self, bint response, object first_ts, object first_no, object last_ts, object last_no,
+                   Py_ssize_t size, object head, bint lossy) except -1:
+        raise NotImplementedError(f"{type(self).__name__} does not take frames")

@@ -53,8 +53,9 @@ class Tee(ByteSink):
     streams: list[tuple[str, list[tuple]]] = []
 
     def __init__(self, on_frame, validate, find, keep: int = DEFAULT_KEEP, max_frame: int = DEFAULT_MAX_FRAME,
-                 owner=None):
-        self.inner = FrameSplitter(on_frame, validate, find, keep, max_frame, owner)
+                 owner=None, frames=None, responses: bool = False):
+        self.inner = FrameSplitter(on_frame, validate, find, keep, max_frame, owner, frames=frames,
+                                   responses=responses)
         self.events: list[tuple] = [("init", keep, max_frame)]
         kind = "responses" if getattr(validate, "__name__", "") == "response_plausible" else "requests"
         Tee.streams.append((kind, self.events))

@@ -16,6 +16,9 @@ from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint64_t
 from libc.string cimport memcmp
 
 from analyzer.tables._columns cimport Endpoints, ErrorColumns, ExchangeColumns, PartitionColumns
+from dissectors._sink cimport FrameSink
+from dissectors.kafka._extract cimport extract_body
+from dissectors.kafka._records cimport records_summary
 from dissectors.kafka._wire cimport Cursor, cursor_init, rd_i16, rd_i32
 
 from analyzer.session import matching as _m
@@ -29,7 +32,7 @@ from dissectors.kafka.apis import (
     undefined_note,
 )
 from dissectors.kafka.extract import ERRORS_AT_TOP, ERRORS_NONE, MAX_TOPICS, PARTITION_APIS, ErrorEntry
-from dissectors.kafka.extract import error_placement, extract
+from dissectors.kafka.extract import error_placement
 from dissectors.kafka.extract_rules import Extracted, PartitionEntry
 from dissectors.kafka.headers import (
     HeaderError,
@@ -41,7 +44,6 @@ from dissectors.kafka.headers import (
     unpack_request_start,
 )
 from dissectors.kafka.legacy07 import looks_like_07_request
-from dissectors.kafka.records import summary_at as records_summary
 
 cdef enum:
     MAX_KEYS = 128  # api keys the C tables cover (Kafka's go to about 90); others take the reference path
@@ -269,8 +271,9 @@ cdef Request new_request(int32_t correlation_id, api_key, api_version, client_id
     return r
 
 
-cdef class ExchangeMatcher:
-    """Pairs the requests and responses of one connection and writes finished rows into ``out``'s tables."""
+cdef class ExchangeMatcher(FrameSink):
+    """Pairs the requests and responses of one connection and writes finished rows into ``out``'s tables; its
+    framers hand it their frames in C (a FrameSink)."""
 
     cdef public object out
     cdef public ExchangeColumns rows
@@ -320,20 +323,35 @@ cdef class ExchangeMatcher:
 
     # -- frames ------------------------------------------------------------------------------------
 
-    def request(self, first_ts, first_no, last_ts, last_no, Py_ssize_t size, head, bint lossy):
+    cdef int frame(self, bint response, object first_ts, object first_no, object last_ts, object last_no,
+                   Py_ssize_t size, object head, bint lossy) except -1:
+        if response:
+            self.response(first_ts, first_no, last_ts, last_no, size, head, lossy)
+        else:
+            self.request(first_ts, first_no, last_ts, last_no, size, head, lossy)
+        return 0
+
+    cpdef request(self, first_ts, first_no, last_ts, last_no, Py_ssize_t size, head, bint lossy):
         """The request framer's frame handler: the frame goes to ``take_request``, or, once a SASL request was
         seen on the connection, to its SASL watch (``connection.sasl``, made by ``connection.watch_sasl`` at the
         first SaslHandshake or SaslAuthenticate), which hands every Kafka request on to ``take_request``."""
         cdef object conn = self.connection
         cdef object sasl = conn.sasl if conn is not None else None
+        cdef Py_buffer view
+        cdef const uint8_t* p
+        cdef bint authenticating = False
         if sasl is None:
-            if conn is None or not (len(head) >= 6 and head[4] == 0 and (head[5] == SASL_HANDSHAKE
-                                                                           or head[5] == SASL_AUTHENTICATE)):
+            if conn is not None:
+                PyObject_GetBuffer(head, &view, PyBUF_SIMPLE)
+                p = <const uint8_t*>view.buf
+                authenticating = view.len >= 6 and p[4] == 0 and (p[5] == SASL_HANDSHAKE or p[5] == SASL_AUTHENTICATE)
+                PyBuffer_Release(&view)
+            if not authenticating:
                 return self.take_request(first_ts, first_no, last_ts, last_no, size, head, lossy)
             sasl = conn.watch_sasl()
         sasl.request_frame(first_ts, first_no, last_ts, last_no, size, head, lossy)
 
-    def take_request(self, first_ts, first_no, last_ts, last_no, Py_ssize_t size, head, bint lossy):
+    cpdef take_request(self, first_ts, first_no, last_ts, last_no, Py_ssize_t size, head, bint lossy):
         """A request frame (``head``: its first bytes, size prefix included). It waits in flight for the
         response with its correlation id; one whose header cannot be read past the fixed 8 bytes (api key,
         version, correlation id) waits too, marked malformed, so that its response is not an orphan."""
@@ -388,7 +406,7 @@ cdef class ExchangeMatcher:
         x = _NOTHING
         if out.bodies:
             try:
-                x = extract(head, body, end, key, ver, False, partial=lossy or end < size + 4)
+                x = extract_body(head, body, end, key, ver, False, lossy or end < size + 4)
             except HeaderError as exc:  # DecodeError: the body does not follow its schema
                 bad = True
                 note = _join(note, f"request body: {exc}")
@@ -531,7 +549,7 @@ cdef class ExchangeMatcher:
             if n >= 0 and 14 + n <= end:
                 self.client_id_bytes = bytes(head[14:14 + n])
 
-    def response(self, first_ts, first_no, last_ts, last_no, Py_ssize_t size, head, bint lossy):
+    cpdef response(self, first_ts, first_no, last_ts, last_no, Py_ssize_t size, head, bint lossy):
         cdef Py_buffer view
         cdef Cursor c
         cdef Py_ssize_t end, body
@@ -606,7 +624,7 @@ cdef class ExchangeMatcher:
                         error_code = None
                         status = UNCHECKED if status == OK else status
             else:
-                x = extract(head, body, end, key, ver, True, partial=lossy or end < size + 4)
+                x = extract_body(head, body, end, key, ver, True, lossy or end < size + 4)
                 throttle = xf(x, X_THROTTLE)
                 error_code = xf(x, X_TOP_ERROR)
                 if not error_code:
@@ -687,7 +705,7 @@ cdef class ExchangeMatcher:
             status = ERROR if error_code else OK
             if error_code == UNSUPPORTED_VERSION:
                 try:
-                    x = extract(head, 8, end, API_VERSIONS, 0, True, partial=lossy or end < size + 4)
+                    x = extract_body(head, 8, end, API_VERSIONS, 0, True, lossy or end < size + 4)
                 except HeaderError as exc:
                     note = _join(note, f"response is not in the v0 layout UNSUPPORTED_VERSION calls for: {exc}")
                 else:

@@ -109,11 +109,12 @@ class Connection:
         # Made at the first SASL request (the matcher's request handler asks for it: watch_sasl): most connections
         # never authenticate in the capture, and an idle connection's every byte counts.
         self.sasl: SaslWatch | None = None
-        # The matcher as the framers' owner: their callbacks are shared functions, not bound methods per stream.
-        self.requests = FrameSplitter(ExchangeMatcher.request, request_plausible_for, find_request_of, keep,
-                                      max_frame, m)
-        self.responses = FrameSplitter(ExchangeMatcher.response, ExchangeMatcher.response_plausible,
-                                       ExchangeMatcher.find_response, keep, max_frame, m)
+        # The matcher takes the framers' frames in C (a FrameSink); as their owner it also answers their validity
+        # and search callbacks, shared functions rather than bound methods per stream.
+        self.requests = FrameSplitter(None, request_plausible_for, find_request_of, keep, max_frame, m,
+                                      frames=m, responses=False)
+        self.responses = FrameSplitter(None, ExchangeMatcher.response_plausible, ExchangeMatcher.find_response,
+                                       keep, max_frame, m, frames=m, responses=True)
         m.connection = self
         self.to_broker = b = HalfStream(self.requests)
         self.to_client = c = HalfStream(self.responses)

@@ -262,6 +262,12 @@ def extract(buf, Py_ssize_t off, Py_ssize_t end, int api_key, int api_version, b
     acks, first topic and partition, and where those records start and how long they are. Without it, or
     when the bytes are malformed rather than short, DecodeError.
     """
+    return extract_body(buf, off, end, api_key, api_version, is_response, partial)
+
+
+cdef object extract_body(object buf, Py_ssize_t off, Py_ssize_t end, int api_key, int api_version,
+                         bint is_response, bint partial):
+    """``extract`` for compiled callers (the exchange matcher): the same, called in C."""
     cdef plan_fn plan = NULL
     cdef Py_buffer view
     cdef Cursor c

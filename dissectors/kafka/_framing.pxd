@@ -8,7 +8,7 @@ with the two methods that act on them, and the settings. Everything else is the 
 
 from libc.stdint cimport int64_t, uint8_t
 
-from dissectors._sink cimport ByteSink
+from dissectors._sink cimport ByteSink, FrameSink
 
 
 cdef class FrameSplitter(ByteSink):
@@ -16,6 +16,9 @@ cdef class FrameSplitter(ByteSink):
     # fresh) -> bool; find(buf, start, end) -> candidate index or -1 (dissectors.kafka.framing documents them),
     # each called with ``owner`` first when there is one.
     cdef object on_frame, validate, find, owner
+    # Or, instead of on_frame, a frame sink called in C, told whether this stream carries responses.
+    cdef FrameSink frame_sink
+    cdef bint responses
     cdef readonly Py_ssize_t keep, max_frame
     # The smallest size prefix taken as a frame: 4 (a response header alone is a correlation id), 2 on Kafka 0.7
     # response streams (an error code alone is a frame); set_min_frame changes it.

@@ -31,10 +31,14 @@ cdef class FrameSplitter(ByteSink):
     """Split one direction's ordered byte stream into size-prefixed frames (see dissectors.kafka.framing)."""
 
     def __init__(self, on_frame, validate, find, Py_ssize_t keep=DEFAULT_KEEP,
-                 Py_ssize_t max_frame=DEFAULT_MAX_FRAME, owner=None):
+                 Py_ssize_t max_frame=DEFAULT_MAX_FRAME, owner=None, FrameSink frames=None, bint responses=False):
         if keep < 4 or max_frame < MIN_FRAME:
             raise ValueError(f"keep {keep} and max_frame {max_frame} leave no frame head to keep")
+        if (on_frame is None) == (frames is None):
+            raise ValueError("one of on_frame and frames takes the frames")
         self.on_frame = on_frame
+        self.frame_sink = frames
+        self.responses = responses
         self.validate = validate
         self.find = find
         self.owner = owner
@@ -168,7 +172,9 @@ cdef class FrameSplitter(ByteSink):
     # -- internals -------------------------------------------------------------------------------------
 
     cdef _frame(self, first_ts, first_no, last_ts, last_no, Py_ssize_t size, head, bint lossy):
-        if self.owner is None:
+        if self.frame_sink is not None:
+            self.frame_sink.frame(self.responses, first_ts, first_no, last_ts, last_no, size, head, lossy)
+        elif self.owner is None:
             self.on_frame(first_ts, first_no, last_ts, last_no, size, head, lossy)
         else:
             self.on_frame(self.owner, first_ts, first_no, last_ts, last_no, size, head, lossy)

@@ -360,7 +360,12 @@ cdef int measure_compressed(const uint8_t* buf, Py_ssize_t offset, Summary* s, o
 
 def summary_at(buf, Py_ssize_t offset, Py_ssize_t length, bint verify_crc, limits):
     """``summarize(batches(...))`` of ``buf[offset:offset + length]``, or NO_SUMMARY where that raises
-    RecordsError; positional arguments, for the per-partition call of the exchange matcher."""
+    RecordsError."""
+    return records_summary(buf, offset, length, verify_crc, limits)
+
+
+cdef object records_summary(object buf, Py_ssize_t offset, Py_ssize_t length, bint verify_crc, object limits):
+    """``summary_at`` for compiled callers (the exchange matcher, per partition), called in C."""
     cdef Py_buffer view
     cdef Summary s
     cdef int done

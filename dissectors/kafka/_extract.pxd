@@ -1,0 +1,6 @@
+# cython: language_level=3
+"""What compiled callers take from the body extraction (see _extract.pyx)."""
+
+
+cdef object extract_body(object buf, Py_ssize_t off, Py_ssize_t end, int api_key, int api_version,
+                         bint is_response, bint partial)
