@@ -40,6 +40,22 @@ def _answer_pandas_probe() -> None:
         sys.meta_path.remove(_NoPandas)
 
 
+def _choose_arrow_pool() -> None:
+    """Arrow's buffers from jemalloc (else malloc) rather than the wheel's default mimalloc, which hands the pages
+    of each freed batch back to the kernel and faults in fresh zeroed ones for the next: with a batch drained
+    every few milliseconds that cost a tenth of the run's time (benchmarks/README.md). A pool the user chose
+    with ARROW_DEFAULT_MEMORY_POOL stays; worker processes are forked and keep the choice."""
+    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
+        return
+    import pyarrow as pa
+
+    try:
+        pool = pa.jemalloc_memory_pool()
+    except NotImplementedError:  # a pyarrow built without jemalloc
+        pool = pa.system_memory_pool()
+    pa.set_memory_pool(pool)
+
+
 LIGHT_COMMANDS = frozenset(("apis",))  # commands that never load pyarrow
 HEAVY_COMMANDS_WITHOUT_PROBE = frozenset(("spark",))  # pyspark converts through pandas: it must stay importable
 
@@ -69,6 +85,7 @@ def main() -> None:
         signal.signal(signum, _stopped_while_starting)
     if _asks_pandas_probe(sys.argv[1:]):
         _answer_pandas_probe()
+        _choose_arrow_pool()
     from analyzer.cli.commands import main as commands
 
     commands()

@@ -8,9 +8,7 @@ or collects heads through the framers' declared interface (``dissectors/kafka/_f
 irregular packets to the flow table's per-packet step without building packet tuples."""
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport int64_t, uint8_t
-from libc.string cimport memcpy
 
 import numpy as np
 
@@ -384,20 +382,16 @@ cdef class _Bulk:
             return bisect_left(cum, base + 1, k + 1, end + 1) - 1
         e = bisect_left(cum, base + missing, k + 1, end + 1) - 1
         if e > k:
-            s.extend_head(self._joined(k, e))
+            self._extend_head(s, k, e)
         return e
 
-    cdef bytes _joined(self, Py_ssize_t k, Py_ssize_t e):
-        """The captured payloads of sorted positions k..e-1, one after another."""
-        cdef Py_ssize_t p, a = 0, b = 0, total = 0
-        for p in range(k, e):
-            self.span(self.order[p], &a, &b)
-            total += b - a
-        cdef bytes out = PyBytes_FromStringAndSize(NULL, total)
-        cdef char* dst = PyBytes_AS_STRING(out)
+    cdef int _extend_head(self, FrameSplitter s, Py_ssize_t k, Py_ssize_t e) except -1:
+        """Append the captured payloads of sorted positions k..e-1 to the head ``s`` collects, straight from the
+        capture's buffer."""
+        cdef Py_ssize_t p, a = 0, b = 0
         cdef const char* src = <const char*>self.view.buf
         for p in range(k, e):
             self.span(self.order[p], &a, &b)
-            memcpy(dst, src + a, b - a)
-            dst += b - a
-        return out
+            if b > a:
+                s.extend_head_raw(src + a, b - a)
+        return 0

@@ -41,7 +41,8 @@ cdef class FrameSplitter(ByteSink):
 
     cdef int mode
     cdef bint fresh  # no frame accepted yet and the stream's start not seen: it may begin mid-frame
-    cdef bytearray head  # the head of a frame spanning chunks, copied as it comes
+    cdef bytearray head  # the head of a frame spanning chunks, copied as it comes (room for more past head_len)
+    cdef Py_ssize_t head_len  # its bytes so far
     cdef Py_ssize_t rest  # while the head is collected: the frame's bytes after its head
     cdef object first_ts, first_no  # where the frame in progress began
     cdef Py_ssize_t size  # its size prefix
@@ -57,6 +58,8 @@ cdef class FrameSplitter(ByteSink):
     cpdef skip_body(self, Py_ssize_t n)
     # Append chunk (shorter than head_missing) to the head in progress, as data() would.
     cpdef extend_head(self, chunk)
+    # The same for n bytes at p (a compiled caller's packet payload, read during the call only).
+    cdef int extend_head_raw(self, const char* p, Py_ssize_t n) except -1
     cpdef set_min_frame(self, Py_ssize_t n)
     # Whether the stream stands between frames with nothing held (no frame begun, no bytes stashed).
     cpdef bint at_boundary(self)
@@ -68,6 +71,8 @@ cdef class FrameSplitter(ByteSink):
     cdef bint _valid(self, buf, Py_ssize_t off, Py_ssize_t end, Py_ssize_t size, bint fresh) except -1
     cdef Py_ssize_t _find(self, buf, Py_ssize_t start, Py_ssize_t end) except? -2
     cdef void _drop_stash(self)
+    cdef int _append_head(self, const char* p, Py_ssize_t n) except -1
+    cdef int _append_chunk(self, chunk, Py_ssize_t n) except -1
     cdef _complete(self, object ts, int64_t no, bint lossy)
     cdef _stash_from(self, const uint8_t* p, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t origin, object ts,
                      int64_t no, object first_ts, int64_t first_no, Py_ssize_t need)

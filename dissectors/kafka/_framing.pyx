@@ -5,9 +5,10 @@ in place, positions, bounds and times are C integers; the validator, the finder 
 caller's Python callables."""
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.bytearray cimport PyByteArray_FromStringAndSize
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize, PyByteArray_Resize
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libc.string cimport memcpy
 
 cdef enum:
     BOUNDARY = 0  # at a frame start (maybe with a partial head stashed)
@@ -64,7 +65,7 @@ cdef class FrameSplitter(ByteSink):
     def held(self):
         """Bytes held between calls: a stash or the head of the frame in progress (never more than keep, or
         SCAN_WINDOW while a resync candidate waits)."""
-        return self.stash_len + (len(self.head) if self.head is not None else 0)
+        return self.stash_len + (self.head_len if self.head is not None else 0)
 
     cpdef skip_body(self, Py_ssize_t n):
         if not 0 <= n < self.body_left:
@@ -75,8 +76,38 @@ cdef class FrameSplitter(ByteSink):
         cdef Py_ssize_t n = len(chunk)
         if not n < self.head_missing:
             raise ValueError(f"{n} bytes for the {self.head_missing} head bytes missing")
-        self.head += chunk
+        self._append_chunk(chunk, n)
         self.head_missing -= n
+
+    cdef int extend_head_raw(self, const char* p, Py_ssize_t n) except -1:
+        if not 0 <= n < self.head_missing:
+            raise ValueError(f"{n} bytes for the {self.head_missing} head bytes missing")
+        self._append_head(p, n)
+        self.head_missing -= n
+        return 0
+
+    cdef int _append_head(self, const char* p, Py_ssize_t n) except -1:
+        """Copy n bytes to the end of the head in progress. Its room doubles as it fills, never past the
+        head's length (head_len + head_missing), so a head is copied once on arrival and a few times in all,
+        and a frame that only claims to be large costs only what arrives of it."""
+        cdef Py_ssize_t room = len(self.head)
+        cdef Py_ssize_t wanted = self.head_len + n
+        if wanted > room:
+            room = max(wanted, min(2 * room, self.head_len + self.head_missing))
+            PyByteArray_Resize(self.head, room)
+        memcpy(PyByteArray_AS_STRING(self.head) + self.head_len, p, <size_t>n)
+        self.head_len = wanted
+        return 0
+
+    cdef int _append_chunk(self, chunk, Py_ssize_t n) except -1:
+        """The first n bytes of any buffer, appended to the head."""
+        cdef Py_buffer view
+        PyObject_GetBuffer(chunk, &view, PyBUF_SIMPLE)
+        try:
+            self._append_head(<const char*>view.buf, min(n, view.len))
+        finally:
+            PyBuffer_Release(&view)
+        return 0
 
     # -- the byte sink ---------------------------------------------------------------------------------
 
@@ -94,10 +125,10 @@ cdef class FrameSplitter(ByteSink):
             missing = self.head_missing
             if missing:
                 if n < missing:
-                    self.head += chunk
+                    self._append_chunk(chunk, n)
                     self.head_missing = missing - n
                     return
-                self.head += chunk if missing == n else chunk[:missing]
+                self._append_chunk(chunk, missing)
                 self.head_missing = 0
                 left = missing + self.rest
                 self.rest = 0
@@ -197,6 +228,8 @@ cdef class FrameSplitter(ByteSink):
     cdef _complete(self, object ts, int64_t no, bint lossy):
         """The frame in progress has all its bytes (or lost the last ones): hand it on."""
         head = self.head
+        if self.head_len < len(head):  # the room the head was given but never filled (bytes were lost)
+            PyByteArray_Resize(head, self.head_len)
         self.head = None
         self.head_missing = self.rest = self.body_left = 0
         self.mode = BOUNDARY
@@ -292,6 +325,7 @@ cdef class FrameSplitter(ByteSink):
             # if it is not all here), count the remaining bytes.
             got = need if avail >= need else avail
             self.head = PyByteArray_FromStringAndSize(<const char*>p + pos, got)
+            self.head_len = got
             self.head_missing = need - got
             self.first_ts, self.first_no = fts, fno
             self.size = size
