@@ -874,6 +874,7 @@ cdef class ExchangeMatcher(FrameSink):
         summary of its records field (see analyzer.tables._columns.PartitionColumns)."""
         cdef list asked = xf(req.body, X_PARTITIONS)
         cdef PartitionColumns partitions = self.partitions
+        cdef dict summaries = recs  # None, or (topic, partition) -> its records summary
         cdef int64_t connection_id = self.conn.connection_id
         corr, key, ver, client_id = req.correlation_id, req.api_key, req.api_version, req.client_id
         rq_last = req.last_ts
@@ -883,7 +884,7 @@ cdef class ExchangeMatcher(FrameSink):
             if xf(rq, P_PARTITION) == xf(rs, P_PARTITION) and xf(rq, P_TOPIC) == xf(rs, P_TOPIC):
                 # the common case: one partition, asked and answered
                 partitions.add(connection_id, corr, key, ver, client_id, rq_last, rs_last, rq, rs,
-                               recs.get(where_of(rq)) if recs else None)
+                               summaries.get(where_of(rq)) if summaries else None)
                 return
         merged = {}
         for p in asked:
@@ -894,6 +895,6 @@ cdef class ExchangeMatcher(FrameSink):
                 slot[1] = p
         for where, (rq, rs) in merged.items():
             partitions.add(connection_id, corr, key, ver, client_id, rq_last, rs_last, rq, rs,
-                           recs.get(where) if recs else None)
+                           summaries.get(where) if summaries else None)
         if self._room_wanted(out.held_rows):
             out.make_room()

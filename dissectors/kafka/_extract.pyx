@@ -283,7 +283,7 @@ cdef object extract_body(object buf, Py_ssize_t off, Py_ssize_t end, int api_key
             end = view.len
         if off < 0 or off > end:
             raise DecodeError(f"body offset {off} outside the buffer")
-        acc = Acc()
+        acc = Acc.__new__(Acc)
         if plan == nothing:  # fresh empty lists, as callers may keep them
             return new_entry(Extracted, ([], 0, [], None, None, [], None, None, True, None, None, None))
         c.buf = <const uint8_t*>view.buf
