@@ -112,6 +112,49 @@ cdef inline object new_entry(type cls, tuple values):
     return entry
 
 
+cdef type PARTITION_ENTRY = PartitionEntry
+if PartitionEntry._fields != ("topic", "partition", "error_code", "base_offset", "log_append_time_ms",
+                              "log_start_offset", "high_watermark", "last_stable_offset", "fetch_offset",
+                              "committed_offset", "offset", "low_watermark", "end_offset", "timestamp",
+                              "leader_epoch", "current_leader_epoch", "records_offset", "record_bytes"):
+    raise ImportError("PartitionEntry's fields moved: update partition_entry in _extract.pyx")
+
+
+cdef inline void _put(object entry, Py_ssize_t i, object item) noexcept:
+    Py_INCREF(item)
+    PyTuple_SET_ITEM(entry, i, item)
+
+
+cdef inline object partition_entry(object topic, object partition, object error_code, object base_offset,
+                                   object log_append_time_ms, object log_start_offset, object high_watermark,
+                                   object last_stable_offset, object fetch_offset, object committed_offset,
+                                   object offset, object low_watermark, object end_offset, object timestamp,
+                                   object leader_epoch, object current_leader_epoch, object records_offset,
+                                   object record_bytes):
+    """A PartitionEntry of these fields, made in place (no argument tuple, no copy: the generated readers make
+    one per topic-partition)."""
+    cdef object entry = PyType_GenericAlloc(<PyTypeObject*>PARTITION_ENTRY, 18)
+    _put(entry, 0, topic)
+    _put(entry, 1, partition)
+    _put(entry, 2, error_code)
+    _put(entry, 3, base_offset)
+    _put(entry, 4, log_append_time_ms)
+    _put(entry, 5, log_start_offset)
+    _put(entry, 6, high_watermark)
+    _put(entry, 7, last_stable_offset)
+    _put(entry, 8, fetch_offset)
+    _put(entry, 9, committed_offset)
+    _put(entry, 10, offset)
+    _put(entry, 11, low_watermark)
+    _put(entry, 12, end_offset)
+    _put(entry, 13, timestamp)
+    _put(entry, 14, leader_epoch)
+    _put(entry, 15, current_leader_epoch)
+    _put(entry, 16, records_offset)
+    _put(entry, 17, record_bytes)
+    return entry
+
+
 cdef inline object rd_uuid(Cursor* c):
     """16 bytes (the caller checked they are in view)."""
     c.pos += 16

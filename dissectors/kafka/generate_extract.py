@@ -565,7 +565,7 @@ class _PlanWriter(StructRules):
                 values["records_offset"], values["record_bytes"] = "v_records_offset", "v_record_bytes"
             row = ", ".join(values.get(f, "None") for f in PartitionEntry._fields)
             out.append(f"if len(acc.partitions) < {MAX_PARTITION_ROWS}:")
-            out.append(f"    acc.partitions.append(new_entry(PartitionEntry, ({row})))")
+            out.append(f"    acc.partitions.append(partition_entry({row}))")
             out.append("else:")
             out.append("    acc.leave_out(0)")
         for name in self.errors:

@@ -58,13 +58,13 @@ cdef Py_ssize_t x_ProduceRequest_PartitionProduceData_v0(Acc acc, Cursor* c, obj
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, None, None, None, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes)))
+                acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes))
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, None, None, None, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes)))
+        acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes))
     else:
         acc.leave_out(0)
     return 0
@@ -246,13 +246,13 @@ cdef Py_ssize_t x_ProduceRequest_PartitionProduceData_v9(Acc acc, Cursor* c, obj
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, None, None, None, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes)))
+                acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes))
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, None, None, None, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes)))
+        acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes))
     else:
         acc.leave_out(0)
     return 0
@@ -382,13 +382,13 @@ cdef Py_ssize_t x_FetchRequest_Partition_v0(Acc acc, Cursor* c, object topic, ob
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, None, None, None, v_fetch_offset, None, None, None, None, None, None, None, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, v_fetch_offset, None, None, None, None, None, None, None, None, None))
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, None, None, None, v_fetch_offset, None, None, None, None, None, None, None, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, v_fetch_offset, None, None, None, None, None, None, None, None, None))
     else:
         acc.leave_out(0)
     return 0
@@ -603,13 +603,13 @@ cdef Py_ssize_t x_FetchRequest_Partition_v5(Acc acc, Cursor* c, object topic, ob
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, v_log_start_offset, None, None, v_fetch_offset, None, None, None, None, None, None, None, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, None, None, None, v_log_start_offset, None, None, v_fetch_offset, None, None, None, None, None, None, None, None, None))
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, v_log_start_offset, None, None, v_fetch_offset, None, None, None, None, None, None, None, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, None, None, None, v_log_start_offset, None, None, v_fetch_offset, None, None, None, None, None, None, None, None, None))
     else:
         acc.leave_out(0)
     return 0
@@ -847,13 +847,13 @@ cdef Py_ssize_t x_FetchRequest_Partition_v9(Acc acc, Cursor* c, object topic, ob
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, v_log_start_offset, None, None, v_fetch_offset, None, None, None, None, None, None, v_current_leader_epoch, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, None, None, None, v_log_start_offset, None, None, v_fetch_offset, None, None, None, None, None, None, v_current_leader_epoch, None, None))
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, v_log_start_offset, None, None, v_fetch_offset, None, None, None, None, None, None, v_current_leader_epoch, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, None, None, None, v_log_start_offset, None, None, v_fetch_offset, None, None, None, None, None, None, v_current_leader_epoch, None, None))
     else:
         acc.leave_out(0)
     return 0
@@ -1087,13 +1087,13 @@ cdef Py_ssize_t x_FetchRequest_Partition_v12(Acc acc, Cursor* c, object topic, o
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, v_log_start_offset, None, None, v_fetch_offset, None, None, None, None, None, None, v_current_leader_epoch, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, None, None, None, v_log_start_offset, None, None, v_fetch_offset, None, None, None, None, None, None, v_current_leader_epoch, None, None))
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, v_log_start_offset, None, None, v_fetch_offset, None, None, None, None, None, None, v_current_leader_epoch, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, None, None, None, v_log_start_offset, None, None, v_fetch_offset, None, None, None, None, None, None, v_current_leader_epoch, None, None))
     else:
         acc.leave_out(0)
     return 0
@@ -1581,13 +1581,13 @@ cdef Py_ssize_t x_FetchRequest_Partition_v17(Acc acc, Cursor* c, object topic, o
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, v_log_start_offset, None, None, v_fetch_offset, None, None, None, None, None, None, v_current_leader_epoch, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, None, None, None, v_log_start_offset, None, None, v_fetch_offset, None, None, None, None, None, None, v_current_leader_epoch, None, None))
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, v_log_start_offset, None, None, v_fetch_offset, None, None, None, None, None, None, v_current_leader_epoch, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, None, None, None, v_log_start_offset, None, None, v_fetch_offset, None, None, None, None, None, None, v_current_leader_epoch, None, None))
     else:
         acc.leave_out(0)
     return 0
@@ -1753,13 +1753,13 @@ cdef Py_ssize_t x_ListOffsetsRequest_Partition_v0(Acc acc, Cursor* c, object top
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, None, None, None, None, None, None, None, None, v_timestamp, None, None, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, v_timestamp, None, None, None, None))
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, None, None, None, None, None, None, None, None, v_timestamp, None, None, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, v_timestamp, None, None, None, None))
     else:
         acc.leave_out(0)
     return 0
@@ -1859,13 +1859,13 @@ cdef Py_ssize_t x_ListOffsetsRequest_Partition_v1(Acc acc, Cursor* c, object top
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, None, None, None, None, None, None, None, None, v_timestamp, None, None, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, v_timestamp, None, None, None, None))
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, None, None, None, None, None, None, None, None, v_timestamp, None, None, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, v_timestamp, None, None, None, None))
     else:
         acc.leave_out(0)
     return 0
@@ -2007,13 +2007,13 @@ cdef Py_ssize_t x_ListOffsetsRequest_Partition_v4(Acc acc, Cursor* c, object top
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, None, None, None, None, None, None, None, None, v_timestamp, None, v_current_leader_epoch, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, v_timestamp, None, v_current_leader_epoch, None, None))
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, None, None, None, None, None, None, None, None, v_timestamp, None, v_current_leader_epoch, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, v_timestamp, None, v_current_leader_epoch, None, None))
     else:
         acc.leave_out(0)
     return 0
@@ -2125,13 +2125,13 @@ cdef Py_ssize_t x_ListOffsetsRequest_Partition_v6(Acc acc, Cursor* c, object top
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, None, None, None, None, None, None, None, None, v_timestamp, None, v_current_leader_epoch, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, v_timestamp, None, v_current_leader_epoch, None, None))
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, None, None, None, None, None, None, None, None, v_timestamp, None, v_current_leader_epoch, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, v_timestamp, None, v_current_leader_epoch, None, None))
     else:
         acc.leave_out(0)
     return 0
@@ -5167,13 +5167,13 @@ cdef Py_ssize_t x_OffsetCommitRequest_Partition_v0(Acc acc, Cursor* c, object to
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, None, None, None, None, v_committed_offset, None, None, None, None, None, None, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, v_committed_offset, None, None, None, None, None, None, None, None))
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, None, None, None, None, v_committed_offset, None, None, None, None, None, None, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, v_committed_offset, None, None, None, None, None, None, None, None))
     else:
         acc.leave_out(0)
     return 0
@@ -5286,13 +5286,13 @@ cdef Py_ssize_t x_OffsetCommitRequest_Partition_v1(Acc acc, Cursor* c, object to
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, None, None, None, None, v_committed_offset, None, None, None, None, None, None, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, v_committed_offset, None, None, None, None, None, None, None, None))
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, None, None, None, None, v_committed_offset, None, None, None, None, None, None, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, v_committed_offset, None, None, None, None, None, None, None, None))
     else:
         acc.leave_out(0)
     return 0
@@ -5522,13 +5522,13 @@ cdef Py_ssize_t x_OffsetCommitRequest_Partition_v6(Acc acc, Cursor* c, object to
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, None, None, None, None, v_committed_offset, None, None, None, None, v_committed_leader_epoch, None, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, v_committed_offset, None, None, None, None, v_committed_leader_epoch, None, None, None))
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, None, None, None, None, v_committed_offset, None, None, None, None, v_committed_leader_epoch, None, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, v_committed_offset, None, None, None, None, v_committed_leader_epoch, None, None, None))
     else:
         acc.leave_out(0)
     return 0
@@ -5713,13 +5713,13 @@ cdef Py_ssize_t x_OffsetCommitRequest_Partition_v8(Acc acc, Cursor* c, object to
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, None, None, None, None, v_committed_offset, None, None, None, None, v_committed_leader_epoch, None, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, v_committed_offset, None, None, None, None, v_committed_leader_epoch, None, None, None))
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, None, None, None, None, v_committed_offset, None, None, None, None, v_committed_leader_epoch, None, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, v_committed_offset, None, None, None, None, v_committed_leader_epoch, None, None, None))
     else:
         acc.leave_out(0)
     return 0
@@ -7939,13 +7939,13 @@ cdef Py_ssize_t x_DeleteRecordsRequest_Partition_v0(Acc acc, Cursor* c, object t
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, None, None, None, None, None, v_offset, None, None, None, None, None, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, v_offset, None, None, None, None, None, None, None))
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, None, None, None, None, None, v_offset, None, None, None, None, None, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, v_offset, None, None, None, None, None, None, None))
     else:
         acc.leave_out(0)
     return 0
@@ -8054,13 +8054,13 @@ cdef Py_ssize_t x_DeleteRecordsRequest_Partition_v2(Acc acc, Cursor* c, object t
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, None, None, None, None, None, v_offset, None, None, None, None, None, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, v_offset, None, None, None, None, None, None, None))
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, None, None, None, None, None, v_offset, None, None, None, None, None, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, v_offset, None, None, None, None, None, None, None))
     else:
         acc.leave_out(0)
     return 0
@@ -8252,13 +8252,13 @@ cdef Py_ssize_t x_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v0(Acc ac
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, None, None, None, None, None, None, None, None, None, v_leader_epoch, None, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, None, v_leader_epoch, None, None, None))
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, None, None, None, None, None, None, None, None, None, v_leader_epoch, None, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, None, v_leader_epoch, None, None, None))
     else:
         acc.leave_out(0)
     return 0
@@ -8359,13 +8359,13 @@ cdef Py_ssize_t x_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v2(Acc ac
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, None, None, None, None, None, None, None, None, None, v_leader_epoch, v_current_leader_epoch, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, None, v_leader_epoch, v_current_leader_epoch, None, None))
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, None, None, None, None, None, None, None, None, None, v_leader_epoch, v_current_leader_epoch, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, None, v_leader_epoch, v_current_leader_epoch, None, None))
     else:
         acc.leave_out(0)
     return 0
@@ -8500,13 +8500,13 @@ cdef Py_ssize_t x_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v4(Acc ac
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, None, None, None, None, None, None, None, None, None, v_leader_epoch, v_current_leader_epoch, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, None, v_leader_epoch, v_current_leader_epoch, None, None))
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, None, None, None, None, None, None, None, None, None, None, None, None, v_leader_epoch, v_current_leader_epoch, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, None, v_leader_epoch, v_current_leader_epoch, None, None))
     else:
         acc.leave_out(0)
     return 0
@@ -14425,7 +14425,7 @@ cdef Py_ssize_t x_ProduceResponse_PartitionProduceResponse_v0(Acc acc, Cursor* c
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, v_base_offset, None, None, None, None, None, None, None, None, None, None, None, None, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, v_error_code, v_base_offset, None, None, None, None, None, None, None, None, None, None, None, None, None, None))
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -14436,7 +14436,7 @@ cdef Py_ssize_t x_ProduceResponse_PartitionProduceResponse_v0(Acc acc, Cursor* c
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, v_base_offset, None, None, None, None, None, None, None, None, None, None, None, None, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, v_error_code, v_base_offset, None, None, None, None, None, None, None, None, None, None, None, None, None, None))
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -14583,7 +14583,7 @@ cdef Py_ssize_t x_ProduceResponse_PartitionProduceResponse_v2(Acc acc, Cursor* c
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, v_base_offset, v_log_append_time_ms, None, None, None, None, None, None, None, None, None, None, None, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, v_error_code, v_base_offset, v_log_append_time_ms, None, None, None, None, None, None, None, None, None, None, None, None, None))
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -14594,7 +14594,7 @@ cdef Py_ssize_t x_ProduceResponse_PartitionProduceResponse_v2(Acc acc, Cursor* c
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, v_base_offset, v_log_append_time_ms, None, None, None, None, None, None, None, None, None, None, None, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, v_error_code, v_base_offset, v_log_append_time_ms, None, None, None, None, None, None, None, None, None, None, None, None, None))
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -14712,7 +14712,7 @@ cdef Py_ssize_t x_ProduceResponse_PartitionProduceResponse_v5(Acc acc, Cursor* c
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, v_base_offset, v_log_append_time_ms, v_log_start_offset, None, None, None, None, None, None, None, None, None, None, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, v_error_code, v_base_offset, v_log_append_time_ms, v_log_start_offset, None, None, None, None, None, None, None, None, None, None, None, None))
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -14723,7 +14723,7 @@ cdef Py_ssize_t x_ProduceResponse_PartitionProduceResponse_v5(Acc acc, Cursor* c
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, v_base_offset, v_log_append_time_ms, v_log_start_offset, None, None, None, None, None, None, None, None, None, None, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, v_error_code, v_base_offset, v_log_append_time_ms, v_log_start_offset, None, None, None, None, None, None, None, None, None, None, None, None))
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -14875,7 +14875,7 @@ cdef Py_ssize_t x_ProduceResponse_PartitionProduceResponse_v8(Acc acc, Cursor* c
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, v_base_offset, v_log_append_time_ms, v_log_start_offset, None, None, None, None, None, None, None, None, None, None, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, v_error_code, v_base_offset, v_log_append_time_ms, v_log_start_offset, None, None, None, None, None, None, None, None, None, None, None, None))
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -14886,7 +14886,7 @@ cdef Py_ssize_t x_ProduceResponse_PartitionProduceResponse_v8(Acc acc, Cursor* c
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, v_base_offset, v_log_append_time_ms, v_log_start_offset, None, None, None, None, None, None, None, None, None, None, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, v_error_code, v_base_offset, v_log_append_time_ms, v_log_start_offset, None, None, None, None, None, None, None, None, None, None, None, None))
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -15046,7 +15046,7 @@ cdef Py_ssize_t x_ProduceResponse_PartitionProduceResponse_v9(Acc acc, Cursor* c
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, v_base_offset, v_log_append_time_ms, v_log_start_offset, None, None, None, None, None, None, None, None, None, None, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, v_error_code, v_base_offset, v_log_append_time_ms, v_log_start_offset, None, None, None, None, None, None, None, None, None, None, None, None))
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -15057,7 +15057,7 @@ cdef Py_ssize_t x_ProduceResponse_PartitionProduceResponse_v9(Acc acc, Cursor* c
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, v_base_offset, v_log_append_time_ms, v_log_start_offset, None, None, None, None, None, None, None, None, None, None, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, v_error_code, v_base_offset, v_log_append_time_ms, v_log_start_offset, None, None, None, None, None, None, None, None, None, None, None, None))
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -15214,7 +15214,7 @@ cdef Py_ssize_t x_ProduceResponse_PartitionProduceResponse_v10(Acc acc, Cursor* 
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, v_base_offset, v_log_append_time_ms, v_log_start_offset, None, None, None, None, None, None, None, None, None, None, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, v_error_code, v_base_offset, v_log_append_time_ms, v_log_start_offset, None, None, None, None, None, None, None, None, None, None, None, None))
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -15225,7 +15225,7 @@ cdef Py_ssize_t x_ProduceResponse_PartitionProduceResponse_v10(Acc acc, Cursor* 
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, v_base_offset, v_log_append_time_ms, v_log_start_offset, None, None, None, None, None, None, None, None, None, None, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, v_error_code, v_base_offset, v_log_append_time_ms, v_log_start_offset, None, None, None, None, None, None, None, None, None, None, None, None))
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -15369,7 +15369,7 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v0(Acc acc, Cursor* c, object topi
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, v_high_watermark, None, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes)))
+                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, v_high_watermark, None, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes))
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -15380,7 +15380,7 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v0(Acc acc, Cursor* c, object topi
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, v_high_watermark, None, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes)))
+        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, v_high_watermark, None, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes))
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -15561,7 +15561,7 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v4(Acc acc, Cursor* c, object topi
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, v_high_watermark, v_last_stable_offset, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes)))
+                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, v_high_watermark, v_last_stable_offset, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes))
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -15572,7 +15572,7 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v4(Acc acc, Cursor* c, object topi
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, v_high_watermark, v_last_stable_offset, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes)))
+        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, v_high_watermark, v_last_stable_offset, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes))
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -15724,7 +15724,7 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v5(Acc acc, Cursor* c, object topi
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, v_log_start_offset, v_high_watermark, v_last_stable_offset, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes)))
+                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, v_log_start_offset, v_high_watermark, v_last_stable_offset, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes))
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -15735,7 +15735,7 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v5(Acc acc, Cursor* c, object topi
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, v_log_start_offset, v_high_watermark, v_last_stable_offset, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes)))
+        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, v_log_start_offset, v_high_watermark, v_last_stable_offset, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes))
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -15942,7 +15942,7 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v11(Acc acc, Cursor* c, object top
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, v_log_start_offset, v_high_watermark, v_last_stable_offset, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes)))
+                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, v_log_start_offset, v_high_watermark, v_last_stable_offset, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes))
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -15953,7 +15953,7 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v11(Acc acc, Cursor* c, object top
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, v_log_start_offset, v_high_watermark, v_last_stable_offset, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes)))
+        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, v_log_start_offset, v_high_watermark, v_last_stable_offset, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes))
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -16145,7 +16145,7 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v12(Acc acc, Cursor* c, object top
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, v_log_start_offset, v_high_watermark, v_last_stable_offset, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes)))
+                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, v_log_start_offset, v_high_watermark, v_last_stable_offset, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes))
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -16156,7 +16156,7 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v12(Acc acc, Cursor* c, object top
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, v_log_start_offset, v_high_watermark, v_last_stable_offset, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes)))
+        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, v_log_start_offset, v_high_watermark, v_last_stable_offset, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes))
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -16468,7 +16468,7 @@ cdef Py_ssize_t x_ListOffsetsResponse_PartitionResponse_v0(Acc acc, Cursor* c, o
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None))
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -16479,7 +16479,7 @@ cdef Py_ssize_t x_ListOffsetsResponse_PartitionResponse_v0(Acc acc, Cursor* c, o
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None))
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -16587,7 +16587,7 @@ cdef Py_ssize_t x_ListOffsetsResponse_PartitionResponse_v1(Acc acc, Cursor* c, o
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, None, None, None, None, v_offset, None, None, v_timestamp, None, None, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, v_offset, None, None, v_timestamp, None, None, None, None))
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -16598,7 +16598,7 @@ cdef Py_ssize_t x_ListOffsetsResponse_PartitionResponse_v1(Acc acc, Cursor* c, o
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, None, None, None, None, v_offset, None, None, v_timestamp, None, None, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, v_offset, None, None, v_timestamp, None, None, None, None))
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -16747,7 +16747,7 @@ cdef Py_ssize_t x_ListOffsetsResponse_PartitionResponse_v4(Acc acc, Cursor* c, o
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, None, None, None, None, v_offset, None, None, v_timestamp, v_leader_epoch, None, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, v_offset, None, None, v_timestamp, v_leader_epoch, None, None, None))
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -16758,7 +16758,7 @@ cdef Py_ssize_t x_ListOffsetsResponse_PartitionResponse_v4(Acc acc, Cursor* c, o
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, None, None, None, None, v_offset, None, None, v_timestamp, v_leader_epoch, None, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, v_offset, None, None, v_timestamp, v_leader_epoch, None, None, None))
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -16878,7 +16878,7 @@ cdef Py_ssize_t x_ListOffsetsResponse_PartitionResponse_v6(Acc acc, Cursor* c, o
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, None, None, None, None, v_offset, None, None, v_timestamp, v_leader_epoch, None, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, v_offset, None, None, v_timestamp, v_leader_epoch, None, None, None))
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -16889,7 +16889,7 @@ cdef Py_ssize_t x_ListOffsetsResponse_PartitionResponse_v6(Acc acc, Cursor* c, o
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, None, None, None, None, v_offset, None, None, v_timestamp, v_leader_epoch, None, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, v_offset, None, None, v_timestamp, v_leader_epoch, None, None, None))
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -19381,7 +19381,7 @@ cdef Py_ssize_t x_OffsetCommitResponse_Partition_v0(Acc acc, Cursor* c, object t
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None))
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -19392,7 +19392,7 @@ cdef Py_ssize_t x_OffsetCommitResponse_Partition_v0(Acc acc, Cursor* c, object t
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None))
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -19537,7 +19537,7 @@ cdef Py_ssize_t x_LeaderAndIsrResponse_PartitionError_v5_2(Acc acc, Cursor* c, o
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None))
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -19548,7 +19548,7 @@ cdef Py_ssize_t x_LeaderAndIsrResponse_PartitionError_v5_2(Acc acc, Cursor* c, o
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None))
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -19683,7 +19683,7 @@ cdef Py_ssize_t x_OffsetFetchResponse_Partition_v0(Acc acc, Cursor* c, object to
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, None, None, None, v_committed_offset, None, None, None, None, None, None, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, v_committed_offset, None, None, None, None, None, None, None, None))
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -19694,7 +19694,7 @@ cdef Py_ssize_t x_OffsetFetchResponse_Partition_v0(Acc acc, Cursor* c, object to
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, None, None, None, v_committed_offset, None, None, None, None, None, None, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, v_committed_offset, None, None, None, None, None, None, None, None))
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -19916,7 +19916,7 @@ cdef Py_ssize_t x_OffsetFetchResponse_Partition_v5(Acc acc, Cursor* c, object to
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, None, None, None, v_committed_offset, None, None, None, None, v_committed_leader_epoch, None, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, v_committed_offset, None, None, None, None, v_committed_leader_epoch, None, None, None))
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -19927,7 +19927,7 @@ cdef Py_ssize_t x_OffsetFetchResponse_Partition_v5(Acc acc, Cursor* c, object to
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, None, None, None, v_committed_offset, None, None, None, None, v_committed_leader_epoch, None, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, v_committed_offset, None, None, None, None, v_committed_leader_epoch, None, None, None))
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -20070,7 +20070,7 @@ cdef Py_ssize_t x_OffsetFetchResponse_Partition_v6(Acc acc, Cursor* c, object to
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, None, None, None, v_committed_offset, None, None, None, None, v_committed_leader_epoch, None, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, v_committed_offset, None, None, None, None, v_committed_leader_epoch, None, None, None))
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -20081,7 +20081,7 @@ cdef Py_ssize_t x_OffsetFetchResponse_Partition_v6(Acc acc, Cursor* c, object to
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, None, None, None, v_committed_offset, None, None, None, None, v_committed_leader_epoch, None, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, v_committed_offset, None, None, None, None, v_committed_leader_epoch, None, None, None))
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -20236,7 +20236,7 @@ cdef Py_ssize_t x_OffsetFetchResponse_Partition_v6_2(Acc acc, Cursor* c, object 
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, None, None, None, v_committed_offset, None, None, None, None, v_committed_leader_epoch, None, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, v_committed_offset, None, None, None, None, v_committed_leader_epoch, None, None, None))
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -20247,7 +20247,7 @@ cdef Py_ssize_t x_OffsetFetchResponse_Partition_v6_2(Acc acc, Cursor* c, object 
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, None, None, None, v_committed_offset, None, None, None, None, v_committed_leader_epoch, None, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, v_committed_offset, None, None, None, None, v_committed_leader_epoch, None, None, None))
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -23915,7 +23915,7 @@ cdef Py_ssize_t x_DeleteRecordsResponse_PartitionResult_v0(Acc acc, Cursor* c, o
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, None, None, None, None, None, v_low_watermark, None, None, None, None, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, None, v_low_watermark, None, None, None, None, None, None))
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -23926,7 +23926,7 @@ cdef Py_ssize_t x_DeleteRecordsResponse_PartitionResult_v0(Acc acc, Cursor* c, o
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, None, None, None, None, None, v_low_watermark, None, None, None, None, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, None, v_low_watermark, None, None, None, None, None, None))
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -24042,7 +24042,7 @@ cdef Py_ssize_t x_DeleteRecordsResponse_PartitionResult_v2(Acc acc, Cursor* c, o
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, None, None, None, None, None, v_low_watermark, None, None, None, None, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, None, v_low_watermark, None, None, None, None, None, None))
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -24053,7 +24053,7 @@ cdef Py_ssize_t x_DeleteRecordsResponse_PartitionResult_v2(Acc acc, Cursor* c, o
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, None, None, None, None, None, v_low_watermark, None, None, None, None, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, None, v_low_watermark, None, None, None, None, None, None))
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -24257,7 +24257,7 @@ cdef Py_ssize_t x_OffsetForLeaderEpochResponse_EpochEndOffset_v0(Acc acc, Cursor
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, v_end_offset, None, None, None, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, v_end_offset, None, None, None, None, None))
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -24268,7 +24268,7 @@ cdef Py_ssize_t x_OffsetForLeaderEpochResponse_EpochEndOffset_v0(Acc acc, Cursor
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, v_end_offset, None, None, None, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, v_end_offset, None, None, None, None, None))
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -24376,7 +24376,7 @@ cdef Py_ssize_t x_OffsetForLeaderEpochResponse_EpochEndOffset_v1(Acc acc, Cursor
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, v_end_offset, None, v_leader_epoch, None, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, v_end_offset, None, v_leader_epoch, None, None, None))
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -24387,7 +24387,7 @@ cdef Py_ssize_t x_OffsetForLeaderEpochResponse_EpochEndOffset_v1(Acc acc, Cursor
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, v_end_offset, None, v_leader_epoch, None, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, v_end_offset, None, v_leader_epoch, None, None, None))
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -24536,7 +24536,7 @@ cdef Py_ssize_t x_OffsetForLeaderEpochResponse_EpochEndOffset_v4(Acc acc, Cursor
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, v_end_offset, None, v_leader_epoch, None, None, None)))
+                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, v_end_offset, None, v_leader_epoch, None, None, None))
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -24547,7 +24547,7 @@ cdef Py_ssize_t x_OffsetForLeaderEpochResponse_EpochEndOffset_v4(Acc acc, Cursor
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(new_entry(PartitionEntry, (topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, v_end_offset, None, v_leader_epoch, None, None, None)))
+        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, v_end_offset, None, v_leader_epoch, None, None, None))
     else:
         acc.leave_out(0)
     if v_error_code:
