@@ -604,6 +604,10 @@ def _ts(values: list | tuple | pa.Array) -> pa.Array:
 
 
 def _lookup_names(keys: pa.Array, names: pa.Array, shift: int) -> pa.Array:
+    """``names[key + shift]`` per row; null for a null key or one past the table."""
+    low, high = pc.min_max(keys).values()
+    if low.is_valid and -shift <= low.as_py() and high.as_py() < len(names) - shift:  # all in the table
+        return pc.take(names, pc.add(keys, shift) if shift else keys)
     idx = pc.add(keys.cast(pa.int32()), shift)
     in_range = pc.and_(pc.greater_equal(idx, 0), pc.less(idx, len(names)))
     safe = pc.if_else(in_range, idx, pa.scalar(None, pa.int32()))
@@ -628,6 +632,7 @@ def exchanges_batch(c: dict, capture_file: str) -> pa.RecordBatch:
         except pa.ArrowInvalid:  # the two times are centuries apart: the difference overflows int64 ns
             latency = _exact_latency_ms(rq_last.to_pylist(), rs_last.to_pylist())
     api_names = pc.coalesce(c["api_name"], _lookup_names(api_key, _API_NAMES, 0))
+    error_names = _error_name_array(error_code)
     arrays = [
         _repeat(capture_file, len(api_key)),
         c["connection_id"],
@@ -648,7 +653,7 @@ def exchanges_batch(c: dict, capture_file: str) -> pa.RecordBatch:
         c["request_size"],
         c["response_size"],
         error_code,
-        _error_name_array(error_code),
+        error_names,
         c["throttle_time_ms"],
         c["status"],
         c["request_frame"],
@@ -661,16 +666,21 @@ def exchanges_batch(c: dict, capture_file: str) -> pa.RecordBatch:
         c["record_bytes"],
         *(c[name] for name in SETTING_FIELDS),
         *_waits(api_key, latency, c["record_count"], c["max_wait_ms"], error_code),
-        pc.if_else(pc.is_valid(error_code), expected_errors(_error_name_array(error_code), api_names), None),
+        pc.if_else(pc.is_valid(error_code), expected_errors(error_names, api_names), None),
         *(c[name] if name in c else pa.nulls(len(api_key), EXCHANGES_SCHEMA.field(name).type)
           for name in ("subscription", "assignment")),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=EXCHANGES_SCHEMA)
 
 
+_EXPECTED_NAMES = pa.array(sorted({e.name for e in EXPECTED_ERRORS}), pa.string())
+
+
 def expected_errors(error_name: pa.Array, api_name: pa.Array) -> pa.Array:
     """Per row, whether (error_name, api_name) is a protocol step (EXPECTED_ERRORS); false without an error."""
     out = pc.equal(pc.fill_null(error_name, ""), "\0")  # all false
+    if not pc.any(pc.is_in(error_name, _EXPECTED_NAMES)).as_py():  # none of them in these rows (the common batch)
+        return out
     for e in EXPECTED_ERRORS:
         out = pc.or_(out, pc.fill_null(pc.and_(pc.equal(error_name, e.name), pc.is_in(api_name, pa.array(e.apis))),
                                        False))
