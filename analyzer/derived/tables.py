@@ -62,8 +62,9 @@ class DerivedTables:
             self._counts.append(counts)
             if len(self._counts) >= MERGE_EVERY:
                 self._counts = [merge_counts(self._counts)]
-        for r in t.group_by(["client_ip", "client_id", "group_id"]).aggregate([]).to_pylist():
-            self._groups_of.setdefault((r["client_ip"], r["client_id"]), set()).add(r["group_id"])
+        if self.deliveries:  # the consumers' groups: only the deliveries table names them
+            for r in t.group_by(["client_ip", "client_id", "group_id"]).aggregate([]).to_pylist():
+                self._groups_of.setdefault((r["client_ip"], r["client_id"]), set()).add(r["group_id"])
 
     def finish(self) -> Iterator[tuple[str, pa.RecordBatch]]:
         """(table, batch) of each derived table (one batch each, possibly empty)."""
