@@ -284,6 +284,52 @@ cdef class Column:
         return take(&self.valid, (self.n + 7) >> 3)
 
 
+cdef int out_of_range(object value, object typ) except -1:
+    """Raise what Arrow's converter raises (kept out of the adds: their fast path stays a few instructions)."""
+    raise OverflowError(f"{value} out of range for {typ}")
+
+
+# The adds of the columns the tables write most, inline where the tables call them.
+
+cdef inline int put_int(IntColumn column, int64_t v) except -1:
+    cdef Py_ssize_t n = column.n
+    cdef int width = column.width
+    if width != 8 and not column.lo <= v <= column.hi:
+        return out_of_range(v, column.type)
+    if n == column.cap:
+        column.enlarge()
+    if width == 8:
+        (<int64_t*>column.data.data)[n] = v
+    elif width == 4:
+        (<int32_t*>column.data.data)[n] = <int32_t>v
+    elif width == 2:
+        (<int16_t*>column.data.data)[n] = <int16_t>v
+    else:
+        (<int8_t*>column.data.data)[n] = <int8_t>v
+    set_bit(column.valid.data, n)
+    column.n = n + 1
+    return 0
+
+
+cdef inline int put_int_null(IntColumn column) except -1:
+    cdef Py_ssize_t n = column.n
+    if n == column.cap:
+        column.enlarge()
+    (<int64_t*>(column.data.data + n * column.width))[0] = 0
+    column.nulls += 1
+    column.n = n + 1
+    return 0
+
+
+cdef inline int put_int_obj(IntColumn column, object value) except -1:
+    cdef long long v
+    if value is None:
+        return put_int_null(column)
+    if as_int64(value, &v):
+        return out_of_range(value, column.type)
+    return put_int(column, v)
+
+
 cdef class IntColumn(Column):
     def __cinit__(self, typ, int width):
         self.type = typ
@@ -302,40 +348,13 @@ cdef class IntColumn(Column):
         return 0
 
     cdef int add(self, int64_t v) except -1:
-        cdef Py_ssize_t n = self.n
-        cdef int width = self.width
-        if width != 8 and not self.lo <= v <= self.hi:
-            raise OverflowError(f"{v} out of range for {self.type}")
-        if n == self.cap:
-            self.enlarge()
-        if width == 8:
-            (<int64_t*>self.data.data)[n] = v
-        elif width == 4:
-            (<int32_t*>self.data.data)[n] = <int32_t>v
-        elif width == 2:
-            (<int16_t*>self.data.data)[n] = <int16_t>v
-        else:
-            (<int8_t*>self.data.data)[n] = <int8_t>v
-        set_bit(self.valid.data, n)
-        self.n = n + 1
-        return 0
+        return put_int(self, v)
 
     cdef int add_null(self) except -1:
-        cdef Py_ssize_t n = self.n
-        if n == self.cap:
-            self.enlarge()
-        (<int64_t*>(self.data.data + n * self.width))[0] = 0
-        self.nulls += 1
-        self.n = n + 1
-        return 0
+        return put_int_null(self)
 
     cdef int add_obj(self, object value) except -1:
-        cdef long long v
-        if value is None:
-            return self.add_null()
-        if as_int64(value, &v):
-            raise OverflowError(f"{value} out of range for {self.type}")
-        return self.add(v)
+        return put_int_obj(self, value)
 
     cdef int64_t at(self, Py_ssize_t i) noexcept:
         if self.width == 8:
@@ -355,6 +374,23 @@ cdef class IntColumn(Column):
         return pa.Array.from_buffers(self.type, n, [validity, take(&self.data, n * self.width)], null_count=nulls)
 
 
+cdef inline int put_stamp(StampColumn column, object value) except -1:
+    cdef long long v = 0
+    cdef Py_ssize_t n = column.n
+    if n == column.cap:
+        column.enlarge()
+    if value is None:
+        column.nulls += 1
+    else:
+        if as_int64(value, &v):
+            column.far[n] = value
+            v = 0
+        set_bit(column.valid.data, n)
+    (<int64_t*>column.data.data)[n] = v
+    column.n = n + 1
+    return 0
+
+
 cdef class StampColumn(Column):
     def __cinit__(self, typ):
         self.type = typ
@@ -371,23 +407,10 @@ cdef class StampColumn(Column):
         return 0
 
     cdef int add_obj(self, object value) except -1:
-        cdef long long v = 0
-        cdef Py_ssize_t n = self.n
-        if n == self.cap:
-            self.enlarge()
-        if value is None:
-            self.nulls += 1
-        else:
-            if as_int64(value, &v):
-                self.far[n] = value
-                v = 0
-            set_bit(self.valid.data, n)
-        (<int64_t*>self.data.data)[n] = v
-        self.n = n + 1
-        return 0
+        return put_stamp(self, value)
 
     cdef int add_null(self) except -1:
-        return self.add_obj(None)
+        return put_stamp(self, None)
 
     cdef object value(self, Py_ssize_t i):
         if not self.present(i):
@@ -535,6 +558,16 @@ cdef inline int first_offset(Buf* offsets) except -1:
     return 0
 
 
+cdef inline int put_text_null(StringColumn column) except -1:
+    cdef Py_ssize_t n = column.n
+    if n == column.cap:
+        column.enlarge()
+    (<int32_t*>column.offsets.data)[n + 1] = <int32_t>column.data.size
+    column.nulls += 1
+    column.n = n + 1
+    return 0
+
+
 cdef class StringColumn(Column):
     """UTF-8 strings (str values); with ``topics``, topics: a name (str) or an id (16 bytes), the ids made text
     when drained by ``resolve(id)`` (a Metadata response's name for it, or its UUID form)."""
@@ -592,13 +625,7 @@ cdef class StringColumn(Column):
         return self.add_utf8(PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw))
 
     cdef int add_null(self) except -1:
-        cdef Py_ssize_t n = self.n
-        if n == self.cap:
-            self.enlarge()
-        (<int32_t*>self.offsets.data)[n + 1] = <int32_t>self.data.size
-        self.nulls += 1
-        self.n = n + 1
-        return 0
+        return put_text_null(self)
 
     cdef int add_obj(self, object value) except -1:
         cdef const char* s
@@ -907,9 +934,25 @@ cdef inline int add_text(StringColumn column, object text) except -1:
     cdef const char* s
     cdef Py_ssize_t length
     if text is None:
-        return column.add_null()
+        return put_text_null(column)
     s = utf8_of(text, &length)
     return column.add_utf8(s, length)
+
+
+cdef inline int put_obj(Column column, object value) except -1:
+    """``column.add_obj(value)``, inline for an IntColumn."""
+    if type(column) is IntColumn:
+        return put_int_obj(<IntColumn>column, value)
+    return column.add_obj(value)
+
+
+cdef inline int put_null(Column column) except -1:
+    """``column.add_null()``, inline for an IntColumn or a StringColumn."""
+    if type(column) is IntColumn:
+        return put_int_null(<IntColumn>column)
+    if type(column) is StringColumn:
+        return put_text_null(<StringColumn>column)
+    return column.add_null()
 
 
 cdef inline object item(tuple entry, Py_ssize_t i):
@@ -948,36 +991,36 @@ cdef class ExchangeColumns(Table):
         cdef Column column
         cdef Py_ssize_t i
         try:
-            self.connection_id.add(conn.connection_id)
+            put_int(self.connection_id, conn.connection_id)
             add_text(self.client_ip, conn.client_ip)
-            self.client_port.add(conn.client_port)
+            put_int(self.client_port, conn.client_port)
             add_text(self.broker_ip, conn.broker_ip)
-            self.broker_port.add(conn.broker_port)
-            self.api_key.add_obj(api_key)
-            self.api_version.add_obj(api_version)
-            self.correlation_id.add_obj(correlation_id)
+            put_int(self.broker_port, conn.broker_port)
+            put_int_obj(self.api_key, api_key)
+            put_int_obj(self.api_version, api_version)
+            put_int_obj(self.correlation_id, correlation_id)
             add_text(self.client_id, client_id)
-            self.request_first_ts.add_obj(request_first_ts)
-            self.request_last_ts.add_obj(request_last_ts)
-            self.response_first_ts.add_obj(response_first_ts)
-            self.response_last_ts.add_obj(response_last_ts)
-            self.request_size.add_obj(request_size)
-            self.response_size.add_obj(response_size)
-            self.error_code.add_obj(error_code)
-            self.throttle_time_ms.add_obj(throttle_time_ms)
+            put_stamp(self.request_first_ts, request_first_ts)
+            put_stamp(self.request_last_ts, request_last_ts)
+            put_stamp(self.response_first_ts, response_first_ts)
+            put_stamp(self.response_last_ts, response_last_ts)
+            put_int_obj(self.request_size, request_size)
+            put_int_obj(self.response_size, response_size)
+            put_int_obj(self.error_code, error_code)
+            put_int_obj(self.throttle_time_ms, throttle_time_ms)
             add_text(self.status, status)
-            self.request_frame.add_obj(request_frame)
-            self.response_frame.add_obj(response_frame)
+            put_int_obj(self.request_frame, request_frame)
+            put_int_obj(self.response_frame, response_frame)
             add_text(self.note, note)
             self.topics.add_obj(topics)
-            self.partition_count.add_obj(partition_count)
-            self.error_count.add_obj(error_count)
-            self.record_count.add_obj(record_count)
-            self.record_bytes.add_obj(record_bytes)
+            put_int_obj(self.partition_count, partition_count)
+            put_int_obj(self.error_count, error_count)
+            put_int_obj(self.record_count, record_count)
+            put_int_obj(self.record_bytes, record_bytes)
             add_text(self.api_name, api_name)
             if settings is None:
                 for column in self.settings:
-                    column.add_null()
+                    put_null(column)
             else:
                 self.add_settings(settings)
             self.rows += 1
@@ -986,6 +1029,8 @@ cdef class ExchangeColumns(Table):
             raise
         return 0
 
+    @cython.boundscheck(False)  # indices below the lists' lengths, fixed in __init__
+    @cython.wraparound(False)
     cdef int add_settings(self, dict settings) except -1:
         """The settings columns' values: each of the dict's (a name no column has is ignored), null elsewhere.
         Most exchanges carry a few settings, so the dict is walked rather than asked for every column."""
@@ -998,11 +1043,11 @@ cdef class ExchangeColumns(Table):
                 at = self.setting_index.get(name)
                 if at is not None:
                     i = at
-                    (<Column>self.settings[i]).add_obj(value)
+                    put_obj(<Column>self.settings[i], value)
                     placed |= (<uint64_t>1) << i
             for i in range(count):
                 if not (placed >> i) & 1:
-                    (<Column>self.settings[i]).add_null()
+                    put_null(<Column>self.settings[i])
         except Exception:
             failed = True
         if failed:  # a value the column refuses: raise what asking column by column, in order, raises
@@ -1029,16 +1074,16 @@ cdef class ErrorColumns(Table):
         try:
             if not isinstance(error, tuple) or PyTuple_GET_SIZE(error) != E_FIELDS:
                 raise TypeError("not an ErrorEntry")
-            self.connection_id.add(connection_id)
-            self.correlation_id.add_obj(correlation_id)
-            self.api_key.add_obj(api_key)
-            self.api_version.add_obj(api_version)
+            put_int(self.connection_id, connection_id)
+            put_int_obj(self.correlation_id, correlation_id)
+            put_int_obj(self.api_key, api_key)
+            put_int_obj(self.api_version, api_version)
             add_text(self.client_id, client_id)
-            self.response_last_ts.add_obj(response_last_ts)
+            put_stamp(self.response_last_ts, response_last_ts)
             add_text(self.field_path, item(<tuple>error, E_FIELD_PATH))
             self.topic.add_obj(item(<tuple>error, E_TOPIC))
-            self.partition.add_obj(item(<tuple>error, E_PARTITION))
-            self.error_code.add_obj(item(<tuple>error, E_ERROR_CODE))
+            put_int_obj(self.partition, item(<tuple>error, E_PARTITION))
+            put_int_obj(self.error_code, item(<tuple>error, E_ERROR_CODE))
             add_text(self.error_message, item(<tuple>error, E_ERROR_MESSAGE))
             self.rows += 1
         except BaseException:
@@ -1065,6 +1110,8 @@ cdef class PartitionColumns(Table):
         self.response_record_bytes = c["response_record_bytes"]
         self.summary = [c[name] for name in RECORD_SUMMARY_FIELDS]
 
+    @cython.boundscheck(False)  # indices below the lists' lengths, fixed in __init__
+    @cython.wraparound(False)
     cdef int add(self, int64_t connection_id, object correlation_id, object api_key, object api_version,
                  object client_id, object request_last_ts, object response_last_ts, object asked,
                  object answered, object summary) except -1:
@@ -1090,24 +1137,23 @@ cdef class PartitionColumns(Table):
                 sm = <tuple>summary
                 if PyTuple_GET_SIZE(sm) != N_SUMMARY:
                     raise TypeError("not a records summary")
-            self.connection_id.add(connection_id)
-            self.correlation_id.add_obj(correlation_id)
-            self.api_key.add_obj(api_key)
-            self.api_version.add_obj(api_version)
+            put_int(self.connection_id, connection_id)
+            put_int_obj(self.correlation_id, correlation_id)
+            put_int_obj(self.api_key, api_key)
+            put_int_obj(self.api_version, api_version)
             add_text(self.client_id, client_id)
-            self.request_last_ts.add_obj(request_last_ts)
-            self.response_last_ts.add_obj(response_last_ts)
+            put_stamp(self.request_last_ts, request_last_ts)
+            put_stamp(self.response_last_ts, response_last_ts)
             self.topic.add_obj(_either(rs, rq, P_TOPIC))
-            self.partition.add_obj(_either(rs, rq, P_PARTITION))
-            self.error_code.add_obj(None if rs is None else item(rs, P_ERROR_CODE))
+            put_int_obj(self.partition, _either(rs, rq, P_PARTITION))
+            put_int_obj(self.error_code, None if rs is None else item(rs, P_ERROR_CODE))
             for j in range(N_OFFSETS):  # the lists hold IntColumns only (built in __init__)
-                (<IntColumn>self.asked[j]).add_obj(None if rq is None else item(rq, P_OFFSETS + j))
-                (<IntColumn>self.answered[j]).add_obj(None if rs is None else item(rs, P_OFFSETS + j))
-            self.request_record_bytes.add_obj(None if rq is None else item(rq, P_RECORD_BYTES))
-            self.response_record_bytes.add_obj(None if rs is None else item(rs, P_RECORD_BYTES))
+                put_int_obj(<IntColumn>self.asked[j], None if rq is None else item(rq, P_OFFSETS + j))
+                put_int_obj(<IntColumn>self.answered[j], None if rs is None else item(rs, P_OFFSETS + j))
+            put_int_obj(self.request_record_bytes, None if rq is None else item(rq, P_RECORD_BYTES))
+            put_int_obj(self.response_record_bytes, None if rs is None else item(rs, P_RECORD_BYTES))
             for j in range(N_SUMMARY):
-                column = <Column>self.summary[j]
-                column.add_obj(None if sm is None else item(sm, j))
+                put_obj(<Column>self.summary[j], None if sm is None else item(sm, j))
             self.rows += 1
         except BaseException:
             self.cut()
