@@ -40,28 +40,36 @@ cdef extern from "Python.h":
 
 cdef extern from *:
     """
-    /* An int object's value as int64: 0, 1 when out of range, -1 with an exception set when not an int. Small
-       ints (most values: ids, sizes, offsets) are read in place, as Cython's own conversion does; any other goes
-       through PyLong_AsLongLongAndOverflow (__index__ included). */
+    /* Whether an int object is small enough to be read in place (as Cython's own conversion does: most values,
+       ids, sizes, offsets, are), and its value; any other goes through kafkacap_as_int64. */
+    #if CYTHON_USE_PYLONG_INTERNALS && PY_VERSION_HEX < 0x030C0000
+    #define kafkacap_small_int(o) (PyLong_CheckExact(o) && (size_t)(Py_SIZE(o) + 2) <= 4)
+    static CYTHON_INLINE long long kafkacap_small_value(PyObject* o) {
+        const digit* d = ((PyLongObject*)o)->ob_digit;
+        switch (Py_SIZE(o)) {
+            case 1: return (long long)d[0];
+            case -1: return -(long long)d[0];
+            case 2: return (long long)(((unsigned long long)d[1] << PyLong_SHIFT) | d[0]);
+            case -2: return -(long long)(((unsigned long long)d[1] << PyLong_SHIFT) | d[0]);
+        }
+        return 0;
+    }
+    #elif PY_VERSION_HEX >= 0x030C0000 && !CYTHON_COMPILING_IN_LIMITED_API && !CYTHON_COMPILING_IN_PYPY
+    #define kafkacap_small_int(o) (PyLong_CheckExact(o) && PyUnstable_Long_IsCompact((PyLongObject*)(o)))
+    #define kafkacap_small_value(o) ((long long)PyUnstable_Long_CompactValue((PyLongObject*)(o)))
+    #else
+    #define kafkacap_small_int(o) 0
+    #define kafkacap_small_value(o) 0LL
+    #endif
+
+    /* An int object's value as int64: 0, 1 when out of range, -1 with an exception set when not an int
+       (PyLong_AsLongLongAndOverflow's rules, __index__ included). */
     static CYTHON_INLINE int kafkacap_as_int64(PyObject* o, long long* out) {
         int overflow = 0;
-    #if CYTHON_USE_PYLONG_INTERNALS && PY_VERSION_HEX < 0x030C0000
-        if (PyLong_CheckExact(o)) {
-            const digit* d = ((PyLongObject*)o)->ob_digit;
-            switch (Py_SIZE(o)) {
-                case 0: *out = 0; return 0;
-                case 1: *out = (long long)d[0]; return 0;
-                case -1: *out = -(long long)d[0]; return 0;
-                case 2: *out = (long long)(((unsigned long long)d[1] << PyLong_SHIFT) | d[0]); return 0;
-                case -2: *out = -(long long)(((unsigned long long)d[1] << PyLong_SHIFT) | d[0]); return 0;
-            }
-        }
-    #elif PY_VERSION_HEX >= 0x030C0000 && !CYTHON_COMPILING_IN_LIMITED_API && !CYTHON_COMPILING_IN_PYPY
-        if (PyLong_CheckExact(o) && PyUnstable_Long_IsCompact((PyLongObject*)o)) {
-            *out = (long long)PyUnstable_Long_CompactValue((PyLongObject*)o);
+        if (kafkacap_small_int(o)) {
+            *out = kafkacap_small_value(o);
             return 0;
         }
-    #endif
         *out = PyLong_AsLongLongAndOverflow(o, &overflow);
         if (overflow) return 1;
         if (*out == -1 && PyErr_Occurred()) return -1;
@@ -79,6 +87,8 @@ cdef extern from *:
         return PyUnicode_AsUTF8AndSize(o, size);
     }
     """
+    bint small_int "kafkacap_small_int"(object o) noexcept
+    long long small_value "kafkacap_small_value"(object o) noexcept
     int as_int64 "kafkacap_as_int64"(object o, long long* out) except -1
     const char* utf8_of "kafkacap_utf8"(object text, Py_ssize_t* size) except NULL
 
@@ -322,9 +332,16 @@ cdef inline int put_int_null(IntColumn column) except -1:
 
 
 cdef inline int put_int_obj(IntColumn column, object value) except -1:
-    cdef long long v
     if value is None:
         return put_int_null(column)
+    if small_int(value):
+        return put_int(column, small_value(value))
+    return put_big_int(column, value)
+
+
+cdef int put_big_int(IntColumn column, object value) except -1:
+    """put_int_obj beyond the small ints (out of line: its locals cost the fast path a stack canary)."""
+    cdef long long v
     if as_int64(value, &v):
         return out_of_range(value, column.type)
     return put_int(column, v)
@@ -354,7 +371,9 @@ cdef class IntColumn(Column):
         return put_int_null(self)
 
     cdef int add_obj(self, object value) except -1:
-        return put_int_obj(self, value)
+        if value is None:
+            return put_int_null(self)
+        return put_big_int(self, value)
 
     cdef int64_t at(self, Py_ssize_t i) noexcept:
         if self.width == 8:
@@ -382,7 +401,9 @@ cdef inline int put_stamp(StampColumn column, object value) except -1:
     if value is None:
         column.nulls += 1
     else:
-        if as_int64(value, &v):
+        if small_int(value):
+            v = small_value(value)
+        elif as_int64(value, &v):
             column.far[n] = value
             v = 0
         set_bit(column.valid.data, n)
