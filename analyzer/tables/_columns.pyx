@@ -245,6 +245,12 @@ cdef inline Py_ssize_t next_cap(Column column) except -1:
     return cap
 
 
+cdef int enlarged(Column column) except -1:
+    """``column.enlarge()``, out of line for the inline adds (0: room made)."""
+    column.enlarge()
+    return 0
+
+
 cdef class Column:
     def __dealloc__(self):
         release(&self.valid)
@@ -304,10 +310,8 @@ cdef int out_of_range(object value, object typ) except -1:
 cdef inline int put_int(IntColumn column, int64_t v) except -1:
     cdef Py_ssize_t n = column.n
     cdef int width = column.width
-    if width != 8 and not column.lo <= v <= column.hi:
-        return out_of_range(v, column.type)
-    if n == column.cap:
-        column.enlarge()
+    if n == column.cap or (width != 8 and not column.lo <= v <= column.hi):
+        return put_int_room(column, v)
     if width == 8:
         (<int64_t*>column.data.data)[n] = v
     elif width == 4:
@@ -321,10 +325,18 @@ cdef inline int put_int(IntColumn column, int64_t v) except -1:
     return 0
 
 
+cdef int put_int_room(IntColumn column, int64_t v) except -1:
+    """put_int for a value out of range, or a column out of room (out of line: the fast path makes no call)."""
+    if column.width != 8 and not column.lo <= v <= column.hi:
+        return out_of_range(v, column.type)
+    column.enlarge()
+    return put_int(column, v)
+
+
 cdef inline int put_int_null(IntColumn column) except -1:
     cdef Py_ssize_t n = column.n
     if n == column.cap:
-        column.enlarge()
+        return enlarged(column) or put_int_null(column)
     (<int64_t*>(column.data.data + n * column.width))[0] = 0
     column.nulls += 1
     column.n = n + 1
@@ -394,20 +406,26 @@ cdef class IntColumn(Column):
 
 
 cdef inline int put_stamp(StampColumn column, object value) except -1:
-    cdef long long v = 0
     cdef Py_ssize_t n = column.n
     if n == column.cap:
-        column.enlarge()
+        return enlarged(column) or put_stamp(column, value)
     if value is None:
+        (<int64_t*>column.data.data)[n] = 0
         column.nulls += 1
-    else:
-        if small_int(value):
-            v = small_value(value)
-        elif as_int64(value, &v):
-            column.far[n] = value
-            v = 0
-        set_bit(column.valid.data, n)
+        column.n = n + 1
+        return 0
+    return put_time(column, value)
+
+
+cdef int put_time(StampColumn column, object value) except -1:
+    """put_stamp for a time (out of line: the conversion's locals cost a stack canary)."""
+    cdef long long v = 0
+    cdef Py_ssize_t n = column.n
+    if as_int64(value, &v):
+        column.far[n] = value
+        v = 0
     (<int64_t*>column.data.data)[n] = v
+    set_bit(column.valid.data, n)
     column.n = n + 1
     return 0
 
@@ -582,7 +600,7 @@ cdef inline int first_offset(Buf* offsets) except -1:
 cdef inline int put_text_null(StringColumn column) except -1:
     cdef Py_ssize_t n = column.n
     if n == column.cap:
-        column.enlarge()
+        return enlarged(column) or put_text_null(column)
     (<int32_t*>column.offsets.data)[n + 1] = <int32_t>column.data.size
     column.nulls += 1
     column.n = n + 1
