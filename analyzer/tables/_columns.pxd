@@ -23,7 +23,10 @@ cdef class Column:
     cdef readonly object type  # the Arrow type of the drained array
     cdef Py_ssize_t n  # values held
     cdef Py_ssize_t nulls
-    cdef Buf valid  # validity bitmap, one bit per value (set: not null)
+    cdef Py_ssize_t cap  # values every buffer has room for (an add checks this one count)
+    cdef Py_ssize_t want  # the capacity the last batch reached: the next one's first buffers
+    cdef Buf valid  # validity bitmap, one bit per value (set: not null), zero past the values held
+    cdef int enlarge(self) except -1
     cdef int add_null(self) except -1
     cdef int add_obj(self, object value) except -1
     cdef object value(self, Py_ssize_t i)
@@ -67,6 +70,7 @@ cdef class Float64Column(Column):
 cdef class StringColumn(Column):
     cdef Buf offsets  # int32, n + 1 of them
     cdef Buf data
+    cdef Py_ssize_t text_want  # the text buffer the last batch reached
     cdef bint topics  # values are topics: a bytes value is a topic id, made text (a name or UUID) when drained
     cdef Buf ids  # int32 row numbers of the values that are topic ids, ascending
     cdef bint big  # holds full_bytes of text or more: its table wants draining
@@ -136,6 +140,8 @@ cdef class ExchangeColumns(Table):
     cdef StringColumn api_name
     cdef list settings  # the SETTING_FIELDS columns
     cdef tuple setting_names
+    cdef dict setting_index  # name -> its place in settings
+    cdef int add_settings(self, dict settings) except -1
     cdef int add(self, Endpoints conn, object api_key, object api_version, object correlation_id,
                  object client_id, object request_first_ts, object request_last_ts, object response_first_ts,
                  object response_last_ts, object request_size, object response_size, object error_code,

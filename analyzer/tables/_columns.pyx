@@ -15,12 +15,11 @@ cimport cython
 from cpython.buffer cimport PyBuffer_FillInfo
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.float cimport PyFloat_AsDouble
-from cpython.long cimport PyLong_AsLongLongAndOverflow
-from cpython.mem cimport PyMem_RawFree, PyMem_RawRealloc
+from cpython.mem cimport PyMem_RawCalloc, PyMem_RawFree, PyMem_RawRealloc
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport INT32_MAX, int8_t, int16_t, int32_t, int64_t, uint8_t
-from libc.string cimport memcpy
+from libc.stdint cimport INT32_MAX, int8_t, int16_t, int32_t, int64_t, uint8_t, uint64_t
+from libc.string cimport memcpy, memset
 
 import pyarrow as pa
 
@@ -39,8 +38,63 @@ from dissectors.kafka.extract_rules import ErrorEntry, PartitionEntry
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object text, Py_ssize_t* size) except NULL
 
+cdef extern from *:
+    """
+    /* Whether an int object is small enough to be read in place (as Cython's own conversion does: most values,
+       ids, sizes, offsets, are), and its value; any other goes through kafkacap_as_int64. */
+    #if CYTHON_USE_PYLONG_INTERNALS && PY_VERSION_HEX < 0x030C0000
+    #define kafkacap_small_int(o) (PyLong_CheckExact(o) && (size_t)(Py_SIZE(o) + 2) <= 4)
+    static CYTHON_INLINE long long kafkacap_small_value(PyObject* o) {
+        const digit* d = ((PyLongObject*)o)->ob_digit;
+        switch (Py_SIZE(o)) {
+            case 1: return (long long)d[0];
+            case -1: return -(long long)d[0];
+            case 2: return (long long)(((unsigned long long)d[1] << PyLong_SHIFT) | d[0]);
+            case -2: return -(long long)(((unsigned long long)d[1] << PyLong_SHIFT) | d[0]);
+        }
+        return 0;
+    }
+    #elif PY_VERSION_HEX >= 0x030C0000 && !CYTHON_COMPILING_IN_LIMITED_API && !CYTHON_COMPILING_IN_PYPY
+    #define kafkacap_small_int(o) (PyLong_CheckExact(o) && PyUnstable_Long_IsCompact((PyLongObject*)(o)))
+    #define kafkacap_small_value(o) ((long long)PyUnstable_Long_CompactValue((PyLongObject*)(o)))
+    #else
+    #define kafkacap_small_int(o) 0
+    #define kafkacap_small_value(o) 0LL
+    #endif
+
+    /* An int object's value as int64: 0, 1 when out of range, -1 with an exception set when not an int
+       (PyLong_AsLongLongAndOverflow's rules, __index__ included). */
+    static CYTHON_INLINE int kafkacap_as_int64(PyObject* o, long long* out) {
+        int overflow = 0;
+        if (kafkacap_small_int(o)) {
+            *out = kafkacap_small_value(o);
+            return 0;
+        }
+        *out = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (overflow) return 1;
+        if (*out == -1 && PyErr_Occurred()) return -1;
+        return 0;
+    }
+
+    /* A str's UTF-8 bytes: an ASCII string's own, else PyUnicode_AsUTF8AndSize's (kept with the string). */
+    static CYTHON_INLINE const char* kafkacap_utf8(PyObject* o, Py_ssize_t* size) {
+    #if !CYTHON_COMPILING_IN_LIMITED_API && !CYTHON_COMPILING_IN_PYPY
+        if (PyUnicode_Check(o) && PyUnicode_IS_COMPACT_ASCII(o)) {
+            *size = PyUnicode_GET_LENGTH(o);
+            return (const char*)PyUnicode_DATA(o);
+        }
+    #endif
+        return PyUnicode_AsUTF8AndSize(o, size);
+    }
+    """
+    bint small_int "kafkacap_small_int"(object o) noexcept
+    long long small_value "kafkacap_small_value"(object o) noexcept
+    int as_int64 "kafkacap_as_int64"(object o, long long* out) except -1
+    const char* utf8_of "kafkacap_utf8"(object text, Py_ssize_t* size) except NULL
+
 cdef enum:
-    FIRST_CAP = 256
+    FIRST_CAP = 256  # bytes: a string column's first text buffer
+    FIRST_VALUES = 64  # values: a column's first buffers
 
 # A string column holding this much text asks for a drain (its offsets are int32); the string columns (of any
 # table) holding that much: while none does, no table need look.
@@ -77,20 +131,14 @@ cdef Py_ssize_t E_FIELDS = len(ErrorEntry._fields)
 # -- buffers ---------------------------------------------------------------------------------------------------
 
 cdef int grow(Buf* b, Py_ssize_t need) except -1:
-    """Room for ``need`` bytes. The raw allocator (malloc's alignment, 16 bytes, more than any value here
-    needs) keeps the buffers in tracemalloc's view, as the rows' Python objects were."""
+    """Room for ``need`` bytes, doubling. The raw allocator (malloc's alignment, 16 bytes, more than any value
+    here needs) keeps the buffers in tracemalloc's view, as the rows' Python objects were."""
     cdef Py_ssize_t cap = b.cap if b.cap else FIRST_CAP
-    cdef void* p
     while cap < need:
         if cap > (<Py_ssize_t>1 << 40):
             raise MemoryError("column buffer over 1 TiB")
         cap *= 2
-    p = PyMem_RawRealloc(b.data, <size_t>cap)
-    if p == NULL:
-        raise MemoryError()
-    b.data = <uint8_t*>p
-    b.cap = cap
-    return 0
+    return fit(b, cap)
 
 
 cdef inline int reserve(Buf* b, Py_ssize_t extra) except -1:
@@ -98,6 +146,49 @@ cdef inline int reserve(Buf* b, Py_ssize_t extra) except -1:
     if b.size + extra > b.cap:
         return grow(b, b.size + extra)
     return 0
+
+
+cdef int fit(Buf* b, Py_ssize_t need) except -1:
+    """Room for ``need`` bytes in one reallocation (none when there is room)."""
+    cdef void* p
+    if need <= b.cap:
+        return 0
+    p = PyMem_RawRealloc(b.data, <size_t>need)
+    if p == NULL:
+        raise MemoryError()
+    b.data = <uint8_t*>p
+    b.cap = need
+    return 0
+
+
+cdef int fit_zeroed(Buf* b, Py_ssize_t need) except -1:
+    """``fit`` for a bitmap: the bytes it adds are zero (an add then only sets a bit)."""
+    cdef Py_ssize_t old = b.cap
+    cdef void* p
+    if need <= old:
+        return 0
+    if b.data == NULL:
+        p = PyMem_RawCalloc(<size_t>need, 1)
+    else:
+        p = PyMem_RawRealloc(b.data, <size_t>need)
+    if p == NULL:
+        raise MemoryError()
+    b.data = <uint8_t*>p
+    b.cap = need
+    if old:
+        memset(b.data + old, 0, <size_t>(need - old))
+    return 0
+
+
+cdef inline void clear_bits(Buf* b, Py_ssize_t lo, Py_ssize_t hi) noexcept:
+    """Bits ``lo`` to ``hi`` (excluded) of a bitmap back to zero."""
+    cdef Py_ssize_t first = (lo + 7) >> 3, last = (hi + 7) >> 3
+    if hi <= lo or b.data == NULL:
+        return
+    if lo & 7:
+        b.data[lo >> 3] &= <uint8_t>((1 << (lo & 7)) - 1)
+    if last > first:
+        memset(b.data + first, 0, <size_t>(last - first))
 
 
 cdef inline void release(Buf* b) noexcept:
@@ -122,37 +213,50 @@ cdef class Block:
         PyMem_RawFree(self.data)
 
 
-cdef object take(Buf* b):
-    """The buffer's bytes as an Arrow buffer that owns them; ``b`` is left empty."""
+cdef object take(Buf* b, Py_ssize_t size):
+    """The buffer's first ``size`` bytes as an Arrow buffer that owns them; ``b`` is left empty."""
     cdef Block block = Block.__new__(Block)
     if b.data == NULL:  # an empty buffer still points somewhere
-        grow(b, 1)
+        fit(b, 1)
     block.data = b.data
-    block.size = b.size
+    block.size = size
     b.data = NULL
     b.size = b.cap = 0
     return pa.py_buffer(block)
 
 
 # -- columns ---------------------------------------------------------------------------------------------------
+#
+# Every column keeps room for ``cap`` values in all its buffers at once, so that an add checks one count; the
+# validity bitmap (and a bool column's values) is zero past the values held, so that an add sets one bit and a
+# null only counts. A null's value slot is written zero all the same: the drained buffers are deterministic
+# (spool files carry them). A drain hands the buffers over and the next batch starts with buffers as large as
+# the last one needed (``want``), allocated once at its first value.
 
-cdef inline int mark(Column column, bint present) except -1:
-    """The next value's validity bit; the caller then writes the value and counts it."""
-    cdef Py_ssize_t byte = column.n >> 3
-    if byte == column.valid.size:
-        reserve(&column.valid, 1)
-        column.valid.data[byte] = 0
-        column.valid.size = byte + 1
-    if present:
-        column.valid.data[byte] |= <uint8_t>(1 << (column.n & 7))
-    else:
-        column.nulls += 1
+cdef inline void set_bit(uint8_t* bits, Py_ssize_t i) noexcept:
+    bits[i >> 3] |= <uint8_t>(1 << (i & 7))
+
+
+cdef inline Py_ssize_t next_cap(Column column) except -1:
+    """The capacity in values a column grows to."""
+    cdef Py_ssize_t cap = column.cap * 2 if column.cap else max(column.want, <Py_ssize_t>FIRST_VALUES)
+    if cap > (<Py_ssize_t>1 << 37):
+        raise MemoryError("column buffer over 1 TiB")
+    return cap
+
+
+cdef int enlarged(Column column) except -1:
+    """``column.enlarge()``, out of line for the inline adds (0: room made)."""
+    column.enlarge()
     return 0
 
 
 cdef class Column:
     def __dealloc__(self):
         release(&self.valid)
+
+    cdef int enlarge(self) except -1:
+        raise NotImplementedError
 
     cdef int add_null(self) except -1:
         raise NotImplementedError
@@ -167,30 +271,92 @@ cdef class Column:
         raise NotImplementedError
 
     cdef void reset(self) noexcept:
+        """Empty again; the buffers not handed over are kept (bitmaps zeroed), and a batch as large as this one
+        finds its room at once."""
+        clear_bits(&self.valid, 0, min(self.n, self.valid.cap * 8))
         self.n = self.nulls = 0
-        self.valid.size = 0
+        if self.cap:
+            self.want = self.cap
+            self.cap = 0
 
     cdef void cut(self, Py_ssize_t n) noexcept:
         """Back to the first ``n`` values: a row that failed half-way is taken out of every column again."""
         cdef Py_ssize_t i
+        if n >= self.n:
+            return
         for i in range(n, self.n):
             if not self.present(i):
                 self.nulls -= 1
-        if n < self.n:
-            self.n = n
-        self.valid.size = (self.n + 7) >> 3
-        if self.n & 7:
-            self.valid.data[self.n >> 3] &= <uint8_t>((1 << (self.n & 7)) - 1)
+        clear_bits(&self.valid, n, self.n)
+        self.n = n
 
     cdef inline bint present(self, Py_ssize_t i) noexcept:
         return self.valid.data[i >> 3] >> (i & 7) & 1
 
     cdef object validity(self):
-        """The validity bitmap for Arrow (None without nulls: the bitmap is kept for the next batch)."""
+        """The validity bitmap for Arrow (None without nulls: the bitmap is kept, zeroed by ``reset``)."""
         if self.nulls == 0:
-            self.valid.size = 0
             return None
-        return take(&self.valid)
+        return take(&self.valid, (self.n + 7) >> 3)
+
+
+cdef int out_of_range(object value, object typ) except -1:
+    """Raise what Arrow's converter raises (kept out of the adds: their fast path stays a few instructions)."""
+    raise OverflowError(f"{value} out of range for {typ}")
+
+
+# The adds of the columns the tables write most, inline where the tables call them.
+
+cdef inline int put_int(IntColumn column, int64_t v) except -1:
+    cdef Py_ssize_t n = column.n
+    cdef int width = column.width
+    if n == column.cap or (width != 8 and not column.lo <= v <= column.hi):
+        return put_int_room(column, v)
+    if width == 8:
+        (<int64_t*>column.data.data)[n] = v
+    elif width == 4:
+        (<int32_t*>column.data.data)[n] = <int32_t>v
+    elif width == 2:
+        (<int16_t*>column.data.data)[n] = <int16_t>v
+    else:
+        (<int8_t*>column.data.data)[n] = <int8_t>v
+    set_bit(column.valid.data, n)
+    column.n = n + 1
+    return 0
+
+
+cdef int put_int_room(IntColumn column, int64_t v) except -1:
+    """put_int for a value out of range, or a column out of room (out of line: the fast path makes no call)."""
+    if column.width != 8 and not column.lo <= v <= column.hi:
+        return out_of_range(v, column.type)
+    column.enlarge()
+    return put_int(column, v)
+
+
+cdef inline int put_int_null(IntColumn column) except -1:
+    cdef Py_ssize_t n = column.n
+    if n == column.cap:
+        return enlarged(column) or put_int_null(column)
+    (<int64_t*>(column.data.data + n * column.width))[0] = 0
+    column.nulls += 1
+    column.n = n + 1
+    return 0
+
+
+cdef inline int put_int_obj(IntColumn column, object value) except -1:
+    if value is None:
+        return put_int_null(column)
+    if small_int(value):
+        return put_int(column, small_value(value))
+    return put_big_int(column, value)
+
+
+cdef int put_big_int(IntColumn column, object value) except -1:
+    """put_int_obj beyond the small ints (out of line: its locals cost the fast path a stack canary)."""
+    cdef long long v
+    if as_int64(value, &v):
+        return out_of_range(value, column.type)
+    return put_int(column, v)
 
 
 cdef class IntColumn(Column):
@@ -203,40 +369,23 @@ cdef class IntColumn(Column):
     def __dealloc__(self):
         release(&self.data)
 
-    cdef int add(self, int64_t v) except -1:
-        if not self.lo <= v <= self.hi:
-            raise OverflowError(f"{v} out of range for {self.type}")
-        reserve(&self.data, 8)
-        if self.width == 8:
-            (<int64_t*>self.data.data)[self.n] = v
-        elif self.width == 4:
-            (<int32_t*>self.data.data)[self.n] = <int32_t>v
-        elif self.width == 2:
-            (<int16_t*>self.data.data)[self.n] = <int16_t>v
-        else:
-            (<int8_t*>self.data.data)[self.n] = <int8_t>v
-        self.data.size += self.width
-        mark(self, True)
-        self.n += 1
+    cdef int enlarge(self) except -1:
+        cdef Py_ssize_t cap = next_cap(self)
+        fit(&self.data, cap * self.width + 8)  # 8 to spare: a null writes a whole int64 zero
+        fit_zeroed(&self.valid, (cap + 7) >> 3)
+        self.cap = cap
         return 0
+
+    cdef int add(self, int64_t v) except -1:
+        return put_int(self, v)
 
     cdef int add_null(self) except -1:
-        reserve(&self.data, 8)
-        (<int64_t*>(self.data.data + self.data.size))[0] = 0
-        self.data.size += self.width
-        mark(self, False)
-        self.n += 1
-        return 0
+        return put_int_null(self)
 
     cdef int add_obj(self, object value) except -1:
-        cdef int overflow = 0
-        cdef long long v
         if value is None:
-            return self.add_null()
-        v = PyLong_AsLongLongAndOverflow(value, &overflow)
-        if overflow:
-            raise OverflowError(f"{value} out of range for {self.type}")
-        return self.add(v)
+            return put_int_null(self)
+        return put_big_int(self, value)
 
     cdef int64_t at(self, Py_ssize_t i) noexcept:
         if self.width == 8:
@@ -253,15 +402,32 @@ cdef class IntColumn(Column):
     cdef object to_array(self, object resolve):
         cdef Py_ssize_t n = self.n, nulls = self.nulls
         validity = self.validity()
-        return pa.Array.from_buffers(self.type, n, [validity, take(&self.data)], null_count=nulls)
+        return pa.Array.from_buffers(self.type, n, [validity, take(&self.data, n * self.width)], null_count=nulls)
 
-    cdef void reset(self) noexcept:
-        Column.reset(self)
-        self.data.size = 0
 
-    cdef void cut(self, Py_ssize_t n) noexcept:
-        Column.cut(self, n)
-        self.data.size = self.n * self.width
+cdef inline int put_stamp(StampColumn column, object value) except -1:
+    cdef Py_ssize_t n = column.n
+    if n == column.cap:
+        return enlarged(column) or put_stamp(column, value)
+    if value is None:
+        (<int64_t*>column.data.data)[n] = 0
+        column.nulls += 1
+        column.n = n + 1
+        return 0
+    return put_time(column, value)
+
+
+cdef int put_time(StampColumn column, object value) except -1:
+    """put_stamp for a time (out of line: the conversion's locals cost a stack canary)."""
+    cdef long long v = 0
+    cdef Py_ssize_t n = column.n
+    if as_int64(value, &v):
+        column.far[n] = value
+        v = 0
+    (<int64_t*>column.data.data)[n] = v
+    set_bit(column.valid.data, n)
+    column.n = n + 1
+    return 0
 
 
 cdef class StampColumn(Column):
@@ -272,23 +438,18 @@ cdef class StampColumn(Column):
     def __dealloc__(self):
         release(&self.data)
 
-    cdef int add_obj(self, object value) except -1:
-        cdef int overflow = 0
-        cdef long long v = 0
-        if value is not None:
-            v = PyLong_AsLongLongAndOverflow(value, &overflow)
-            if overflow:
-                self.far[self.n] = value
-                v = 0
-        reserve(&self.data, 8)
-        (<int64_t*>self.data.data)[self.n] = v
-        self.data.size += 8
-        mark(self, value is not None)
-        self.n += 1
+    cdef int enlarge(self) except -1:
+        cdef Py_ssize_t cap = next_cap(self)
+        fit(&self.data, cap * 8)
+        fit_zeroed(&self.valid, (cap + 7) >> 3)
+        self.cap = cap
         return 0
 
+    cdef int add_obj(self, object value) except -1:
+        return put_stamp(self, value)
+
     cdef int add_null(self) except -1:
-        return self.add_obj(None)
+        return put_stamp(self, None)
 
     cdef object value(self, Py_ssize_t i):
         if not self.present(i):
@@ -305,17 +466,15 @@ cdef class StampColumn(Column):
             self.reset()
             return values
         validity = self.validity()
-        return pa.Array.from_buffers(self.type, n, [validity, take(&self.data)], null_count=nulls)
+        return pa.Array.from_buffers(self.type, n, [validity, take(&self.data, n * 8)], null_count=nulls)
 
     cdef void reset(self) noexcept:
         Column.reset(self)
-        self.data.size = 0
         if self.far:
             self.far = {}
 
     cdef void cut(self, Py_ssize_t n) noexcept:
         Column.cut(self, n)
-        self.data.size = self.n * 8
         if self.far:
             self.far = {i: v for i, v in self.far.items() if i < self.n}
 
@@ -327,22 +486,28 @@ cdef class BoolColumn(Column):
     def __dealloc__(self):
         release(&self.data)
 
+    cdef int enlarge(self) except -1:
+        cdef Py_ssize_t cap = next_cap(self)
+        fit_zeroed(&self.data, (cap + 7) >> 3)
+        fit_zeroed(&self.valid, (cap + 7) >> 3)
+        self.cap = cap
+        return 0
+
     cdef int add(self, bint v) except -1:
-        cdef Py_ssize_t byte = self.n >> 3
-        if byte == self.data.size:
-            reserve(&self.data, 1)
-            self.data.data[byte] = 0
-            self.data.size = byte + 1
+        cdef Py_ssize_t n = self.n
+        if n == self.cap:
+            self.enlarge()
         if v:
-            self.data.data[byte] |= <uint8_t>(1 << (self.n & 7))
-        mark(self, True)
-        self.n += 1
+            set_bit(self.data.data, n)
+        set_bit(self.valid.data, n)
+        self.n = n + 1
         return 0
 
     cdef int add_null(self) except -1:
-        self.add(False)
+        if self.n == self.cap:
+            self.enlarge()
         self.nulls += 1
-        self.valid.data[(self.n - 1) >> 3] &= <uint8_t>~(1 << ((self.n - 1) & 7))
+        self.n += 1
         return 0
 
     cdef int add_obj(self, object value) except -1:
@@ -358,17 +523,16 @@ cdef class BoolColumn(Column):
     cdef object to_array(self, object resolve):
         cdef Py_ssize_t n = self.n, nulls = self.nulls
         validity = self.validity()
-        return pa.Array.from_buffers(self.type, n, [validity, take(&self.data)], null_count=nulls)
+        return pa.Array.from_buffers(self.type, n, [validity, take(&self.data, (n + 7) >> 3)], null_count=nulls)
 
     cdef void reset(self) noexcept:
+        clear_bits(&self.data, 0, min(self.n, self.data.cap * 8))
         Column.reset(self)
-        self.data.size = 0
 
     cdef void cut(self, Py_ssize_t n) noexcept:
+        if n < self.n:
+            clear_bits(&self.data, n, self.n)
         Column.cut(self, n)
-        self.data.size = (self.n + 7) >> 3
-        if self.n & 7:
-            self.data.data[self.n >> 3] &= <uint8_t>((1 << (self.n & 7)) - 1)
 
 
 cdef class Float64Column(Column):
@@ -378,18 +542,29 @@ cdef class Float64Column(Column):
     def __dealloc__(self):
         release(&self.data)
 
+    cdef int enlarge(self) except -1:
+        cdef Py_ssize_t cap = next_cap(self)
+        fit(&self.data, cap * 8)
+        fit_zeroed(&self.valid, (cap + 7) >> 3)
+        self.cap = cap
+        return 0
+
     cdef int add(self, double v) except -1:
-        reserve(&self.data, 8)
-        (<double*>self.data.data)[self.n] = v
-        self.data.size += 8
-        mark(self, True)
-        self.n += 1
+        cdef Py_ssize_t n = self.n
+        if n == self.cap:
+            self.enlarge()
+        (<double*>self.data.data)[n] = v
+        set_bit(self.valid.data, n)
+        self.n = n + 1
         return 0
 
     cdef int add_null(self) except -1:
-        self.add(0.0)
+        cdef Py_ssize_t n = self.n
+        if n == self.cap:
+            self.enlarge()
+        (<double*>self.data.data)[n] = 0.0
         self.nulls += 1
-        self.valid.data[(self.n - 1) >> 3] &= <uint8_t>~(1 << ((self.n - 1) & 7))
+        self.n = n + 1
         return 0
 
     cdef int add_obj(self, object value) except -1:
@@ -403,15 +578,7 @@ cdef class Float64Column(Column):
     cdef object to_array(self, object resolve):
         cdef Py_ssize_t n = self.n, nulls = self.nulls
         validity = self.validity()
-        return pa.Array.from_buffers(self.type, n, [validity, take(&self.data)], null_count=nulls)
-
-    cdef void reset(self) noexcept:
-        Column.reset(self)
-        self.data.size = 0
-
-    cdef void cut(self, Py_ssize_t n) noexcept:
-        Column.cut(self, n)
-        self.data.size = self.n * 8
+        return pa.Array.from_buffers(self.type, n, [validity, take(&self.data, n * 8)], null_count=nulls)
 
 
 cdef inline int put_offset(Buf* offsets, Py_ssize_t at) except -1:
@@ -420,6 +587,23 @@ cdef inline int put_offset(Buf* offsets, Py_ssize_t at) except -1:
     reserve(offsets, 4)
     (<int32_t*>(offsets.data + offsets.size))[0] = <int32_t>at
     offsets.size += 4
+    return 0
+
+
+cdef inline int first_offset(Buf* offsets) except -1:
+    """The offsets of a column without room for values: the first one, 0."""
+    fit(offsets, 4)
+    (<int32_t*>offsets.data)[0] = 0
+    return 0
+
+
+cdef inline int put_text_null(StringColumn column) except -1:
+    cdef Py_ssize_t n = column.n
+    if n == column.cap:
+        return enlarged(column) or put_text_null(column)
+    (<int32_t*>column.offsets.data)[n + 1] = <int32_t>column.data.size
+    column.nulls += 1
+    column.n = n + 1
     return 0
 
 
@@ -445,17 +629,29 @@ cdef class StringColumn(Column):
             self.big = big
             big_columns += 1 if big else -1
 
+    cdef int enlarge(self) except -1:
+        cdef Py_ssize_t cap = next_cap(self)
+        fit(&self.offsets, (cap + 1) * 4)
+        (<int32_t*>self.offsets.data)[0] = 0
+        fit_zeroed(&self.valid, (cap + 7) >> 3)
+        self.cap = cap
+        return 0
+
     cdef int add_utf8(self, const char* s, Py_ssize_t length) except -1:
-        if self.offsets.size == 0:
-            put_offset(&self.offsets, 0)
-        reserve(&self.data, length)
+        cdef Py_ssize_t n = self.n, end = self.data.size + length
+        if end > INT32_MAX:
+            raise OverflowError("a column batch over 2 GiB (int32 offsets)")
+        if n == self.cap:
+            self.enlarge()
+        if end > self.data.cap:
+            grow(&self.data, max(end, self.text_want))
         memcpy(self.data.data + self.data.size, s, <size_t>length)
-        put_offset(&self.offsets, self.data.size + length)
-        self.data.size += length
-        if self.data.size >= full_bytes:
+        (<int32_t*>self.offsets.data)[n + 1] = <int32_t>end
+        self.data.size = end
+        if end >= full_bytes:
             self.weigh()
-        mark(self, True)
-        self.n += 1
+        set_bit(self.valid.data, n)
+        self.n = n + 1
         return 0
 
     cdef int add_bytes(self, bytes raw, bint topic_id) except -1:
@@ -468,12 +664,7 @@ cdef class StringColumn(Column):
         return self.add_utf8(PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw))
 
     cdef int add_null(self) except -1:
-        if self.offsets.size == 0:
-            put_offset(&self.offsets, 0)
-        put_offset(&self.offsets, self.data.size)
-        mark(self, False)
-        self.n += 1
-        return 0
+        return put_text_null(self)
 
     cdef int add_obj(self, object value) except -1:
         cdef const char* s
@@ -481,7 +672,7 @@ cdef class StringColumn(Column):
         if value is None:
             return self.add_null()
         if isinstance(value, str):
-            s = PyUnicode_AsUTF8AndSize(value, &length)
+            s = utf8_of(value, &length)
             return self.add_utf8(s, length)
         if type(value) is bytes and self.topics:
             return self.add_bytes(<bytes>value, True)
@@ -512,13 +703,16 @@ cdef class StringColumn(Column):
 
     cdef object to_array(self, object resolve):
         cdef Py_ssize_t n = self.n, nulls = self.nulls
-        if self.offsets.size == 0:
-            put_offset(&self.offsets, 0)
+        if self.cap == 0:
+            first_offset(&self.offsets)
+        self.offsets.size = (n + 1) * 4
         if self.ids.size:
             self.name_ids(resolve)
+        if self.data.cap > FIRST_CAP:
+            self.text_want = self.data.cap
         validity = self.validity()
-        return pa.Array.from_buffers(self.type, n, [validity, take(&self.offsets), take(&self.data)],
-                                     null_count=nulls)
+        return pa.Array.from_buffers(self.type, n, [validity, take(&self.offsets, self.offsets.size),
+                                                    take(&self.data, self.data.size)], null_count=nulls)
 
     cdef int name_ids(self, object resolve) except -1:
         """Rewrite the data with every topic id replaced by its text (``resolve(id)``, once per distinct id)."""
@@ -561,17 +755,13 @@ cdef class StringColumn(Column):
     cdef void reset(self) noexcept:
         Column.reset(self)
         self.data.size = 0
-        self.offsets.size = 0  # the first offset, 0, is written with the first value
+        self.offsets.size = 0
         self.ids.size = 0
         self.weigh()
 
     cdef void cut(self, Py_ssize_t n) noexcept:
         Column.cut(self, n)
-        if self.n == 0:
-            self.offsets.size = self.data.size = 0
-        else:
-            self.offsets.size = (self.n + 1) * 4
-            self.data.size = self.start(self.n)
+        self.data.size = self.start(self.n) if self.n else 0
         while self.ids.size and (<int32_t*>(self.ids.data + self.ids.size))[-1] >= self.n:
             self.ids.size -= 4
         self.weigh()
@@ -587,24 +777,44 @@ cdef class TopicsColumn(Column):
     def __dealloc__(self):
         release(&self.offsets)
 
+    cdef int enlarge(self) except -1:
+        cdef Py_ssize_t cap = next_cap(self)
+        fit(&self.offsets, (cap + 1) * 4)
+        (<int32_t*>self.offsets.data)[0] = 0
+        fit_zeroed(&self.valid, (cap + 7) >> 3)
+        self.cap = cap
+        return 0
+
     cdef int add_null(self) except -1:
-        if self.offsets.size == 0:
-            put_offset(&self.offsets, 0)
-        put_offset(&self.offsets, self.names.n)
-        mark(self, False)
-        self.n += 1
+        cdef Py_ssize_t n = self.n
+        if n == self.cap:
+            self.enlarge()
+        (<int32_t*>self.offsets.data)[n + 1] = <int32_t>self.names.n
+        self.nulls += 1
+        self.n = n + 1
         return 0
 
     cdef int add_obj(self, object value) except -1:
+        cdef Py_ssize_t n = self.n
+        cdef StringColumn names = self.names
         if value is None:
             return self.add_null()
-        if self.offsets.size == 0:
-            put_offset(&self.offsets, 0)
-        for topic in value:
-            self.names.add_obj(topic)
-        put_offset(&self.offsets, self.names.n)
-        mark(self, True)
-        self.n += 1
+        if n == self.cap:
+            self.enlarge()
+        if type(value) is list:
+            for topic in <list>value:
+                names.add_obj(topic)
+        elif type(value) is tuple:
+            for topic in <tuple>value:
+                names.add_obj(topic)
+        else:
+            for topic in value:
+                names.add_obj(topic)
+        if names.n > INT32_MAX:
+            raise OverflowError("a column batch over 2 G values")
+        (<int32_t*>self.offsets.data)[n + 1] = <int32_t>names.n
+        set_bit(self.valid.data, n)
+        self.n = n + 1
         return 0
 
     cdef object value(self, Py_ssize_t i):
@@ -616,11 +826,11 @@ cdef class TopicsColumn(Column):
 
     cdef object to_array(self, object resolve):
         cdef Py_ssize_t n = self.n, nulls = self.nulls
-        if self.offsets.size == 0:
-            put_offset(&self.offsets, 0)
+        if self.cap == 0:
+            first_offset(&self.offsets)
         names = self.names.to_array(resolve)
         validity = self.validity()
-        return pa.Array.from_buffers(self.type, n, [validity, take(&self.offsets)], null_count=nulls,
+        return pa.Array.from_buffers(self.type, n, [validity, take(&self.offsets, (n + 1) * 4)], null_count=nulls,
                                      children=[names])
 
     cdef void reset(self) noexcept:
@@ -630,12 +840,7 @@ cdef class TopicsColumn(Column):
 
     cdef void cut(self, Py_ssize_t n) noexcept:
         Column.cut(self, n)
-        if self.n == 0:
-            self.offsets.size = 0
-            self.names.cut(0)
-        else:
-            self.offsets.size = (self.n + 1) * 4
-            self.names.cut((<int32_t*>self.offsets.data)[self.n])
+        self.names.cut((<int32_t*>self.offsets.data)[self.n] if self.n else 0)
 
 
 cdef Column column_of(str name, typ):
@@ -768,9 +973,25 @@ cdef inline int add_text(StringColumn column, object text) except -1:
     cdef const char* s
     cdef Py_ssize_t length
     if text is None:
-        return column.add_null()
-    s = PyUnicode_AsUTF8AndSize(text, &length)
+        return put_text_null(column)
+    s = utf8_of(text, &length)
     return column.add_utf8(s, length)
+
+
+cdef inline int put_obj(Column column, object value) except -1:
+    """``column.add_obj(value)``, inline for an IntColumn."""
+    if type(column) is IntColumn:
+        return put_int_obj(<IntColumn>column, value)
+    return column.add_obj(value)
+
+
+cdef inline int put_null(Column column) except -1:
+    """``column.add_null()``, inline for an IntColumn or a StringColumn."""
+    if type(column) is IntColumn:
+        return put_int_null(<IntColumn>column)
+    if type(column) is StringColumn:
+        return put_text_null(<StringColumn>column)
+    return column.add_null()
 
 
 cdef inline object item(tuple entry, Py_ssize_t i):
@@ -796,6 +1017,9 @@ cdef class ExchangeColumns(Table):
         self.record_count, self.record_bytes, self.api_name = c["record_count"], c["record_bytes"], c["api_name"]
         self.setting_names = SETTING_FIELDS
         self.settings = [c[name] for name in SETTING_FIELDS]
+        self.setting_index = {name: i for i, name in enumerate(SETTING_FIELDS)}
+        if len(SETTING_FIELDS) > 64:
+            raise TypeError("more settings columns than add_settings has bits for")
 
     cdef int add(self, Endpoints conn, object api_key, object api_version, object correlation_id,
                  object client_id, object request_first_ts, object request_last_ts, object response_first_ts,
@@ -806,43 +1030,70 @@ cdef class ExchangeColumns(Table):
         cdef Column column
         cdef Py_ssize_t i
         try:
-            self.connection_id.add(conn.connection_id)
+            put_int(self.connection_id, conn.connection_id)
             add_text(self.client_ip, conn.client_ip)
-            self.client_port.add(conn.client_port)
+            put_int(self.client_port, conn.client_port)
             add_text(self.broker_ip, conn.broker_ip)
-            self.broker_port.add(conn.broker_port)
-            self.api_key.add_obj(api_key)
-            self.api_version.add_obj(api_version)
-            self.correlation_id.add_obj(correlation_id)
+            put_int(self.broker_port, conn.broker_port)
+            put_int_obj(self.api_key, api_key)
+            put_int_obj(self.api_version, api_version)
+            put_int_obj(self.correlation_id, correlation_id)
             add_text(self.client_id, client_id)
-            self.request_first_ts.add_obj(request_first_ts)
-            self.request_last_ts.add_obj(request_last_ts)
-            self.response_first_ts.add_obj(response_first_ts)
-            self.response_last_ts.add_obj(response_last_ts)
-            self.request_size.add_obj(request_size)
-            self.response_size.add_obj(response_size)
-            self.error_code.add_obj(error_code)
-            self.throttle_time_ms.add_obj(throttle_time_ms)
+            put_stamp(self.request_first_ts, request_first_ts)
+            put_stamp(self.request_last_ts, request_last_ts)
+            put_stamp(self.response_first_ts, response_first_ts)
+            put_stamp(self.response_last_ts, response_last_ts)
+            put_int_obj(self.request_size, request_size)
+            put_int_obj(self.response_size, response_size)
+            put_int_obj(self.error_code, error_code)
+            put_int_obj(self.throttle_time_ms, throttle_time_ms)
             add_text(self.status, status)
-            self.request_frame.add_obj(request_frame)
-            self.response_frame.add_obj(response_frame)
+            put_int_obj(self.request_frame, request_frame)
+            put_int_obj(self.response_frame, response_frame)
             add_text(self.note, note)
             self.topics.add_obj(topics)
-            self.partition_count.add_obj(partition_count)
-            self.error_count.add_obj(error_count)
-            self.record_count.add_obj(record_count)
-            self.record_bytes.add_obj(record_bytes)
+            put_int_obj(self.partition_count, partition_count)
+            put_int_obj(self.error_count, error_count)
+            put_int_obj(self.record_count, record_count)
+            put_int_obj(self.record_bytes, record_bytes)
             add_text(self.api_name, api_name)
             if settings is None:
                 for column in self.settings:
-                    column.add_null()
+                    put_null(column)
             else:
-                for i in range(len(self.settings)):
-                    (<Column>self.settings[i]).add_obj(settings.get(self.setting_names[i]))
+                self.add_settings(settings)
             self.rows += 1
         except BaseException:
             self.cut()
             raise
+        return 0
+
+    @cython.boundscheck(False)  # indices below the lists' lengths, fixed in __init__
+    @cython.wraparound(False)
+    cdef int add_settings(self, dict settings) except -1:
+        """The settings columns' values: each of the dict's (a name no column has is ignored), null elsewhere.
+        Most exchanges carry a few settings, so the dict is walked rather than asked for every column."""
+        cdef uint64_t placed = 0
+        cdef Py_ssize_t i, count = len(self.settings)
+        cdef Column column
+        cdef bint failed = False
+        try:
+            for name, value in settings.items():
+                at = self.setting_index.get(name)
+                if at is not None:
+                    i = at
+                    put_obj(<Column>self.settings[i], value)
+                    placed |= (<uint64_t>1) << i
+            for i in range(count):
+                if not (placed >> i) & 1:
+                    put_null(<Column>self.settings[i])
+        except Exception:
+            failed = True
+        if failed:  # a value the column refuses: raise what asking column by column, in order, raises
+            for column in self.settings:
+                column.cut(self.rows)
+            for i in range(count):
+                (<Column>self.settings[i]).add_obj(settings.get(self.setting_names[i]))
         return 0
 
 
@@ -862,16 +1113,16 @@ cdef class ErrorColumns(Table):
         try:
             if not isinstance(error, tuple) or PyTuple_GET_SIZE(error) != E_FIELDS:
                 raise TypeError("not an ErrorEntry")
-            self.connection_id.add(connection_id)
-            self.correlation_id.add_obj(correlation_id)
-            self.api_key.add_obj(api_key)
-            self.api_version.add_obj(api_version)
+            put_int(self.connection_id, connection_id)
+            put_int_obj(self.correlation_id, correlation_id)
+            put_int_obj(self.api_key, api_key)
+            put_int_obj(self.api_version, api_version)
             add_text(self.client_id, client_id)
-            self.response_last_ts.add_obj(response_last_ts)
+            put_stamp(self.response_last_ts, response_last_ts)
             add_text(self.field_path, item(<tuple>error, E_FIELD_PATH))
             self.topic.add_obj(item(<tuple>error, E_TOPIC))
-            self.partition.add_obj(item(<tuple>error, E_PARTITION))
-            self.error_code.add_obj(item(<tuple>error, E_ERROR_CODE))
+            put_int_obj(self.partition, item(<tuple>error, E_PARTITION))
+            put_int_obj(self.error_code, item(<tuple>error, E_ERROR_CODE))
             add_text(self.error_message, item(<tuple>error, E_ERROR_MESSAGE))
             self.rows += 1
         except BaseException:
@@ -898,6 +1149,8 @@ cdef class PartitionColumns(Table):
         self.response_record_bytes = c["response_record_bytes"]
         self.summary = [c[name] for name in RECORD_SUMMARY_FIELDS]
 
+    @cython.boundscheck(False)  # indices below the lists' lengths, fixed in __init__
+    @cython.wraparound(False)
     cdef int add(self, int64_t connection_id, object correlation_id, object api_key, object api_version,
                  object client_id, object request_last_ts, object response_last_ts, object asked,
                  object answered, object summary) except -1:
@@ -923,24 +1176,23 @@ cdef class PartitionColumns(Table):
                 sm = <tuple>summary
                 if PyTuple_GET_SIZE(sm) != N_SUMMARY:
                     raise TypeError("not a records summary")
-            self.connection_id.add(connection_id)
-            self.correlation_id.add_obj(correlation_id)
-            self.api_key.add_obj(api_key)
-            self.api_version.add_obj(api_version)
+            put_int(self.connection_id, connection_id)
+            put_int_obj(self.correlation_id, correlation_id)
+            put_int_obj(self.api_key, api_key)
+            put_int_obj(self.api_version, api_version)
             add_text(self.client_id, client_id)
-            self.request_last_ts.add_obj(request_last_ts)
-            self.response_last_ts.add_obj(response_last_ts)
+            put_stamp(self.request_last_ts, request_last_ts)
+            put_stamp(self.response_last_ts, response_last_ts)
             self.topic.add_obj(_either(rs, rq, P_TOPIC))
-            self.partition.add_obj(_either(rs, rq, P_PARTITION))
-            self.error_code.add_obj(None if rs is None else item(rs, P_ERROR_CODE))
+            put_int_obj(self.partition, _either(rs, rq, P_PARTITION))
+            put_int_obj(self.error_code, None if rs is None else item(rs, P_ERROR_CODE))
             for j in range(N_OFFSETS):  # the lists hold IntColumns only (built in __init__)
-                (<IntColumn>self.asked[j]).add_obj(None if rq is None else item(rq, P_OFFSETS + j))
-                (<IntColumn>self.answered[j]).add_obj(None if rs is None else item(rs, P_OFFSETS + j))
-            self.request_record_bytes.add_obj(None if rq is None else item(rq, P_RECORD_BYTES))
-            self.response_record_bytes.add_obj(None if rs is None else item(rs, P_RECORD_BYTES))
+                put_int_obj(<IntColumn>self.asked[j], None if rq is None else item(rq, P_OFFSETS + j))
+                put_int_obj(<IntColumn>self.answered[j], None if rs is None else item(rs, P_OFFSETS + j))
+            put_int_obj(self.request_record_bytes, None if rq is None else item(rq, P_RECORD_BYTES))
+            put_int_obj(self.response_record_bytes, None if rs is None else item(rs, P_RECORD_BYTES))
             for j in range(N_SUMMARY):
-                column = <Column>self.summary[j]
-                column.add_obj(None if sm is None else item(sm, j))
+                put_obj(<Column>self.summary[j], None if sm is None else item(sm, j))
             self.rows += 1
         except BaseException:
             self.cut()
