@@ -179,8 +179,7 @@ cdef class PartitionColumns(Table):
     cdef StringColumn topic
     cdef IntColumn partition
     cdef IntColumn error_code
-    cdef list asked  # the request's offsets, PARTITION_OFFSET_FIELDS order
-    cdef list answered  # the response's
+    cdef list offsets  # PARTITION_OFFSET_FIELDS order: the response's value, else the request's
     cdef IntColumn request_record_bytes
     cdef IntColumn response_record_bytes
     cdef list summary  # the records field's summary, RECORD_SUMMARY_FIELDS order

@@ -1134,7 +1134,8 @@ cdef class ErrorColumns(Table):
 cdef class PartitionColumns(Table):
     """Rows of the partitions table (tables.schemas.PARTITION_ROW_FIELDS): an exchange's keys, the request's and
     the response's PartitionEntry of one topic-partition (either may be None) and its records summary (or None).
-    Topic and partition come from the response, else the request; the error code from the response."""
+    Topic, partition and each offset come from the response, else the request; the error code from the
+    response."""
 
     def __init__(self):
         Table.__init__(self, PARTITION_ROW_FIELDS)
@@ -1143,8 +1144,7 @@ cdef class PartitionColumns(Table):
         self.api_key, self.api_version, self.client_id = c["api_key"], c["api_version"], c["client_id"]
         self.request_last_ts, self.response_last_ts = c["request_last_ts"], c["response_last_ts"]
         self.topic, self.partition, self.error_code = c["topic"], c["partition"], c["error_code"]
-        self.asked = [c[f"asked_{name}"] for name in PARTITION_OFFSET_FIELDS]
-        self.answered = [c[f"answered_{name}"] for name in PARTITION_OFFSET_FIELDS]
+        self.offsets = [c[name] for name in PARTITION_OFFSET_FIELDS]
         self.request_record_bytes = c["request_record_bytes"]
         self.response_record_bytes = c["response_record_bytes"]
         self.summary = [c[name] for name in RECORD_SUMMARY_FIELDS]
@@ -1186,9 +1186,8 @@ cdef class PartitionColumns(Table):
             self.topic.add_obj(_either(rs, rq, P_TOPIC))
             put_int_obj(self.partition, _either(rs, rq, P_PARTITION))
             put_int_obj(self.error_code, None if rs is None else item(rs, P_ERROR_CODE))
-            for j in range(N_OFFSETS):  # the lists hold IntColumns only (built in __init__)
-                put_int_obj(<IntColumn>self.asked[j], None if rq is None else item(rq, P_OFFSETS + j))
-                put_int_obj(<IntColumn>self.answered[j], None if rs is None else item(rs, P_OFFSETS + j))
+            for j in range(N_OFFSETS):  # the list holds IntColumns only (built in __init__)
+                put_int_obj(<IntColumn>self.offsets[j], _either(rs, rq, P_OFFSETS + j))
             put_int_obj(self.request_record_bytes, None if rq is None else item(rq, P_RECORD_BYTES))
             put_int_obj(self.response_record_bytes, None if rs is None else item(rs, P_RECORD_BYTES))
             for j in range(N_SUMMARY):

@@ -332,7 +332,7 @@ PARTITIONS_SCHEMA = pa.schema([
 ])
 
 # Offsets, timestamps and epochs of a topic-partition, as its request and its response each carry them (the
-# column takes the response's value, else the request's: a coalesce per column, not per row).
+# core writes the response's value, else the request's, as it adds the row).
 PARTITION_OFFSET_FIELDS = (
     "base_offset", "log_append_time_ms", "log_start_offset", "high_watermark", "last_stable_offset",
     "fetch_offset", "committed_offset", "offset", "low_watermark", "end_offset", "timestamp", "leader_epoch",
@@ -340,9 +340,8 @@ PARTITION_OFFSET_FIELDS = (
 )
 PARTITION_ROW_FIELDS = (
     "connection_id", "correlation_id", "api_key", "api_version", "client_id", "request_last_ts",
-    "response_last_ts", "topic", "partition", "error_code",
-    *(f"asked_{name}" for name in PARTITION_OFFSET_FIELDS), *(f"answered_{name}" for name in PARTITION_OFFSET_FIELDS),
-    "request_record_bytes", "response_record_bytes", "batches", "records", "codec", "uncompressed_bytes",
+    "response_last_ts", "topic", "partition", "error_code", *PARTITION_OFFSET_FIELDS, "request_record_bytes",
+    "response_record_bytes", "batches", "records", "codec", "uncompressed_bytes",
     "producer_id", "producer_epoch", "base_sequence", "transactional", "control", "first_record_ts", "max_record_ts",
     "truncated_batches", "crc_failures", "records_first_offset", "records_last_offset",
 )
@@ -439,8 +438,7 @@ def _row_types(fields: tuple[str, ...], schema: pa.Schema) -> dict[str, pa.DataT
     """Arrow types of the core's row fields: the schema's, except timestamps (integer ns) and topics."""
     types = {}
     for name in fields:
-        column = name.removeprefix("asked_").removeprefix("answered_")
-        typ = schema.field(column).type if column in schema.names else pa.int64()
+        typ = schema.field(name).type if name in schema.names else pa.int64()
         if typ == TS:
             typ = pa.int64()
         elif name in ("topic", "topics"):
@@ -507,8 +505,6 @@ def _rows_batch(cols: dict[str, pa.Array], n: int, schema: pa.Schema, capture_fi
     if schema is ERRORS_SCHEMA:
         derived["expected"] = expected_errors(derived["error_name"], derived["api_name"])
     if "records" in cols:  # partitions: record timestamps are in ms; lag, ratio and age are derived here
-        for name in PARTITION_OFFSET_FIELDS:
-            cols[name] = pc.coalesce(cols[f"answered_{name}"], cols[f"asked_{name}"])
         first = cols["first_record_ts"]
         for name in ("first_record_ts", "max_record_ts"):
             cols[name] = _ms_to_ts(cols[name])
