@@ -83,8 +83,8 @@ _tables()
 
 _NOTHING = _m._NOTHING
 _UNDEFINED = _m._UNDEFINED
-_SETTING_NAMES = _m._SETTING_NAMES
-_SETTINGS = _m._SETTINGS
+cdef dict _SETTING_NAMES = _m._SETTING_NAMES
+cdef frozenset _SETTINGS = _m._SETTINGS
 cdef int SASL_HANDSHAKE = 17, SASL_AUTHENTICATE = 36, FIND_COORDINATOR = 10, JOIN_GROUP = 11
 cdef int SYNC_GROUP = 14, CONSUMER_GROUP_HEARTBEAT = 68
 # Extracted's and PartitionEntry's fields by position (NamedTuples: reading by index skips the attribute lookup
@@ -294,9 +294,14 @@ cdef class ExchangeMatcher(FrameSink):
     cdef public object connection
     cdef bytes _client_raw  # the last client_id's bytes and text: most connections have one
     cdef object _client_text
+    # ``out``'s settings for the run, read once (they are fixed before the first connection is made)
+    cdef bint bodies
+    cdef object tap
 
     def __init__(self, out, tuple conn_fields):
         self.out = out
+        self.bodies = out.bodies
+        self.tap = out.tap
         self.rows = out.exchanges
         self.errors = out.errors
         self.partitions = out.partitions
@@ -362,8 +367,8 @@ cdef class ExchangeMatcher(FrameSink):
         out = self.out
         if self._room_wanted(out.held_rows):
             out.make_room()
-        if out.tap is not None:
-            out.tap(self.conn.connection_id, False, first_no, last_no, head)
+        if self.tap is not None:
+            self.tap(self.conn.connection_id, False, first_no, last_no, head)
         PyObject_GetBuffer(head, &view, PyBUF_SIMPLE)
         try:
             end = view.len
@@ -404,7 +409,7 @@ cdef class ExchangeMatcher(FrameSink):
                 return
         bad = False
         x = _NOTHING
-        if out.bodies:
+        if self.bodies:
             try:
                 x = extract_body(head, body, end, key, ver, False, lossy or end < size + 4)
             except HeaderError as exc:  # DecodeError: the body does not follow its schema
@@ -424,7 +429,7 @@ cdef class ExchangeMatcher(FrameSink):
             self._new_client_id(client_id, head, end)
         self.last_request_corr = corr
         if key == JOIN_GROUP or key == SYNC_GROUP or key == CONSUMER_GROUP_HEARTBEAT:
-            group_body = bytes(head[body:end]) if out.bodies and not (bad or lossy) and end >= size + 4 else None
+            group_body = bytes(head[body:end]) if self.bodies and not (bad or lossy) and end >= size + 4 else None
         else:
             group_body = None
         recs = self._records(head, x, corr, key, ver, client_id, last_ts) if key == PRODUCE and xf(x, X_PARTITIONS) \
@@ -561,8 +566,8 @@ cdef class ExchangeMatcher(FrameSink):
         out = self.out
         if self._room_wanted(out.held_rows):
             out.make_room()
-        if out.tap is not None:
-            out.tap(self.conn.connection_id, True, first_no, last_no, head)
+        if self.tap is not None:
+            self.tap(self.conn.connection_id, True, first_no, last_no, head)
         if self.legacy is not None:
             self.legacy.response(first_ts, first_no, last_ts, last_no, size, head)
             return
@@ -611,7 +616,7 @@ cdef class ExchangeMatcher(FrameSink):
                 body = 9 if plain_v1 else decode_response_header(head, 4, end, key, ver)[1]
             else:
                 body = 8
-            if not out.bodies:
+            if not self.bodies:
                 error_code, throttle = response_top_level(head, body, end, key, ver)
                 placement = error_placement(key, ver)
                 if placement == ERRORS_AT_TOP and error_code is not None:
@@ -652,7 +657,7 @@ cdef class ExchangeMatcher(FrameSink):
                 note = _join(note, self._crc_note(recs))
         else:
             record_count = record_bytes = None
-        if out.bodies:
+        if self.bodies:
             topics = xf(rx, X_TOPICS)
             x_topics = xf(x, X_TOPICS)
             if x_topics and x_topics != topics:
