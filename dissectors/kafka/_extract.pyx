@@ -43,13 +43,14 @@ cdef extern from "Python.h":
 
 cdef bytes ZERO_UUID = bytes(16)
 cdef Py_ssize_t max_topics = MAX_TOPICS
+cdef Py_ssize_t SEEN_FROM = 16  # topics in a body past which they are also kept as a set
 cdef tuple NO_OFFSETS = (None,) * (len(PartitionEntry._fields) - 2)
 
 
 cdef class Acc:
     """What the generated functions of one body write into, and why they stopped if they did."""
     cdef list topics
-    cdef set seen
+    cdef set seen  # the topics as a set, once there are SEEN_FROM of them (None before)
     cdef Py_ssize_t partition_count
     cdef list errors
     cdef list partitions
@@ -62,7 +63,6 @@ cdef class Acc:
 
     def __cinit__(self):
         self.topics = []
-        self.seen = set()
         self.errors = []
         self.partitions = []
 
@@ -72,11 +72,21 @@ cdef class Acc:
             self.left_out = [0, 0, 0]
         self.left_out[kind] += 1
 
+    cdef bint knows(self, topic) except -1:
+        """Whether the body named this topic already: its few topics looked through, a set once they are many
+        (most bodies name one or two, and a set each would cost more than it saves)."""
+        if self.seen is not None:
+            return topic in self.seen
+        return topic in self.topics
+
     cdef void add_topic(self, topic) except *:
         """A topic not seen yet in this body: listed, up to MAX_TOPICS."""
         if len(self.topics) < max_topics:
-            self.seen.add(topic)
             self.topics.append(topic)
+            if self.seen is not None:
+                self.seen.add(topic)
+            elif len(self.topics) >= SEEN_FROM:
+                self.seen = set(self.topics)
         else:
             self.leave_out(2)
 
@@ -270,7 +280,7 @@ cdef Py_ssize_t read_topic_list(Acc acc, Cursor* c, bint compact, bint compact_n
         name = read_str(acc, c, compact_names, nullable_names, where)
         if acc.err:
             return -1
-        if name and name not in acc.seen:
+        if name and not acc.knows(name):
             acc.add_topic(name)
     return 0
 

@@ -313,10 +313,12 @@ cdef class FrameSplitter(ByteSink):
                 self.framed_bytes += total
                 if ts_obj is None:
                     ts_obj = ts
+                # A frame that is the whole chunk (a packet's payload, often) goes on without a slice of it.
+                head = buf if pos == 0 and need == n else buf[pos:pos + need]
                 if fts == ts:
-                    self._frame(ts_obj, fno, ts_obj, no, size, buf[pos:pos + need], False)
+                    self._frame(ts_obj, fno, ts_obj, no, size, head, False)
                 else:
-                    self._frame(fts, fno, ts_obj, no, size, buf[pos:pos + need], False)
+                    self._frame(fts, fno, ts_obj, no, size, head, False)
                 pos += total
                 if pos == n:
                     return

@@ -360,7 +360,7 @@ class _PlanWriter(StructRules):
                 self.report_topic()
 
     def report_topic(self) -> None:
-        self.emit("if own and topic not in acc.seen:")
+        self.emit("if own and not acc.knows(topic):")
         self.emit("acc.add_topic(topic)", 1)
 
     def read_string(self, target: str, type_name: str, where: str) -> None:

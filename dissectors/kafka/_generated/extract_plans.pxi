@@ -83,7 +83,7 @@ cdef Py_ssize_t x_ProduceRequest_TopicProduceData_v0(Acc acc, Cursor* c, object 
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topic_data.partition_data')
@@ -271,7 +271,7 @@ cdef Py_ssize_t x_ProduceRequest_TopicProduceData_v9(Acc acc, Cursor* c, object 
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -407,7 +407,7 @@ cdef Py_ssize_t x_FetchRequest_Topic_v0(Acc acc, Cursor* c, object topic, object
         if v_topic:
             topic = v_topic
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -628,7 +628,7 @@ cdef Py_ssize_t x_FetchRequest_Topic_v5(Acc acc, Cursor* c, object topic, object
         if v_topic:
             topic = v_topic
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -720,7 +720,7 @@ cdef Py_ssize_t x_FetchRequest_ForgottenTopic_v7(Acc acc, Cursor* c, object topi
         if v_topic:
             topic = v_topic
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'forgotten_topics_data.partitions')
@@ -872,7 +872,7 @@ cdef Py_ssize_t x_FetchRequest_Topic_v9(Acc acc, Cursor* c, object topic, object
         if v_topic:
             topic = v_topic
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -1112,7 +1112,7 @@ cdef Py_ssize_t x_FetchRequest_Topic_v12(Acc acc, Cursor* c, object topic, objec
         if v_topic:
             topic = v_topic
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -1158,7 +1158,7 @@ cdef Py_ssize_t x_FetchRequest_ForgottenTopic_v12(Acc acc, Cursor* c, object top
         if v_topic:
             topic = v_topic
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -1293,7 +1293,7 @@ cdef Py_ssize_t x_FetchRequest_Topic_v13(Acc acc, Cursor* c, object topic, objec
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -1340,7 +1340,7 @@ cdef Py_ssize_t x_FetchRequest_ForgottenTopic_v13(Acc acc, Cursor* c, object top
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -1607,7 +1607,7 @@ cdef Py_ssize_t x_FetchRequest_Topic_v17(Acc acc, Cursor* c, object topic, objec
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -1778,7 +1778,7 @@ cdef Py_ssize_t x_ListOffsetsRequest_Topic_v0(Acc acc, Cursor* c, object topic, 
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -1884,7 +1884,7 @@ cdef Py_ssize_t x_ListOffsetsRequest_Topic_v1(Acc acc, Cursor* c, object topic, 
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -2032,7 +2032,7 @@ cdef Py_ssize_t x_ListOffsetsRequest_Topic_v4(Acc acc, Cursor* c, object topic, 
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -2150,7 +2150,7 @@ cdef Py_ssize_t x_ListOffsetsRequest_Topic_v6(Acc acc, Cursor* c, object topic, 
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -2295,7 +2295,7 @@ cdef Py_ssize_t x_MetadataRequest_Topic_v0(Acc acc, Cursor* c, object topic, obj
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos > c.end:
             fail(acc, TRUNCATED, 'topics')
@@ -2445,7 +2445,7 @@ cdef Py_ssize_t x_MetadataRequest_Topic_v9(Acc acc, Cursor* c, object topic, obj
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if skip_tag_buffer(acc, c) < 0:
             break
@@ -2519,7 +2519,7 @@ cdef Py_ssize_t x_MetadataRequest_Topic_v10(Acc acc, Cursor* c, object topic, ob
             own = 2
             if v_topic_id != ZERO_UUID:
                 acc.name_topic_id(v_topic_id, v_name)
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if skip_tag_buffer(acc, c) < 0:
             break
@@ -2621,7 +2621,7 @@ cdef Py_ssize_t x_LeaderAndIsrRequest_PartitionState_v0(Acc acc, Cursor* c, obje
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 16 > c.end:
             fail(acc, TRUNCATED, 'ungrouped_partition_states.partition_index')
@@ -2731,7 +2731,7 @@ cdef Py_ssize_t x_LeaderAndIsrRequest_PartitionState_v1(Acc acc, Cursor* c, obje
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 16 > c.end:
             fail(acc, TRUNCATED, 'ungrouped_partition_states.partition_index')
@@ -2867,7 +2867,7 @@ cdef Py_ssize_t x_LeaderAndIsrRequest_TopicState_v2(Acc acc, Cursor* c, object t
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topic_states.partition_states')
@@ -3007,7 +3007,7 @@ cdef Py_ssize_t x_LeaderAndIsrRequest_TopicState_v3(Acc acc, Cursor* c, object t
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topic_states.partition_states')
@@ -3217,7 +3217,7 @@ cdef Py_ssize_t x_LeaderAndIsrRequest_TopicState_v4(Acc acc, Cursor* c, object t
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -3348,7 +3348,7 @@ cdef Py_ssize_t x_LeaderAndIsrRequest_TopicState_v5(Acc acc, Cursor* c, object t
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -3584,7 +3584,7 @@ cdef Py_ssize_t x_LeaderAndIsrRequest_TopicState_v6(Acc acc, Cursor* c, object t
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -3748,7 +3748,7 @@ cdef Py_ssize_t x_StopReplicaRequest_PartitionV0_v0(Acc acc, Cursor* c, object t
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'ungrouped_partitions.partition_index')
@@ -3813,7 +3813,7 @@ cdef Py_ssize_t x_StopReplicaRequest_TopicV1_v1(Acc acc, Cursor* c, object topic
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partition_indexes')
@@ -3882,7 +3882,7 @@ cdef Py_ssize_t x_StopReplicaRequest_TopicV1_v2(Acc acc, Cursor* c, object topic
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -3990,7 +3990,7 @@ cdef Py_ssize_t x_StopReplicaRequest_TopicState_v3(Acc acc, Cursor* c, object to
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -4112,7 +4112,7 @@ cdef Py_ssize_t x_UpdateMetadataRequest_PartitionState_v0(Acc acc, Cursor* c, ob
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 16 > c.end:
             fail(acc, TRUNCATED, 'ungrouped_partition_states.partition_index')
@@ -4487,7 +4487,7 @@ cdef Py_ssize_t x_UpdateMetadataRequest_PartitionState_v4(Acc acc, Cursor* c, ob
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 16 > c.end:
             fail(acc, TRUNCATED, 'ungrouped_partition_states.partition_index')
@@ -4633,7 +4633,7 @@ cdef Py_ssize_t x_UpdateMetadataRequest_TopicState_v5(Acc acc, Cursor* c, object
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topic_states.partition_states')
@@ -4819,7 +4819,7 @@ cdef Py_ssize_t x_UpdateMetadataRequest_TopicState_v6(Acc acc, Cursor* c, object
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -4988,7 +4988,7 @@ cdef Py_ssize_t x_UpdateMetadataRequest_TopicState_v7(Acc acc, Cursor* c, object
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -5192,7 +5192,7 @@ cdef Py_ssize_t x_OffsetCommitRequest_Topic_v0(Acc acc, Cursor* c, object topic,
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -5311,7 +5311,7 @@ cdef Py_ssize_t x_OffsetCommitRequest_Topic_v1(Acc acc, Cursor* c, object topic,
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -5547,7 +5547,7 @@ cdef Py_ssize_t x_OffsetCommitRequest_Topic_v6(Acc acc, Cursor* c, object topic,
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -5738,7 +5738,7 @@ cdef Py_ssize_t x_OffsetCommitRequest_Topic_v8(Acc acc, Cursor* c, object topic,
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -5847,7 +5847,7 @@ cdef Py_ssize_t x_StopReplicaRequest_TopicV1_v1_2(Acc acc, Cursor* c, object top
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partition_indexes')
@@ -5961,7 +5961,7 @@ cdef Py_ssize_t x_StopReplicaRequest_TopicV1_v2_2(Acc acc, Cursor* c, object top
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -6094,7 +6094,7 @@ cdef Py_ssize_t x_StopReplicaRequest_TopicV1_v2_3(Acc acc, Cursor* c, object top
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -7481,7 +7481,7 @@ cdef Py_ssize_t x_CreateTopicsRequest_CreatableTopic_v0(Acc acc, Cursor* c, obje
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         c.pos += 6
         if c.pos + 4 > c.end:
@@ -7683,7 +7683,7 @@ cdef Py_ssize_t x_CreateTopicsRequest_CreatableTopic_v5(Acc acc, Cursor* c, obje
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         c.pos += 6
         if c.pos < c.end and c.buf[c.pos] < 0x80:
@@ -7859,7 +7859,7 @@ cdef Py_ssize_t x_DeleteTopicsRequest_DeleteTopicState_v6(Acc acc, Cursor* c, ob
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if skip_tag_buffer(acc, c) < 0:
             break
@@ -7964,7 +7964,7 @@ cdef Py_ssize_t x_DeleteRecordsRequest_Topic_v0(Acc acc, Cursor* c, object topic
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -8079,7 +8079,7 @@ cdef Py_ssize_t x_DeleteRecordsRequest_Topic_v2(Acc acc, Cursor* c, object topic
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -8277,7 +8277,7 @@ cdef Py_ssize_t x_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v0(Acc acc, C
         if v_topic:
             topic = v_topic
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -8384,7 +8384,7 @@ cdef Py_ssize_t x_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v2(Acc acc, C
         if v_topic:
             topic = v_topic
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -8525,7 +8525,7 @@ cdef Py_ssize_t x_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v4(Acc acc, C
         if v_topic:
             topic = v_topic
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -8609,7 +8609,7 @@ cdef Py_ssize_t x_AddPartitionsToTxnRequest_Topic_v0(Acc acc, Cursor* c, object 
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'v3_and_below_topics.partitions')
@@ -8684,7 +8684,7 @@ cdef Py_ssize_t x_AddPartitionsToTxnRequest_Topic_v3(Acc acc, Cursor* c, object 
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -8770,7 +8770,7 @@ cdef Py_ssize_t x_AddPartitionsToTxnRequest_Topic_v3_2(Acc acc, Cursor* c, objec
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -9001,7 +9001,7 @@ cdef Py_ssize_t x_StopReplicaRequest_TopicV1_v1_3(Acc acc, Cursor* c, object top
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'markers.topics.partition_indexes')
@@ -9102,7 +9102,7 @@ cdef Py_ssize_t x_StopReplicaRequest_TopicV1_v2_4(Acc acc, Cursor* c, object top
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -9252,7 +9252,7 @@ cdef Py_ssize_t x_OffsetCommitRequest_Topic_v0_2(Acc acc, Cursor* c, object topi
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -9368,7 +9368,7 @@ cdef Py_ssize_t x_OffsetCommitRequest_Topic_v6_2(Acc acc, Cursor* c, object topi
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -9485,7 +9485,7 @@ cdef Py_ssize_t x_OffsetCommitRequest_Topic_v8_2(Acc acc, Cursor* c, object topi
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -9601,7 +9601,7 @@ cdef Py_ssize_t x_AddPartitionsToTxnRequest_Topic_v0_2(Acc acc, Cursor* c, objec
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'dirs.topics.partitions')
@@ -9706,7 +9706,7 @@ cdef Py_ssize_t x_AddPartitionsToTxnRequest_Topic_v3_3(Acc acc, Cursor* c, objec
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -9828,7 +9828,7 @@ cdef Py_ssize_t x_FetchRequest_ForgottenTopic_v7_2(Acc acc, Cursor* c, object to
         if v_topic:
             topic = v_topic
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -9896,7 +9896,7 @@ cdef Py_ssize_t x_FetchRequest_ForgottenTopic_v12_2(Acc acc, Cursor* c, object t
         if v_topic:
             topic = v_topic
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -10002,7 +10002,7 @@ cdef Py_ssize_t x_CreatePartitionsRequest_Topic_v0(Acc acc, Cursor* c, object to
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         c.pos += 4
         if c.pos + 4 > c.end:
@@ -10116,7 +10116,7 @@ cdef Py_ssize_t x_CreatePartitionsRequest_Topic_v2(Acc acc, Cursor* c, object to
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         c.pos += 4
         if c.pos < c.end and c.buf[c.pos] < 0x80:
@@ -10240,7 +10240,7 @@ cdef Py_ssize_t x_FetchRequest_ForgottenTopic_v7_3(Acc acc, Cursor* c, object to
         if v_topic:
             topic = v_topic
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topic_partitions.partitions')
@@ -10356,7 +10356,7 @@ cdef Py_ssize_t x_FetchRequest_ForgottenTopic_v12_3(Acc acc, Cursor* c, object t
         if v_topic:
             topic = v_topic
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -10494,7 +10494,7 @@ cdef Py_ssize_t x_AlterPartitionReassignmentsRequest_ReassignableTopic_v0(Acc ac
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -10585,7 +10585,7 @@ cdef Py_ssize_t x_StopReplicaRequest_TopicV1_v2_5(Acc acc, Cursor* c, object top
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -10697,7 +10697,7 @@ cdef Py_ssize_t x_OffsetDeleteRequest_Topic_v0(Acc acc, Cursor* c, object topic,
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -10845,7 +10845,7 @@ cdef Py_ssize_t x_VoteRequest_TopicData_v0(Acc acc, Cursor* c, object topic, obj
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -10960,7 +10960,7 @@ cdef Py_ssize_t x_VoteRequest_TopicData_v1(Acc acc, Cursor* c, object topic, obj
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -11076,7 +11076,7 @@ cdef Py_ssize_t x_VoteRequest_TopicData_v2(Acc acc, Cursor* c, object topic, obj
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -11190,7 +11190,7 @@ cdef Py_ssize_t x_BeginQuorumEpochRequest_TopicData_v0(Acc acc, Cursor* c, objec
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -11294,7 +11294,7 @@ cdef Py_ssize_t x_BeginQuorumEpochRequest_TopicData_v1(Acc acc, Cursor* c, objec
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -11452,7 +11452,7 @@ cdef Py_ssize_t x_EndQuorumEpochRequest_TopicData_v0(Acc acc, Cursor* c, object 
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -11590,7 +11590,7 @@ cdef Py_ssize_t x_EndQuorumEpochRequest_TopicData_v1(Acc acc, Cursor* c, object 
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -11725,7 +11725,7 @@ cdef Py_ssize_t x_DescribeQuorumRequest_TopicData_v0(Acc acc, Cursor* c, object 
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -11859,7 +11859,7 @@ cdef Py_ssize_t x_AlterPartitionRequest_TopicData_v0(Acc acc, Cursor* c, object 
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -11994,7 +11994,7 @@ cdef Py_ssize_t x_AlterPartitionRequest_TopicData_v1(Acc acc, Cursor* c, object 
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -12079,7 +12079,7 @@ cdef Py_ssize_t x_AlterPartitionRequest_TopicData_v2(Acc acc, Cursor* c, object 
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -12226,7 +12226,7 @@ cdef Py_ssize_t x_AlterPartitionRequest_TopicData_v3(Acc acc, Cursor* c, object 
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -12476,7 +12476,7 @@ cdef Py_ssize_t x_FetchSnapshotRequest_TopicSnapshot_v0(Acc acc, Cursor* c, obje
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -12590,7 +12590,7 @@ cdef Py_ssize_t x_FetchSnapshotRequest_TopicSnapshot_v1(Acc acc, Cursor* c, obje
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -12674,7 +12674,7 @@ cdef Py_ssize_t x_StopReplicaRequest_TopicV1_v2_6(Acc acc, Cursor* c, object top
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -12755,7 +12755,7 @@ cdef Py_ssize_t x_FetchRequest_ForgottenTopic_v13_2(Acc acc, Cursor* c, object t
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -12994,7 +12994,7 @@ cdef Py_ssize_t x_AssignReplicasToDirsRequest_TopicData_v0(Acc acc, Cursor* c, o
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -13116,7 +13116,7 @@ cdef Py_ssize_t x_MetadataRequest_Topic_v9_2(Acc acc, Cursor* c, object topic, o
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if skip_tag_buffer(acc, c) < 0:
             break
@@ -13142,7 +13142,7 @@ cdef Py_ssize_t x_ControlledShutdownResponse_RemainingPartition_v3(Acc acc, Curs
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         c.pos += 4
         if skip_tag_buffer(acc, c) < 0:
@@ -13333,7 +13333,7 @@ cdef Py_ssize_t x_ShareFetchRequest_FetchTopic_v0(Acc acc, Cursor* c, object top
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -13380,7 +13380,7 @@ cdef Py_ssize_t x_FetchRequest_ForgottenTopic_v13_3(Acc acc, Cursor* c, object t
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -13539,7 +13539,7 @@ cdef Py_ssize_t x_ShareAcknowledgeRequest_AcknowledgeTopic_v0(Acc acc, Cursor* c
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -13713,7 +13713,7 @@ cdef Py_ssize_t x_InitializeShareGroupStateRequest_InitializeStateData_v0(Acc ac
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -13829,7 +13829,7 @@ cdef Py_ssize_t x_ReadShareGroupStateRequest_ReadStateData_v0(Acc acc, Cursor* c
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -13979,7 +13979,7 @@ cdef Py_ssize_t x_WriteShareGroupStateRequest_WriteStateData_v0(Acc acc, Cursor*
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -14094,7 +14094,7 @@ cdef Py_ssize_t x_DeleteShareGroupStateRequest_DeleteStateData_v0(Acc acc, Curso
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -14210,7 +14210,7 @@ cdef Py_ssize_t x_ReadShareGroupStateRequest_ReadStateData_v0_2(Acc acc, Cursor*
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -14460,7 +14460,7 @@ cdef Py_ssize_t x_ProduceResponse_TopicProduceResponse_v0(Acc acc, Cursor* c, ob
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'responses.partition_responses')
@@ -14618,7 +14618,7 @@ cdef Py_ssize_t x_ProduceResponse_TopicProduceResponse_v2(Acc acc, Cursor* c, ob
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'responses.partition_responses')
@@ -14747,7 +14747,7 @@ cdef Py_ssize_t x_ProduceResponse_TopicProduceResponse_v5(Acc acc, Cursor* c, ob
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'responses.partition_responses')
@@ -14910,7 +14910,7 @@ cdef Py_ssize_t x_ProduceResponse_TopicProduceResponse_v8(Acc acc, Cursor* c, ob
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'responses.partition_responses')
@@ -15081,7 +15081,7 @@ cdef Py_ssize_t x_ProduceResponse_TopicProduceResponse_v9(Acc acc, Cursor* c, ob
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -15249,7 +15249,7 @@ cdef Py_ssize_t x_ProduceResponse_TopicProduceResponse_v10(Acc acc, Cursor* c, o
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -15404,7 +15404,7 @@ cdef Py_ssize_t x_FetchResponse_FetchableTopicResponse_v0(Acc acc, Cursor* c, ob
         if v_topic:
             topic = v_topic
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'responses.partitions')
@@ -15596,7 +15596,7 @@ cdef Py_ssize_t x_FetchResponse_FetchableTopicResponse_v4(Acc acc, Cursor* c, ob
         if v_topic:
             topic = v_topic
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'responses.partitions')
@@ -15759,7 +15759,7 @@ cdef Py_ssize_t x_FetchResponse_FetchableTopicResponse_v5(Acc acc, Cursor* c, ob
         if v_topic:
             topic = v_topic
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'responses.partitions')
@@ -15977,7 +15977,7 @@ cdef Py_ssize_t x_FetchResponse_FetchableTopicResponse_v11(Acc acc, Cursor* c, o
         if v_topic:
             topic = v_topic
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'responses.partitions')
@@ -16180,7 +16180,7 @@ cdef Py_ssize_t x_FetchResponse_FetchableTopicResponse_v12(Acc acc, Cursor* c, o
         if v_topic:
             topic = v_topic
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -16287,7 +16287,7 @@ cdef Py_ssize_t x_FetchResponse_FetchableTopicResponse_v13(Acc acc, Cursor* c, o
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -16503,7 +16503,7 @@ cdef Py_ssize_t x_ListOffsetsResponse_TopicResponse_v0(Acc acc, Cursor* c, objec
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -16622,7 +16622,7 @@ cdef Py_ssize_t x_ListOffsetsResponse_TopicResponse_v1(Acc acc, Cursor* c, objec
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -16782,7 +16782,7 @@ cdef Py_ssize_t x_ListOffsetsResponse_TopicResponse_v4(Acc acc, Cursor* c, objec
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -16913,7 +16913,7 @@ cdef Py_ssize_t x_ListOffsetsResponse_TopicResponse_v6(Acc acc, Cursor* c, objec
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -17072,7 +17072,7 @@ cdef Py_ssize_t x_MetadataResponse_Topic_v0(Acc acc, Cursor* c, object topic, ob
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -17192,7 +17192,7 @@ cdef Py_ssize_t x_MetadataResponse_Topic_v1(Acc acc, Cursor* c, object topic, ob
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         c.pos += 1
         if c.pos + 4 > c.end:
@@ -17471,7 +17471,7 @@ cdef Py_ssize_t x_MetadataResponse_Topic_v5(Acc acc, Cursor* c, object topic, ob
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         c.pos += 1
         if c.pos + 4 > c.end:
@@ -17646,7 +17646,7 @@ cdef Py_ssize_t x_MetadataResponse_Topic_v7(Acc acc, Cursor* c, object topic, ob
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         c.pos += 1
         if c.pos + 4 > c.end:
@@ -17766,7 +17766,7 @@ cdef Py_ssize_t x_MetadataResponse_Topic_v8(Acc acc, Cursor* c, object topic, ob
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         c.pos += 1
         if c.pos + 4 > c.end:
@@ -18014,7 +18014,7 @@ cdef Py_ssize_t x_MetadataResponse_Topic_v9(Acc acc, Cursor* c, object topic, ob
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         c.pos += 1
         if c.pos < c.end and c.buf[c.pos] < 0x80:
@@ -18162,7 +18162,7 @@ cdef Py_ssize_t x_MetadataResponse_Topic_v10(Acc acc, Cursor* c, object topic, o
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -18381,7 +18381,7 @@ cdef Py_ssize_t x_MetadataResponse_Topic_v12(Acc acc, Cursor* c, object topic, o
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -18601,7 +18601,7 @@ cdef Py_ssize_t x_LeaderAndIsrResponse_PartitionError_v0(Acc acc, Cursor* c, obj
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 6 > c.end:
             fail(acc, TRUNCATED, 'partition_errors.partition_index')
@@ -18695,7 +18695,7 @@ cdef Py_ssize_t x_LeaderAndIsrResponse_PartitionError_v4(Acc acc, Cursor* c, obj
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 6 > c.end:
             fail(acc, TRUNCATED, 'partition_errors.partition_index')
@@ -18835,7 +18835,7 @@ cdef Py_ssize_t x_LeaderAndIsrResponse_TopicError_v5(Acc acc, Cursor* c, object 
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -18937,7 +18937,7 @@ cdef Py_ssize_t x_LeaderAndIsrResponse_PartitionError_v0_2(Acc acc, Cursor* c, o
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 6 > c.end:
             fail(acc, TRUNCATED, 'partition_errors.partition_index')
@@ -19031,7 +19031,7 @@ cdef Py_ssize_t x_LeaderAndIsrResponse_PartitionError_v4_2(Acc acc, Cursor* c, o
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 6 > c.end:
             fail(acc, TRUNCATED, 'partition_errors.partition_index')
@@ -19200,7 +19200,7 @@ cdef Py_ssize_t x_StopReplicaRequest_PartitionV0_v0_2(Acc acc, Cursor* c, object
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'remaining_partitions.partition_index')
@@ -19282,7 +19282,7 @@ cdef Py_ssize_t x_ControlledShutdownResponse_RemainingPartition_v3_2(Acc acc, Cu
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'remaining_partitions.partition_index')
@@ -19416,7 +19416,7 @@ cdef Py_ssize_t x_OffsetCommitResponse_Topic_v0(Acc acc, Cursor* c, object topic
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -19572,7 +19572,7 @@ cdef Py_ssize_t x_OffsetCommitResponse_Topic_v8(Acc acc, Cursor* c, object topic
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -19718,7 +19718,7 @@ cdef Py_ssize_t x_OffsetFetchResponse_Topic_v0(Acc acc, Cursor* c, object topic,
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -19951,7 +19951,7 @@ cdef Py_ssize_t x_OffsetFetchResponse_Topic_v5(Acc acc, Cursor* c, object topic,
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -20105,7 +20105,7 @@ cdef Py_ssize_t x_OffsetFetchResponse_Topic_v6(Acc acc, Cursor* c, object topic,
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -20271,7 +20271,7 @@ cdef Py_ssize_t x_OffsetFetchResponse_Topic_v6_2(Acc acc, Cursor* c, object topi
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -23004,7 +23004,7 @@ cdef Py_ssize_t x_CreateTopicsResponse_CreatableTopicResult_v0(Acc acc, Cursor* 
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 2 > c.end:
             fail(acc, TRUNCATED, 'topics.error_code')
@@ -23076,7 +23076,7 @@ cdef Py_ssize_t x_CreateTopicsResponse_CreatableTopicResult_v1(Acc acc, Cursor* 
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 2 > c.end:
             fail(acc, TRUNCATED, 'topics.error_code')
@@ -23208,7 +23208,7 @@ cdef Py_ssize_t x_CreateTopicsResponse_CreatableTopicResult_v5(Acc acc, Cursor* 
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 2 > c.end:
             fail(acc, TRUNCATED, 'topics.error_code')
@@ -23372,7 +23372,7 @@ cdef Py_ssize_t x_CreateTopicsResponse_CreatableTopicResult_v7(Acc acc, Cursor* 
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         v_error_message = read_str(acc, c, True, True, 'topics.error_message')
         if acc.err:
@@ -23519,7 +23519,7 @@ cdef Py_ssize_t x_CreateTopicsResponse_CreatableTopicResult_v0_2(Acc acc, Cursor
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 2 > c.end:
             fail(acc, TRUNCATED, 'responses.error_code')
@@ -23629,7 +23629,7 @@ cdef Py_ssize_t x_DeleteTopicsResponse_DeletableTopicResult_v4(Acc acc, Cursor* 
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 2 > c.end:
             fail(acc, TRUNCATED, 'responses.error_code')
@@ -23717,7 +23717,7 @@ cdef Py_ssize_t x_DeleteTopicsResponse_DeletableTopicResult_v5(Acc acc, Cursor* 
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 2 > c.end:
             fail(acc, TRUNCATED, 'responses.error_code')
@@ -23819,7 +23819,7 @@ cdef Py_ssize_t x_DeleteTopicsResponse_DeletableTopicResult_v6(Acc acc, Cursor* 
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         v_error_message = read_str(acc, c, True, True, 'responses.error_message')
         if acc.err:
@@ -23950,7 +23950,7 @@ cdef Py_ssize_t x_DeleteRecordsResponse_TopicResult_v0(Acc acc, Cursor* c, objec
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -24077,7 +24077,7 @@ cdef Py_ssize_t x_DeleteRecordsResponse_TopicResult_v2(Acc acc, Cursor* c, objec
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -24292,7 +24292,7 @@ cdef Py_ssize_t x_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v0(Acc
         if v_topic:
             topic = v_topic
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -24411,7 +24411,7 @@ cdef Py_ssize_t x_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v1(Acc
         if v_topic:
             topic = v_topic
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -24571,7 +24571,7 @@ cdef Py_ssize_t x_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v4(Acc
         if v_topic:
             topic = v_topic
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -24698,7 +24698,7 @@ cdef Py_ssize_t x_AddPartitionsToTxnResponse_TopicResult_v0(Acc acc, Cursor* c, 
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'results_by_topic_v3_and_below.results_by_partition')
@@ -24815,7 +24815,7 @@ cdef Py_ssize_t x_AddPartitionsToTxnResponse_TopicResult_v3(Acc acc, Cursor* c, 
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -24944,7 +24944,7 @@ cdef Py_ssize_t x_AddPartitionsToTxnResponse_TopicResult_v3_2(Acc acc, Cursor* c
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -25319,7 +25319,7 @@ cdef Py_ssize_t x_OffsetCommitResponse_Topic_v0_2(Acc acc, Cursor* c, object top
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'markers.topics.partitions')
@@ -25460,7 +25460,7 @@ cdef Py_ssize_t x_OffsetCommitResponse_Topic_v8_2(Acc acc, Cursor* c, object top
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -25617,7 +25617,7 @@ cdef Py_ssize_t x_OffsetCommitResponse_Topic_v0_3(Acc acc, Cursor* c, object top
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -25734,7 +25734,7 @@ cdef Py_ssize_t x_OffsetCommitResponse_Topic_v8_3(Acc acc, Cursor* c, object top
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -27502,7 +27502,7 @@ cdef Py_ssize_t x_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v0(A
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'results.partitions')
@@ -27619,7 +27619,7 @@ cdef Py_ssize_t x_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v2(A
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -27735,7 +27735,7 @@ cdef Py_ssize_t x_DescribeLogDirsResponse_Topic_v0(Acc acc, Cursor* c, object to
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'results.topics.partitions')
@@ -27894,7 +27894,7 @@ cdef Py_ssize_t x_DescribeLogDirsResponse_Topic_v2(Acc acc, Cursor* c, object to
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -28354,7 +28354,7 @@ cdef Py_ssize_t x_CreateTopicsResponse_CreatableTopicResult_v1_2(Acc acc, Cursor
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 2 > c.end:
             fail(acc, TRUNCATED, 'results.error_code')
@@ -28437,7 +28437,7 @@ cdef Py_ssize_t x_DeleteTopicsResponse_DeletableTopicResult_v5_2(Acc acc, Cursor
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 2 > c.end:
             fail(acc, TRUNCATED, 'results.error_code')
@@ -29389,7 +29389,7 @@ cdef Py_ssize_t x_ElectLeadersResponse_ReplicaElectionResult_v0(Acc acc, Cursor*
         if v_topic:
             topic = v_topic
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'replica_election_results.partition_result')
@@ -29563,7 +29563,7 @@ cdef Py_ssize_t x_ElectLeadersResponse_ReplicaElectionResult_v2(Acc acc, Cursor*
         if v_topic:
             topic = v_topic
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -29879,7 +29879,7 @@ cdef Py_ssize_t x_AlterPartitionReassignmentsResponse_ReassignableTopicResponse_
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -30083,7 +30083,7 @@ cdef Py_ssize_t x_ListPartitionReassignmentsResponse_OngoingTopicReassignment_v0
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -30228,7 +30228,7 @@ cdef Py_ssize_t x_OffsetCommitResponse_Topic_v0_4(Acc acc, Cursor* c, object top
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -31028,7 +31028,7 @@ cdef Py_ssize_t x_VoteResponse_TopicData_v0(Acc acc, Cursor* c, object topic, ob
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -31221,7 +31221,7 @@ cdef Py_ssize_t x_BeginQuorumEpochResponse_TopicData_v0(Acc acc, Cursor* c, obje
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -31349,7 +31349,7 @@ cdef Py_ssize_t x_BeginQuorumEpochResponse_TopicData_v1(Acc acc, Cursor* c, obje
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -31487,7 +31487,7 @@ cdef Py_ssize_t x_BeginQuorumEpochResponse_TopicData_v0_2(Acc acc, Cursor* c, ob
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -31615,7 +31615,7 @@ cdef Py_ssize_t x_BeginQuorumEpochResponse_TopicData_v1_2(Acc acc, Cursor* c, ob
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -31810,7 +31810,7 @@ cdef Py_ssize_t x_DescribeQuorumResponse_TopicData_v0(Acc acc, Cursor* c, object
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -32005,7 +32005,7 @@ cdef Py_ssize_t x_DescribeQuorumResponse_TopicData_v1(Acc acc, Cursor* c, object
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -32204,7 +32204,7 @@ cdef Py_ssize_t x_DescribeQuorumResponse_TopicData_v2(Acc acc, Cursor* c, object
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -32427,7 +32427,7 @@ cdef Py_ssize_t x_AlterPartitionResponse_TopicData_v0(Acc acc, Cursor* c, object
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -32595,7 +32595,7 @@ cdef Py_ssize_t x_AlterPartitionResponse_TopicData_v1(Acc acc, Cursor* c, object
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -32701,7 +32701,7 @@ cdef Py_ssize_t x_AlterPartitionResponse_TopicData_v2(Acc acc, Cursor* c, object
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -33040,7 +33040,7 @@ cdef Py_ssize_t x_FetchSnapshotResponse_TopicSnapshot_v0(Acc acc, Cursor* c, obj
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -33532,7 +33532,7 @@ cdef Py_ssize_t x_DescribeProducersResponse_TopicResponse_v0(Acc acc, Cursor* c,
         if v_name:
             topic = v_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -33746,7 +33746,7 @@ cdef Py_ssize_t x_FetchRequest_ForgottenTopic_v12_4(Acc acc, Cursor* c, object t
         if v_topic:
             topic = v_topic
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -34037,7 +34037,7 @@ cdef Py_ssize_t x_FetchRequest_ForgottenTopic_v13_4(Acc acc, Cursor* c, object t
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -34196,7 +34196,7 @@ cdef Py_ssize_t x_ConsumerGroupDescribeResponse_TopicPartitions_v0(Acc acc, Curs
             own = 2
             if v_topic_id != ZERO_UUID:
                 acc.name_topic_id(v_topic_id, v_topic_name)
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -34286,7 +34286,7 @@ cdef Py_ssize_t x_ConsumerGroupDescribeResponse_TopicPartitions_v0_2(Acc acc, Cu
             own = 2
             if v_topic_id != ZERO_UUID:
                 acc.name_topic_id(v_topic_id, v_topic_name)
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -34919,7 +34919,7 @@ cdef Py_ssize_t x_AssignReplicasToDirsResponse_TopicData_v0(Acc acc, Cursor* c, 
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -35292,7 +35292,7 @@ cdef Py_ssize_t x_DescribeTopicPartitionsResponse_Topic_v0(Acc acc, Cursor* c, o
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -35350,7 +35350,7 @@ cdef Py_ssize_t x_ControlledShutdownResponse_RemainingPartition_v3_3(Acc acc, Cu
         if v_topic_name:
             topic = v_topic_name
             own = 2
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         c.pos += 4
         if skip_tag_buffer(acc, c) < 0:
@@ -35432,7 +35432,7 @@ cdef Py_ssize_t x_FetchRequest_ForgottenTopic_v13_5(Acc acc, Cursor* c, object t
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -35580,7 +35580,7 @@ cdef Py_ssize_t x_ConsumerGroupDescribeResponse_TopicPartitions_v0_3(Acc acc, Cu
             own = 2
             if v_topic_id != ZERO_UUID:
                 acc.name_topic_id(v_topic_id, v_topic_name)
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -35937,7 +35937,7 @@ cdef Py_ssize_t x_ShareFetchResponse_ShareFetchableTopicResponse_v0(Acc acc, Cur
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -36112,7 +36112,7 @@ cdef Py_ssize_t x_ShareAcknowledgeResponse_TopicResponse_v0(Acc acc, Cursor* c, 
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -36410,7 +36410,7 @@ cdef Py_ssize_t x_InitializeShareGroupStateResponse_InitializeStateResult_v0(Acc
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -36558,7 +36558,7 @@ cdef Py_ssize_t x_ReadShareGroupStateResponse_ReadStateResult_v0(Acc acc, Cursor
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -36684,7 +36684,7 @@ cdef Py_ssize_t x_InitializeShareGroupStateResponse_InitializeStateResult_v0_2(A
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -36810,7 +36810,7 @@ cdef Py_ssize_t x_InitializeShareGroupStateResponse_InitializeStateResult_v0_3(A
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
@@ -36937,7 +36937,7 @@ cdef Py_ssize_t x_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult_v0(A
         if own != 2 and v_topic_id != ZERO_UUID:
             topic = v_topic_id
             own = 1
-        if own and topic not in acc.seen:
+        if own and not acc.knows(topic):
             acc.add_topic(topic)
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
