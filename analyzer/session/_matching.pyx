@@ -105,6 +105,36 @@ cdef inline object xf(object entry, Py_ssize_t i):
     return <object>PyTuple_GET_ITEM(entry, i)
 
 
+cdef enum:
+    IN_STEP_MAX = 8  # entries a body may have for _in_step to compare them pairwise
+
+
+cdef inline bint same_place(object a, object b) except -1:
+    """Whether two PartitionEntries name the same topic-partition."""
+    return xf(a, P_PARTITION) == xf(b, P_PARTITION) and xf(a, P_TOPIC) == xf(b, P_TOPIC)
+
+
+cdef bint _in_step(list asked, list answered) except -1:
+    """Whether the request's and the response's entries pair by position (one side empty, or entry i of each
+    naming the same topic-partition) with no topic-partition twice: then pairing them by key, as a dict does,
+    gives the same rows in the same order. Only for a few entries (compared pairwise); others take the dict."""
+    cdef Py_ssize_t i, j, na = len(asked), nr = len(answered)
+    cdef list side = asked if na else answered
+    if na and nr:
+        if na != nr or na > IN_STEP_MAX:
+            return False
+        for i in range(na):
+            if not same_place(asked[i], answered[i]):
+                return False
+    elif len(side) > IN_STEP_MAX:
+        return False
+    for i in range(len(side)):
+        for j in range(i):
+            if same_place(side[i], side[j]):
+                return False
+    return True
+
+
 cdef inline tuple where_of(object p):
     """A PartitionEntry's (topic, partition): its key among an exchange's partitions."""
     return (xf(p, P_TOPIC), xf(p, P_PARTITION))
@@ -874,6 +904,19 @@ cdef class ExchangeMatcher(FrameSink):
         if self._room_wanted(out.held_rows):
             out.make_room()
 
+    cdef _emit_in_step(self, Request req, rs_last, list asked, list answered, dict summaries):
+        """The rows of entries paired by position (see _in_step): in the order the pairing by key gives them."""
+        cdef PartitionColumns partitions = self.partitions
+        cdef int64_t connection_id = self.conn.connection_id
+        cdef Py_ssize_t i, na = len(asked), nr = len(answered)
+        corr, key, ver, client_id = req.correlation_id, req.api_key, req.api_version, req.client_id
+        rq_last = req.last_ts
+        for i in range(na if na else nr):
+            rq = asked[i] if na else None
+            rs = answered[i] if nr else None
+            partitions.add(connection_id, corr, key, ver, client_id, rq_last, rs_last, rq, rs,
+                           summaries.get(where_of(rs if rq is None else rq)) if summaries else None)
+
     cdef _emit_partitions(self, Request req, rs_last, list answered, recs):
         """One row per topic-partition, the request's and the response's entries of it paired, with the
         summary of its records field (see analyzer.tables._columns.PartitionColumns)."""
@@ -891,6 +934,11 @@ cdef class ExchangeMatcher(FrameSink):
                 partitions.add(connection_id, corr, key, ver, client_id, rq_last, rs_last, rq, rs,
                                summaries.get(where_of(rq)) if summaries else None)
                 return
+        if _in_step(asked, answered):  # entry i of each names the same topic-partition, each once
+            self._emit_in_step(req, rs_last, asked, answered, summaries)
+            if self._room_wanted(out.held_rows):
+                out.make_room()
+            return
         merged = {}
         for p in asked:
             merged.setdefault(where_of(p), [p, None])
