@@ -9,12 +9,14 @@ is allowed, a varint too long). Python errors (memory) propagate as exceptions.
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.list cimport PyList_GET_ITEM
 from cpython.object cimport PyTypeObject
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_SET_ITEM
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memcmp
 
 from dissectors.kafka._wire cimport (
     MALFORMED,
@@ -171,6 +173,36 @@ cdef inline object rd_uuid(Cursor* c):
     return PyBytes_FromStringAndSize(<const char*>c.buf + c.pos - 16, 16)
 
 
+cdef enum:
+    TEXT_SLOTS = 256  # strings remembered decoded (a power of two)
+    TEXT_MAX = 64  # the longest string remembered
+
+
+# Strings decoded lately, by a hash of their bytes: a slot holds (raw bytes, text) or None. Bodies repeat the
+# same few topic names, group and member ids, so most strings are found here instead of decoded afresh.
+cdef list TEXTS = [None] * TEXT_SLOTS
+
+
+cdef object decoded(const uint8_t* p, Py_ssize_t n):
+    """The text of n bytes at p (UTF-8, replacement characters for bad bytes), from TEXTS when there."""
+    cdef uint32_t h = 2166136261u
+    cdef Py_ssize_t i
+    cdef object slot, raw, text
+    if n > TEXT_MAX:
+        return PyUnicode_DecodeUTF8(<const char*>p, n, "replace")
+    for i in range(n):
+        h = (h ^ p[i]) * 16777619u
+    i = (h ^ (h >> 16) ^ <uint32_t>n) & (TEXT_SLOTS - 1)
+    slot = <object>PyList_GET_ITEM(TEXTS, i)
+    if slot is not None:
+        raw = <object>PyTuple_GET_ITEM(slot, 0)
+        if PyBytes_GET_SIZE(raw) == n and memcmp(PyBytes_AS_STRING(raw), p, n) == 0:
+            return <object>PyTuple_GET_ITEM(slot, 1)
+    text = PyUnicode_DecodeUTF8(<const char*>p, n, "replace")
+    TEXTS[i] = (PyBytes_FromStringAndSize(<const char*>p, n), text)
+    return text
+
+
 cdef object read_str(Acc acc, Cursor* c, bint compact, bint nullable, where):
     """A string field (replacement characters for bad UTF-8, as Kafka's Java client decodes); None for a null
     where allowed. On failure acc.err is set (the caller checks it)."""
@@ -191,7 +223,7 @@ cdef object read_str(Acc acc, Cursor* c, bint compact, bint nullable, where):
         n = rd_i16(c)
     if 0 <= n <= c.end - c.pos:
         c.pos += n
-        return PyUnicode_DecodeUTF8(<const char*>c.buf + c.pos - n, n, "replace")
+        return decoded(c.buf + c.pos - n, n)
     if n == -1 and nullable:
         return None
     fail(acc, MALFORMED if n < 0 else TRUNCATED, where)
