@@ -324,14 +324,18 @@ cdef class ExchangeMatcher(FrameSink):
     cdef public object connection
     cdef bytes _client_raw  # the last client_id's bytes and text: most connections have one
     cdef object _client_text
-    # ``out``'s settings for the run, read once (they are fixed before the first connection is made)
-    cdef bint bodies
-    cdef object tap
+    # ``out``'s settings for the run, read once (fixed when it is made, the tap before any connection is)
+    cdef bint bodies, verify_crc
+    cdef object tap, limits
+    cdef bint record_rows  # --records: every record a row too
 
     def __init__(self, out, tuple conn_fields):
         self.out = out
         self.bodies = out.bodies
         self.tap = out.tap
+        self.verify_crc = out.verify_crc
+        self.limits = out.limits
+        self.record_rows = out.records is not None
         self.rows = out.exchanges
         self.errors = out.errors
         self.partitions = out.partitions
@@ -683,7 +687,7 @@ cdef class ExchangeMatcher(FrameSink):
             parts = xf(rx, X_PARTITIONS)
         if recs:
             record_count, record_bytes = _totals(recs, parts)
-            if out.verify_crc:
+            if self.verify_crc:
                 note = _join(note, self._crc_note(recs))
         else:
             record_count = record_bytes = None
@@ -835,9 +839,9 @@ cdef class ExchangeMatcher(FrameSink):
         rx = req.body
         note = _join(req.note, note)
         recs = req.records
-        if recs and self.out.verify_crc:
+        if recs and self.verify_crc:
             note = _join(note, self._crc_note(recs))
-        if self.out.bodies and rx is not _UNDEFINED:
+        if self.bodies and rx is not _UNDEFINED:
             topics, partition_count = rx.topics, rx.partition_count
         else:  # the request's body was not read
             topics = partition_count = None
@@ -881,17 +885,17 @@ cdef class ExchangeMatcher(FrameSink):
         computed while the frame's bytes are at hand. With record rows asked for, every record too."""
         cdef dict found = {}
         cdef Py_ssize_t size, length
-        o = self.out
-        if o.records is None:  # batch summaries only
-            size, limits, verify_crc = len(head), o.limits, o.verify_crc
+        if not self.record_rows:  # batch summaries only
+            size = len(head)
             for p in <list>xf(x, X_PARTITIONS):
                 at = xf(p, P_RECORDS_OFFSET)
                 if at is not None:
                     length = size - <Py_ssize_t>at
                     n = xf(p, P_RECORD_BYTES)
-                    found[where_of(p)] = records_summary(head, at, n if n < length else length, verify_crc, limits)
+                    found[where_of(p)] = records_summary(head, at, n if n < length else length, self.verify_crc,
+                                                         self.limits)
             return found
-        return _m.record_rows(o, self.conn.connection_id, head, x, corr, key, ver, client_id, ts)
+        return _m.record_rows(self.out, self.conn.connection_id, head, x, corr, key, ver, client_id, ts)
 
     cdef _emit_errors(self, Request req, rs_last, x):
         """One row per non-zero error field (an ErrorEntry)."""
