@@ -13,7 +13,8 @@ timestamps and packet numbers of its first and last byte, the value of its size 
 a copy; valid only during the call) and whether part of its body fell in a gap. Given an ``owner``, the
 splitter calls ``on_frame``, the validator and the finder with it first: they can then be functions shared
 by every stream (a class's methods) instead of bound methods made for each, which an idle connection would
-otherwise carry.
+otherwise carry. Given ``frames`` (a ``FrameSink``, ``dissectors/_sink.pxd``) instead of ``on_frame``, the
+frames go to its ``frame(responses, ...)`` method, called in C (the exchange matcher takes them so).
 
 Goals: bytes inside a large frame cost one subtraction (no copies, no per-byte work), so the speed follows
 the number of frames, not of bytes; a gap inside a frame body keeps sync, so snaplen-truncated captures still
