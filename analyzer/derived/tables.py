@@ -48,9 +48,10 @@ class DerivedTables:
             self._connections.append(pa.Table.from_batches([batch]).select(list(CONNECTION_KEYS)))
 
     def _exchanges(self, t: pa.Table) -> None:
-        if "group_id" not in t.column_names:
+        present = set(t.column_names)
+        if "group_id" not in present:
             return
-        t = t.select([c for c in GROUP_COLUMNS if c in t.column_names])
+        t = t.select([c for c in GROUP_COLUMNS if c in present])
         t = t.filter(pc.is_valid(t["group_id"]))  # the group-scoped exchanges: a few per member and second
         if not t.num_rows:
             return
