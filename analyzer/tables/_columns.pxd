@@ -27,6 +27,7 @@ cdef class Column:
     cdef Py_ssize_t want  # the capacity the last batch reached: the next one's first buffers
     cdef Buf valid  # validity bitmap, one bit per value (set: not null), zero past the values held
     cdef int enlarge(self) except -1
+    cdef int fit_values(self, Py_ssize_t cap) except -1  # the value buffers, for cap values
     cdef int add_null(self) except -1
     cdef int add_obj(self, object value) except -1
     cdef object value(self, Py_ssize_t i)

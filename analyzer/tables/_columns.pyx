@@ -245,6 +245,13 @@ cdef inline Py_ssize_t next_cap(Column column) except -1:
     return cap
 
 
+cdef int fit_offsets(Buf* offsets, Py_ssize_t cap) except -1:
+    """Offsets (int32) for ``cap`` values, the first of them 0."""
+    fit(offsets, (cap + 1) * 4)
+    (<int32_t*>offsets.data)[0] = 0
+    return 0
+
+
 cdef int enlarged(Column column) except -1:
     """``column.enlarge()``, out of line for the inline adds (0: room made)."""
     column.enlarge()
@@ -256,6 +263,15 @@ cdef class Column:
         release(&self.valid)
 
     cdef int enlarge(self) except -1:
+        """Room for more values: the capacity doubled (or the first batch's), the value buffers fitted to it and
+        the validity bitmap too, its new bytes zero."""
+        cdef Py_ssize_t cap = next_cap(self)
+        self.fit_values(cap)
+        fit_zeroed(&self.valid, (cap + 7) >> 3)
+        self.cap = cap
+        return 0
+
+    cdef int fit_values(self, Py_ssize_t cap) except -1:
         raise NotImplementedError
 
     cdef int add_null(self) except -1:
@@ -369,12 +385,8 @@ cdef class IntColumn(Column):
     def __dealloc__(self):
         release(&self.data)
 
-    cdef int enlarge(self) except -1:
-        cdef Py_ssize_t cap = next_cap(self)
-        fit(&self.data, cap * self.width + 8)  # 8 to spare: a null writes a whole int64 zero
-        fit_zeroed(&self.valid, (cap + 7) >> 3)
-        self.cap = cap
-        return 0
+    cdef int fit_values(self, Py_ssize_t cap) except -1:
+        return fit(&self.data, cap * self.width + 8)  # 8 to spare: a null writes a whole int64 zero
 
     cdef int add(self, int64_t v) except -1:
         return put_int(self, v)
@@ -438,12 +450,8 @@ cdef class StampColumn(Column):
     def __dealloc__(self):
         release(&self.data)
 
-    cdef int enlarge(self) except -1:
-        cdef Py_ssize_t cap = next_cap(self)
-        fit(&self.data, cap * 8)
-        fit_zeroed(&self.valid, (cap + 7) >> 3)
-        self.cap = cap
-        return 0
+    cdef int fit_values(self, Py_ssize_t cap) except -1:
+        return fit(&self.data, cap * 8)
 
     cdef int add_obj(self, object value) except -1:
         return put_stamp(self, value)
@@ -486,12 +494,8 @@ cdef class BoolColumn(Column):
     def __dealloc__(self):
         release(&self.data)
 
-    cdef int enlarge(self) except -1:
-        cdef Py_ssize_t cap = next_cap(self)
-        fit_zeroed(&self.data, (cap + 7) >> 3)
-        fit_zeroed(&self.valid, (cap + 7) >> 3)
-        self.cap = cap
-        return 0
+    cdef int fit_values(self, Py_ssize_t cap) except -1:
+        return fit_zeroed(&self.data, (cap + 7) >> 3)
 
     cdef int add(self, bint v) except -1:
         cdef Py_ssize_t n = self.n
@@ -542,12 +546,8 @@ cdef class Float64Column(Column):
     def __dealloc__(self):
         release(&self.data)
 
-    cdef int enlarge(self) except -1:
-        cdef Py_ssize_t cap = next_cap(self)
-        fit(&self.data, cap * 8)
-        fit_zeroed(&self.valid, (cap + 7) >> 3)
-        self.cap = cap
-        return 0
+    cdef int fit_values(self, Py_ssize_t cap) except -1:
+        return fit(&self.data, cap * 8)
 
     cdef int add(self, double v) except -1:
         cdef Py_ssize_t n = self.n
@@ -629,13 +629,8 @@ cdef class StringColumn(Column):
             self.big = big
             big_columns += 1 if big else -1
 
-    cdef int enlarge(self) except -1:
-        cdef Py_ssize_t cap = next_cap(self)
-        fit(&self.offsets, (cap + 1) * 4)
-        (<int32_t*>self.offsets.data)[0] = 0
-        fit_zeroed(&self.valid, (cap + 7) >> 3)
-        self.cap = cap
-        return 0
+    cdef int fit_values(self, Py_ssize_t cap) except -1:
+        return fit_offsets(&self.offsets, cap)
 
     cdef int add_utf8(self, const char* s, Py_ssize_t length) except -1:
         cdef Py_ssize_t n = self.n, end = self.data.size + length
@@ -777,13 +772,8 @@ cdef class TopicsColumn(Column):
     def __dealloc__(self):
         release(&self.offsets)
 
-    cdef int enlarge(self) except -1:
-        cdef Py_ssize_t cap = next_cap(self)
-        fit(&self.offsets, (cap + 1) * 4)
-        (<int32_t*>self.offsets.data)[0] = 0
-        fit_zeroed(&self.valid, (cap + 7) >> 3)
-        self.cap = cap
-        return 0
+    cdef int fit_values(self, Py_ssize_t cap) except -1:
+        return fit_offsets(&self.offsets, cap)
 
     cdef int add_null(self) except -1:
         cdef Py_ssize_t n = self.n
