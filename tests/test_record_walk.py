@@ -7,8 +7,9 @@ from __future__ import annotations
 import random
 import struct
 
+import numpy as np
 import pytest
-from analyzer.capture._walk import walk_records
+from analyzer.capture._walk import WalkAhead, walk_records
 
 
 def plain_walk(buf: bytes, pos: int, stop: int, little: bool, most: int) -> tuple[list[int], int, bool]:
@@ -57,3 +58,42 @@ def test_a_header_reaching_the_last_byte_is_read_and_one_past_it_is_not():
     assert walk_records(one, 0, 100, True, 8)[1:] == (20, True)
     assert walk_records(one[:15], 0, 100, True, 8)[1:] == (0, True)
     assert walk_records(b"", 0, 100, True, 8)[0].tolist() == []
+
+
+def plain_fields(buf: bytes, starts: list[int], span: int) -> list[bytes]:
+    """``span`` bytes from each start, from the last position they fit at for starts past it; zeros when the
+    buffer is shorter than ``span``."""
+    last = len(buf) - span
+    return [bytes(span) if last < 0 else buf[min(s, last):min(s, last) + span] for s in starts]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_walk_ahead_answers_what_the_walk_and_the_gather_would(seed):
+    """Every take is compared with the plain walk, whether the walk running ahead was the one asked for (the
+    next chunk), another one (the caller moved elsewhere: it is dropped), or none."""
+    rng = random.Random(seed)
+    little = rng.random() < 0.5
+    buf = records(rng, little, rng.randrange(0, 80))
+    if rng.random() < 0.4:
+        buf = buf[:rng.randrange(len(buf) + 1)]
+    if rng.random() < 0.2:
+        buf = bytes(rng.randrange(256) for _ in range(rng.randrange(200)))
+    span = rng.choice((1, 16, 70, 500))
+    most = rng.choice((4, 8, 1 << 17))
+    ahead = WalkAhead(buf, little, most, np.dtype(f"V{span}"), len(buf) - span)
+    pos, stop = 0, rng.choice((1, 50, 300, 1 << 20))
+    for _ in range(12):
+        starts, end, cut, fields = ahead.take(pos, stop)
+        expected = plain_walk(buf, pos, stop, little, most)
+        assert (starts.tolist(), end, cut) == expected
+        assert [bytes(f) for f in fields.view(f"V{span}")] == plain_fields(buf, expected[0], span)
+        choice = rng.random()
+        if choice < 0.6 and not cut:  # ahead, on the chunk the next take asks for
+            pos, stop = end, end + rng.choice((1, 50, 300, 1 << 20))
+            ahead.start(pos, stop)
+        else:
+            if choice < 0.8:  # ahead, on a chunk no one will ask for
+                ahead.start(end, end + 100)
+            pos = rng.randrange(len(buf) + 1)
+            stop = pos + rng.choice((1, 50, 300, 1 << 20))
+    ahead.wait()

@@ -3,9 +3,24 @@
 
 It is the only per-record step of the chunked reading (``analyzer.capture.chunks``) that cannot be done on
 whole columns, since each start depends on the record before; in the interpreter it cost a fifth of a
-process's work on small packets, and every process sharing a file (``--jobs``) had to do all of it."""
+process's work on small packets, and every process sharing a file (``--jobs``) had to do all of it.
 
+Each step of the walk waits for memory (the next header lies a record further on, often in a page not yet
+mapped), so ``WalkAhead`` walks the next chunk, and copies out its records' header fields, on a native thread
+while the current chunk is analysed. The thread touches no Python object, only the mapped bytes and arrays
+made for it beforehand; the same functions walk and gather when there is nothing to overlap with."""
+
+from cpython.pythread cimport (
+    WAIT_LOCK,
+    PyThread_acquire_lock,
+    PyThread_allocate_lock,
+    PyThread_free_lock,
+    PyThread_release_lock,
+    PyThread_start_new_thread,
+    PyThread_type_lock,
+)
 from libc.stdint cimport int64_t, uint32_t
+from libc.string cimport memcpy
 
 import numpy as np
 
@@ -21,31 +36,172 @@ cdef inline uint32_t _u32(const unsigned char* p, bint little) noexcept nogil:
     return p[3] | (<uint32_t>p[2] << 8) | (<uint32_t>p[1] << 16) | (<uint32_t>p[0] << 24)
 
 
+cdef struct Walk:
+    # what to walk
+    const unsigned char* buf
+    int64_t size
+    int64_t pos
+    int64_t stop
+    Py_ssize_t most
+    bint little
+    # what the walk found: starts[:n], the position after the last, whether it ran into the buffer's end
+    int64_t* starts
+    Py_ssize_t n
+    int64_t end
+    bint cut
+    # the gather: span bytes from each start (from `last` for starts past it) into windows; NULL: none
+    unsigned char* windows
+    Py_ssize_t span
+    int64_t last
+    # released when a thread's walk is done
+    PyThread_type_lock done
+
+
+cdef Py_ssize_t _room(int64_t pos, int64_t stop, Py_ssize_t most) noexcept nogil:
+    """Starts a walk may take: at most ``most`` (kept a multiple of 4 by callers), and a record takes 16 bytes
+    at least, so no more than that before the stop (the walk may end up to three records past it)."""
+    if most < 0:
+        most = 0
+    if stop > pos and most > (stop - pos) // 16 + 4:
+        most = (stop - pos) // 16 + 4
+    return most
+
+
+cdef void _walk(Walk* w) noexcept nogil:
+    cdef const unsigned char* buf = w.buf
+    cdef int64_t size = w.size, pos = w.pos, stop = w.stop
+    cdef Py_ssize_t n = 0, k, most = w.most
+    cdef bint little = w.little, cut = False
+    cdef int64_t* starts = w.starts
+    while pos < stop and n < most:
+        for k in range(4):
+            if pos < 0 or pos > size - 16:  # the header must lie wholly in the buffer
+                cut = True
+                break
+            if pos + AHEAD < size:
+                __builtin_prefetch(buf + pos + AHEAD)
+            starts[n] = pos
+            n += 1
+            pos += <int64_t>_u32(buf + pos + 8, little) + 16
+        if cut:
+            break
+    w.n = n
+    w.end = pos
+    w.cut = cut
+
+
+cdef void _gather(Walk* w) noexcept nogil:
+    cdef Py_ssize_t i, span = w.span
+    cdef int64_t at
+    if w.windows == NULL:
+        return
+    for i in range(w.n):
+        at = w.starts[i]
+        if at > w.last:
+            at = w.last
+        memcpy(w.windows + i * span, w.buf + at, <size_t>span)
+
+
+cdef void _run(void* arg) noexcept nogil:
+    cdef Walk* w = <Walk*>arg
+    _walk(w)
+    _gather(w)
+    PyThread_release_lock(w.done)
+
+
 def walk_records(const unsigned char[::1] buf, int64_t pos, int64_t stop, bint little, Py_ssize_t most):
     """The record starts from ``pos`` on, four records a turn while the last position is before ``stop`` and
     fewer than ``most`` starts were taken (a multiple of 4: the walk may end up to three records past the
     stop); the position after the last start; and whether the walk ran into a position whose 16-byte header
     is not in ``buf`` (that position is returned, not taken as a start)."""
-    cdef int64_t size = buf.shape[0]
-    cdef Py_ssize_t n = 0, k
-    if most < 0:
-        most = 0
-    if stop > pos:  # a record takes 16 bytes at least: no more starts than that before the stop
-        most = min(most, (stop - pos) // 16 + 4)
+    cdef Walk w
+    most = _room(pos, stop, most)
     out = np.empty(most + 4, np.int64)
     cdef int64_t[::1] starts = out
-    cdef bint cut = False
+    w.buf = &buf[0] if buf.shape[0] else NULL
+    w.size = buf.shape[0]
+    w.pos, w.stop, w.most, w.little = pos, stop, most, little
+    w.starts = &starts[0]
+    w.windows = NULL
     with nogil:
-        while pos < stop and n < most:
-            for k in range(4):
-                if pos < 0 or pos > size - 16:  # the header must lie wholly in the buffer
-                    cut = True
-                    break
-                if pos + AHEAD < size:
-                    __builtin_prefetch(&buf[pos + AHEAD])
-                starts[n] = pos
-                n += 1
-                pos += <int64_t>_u32(&buf[pos + 8], little) + 16
-            if cut:
-                break
-    return out[:n], pos, cut
+        _walk(&w)
+    return out[:w.n], w.end, w.cut
+
+
+cdef class WalkAhead:
+    """The walks of one buffer's chunks, each with its records' fixed-offset fields (``span`` bytes from each
+    record's start, as items of ``dtype``; from ``last`` for a record starting past it, zeros when ``last`` is
+    negative), the next chunk's walked on a native thread while the caller works on this one.
+
+    ``take(pos, stop)`` answers what ``walk_records`` would, plus the fields; when the walk running ahead is
+    not the one asked for (the caller resynchronised elsewhere), it is waited for, dropped, and the walk is
+    made here. ``start(pos, stop)`` sets the next one going; ``wait()`` before letting go of the buffer."""
+
+    cdef const unsigned char[::1] buf
+    cdef Walk w
+    cdef bint running
+    cdef Py_ssize_t most
+    cdef object starts_out, fields_out, dtype
+
+    def __cinit__(self, const unsigned char[::1] buf, bint little, Py_ssize_t most, dtype, int64_t last):
+        self.buf = buf
+        self.dtype = np.dtype(dtype)
+        self.w.buf = &buf[0] if buf.shape[0] else NULL
+        self.w.size = buf.shape[0]
+        self.w.little = little
+        self.most = most
+        self.w.span = self.dtype.itemsize
+        self.w.last = last
+        self.w.done = PyThread_allocate_lock()
+        if self.w.done == NULL:
+            raise MemoryError("no lock for the walk ahead")
+
+    def __dealloc__(self):
+        if self.w.done != NULL:
+            self._wait()
+            PyThread_free_lock(self.w.done)
+
+    cdef void _wait(self) noexcept:
+        if self.running:
+            with nogil:
+                PyThread_acquire_lock(self.w.done, WAIT_LOCK)
+                PyThread_release_lock(self.w.done)
+            self.running = False
+
+    def wait(self):
+        """Until the walk running ahead, if any, is done: the buffer is then no longer read."""
+        self._wait()
+
+    cdef _prepare(self, int64_t pos, int64_t stop):
+        cdef Py_ssize_t room = _room(pos, stop, self.most)
+        self.starts_out = np.empty(room + 4, np.int64)
+        self.fields_out = np.zeros(room + 4, self.dtype) if self.w.last < 0 else np.empty(room + 4, self.dtype)
+        cdef int64_t[::1] starts = self.starts_out
+        cdef unsigned char[::1] fields = self.fields_out.view(np.uint8)
+        self.w.pos, self.w.stop, self.w.most = pos, stop, room
+        self.w.starts = &starts[0]
+        self.w.windows = &fields[0] if self.w.last >= 0 else NULL
+
+    def start(self, int64_t pos, int64_t stop):
+        """Walk the chunk from ``pos`` to ``stop`` on a native thread (here, if no thread can be started)."""
+        self._wait()
+        self._prepare(pos, stop)
+        PyThread_acquire_lock(self.w.done, WAIT_LOCK)
+        self.running = True
+        if PyThread_start_new_thread(_run, &self.w) == -1:
+            with nogil:
+                _run(&self.w)
+
+    def take(self, int64_t pos, int64_t stop):
+        """(starts, position after the last, cut, fields) of the walk from ``pos`` to ``stop``."""
+        cdef bint ready = self.running and self.w.pos == pos and self.w.stop == stop
+        self._wait()
+        if not ready:
+            self._prepare(pos, stop)
+            with nogil:
+                _walk(&self.w)
+                _gather(&self.w)
+        n = self.w.n
+        starts, fields = self.starts_out, self.fields_out
+        self.starts_out = self.fields_out = None
+        return starts[:n], self.w.end, self.w.cut, fields[:n]

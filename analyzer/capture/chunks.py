@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from analyzer.capture._walk import walk_records
+from analyzer.capture._walk import WalkAhead, walk_records
 from analyzer.capture.linklayer import (
     ETHERNET,
     IPV4,
@@ -143,17 +143,20 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
     checked = False  # whether the next record's time is compared with the one before (not after a resync)
     resynced = False
     stats.first_ts_ns = first_timestamp(struct.Struct(order + "II").unpack_from, buf, pos, header.ts_unit_ns)
+    ahead = WalkAhead(view, little, CHUNK_PACKETS, layout.dtype, layout.last)
     try:
         while pos < end:
             stop = min(pos + CHUNK_BYTES, end)
-            offsets, pos, header_cut = _walk(view, little, pos, stop)
+            offsets, pos, header_cut, walked = ahead.take(pos, stop)
+            if pos < end and not header_cut:  # the next chunk, walked while this one is analysed
+                ahead.start(pos, min(pos + CHUNK_BYTES, end))
             starts, nexts = _bounds(offsets, pos)
             header_cut = header_cut and pos < end  # not cut: the walk reached the end of the file (or past it)
             caplens = nexts - starts - RECORD_HEADER_LEN
             bad = (caplens > limit) | (nexts > end)
             first = int(bad.argmax()) if bad.any() else len(starts)
             what = None
-            gathered = layout.fields(starts[:first], nexts[:first]) if first else None
+            gathered = layout.fields(starts[:first], nexts[:first], walked[:first]) if first else None
             if first:
                 ts_ns = gathered[3]
                 ref_ns = last_ns if checked else int(ts_ns[0])
@@ -205,6 +208,7 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
                             end - pos)
                 break
     finally:
+        ahead.wait()
         settle_stats(stats, frame, counts, ts)
 
 
@@ -384,11 +388,14 @@ class _Layout:
                 ts[i] = sec * 1_000_000_000 + frac * self.ts_unit
         return ts
 
-    def fields(self, starts: np.ndarray, nexts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                                      np.ndarray]:
+    def fields(self, starts: np.ndarray, nexts: np.ndarray, rec: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The records' gathered fields, their TCP payload lengths, which of them are IPv4 TCP without
-        options on the file's link type (the columns' kind), and their times (ns)."""
-        if self.windows is None:
+        options on the file's link type (the columns' kind), and their times (ns). ``rec``: the fields
+        gathered already (by the walk, ``WalkAhead``)."""
+        if rec is not None:
+            pass
+        elif self.windows is None:
             rec = np.zeros(len(starts), self.dtype)
         else:
             rec = self.windows[np.minimum(starts, self.last)].view(self.dtype)
