@@ -57,3 +57,36 @@ def test_analysing_commands_still_answer_the_pandas_probe(args):
     assert status == 0, output
     assert "pyarrow" in heavy and "analyzer.pipeline.run" in heavy
     assert not any(m.split(".")[0] == "pandas" for m in heavy)
+
+
+def pools(environment: dict[str, str]) -> tuple[str, str | None, int]:
+    """After the console script's choice in a new process: Arrow's default pool, ARROW_DEFAULT_MEMORY_POOL, and
+    the bytes mimalloc (the wheel's own default) gave out while a Parquet table was encoded."""
+    import os
+
+    code = ("import os\nfrom analyzer.cli.console import _choose_arrow_pool\n_choose_arrow_pool()\n"
+            "import pyarrow as pa, pyarrow.parquet as pq\n"
+            "t = pa.table({'topic': [f't{i % 50}' for i in range(50000)], 'n': list(range(50000))})\n"
+            "pq.write_table(t, pa.BufferOutputStream(), compression='zstd')\n"
+            "print(pa.default_memory_pool().backend_name, os.environ.get('ARROW_DEFAULT_MEMORY_POOL'), "
+            "pa.mimalloc_memory_pool().max_memory())\n")
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"} | environment
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    backend, variable, from_mimalloc = done.stdout.split()
+    return backend, None if variable == "None" else variable, int(from_mimalloc)
+
+
+def test_the_encoders_allocate_from_jemalloc_and_the_choice_stays_in_the_process():
+    """Parquet's encoders take Arrow's C++ default pool: it is jemalloc when the build has it (pyarrow's own
+    default alone left them on mimalloc), and the variable that chose it is not passed on to other programs."""
+    from analyzer.cli.console import _built_with_jemalloc
+
+    if not _built_with_jemalloc():
+        pytest.skip("this pyarrow has no jemalloc")
+    assert pools({}) == ("jemalloc", None, 0)
+    assert pools({"ARROW_DEFAULT_MEMORY_POOL": "mimalloc"})[2] > 0  # the measure can see mimalloc at work
+
+
+def test_a_pool_the_user_chose_stays():
+    assert pools({"ARROW_DEFAULT_MEMORY_POOL": "system"})[:2] == ("system", "system")

@@ -43,17 +43,44 @@ def _answer_pandas_probe() -> None:
 def _choose_arrow_pool() -> None:
     """Arrow's buffers from jemalloc (else malloc) rather than the wheel's default mimalloc, which hands the pages
     of each freed batch back to the kernel and faults in fresh zeroed ones for the next: with a batch drained
-    every few milliseconds that cost a tenth of the run's time (benchmarks/README.md). A pool the user chose
-    with ARROW_DEFAULT_MEMORY_POOL stays; worker processes are forked and keep the choice."""
+    every few milliseconds that cost a tenth of the run's time (benchmarks/README.md). Parquet's encoders take
+    Arrow's C++ default pool, which only ARROW_DEFAULT_MEMORY_POOL chooses, read once as pyarrow loads: it is
+    set for that moment when the installed build has jemalloc (its C++ configuration header says so), and
+    pyarrow's own default is set otherwise. A pool the user chose with ARROW_DEFAULT_MEMORY_POOL stays; worker
+    processes are forked and keep the choice."""
     if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
         return
-    import pyarrow as pa
-
+    at_load = "pyarrow" not in sys.modules and _built_with_jemalloc()
+    if at_load:
+        os.environ["ARROW_DEFAULT_MEMORY_POOL"] = "jemalloc"
+    try:
+        import pyarrow as pa
+    finally:
+        if at_load:
+            del os.environ["ARROW_DEFAULT_MEMORY_POOL"]  # for this process only, not for the programs it starts
+    if pa.default_memory_pool().backend_name == "jemalloc":
+        return
     try:
         pool = pa.jemalloc_memory_pool()
     except NotImplementedError:  # a pyarrow built without jemalloc
         pool = pa.system_memory_pool()
     pa.set_memory_pool(pool)
+
+
+def _built_with_jemalloc() -> bool:
+    """Whether the installed pyarrow's C++ library has jemalloc, from the configuration header it ships, without
+    loading it (an unknown pool named in ARROW_DEFAULT_MEMORY_POOL would print a warning)."""
+    from importlib.util import find_spec
+    from pathlib import Path
+
+    spec = find_spec("pyarrow")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    header = Path(next(iter(spec.submodule_search_locations)), "include", "arrow", "util", "config.h")
+    try:
+        return "#define ARROW_JEMALLOC\n" in header.read_text(errors="replace")
+    except OSError:
+        return False
 
 
 LIGHT_COMMANDS = frozenset(("apis",))  # commands that never load pyarrow
@@ -84,8 +111,8 @@ def main() -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):  # the imports below take a while
         signal.signal(signum, _stopped_while_starting)
     if _asks_pandas_probe(sys.argv[1:]):
+        _choose_arrow_pool()  # before pyarrow loads
         _answer_pandas_probe()
-        _choose_arrow_pool()
     from analyzer.cli.commands import main as commands
 
     commands()
