@@ -31,7 +31,8 @@ from analyzer.tables.formats import FORMATS
 from analyzer.tables.schemas import OPTIONAL_SCHEMAS, SCHEMAS
 
 WRITE_QUEUE_BATCHES = 2  # batches waiting for the writer thread: bounds the memory they hold
-ROW_GROUP_ROWS = 1 << 16  # Parquet batches are gathered up to this many rows per row group
+ROW_GROUP_ROWS = 1 << 15  # Parquet batches are gathered up to this many rows per row group (the last one is
+# encoded after the analysis ends: its size is what the run waits for at the end)
 ROLLING_ROW_GROUP_BYTES = 8 << 20  # or, for rolling tables, up to this many bytes (what a table may hold back)
 ROLLING_QUEUED_GROUPS = 4  # rolling tables' row groups waiting for the writer thread
 MARKER = "_kafkacap.json"
