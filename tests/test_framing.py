@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import struct
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -178,3 +179,51 @@ def test_a_head_in_progress_keeps_no_view_of_the_chunks_it_came_in():
     fs.data(3, 3, memoryview(buffers[3]))
     assert [(r[2], r[3]) for r in rec.frames] == [(len(frame) - 4, frame[:16])]
     assert fs.held == 0
+
+
+class Keeper:
+    """A frame callback that copies every head and, against the sink contract, keeps some heads' views."""
+
+    def __init__(self, keep_every: int) -> None:
+        self.heads: list[bytes] = []
+        self.kept: list[tuple[int, memoryview]] = []
+        self.keep_every = keep_every
+
+    def __call__(self, first_ts, first_no, last_ts, last_no, size, head, lossy) -> None:
+        assert len(head) == size + 4  # the head's bytes only, whatever the room they were collected in
+        if self.keep_every and len(self.heads) % self.keep_every == 0:
+            self.kept.append((len(self.heads), head))
+        self.heads.append(bytes(head))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_long_heads_reuse_rooms_without_showing_or_overwriting_other_frames_bytes(seed):
+    """Heads of 64 KiB and more are collected in the rooms of finished ones (framing.pyx, spare_heads): each
+    frame still gets exactly its own bytes, though a room held a longer frame before, and a view a sink kept
+    still shows its frame's bytes after later frames, on two connections whose long heads interleave."""
+    rng = random.Random(seed)
+    keep = 1 << 24
+    streams, sinks, splitters = [], [], []
+    for _ in range(2):
+        frames = [craft.produce_request_v3(i, acks=1, payload_size=rng.choice((100, 70_000, 150_000, 400_000)))
+                  for i in range(8)]
+        sink = Keeper(keep_every=rng.choice((0, 3)))
+        fs = FrameSplitter(sink, request_plausible, find_request, keep=keep)
+        fs.begin()
+        streams.append((b"".join(frames), frames))
+        sinks.append(sink)
+        splitters.append(fs)
+    positions = [0, 0]
+    ts = 0
+    while any(p < len(s) for p, (s, _) in zip(positions, streams, strict=True)):
+        conn = rng.randrange(2)
+        stream = streams[conn][0]
+        if positions[conn] >= len(stream):
+            continue
+        n = rng.choice((1448, 1448, 9000, 65_000))
+        ts += 1
+        splitters[conn].data(ts, ts, memoryview(stream[positions[conn]:positions[conn] + n]))
+        positions[conn] += n
+    for (_, frames), sink in zip(streams, sinks, strict=True):
+        assert sink.heads == frames
+        assert [bytes(view) for _, view in sink.kept] == [frames[i] for i, _ in sink.kept]

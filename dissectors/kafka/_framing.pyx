@@ -10,6 +10,10 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libc.string cimport memcpy
 
+cdef extern from "Python.h":
+    ctypedef struct PyByteArrayObject:
+        Py_ssize_t ob_exports  # buffer views of it alive
+
 cdef enum:
     BOUNDARY = 0  # at a frame start (maybe with a partial head stashed)
     BODY = 1  # inside a frame whose head was taken; counting its remaining bytes
@@ -21,6 +25,36 @@ cdef enum:
     FIND_SPAN = 64  # a finder recognises a candidate at p from bytes [p, p + FIND_SPAN) at most
 
 from dissectors.kafka.framing import DEFAULT_KEEP, DEFAULT_MAX_FRAME
+
+cdef enum:
+    SPARE_MIN = 64 * 1024  # heads at least this long are collected in a spare's room
+    SPARE_MAX = 4 * 1024 * 1024  # and rooms up to this long kept for the next heads
+    SPARES = 4  # rooms kept, for all the process's splitters: the heads of frames spanning packets at once
+
+# The rooms of finished heads that no view reaches any more, for the next long heads. A fresh room for each
+# long frame cost its pages faulted in zeroed and its growth copied; the process keeps at most SPARES of them.
+cdef list spare_heads = []
+
+
+cdef bytearray new_head(const char* p, Py_ssize_t got, Py_ssize_t need):
+    """A head holding p[:got], in a spare room when it will be long (its length is the room, not got)."""
+    cdef bytearray head
+    if need < SPARE_MIN or not spare_heads:
+        return PyByteArray_FromStringAndSize(p, got)
+    head = <bytearray>spare_heads.pop()
+    if len(head) < got:
+        PyByteArray_Resize(head, got)
+    memcpy(PyByteArray_AS_STRING(head), p, <size_t>got)
+    return head
+
+
+cdef inline void keep_spare(bytearray head):
+    """Keep a finished head's room for the next long head, unless a view of it is still alive (the frame sink
+    kept one, against its contract: those bytes must stay as they are) or enough rooms are kept."""
+    cdef Py_ssize_t room = len(head)
+    if SPARE_MIN <= room <= SPARE_MAX and len(spare_heads) < SPARES \
+            and (<PyByteArrayObject*>head).ob_exports == 0:
+        spare_heads.append(head)
 
 
 cdef inline Py_ssize_t size_at(const uint8_t* p) noexcept nogil:
@@ -227,16 +261,18 @@ cdef class FrameSplitter(ByteSink):
 
     cdef _complete(self, object ts, int64_t no, bint lossy):
         """The frame in progress has all its bytes (or lost the last ones): hand it on."""
-        head = self.head
-        if self.head_len < len(head):  # the room the head was given but never filled (bytes were lost)
-            PyByteArray_Resize(head, self.head_len)
+        cdef bytearray head = self.head
         self.head = None
         self.head_missing = self.rest = self.body_left = 0
         self.mode = BOUNDARY
         self.frames += 1
         self.framed_bytes += self.size + 4 - self.lost_in_frame
         self.lost_in_frame = 0
-        self._frame(self.first_ts, self.first_no, ts, no, self.size, memoryview(head).toreadonly(), lossy)
+        # The head's bytes only: its room may be longer (a spare's, or bytes were lost).
+        view = memoryview(head)[:self.head_len].toreadonly()
+        self._frame(self.first_ts, self.first_no, ts, no, self.size, view, lossy)
+        view = None
+        keep_spare(head)
 
     cdef _stash_from(self, const uint8_t* p, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t origin, object ts,
                      int64_t no, object first_ts, int64_t first_no, Py_ssize_t need):
@@ -326,7 +362,7 @@ cdef class FrameSplitter(ByteSink):
             # The frame continues in later chunks: keep its head (collecting the rest of it as it comes,
             # if it is not all here), count the remaining bytes.
             got = need if avail >= need else avail
-            self.head = PyByteArray_FromStringAndSize(<const char*>p + pos, got)
+            self.head = new_head(<const char*>p + pos, got, need)
             self.head_len = got
             self.head_missing = need - got
             self.first_ts, self.first_no = fts, fno
