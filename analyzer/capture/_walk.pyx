@@ -19,6 +19,8 @@ from cpython.pythread cimport (
     PyThread_start_new_thread,
     PyThread_type_lock,
 )
+from cpython.buffer cimport PyBuffer_FillInfo
+from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc
 from libc.stdint cimport int64_t, uint32_t
 from libc.string cimport memcpy
 
@@ -49,7 +51,9 @@ cdef struct Walk:
     Py_ssize_t n
     int64_t end
     bint cut
-    # the gather: span bytes from each start (from `last` for starts past it) into windows; NULL: none
+    # the gather: span bytes from each start (from `last` for starts past it) into windows, allocated for the
+    # n records found (NULL: none gathered, or no memory)
+    bint gather
     unsigned char* windows
     Py_ssize_t span
     int64_t last
@@ -102,11 +106,35 @@ cdef void _gather(Walk* w) noexcept nogil:
         memcpy(w.windows + i * span, w.buf + at, <size_t>span)
 
 
+cdef void _walk_and_gather(Walk* w) noexcept nogil:
+    _walk(w)
+    w.windows = NULL
+    if w.gather and w.n:
+        w.windows = <unsigned char*>PyMem_RawMalloc(<size_t>(w.n * w.span))
+        _gather(w)
+
+
 cdef void _run(void* arg) noexcept nogil:
     cdef Walk* w = <Walk*>arg
-    _walk(w)
-    _gather(w)
+    _walk_and_gather(w)
     PyThread_release_lock(w.done)
+
+
+cdef class _Gathered:
+    """The bytes a walk's gather wrote (allocated on the walking thread, for the records it found), lent to
+    numpy as the fields array's buffer and freed with the last view of it."""
+
+    cdef unsigned char* data
+    cdef Py_ssize_t size
+
+    def __dealloc__(self):
+        PyMem_RawFree(self.data)
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        PyBuffer_FillInfo(view, self, self.data, self.size, 0, flags)
+
+    def __releasebuffer__(self, Py_buffer* view):
+        pass
 
 
 def walk_records(const unsigned char[::1] buf, int64_t pos, int64_t stop, bint little, Py_ssize_t most):
@@ -122,7 +150,7 @@ def walk_records(const unsigned char[::1] buf, int64_t pos, int64_t stop, bint l
     w.size = buf.shape[0]
     w.pos, w.stop, w.most, w.little = pos, stop, most, little
     w.starts = &starts[0]
-    w.windows = NULL
+    w.gather = False
     with nogil:
         _walk(&w)
     return out[:w.n], w.end, w.cut
@@ -141,7 +169,7 @@ cdef class WalkAhead:
     cdef Walk w
     cdef bint running
     cdef Py_ssize_t most
-    cdef object starts_out, fields_out, dtype
+    cdef object starts_out, dtype
 
     def __cinit__(self, const unsigned char[::1] buf, bint little, Py_ssize_t most, dtype, int64_t last):
         self.buf = buf
@@ -159,6 +187,7 @@ cdef class WalkAhead:
     def __dealloc__(self):
         if self.w.done != NULL:
             self._wait()
+            self._drop()
             PyThread_free_lock(self.w.done)
 
     cdef void _wait(self) noexcept:
@@ -172,19 +201,24 @@ cdef class WalkAhead:
         """Until the walk running ahead, if any, is done: the buffer is then no longer read."""
         self._wait()
 
+    cdef void _drop(self) noexcept:
+        """Free what a finished walk gathered and no one took."""
+        PyMem_RawFree(self.w.windows)
+        self.w.windows = NULL
+
     cdef _prepare(self, int64_t pos, int64_t stop):
         cdef Py_ssize_t room = _room(pos, stop, self.most)
         self.starts_out = np.empty(room + 4, np.int64)
-        self.fields_out = np.zeros(room + 4, self.dtype) if self.w.last < 0 else np.empty(room + 4, self.dtype)
         cdef int64_t[::1] starts = self.starts_out
-        cdef unsigned char[::1] fields = self.fields_out.view(np.uint8)
         self.w.pos, self.w.stop, self.w.most = pos, stop, room
         self.w.starts = &starts[0]
-        self.w.windows = &fields[0] if self.w.last >= 0 else NULL
+        self.w.gather = self.w.last >= 0
+        self.w.windows = NULL
 
     def start(self, int64_t pos, int64_t stop):
         """Walk the chunk from ``pos`` to ``stop`` on a native thread (here, if no thread can be started)."""
         self._wait()
+        self._drop()
         self._prepare(pos, stop)
         PyThread_acquire_lock(self.w.done, WAIT_LOCK)
         self.running = True
@@ -195,13 +229,23 @@ cdef class WalkAhead:
     def take(self, int64_t pos, int64_t stop):
         """(starts, position after the last, cut, fields) of the walk from ``pos`` to ``stop``."""
         cdef bint ready = self.running and self.w.pos == pos and self.w.stop == stop
+        cdef _Gathered gathered
         self._wait()
         if not ready:
+            self._drop()
             self._prepare(pos, stop)
             with nogil:
-                _walk(&self.w)
-                _gather(&self.w)
+                _walk_and_gather(&self.w)
         n = self.w.n
-        starts, fields = self.starts_out, self.fields_out
-        self.starts_out = self.fields_out = None
-        return starts[:n], self.w.end, self.w.cut, fields[:n]
+        if not self.w.gather or not n:
+            fields = np.zeros(n, self.dtype)
+        elif self.w.windows == NULL:
+            raise MemoryError(f"no memory for the header fields of {n} records")
+        else:
+            gathered = _Gathered.__new__(_Gathered)
+            gathered.data, gathered.size = self.w.windows, n * self.w.span
+            self.w.windows = NULL
+            fields = np.frombuffer(gathered, self.dtype, n)
+        starts = self.starts_out
+        self.starts_out = None
+        return starts[:n], self.w.end, self.w.cut, fields
