@@ -19,6 +19,7 @@ from functools import partial
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from dissectors.kafka._records import held_summary_at
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -72,6 +73,22 @@ def test_summary_equals_the_batch_walk_on_real_records():
             assert got == general_summary(data, 0, len(data), verify)
         fast += data[16] == 2 if len(data) > 16 else 0
     assert fast > 20  # the v2 path itself was exercised, not only the fallback
+
+
+def test_the_summary_compiled_callers_hold_is_the_summary_tuple():
+    """The matcher and the partition columns get the v2 path's summary as a RecordsSummary (C fields, no Python
+    int each); read as a sequence it is the general path's tuple: values, types, slices, equality, hash."""
+    held = 0
+    for data in all_spans():
+        for verify in (False, True):
+            got = held_summary_at(data, 0, len(data), verify, Limits())
+            expected = general_summary(data, 0, len(data), verify)
+            assert got == expected and tuple(got) == expected and len(got) == len(expected)
+            assert [got[i] for i in range(-len(expected), len(expected))] == [*expected, *expected]
+            assert [type(v) for v in got] == [type(v) for v in expected]
+            assert got[3:9] == expected[3:9] and hash(got) == hash(expected)
+            held += type(got) is not tuple
+    assert held > 20
 
 
 def test_summary_equals_the_batch_walk_on_cut_and_damaged_records():

@@ -18,7 +18,7 @@ from libc.string cimport memcmp
 from analyzer.tables._columns cimport Endpoints, ErrorColumns, ExchangeColumns, PartitionColumns
 from dissectors._sink cimport FrameSink
 from dissectors.kafka._extract cimport extract_body
-from dissectors.kafka._records cimport records_summary
+from dissectors.kafka._records cimport RecordsSummary, records_summary
 from dissectors.kafka._wire cimport Cursor, cursor_init, rd_i16, rd_i32
 
 from analyzer.session import matching as _m
@@ -201,6 +201,10 @@ cdef tuple _totals(recs, list parts):
     if not recs:
         return _NO_TOTALS
     for r in (<dict>recs).values():
+        if type(r) is RecordsSummary:  # the compiled summary: its record count is always there
+            if (<RecordsSummary>r).values[1]:
+                records += (<RecordsSummary>r).values[1]
+            continue
         count = r[1]
         if count:
             records += count

@@ -12,6 +12,7 @@ StampColumn), since the tables layer gives them an exact treatment of their own.
 """
 
 cimport cython
+from dissectors.kafka._records cimport RecordsSummary
 from cpython.buffer cimport PyBuffer_FillInfo
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.float cimport PyFloat_AsDouble
@@ -1145,6 +1146,7 @@ cdef class PartitionColumns(Table):
                  object client_id, object request_last_ts, object response_last_ts, object asked,
                  object answered, object summary) except -1:
         cdef tuple rq = None, rs = None, sm = None
+        cdef RecordsSummary held = None
         cdef Py_ssize_t j
         cdef Column column
         try:
@@ -1161,11 +1163,12 @@ cdef class PartitionColumns(Table):
                 if PyTuple_GET_SIZE(rs) != P_FIELDS:
                     raise TypeError("not a PartitionEntry")
             if summary is not None:
-                if not isinstance(summary, tuple):
+                if type(summary) is RecordsSummary:
+                    held = <RecordsSummary>summary
+                elif not isinstance(summary, tuple) or PyTuple_GET_SIZE(<tuple>summary) != N_SUMMARY:
                     raise TypeError("not a records summary")
-                sm = <tuple>summary
-                if PyTuple_GET_SIZE(sm) != N_SUMMARY:
-                    raise TypeError("not a records summary")
+                else:
+                    sm = <tuple>summary
             put_int(self.connection_id, connection_id)
             put_int_obj(self.correlation_id, correlation_id)
             put_int_obj(self.api_key, api_key)
@@ -1180,8 +1183,16 @@ cdef class PartitionColumns(Table):
                 put_int_obj(<IntColumn>self.offsets[j], _either(rs, rq, P_OFFSETS + j))
             put_int_obj(self.request_record_bytes, None if rq is None else item(rq, P_RECORD_BYTES))
             put_int_obj(self.response_record_bytes, None if rs is None else item(rs, P_RECORD_BYTES))
-            for j in range(N_SUMMARY):
-                put_obj(<Column>self.summary[j], None if sm is None else item(sm, j))
+            if held is not None:
+                for j in range(N_SUMMARY):
+                    column = <Column>self.summary[j]
+                    if type(column) is IntColumn and (held.present >> j) & 1:
+                        put_int(<IntColumn>column, held.values[j])
+                    else:
+                        put_obj(column, held.field(j))
+            else:
+                for j in range(N_SUMMARY):
+                    put_obj(<Column>self.summary[j], None if sm is None else item(sm, j))
             self.rows += 1
         except BaseException:
             self.cut()

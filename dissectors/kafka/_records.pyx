@@ -2,8 +2,9 @@
 """The records summary of one partition's ``records`` field, compiled: the common case of v2 batches whose
 headers are all in view, read header by header straight into the totals.
 
-``summarize_v2`` is the C entry point for compiled callers; ``summary_at`` the Python one, which returns the
-tuple of :func:`dissectors.kafka.records.summarize` (``RECORD_SUMMARY_FIELDS`` in analyzer/tables) and hands
+``records_summary`` is the entry point for compiled callers: the v2 path answers a ``RecordsSummary`` (C fields,
+read as the summary tuple where Python reads it). ``summary_at`` is the Python one, which returns the
+tuple of :func:`dissectors.kafka.records.summarize` (``RECORD_SUMMARY_FIELDS`` in analyzer/tables). Both hand
 anything else (legacy message sets, a header cut short, a malformed length) to the general path in
 ``dissectors.kafka.records``, which stays the reference. Uncompressed batches stay in C; the payload size of a
 compressed one comes from ``records.payload_size``, called once the whole field is known to be plain v2 (so
@@ -25,6 +26,63 @@ cdef enum:
     LOG_OVERHEAD = 12  # base offset and batch length precede what the length counts
     V2_CRC_FROM = 21  # CRC-32C covers attributes to the end of the batch
     MAX_CODECS = 8  # the codec is 3 bits
+
+cdef enum:
+    N_FIELDS = 15  # RECORD_SUMMARY_FIELDS
+    F_CODEC = 2
+    F_TRANSACTIONAL = 7
+    F_CONTROL = 8
+
+
+cdef class RecordsSummary:
+    """A records summary (the fields of RECORD_SUMMARY_FIELDS) held in C: what the compiled path answers, read
+    by the partition columns without a Python int per field, and freed as one object. Indexing, length,
+    iteration, equality and hashing are those of the summary tuple it stands for (``astuple()``)."""
+
+    cdef object field(self, Py_ssize_t j):
+        if not (self.present >> j) & 1:
+            return None
+        if j == F_CODEC:
+            return self.codec
+        if j == F_TRANSACTIONAL or j == F_CONTROL:
+            return self.values[j] != 0
+        return self.values[j]
+
+    cpdef tuple astuple(self):
+        return tuple([self.field(j) for j in range(N_FIELDS)])
+
+    def __len__(self):
+        return N_FIELDS
+
+    def __getitem__(self, key):
+        if isinstance(key, int):
+            j = key + N_FIELDS if key < 0 else key
+            if not 0 <= j < N_FIELDS:
+                raise IndexError("records summary index out of range")
+            return self.field(j)
+        return self.astuple()[key]
+
+    def __iter__(self):
+        return iter(self.astuple())
+
+    def __eq__(self, other):
+        if isinstance(other, RecordsSummary):
+            other = (<RecordsSummary>other).astuple()
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return self.astuple() == other
+
+    def __hash__(self):
+        return hash(self.astuple())
+
+    def __repr__(self):
+        return f"RecordsSummary{self.astuple()!r}"
+
+
+cdef inline void put(RecordsSummary r, Py_ssize_t j, int64_t v) noexcept:
+    r.values[j] = v
+    r.present |= (<uint32_t>1) << j
+
 
 _CODEC_TEXT = tuple(_general.codec_name(c) for c in range(8))
 _EMPTY_SUMMARY = (0, 0, None, None, None, None, None, False, False, None, None, 0, None, None, None)
@@ -360,7 +418,13 @@ cdef int measure_compressed(const uint8_t* buf, Py_ssize_t offset, Summary* s, o
 
 def summary_at(buf, Py_ssize_t offset, Py_ssize_t length, bint verify_crc, limits):
     """``summarize(batches(...))`` of ``buf[offset:offset + length]``, or NO_SUMMARY where that raises
-    RecordsError."""
+    RecordsError (a tuple, as the general path's)."""
+    found = records_summary(buf, offset, length, verify_crc, limits)
+    return (<RecordsSummary>found).astuple() if type(found) is RecordsSummary else found
+
+
+def held_summary_at(buf, Py_ssize_t offset, Py_ssize_t length, bint verify_crc, limits):
+    """``summary_at`` as compiled callers get it: a RecordsSummary where the v2 path summed the batches."""
     return records_summary(buf, offset, length, verify_crc, limits)
 
 
@@ -388,12 +452,29 @@ cdef object records_summary(object buf, Py_ssize_t offset, Py_ssize_t length, bi
     if not s.batches:
         return (0, 0, None, None, None, None, None, False, False, None, None, 1,
                 s.crc_failures if verify_crc else None, None, None)
+    cdef RecordsSummary r = RecordsSummary.__new__(RecordsSummary)
     if s.ncodecs == 1:
-        codecs = _CODEC_TEXT[s.codecs[0]]
+        r.codec = _CODEC_TEXT[s.codecs[0]]
     else:
-        codecs = "+".join([_CODEC_TEXT[s.codecs[i]] for i in range(s.ncodecs)])
-    return (s.batches, s.records, codecs, s.uncompressed if s.uncompressed_known else None,
-            s.producer_id, s.producer_epoch, s.base_sequence, s.flags & 0x10 != 0, s.flags & 0x20 != 0,
-            s.first_timestamp if s.have_first else None, s.max_timestamp if s.have_max else None,
-            1 if s.truncated else 0, s.crc_failures if verify_crc else None, s.first_offset,
-            s.last_offset if s.last_offset_known else None)
+        r.codec = "+".join([_CODEC_TEXT[s.codecs[i]] for i in range(s.ncodecs)])
+    r.present = (<uint32_t>1) << F_CODEC
+    put(r, 0, s.batches)
+    put(r, 1, s.records)
+    if s.uncompressed_known:
+        put(r, 3, s.uncompressed)
+    put(r, 4, s.producer_id)
+    put(r, 5, s.producer_epoch)
+    put(r, 6, s.base_sequence)
+    put(r, F_TRANSACTIONAL, s.flags & 0x10 != 0)
+    put(r, F_CONTROL, s.flags & 0x20 != 0)
+    if s.have_first:
+        put(r, 9, s.first_timestamp)
+    if s.have_max:
+        put(r, 10, s.max_timestamp)
+    put(r, 11, 1 if s.truncated else 0)
+    if verify_crc:
+        put(r, 12, s.crc_failures)
+    put(r, 13, s.first_offset)
+    if s.last_offset_known:
+        put(r, 14, s.last_offset)
+    return r

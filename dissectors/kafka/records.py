@@ -36,7 +36,8 @@ from dissectors.kafka.codecs import (
     decompress,
 )
 
-__all__ = ["BatchInfo", "RecordInfo", "Limits", "batches", "records", "summary_at", "summarize", "NO_SUMMARY",
+__all__ = ["BatchInfo", "RecordInfo", "Limits", "batches", "records", "summarize", "NO_SUMMARY",
+           "summary_at",  # noqa: F822 - given by the module's __getattr__ (the compiled summary)
            "RecordsError", "CorruptData", "DecompressionRefused", "TRACE_HEADERS"]
 
 # RecordBatch v2: baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
@@ -669,4 +670,11 @@ def _legacy_records(buf, message: _Message, limits: Limits) -> Iterator[RecordIn
         yield _new(RecordInfo, (m.offset + shift, timestamp, m.key_size, m.value_size, [], None))
 
 
-from dissectors.kafka._records import summary_at  # noqa: E402 - compiled; it calls back into the general path
+def __getattr__(name: str):
+    """``summary_at``, the compiled summary (it calls back into this module), imported when first asked for: the
+    compiled modules that read its summaries import it first, and it imports this module."""
+    if name == "summary_at":
+        from dissectors.kafka._records import summary_at
+
+        return summary_at
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
