@@ -7,8 +7,9 @@ process's work on small packets, and every process sharing a file (``--jobs``) h
 
 Each step of the walk waits for memory (the next header lies a record further on, often in a page not yet
 mapped), so ``WalkAhead`` walks the next chunk, and copies out its records' header fields, on a native thread
-while the current chunk is analysed. The thread touches no Python object, only the mapped bytes and arrays
-made for it beforehand; the same functions walk and gather when there is nothing to overlap with."""
+while the current chunk is analysed. The thread touches no Python object, only the mapped bytes, the starts
+array made for it beforehand and the fields' memory it allocates once it knows how many records it found;
+the same functions walk and gather when there is nothing to overlap with."""
 
 from cpython.pythread cimport (
     WAIT_LOCK,
