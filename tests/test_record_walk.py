@@ -4,8 +4,10 @@ stop at the same place and never read outside the buffer."""
 
 from __future__ import annotations
 
+import mmap
 import random
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -97,3 +99,42 @@ def test_the_walk_ahead_answers_what_the_walk_and_the_gather_would(seed):
             pos = rng.randrange(len(buf) + 1)
             stop = pos + rng.choice((1, 50, 300, 1 << 20))
     ahead.wait()
+
+
+def mapping_rss_kb(path: Path) -> int:
+    """Resident kB of this process's mappings of ``path`` (Linux's /proc/self/smaps)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        if line[:1].isalnum() and "-" in line.split(" ", 1)[0]:  # a mapping's first line
+            inside = line.endswith(str(path))
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="reads Linux's /proc/self/smaps")
+def test_the_walking_thread_drops_the_pages_it_is_handed(tmp_path):
+    """The chunked reader hands the pages behind its chunk to the next walk's thread (drop_with_next): they
+    leave the process's resident memory, the walk's answer unchanged; pages outside the buffer are refused.
+    The walk runs 4 MB past the dropped pages: touching a page may map its whole folio again (2 MB)."""
+    path = tmp_path / "records.pcap"
+    path.write_bytes(records(random.Random(3), True, 90_000))  # about 8.7 MB
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        view = memoryview(m)
+        size = len(m)
+        assert sum(view[::4096]) >= 0  # every page resident
+        before = mapping_rss_kb(path)
+        assert before * 1024 >= size - 4096
+        ahead = WalkAhead(view, True, 1 << 17, np.dtype("V16"), size - 16)
+        with pytest.raises(ValueError):
+            ahead.drop_with_next(0, size + 1)
+        starts, end, _, _ = ahead.take(0, 8 << 20)  # to find a record start past 8 MB
+        at = int(starts[-1])
+        dropped = 4 << 20
+        ahead.drop_with_next(0, dropped)
+        ahead.start(at, size)
+        starts, end, cut, _ = ahead.take(at, size)
+        after = mapping_rss_kb(path)  # before the plain walk below reads every page again
+        assert (starts.tolist(), end, cut) == plain_walk(bytes(view[:size]), at, size, True, 1 << 17)
+        assert after * 1024 <= before * 1024 - dropped + 4096, (before, after)
+        del view, starts, ahead

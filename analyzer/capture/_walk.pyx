@@ -30,6 +30,17 @@ import numpy as np
 cdef extern from *:
     void __builtin_prefetch(const void* addr) nogil
 
+cdef extern from *:
+    """
+    #if defined(__unix__) || defined(__APPLE__)
+    #include <sys/mman.h>
+    static int walk_drop_pages(const void* p, size_t n) { return madvise((void*)p, n, MADV_DONTNEED); }
+    #else
+    static int walk_drop_pages(const void* p, size_t n) { (void)p; (void)n; return -1; }
+    #endif
+    """
+    int walk_drop_pages(const void* p, size_t n) nogil
+
 cdef enum:
     AHEAD = 4096  # bytes asked for ahead of the walk: its loads depend on one another, each would wait for memory
 
@@ -58,6 +69,9 @@ cdef struct Walk:
     unsigned char* windows
     Py_ssize_t span
     int64_t last
+    # pages of a memory-mapped buffer to drop first (MADV_DONTNEED): [drop_at, drop_at + drop_len)
+    int64_t drop_at
+    int64_t drop_len
     # released when a thread's walk is done
     PyThread_type_lock done
 
@@ -117,6 +131,9 @@ cdef void _walk_and_gather(Walk* w) noexcept nogil:
 
 cdef void _run(void* arg) noexcept nogil:
     cdef Walk* w = <Walk*>arg
+    if w.drop_len > 0:
+        walk_drop_pages(w.buf + w.drop_at, <size_t>w.drop_len)
+        w.drop_len = 0
     _walk_and_gather(w)
     PyThread_release_lock(w.done)
 
@@ -201,6 +218,14 @@ cdef class WalkAhead:
     def wait(self):
         """Until the walk running ahead, if any, is done: the buffer is then no longer read."""
         self._wait()
+
+    def drop_with_next(self, int64_t at, int64_t length):
+        """Have the next walk's thread drop these pages of the buffer (a memory map: ``at`` page-aligned) from
+        the process's memory first: ``madvise(MADV_DONTNEED)`` unmaps 32 MB in a few milliseconds, off the
+        caller's thread. The caller starts the next walk right after."""
+        if not 0 <= at <= at + length <= self.w.size:
+            raise ValueError(f"pages [{at}, {at + length}) outside the buffer of {self.w.size} bytes")
+        self.w.drop_at, self.w.drop_len = at, length
 
     cdef void _drop(self) noexcept:
         """Free what a finished walk gathered and no one took."""

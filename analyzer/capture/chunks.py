@@ -148,8 +148,7 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
         while pos < end:
             stop = min(pos + CHUNK_BYTES, end)
             offsets, pos, header_cut, walked = ahead.take(pos, stop)
-            if pos < end and not header_cut:  # the next chunk, walked while this one is analysed
-                ahead.start(pos, min(pos + CHUNK_BYTES, end))
+            walk_next = pos < end and not header_cut
             starts, nexts = _bounds(offsets, pos)
             header_cut = header_cut and pos < end  # not cut: the walk reached the end of the file (or past it)
             caplens = nexts - starts - RECORD_HEADER_LEN
@@ -184,9 +183,12 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
                 what = (f"packet record claiming {caplen} captured bytes (limit {limit})" if caplen > limit
                         else "truncated packet record")
             bad_at = int(starts[first]) if what is not None else 0
-            if first:
+            if first:  # the pages before this chunk have been processed (the next walk's thread drops them)
                 starts, nexts = starts[:first], nexts[:first]
-                source.release(int(starts[0]))  # the pages before this chunk have been processed
+                source.release(int(starts[0]), ahead.drop_with_next if walk_next else None)
+            if walk_next:  # the next chunk, walked while this one is analysed
+                ahead.start(pos, min(pos + CHUNK_BYTES, end))
+            if first:
                 chunk = layout.decode(starts, nexts, frame, counts, skip, tuple(g[:first] for g in gathered))
                 frame += len(starts)
                 ts = chunk.record_ts

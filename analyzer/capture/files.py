@@ -364,15 +364,19 @@ class _MappedSource:
     def refill(self, buf: Buffer, pos: int, need: int) -> Buffer | None:
         return None
 
-    def release(self, pos: int) -> int:
+    def release(self, pos: int, drop: Callable[[int, int], None] | None = None) -> int:
         """Drop the pages already read from this process's memory (they stay in the page cache, and a view
         still pointing there reads them back from the file), so resident memory stays flat however big the
-        file. Called every RELEASE_STEP bytes."""
+        file. Called every RELEASE_STEP bytes. ``drop(offset, length)``: who drops them (the chunked reader's
+        walking thread), instead of this call."""
         self._position = pos
         start = pos - RELEASE_LAG
         if start > self._released and self._can_release:
             start &= ~(mmap.PAGESIZE - 1)
-            self._map.madvise(mmap.MADV_DONTNEED, self._released, start - self._released)
+            if drop is None:
+                self._map.madvise(mmap.MADV_DONTNEED, self._released, start - self._released)
+            else:
+                drop(self._released, start - self._released)
             self._released = start
         return pos + RELEASE_STEP
 
@@ -466,7 +470,7 @@ class _StreamSource:
         except (OSError, ValueError):
             return 0
 
-    def release(self, pos: int) -> int:
+    def release(self, pos: int, drop: Callable[[int, int], None] | None = None) -> int:
         """Chunks are freed as the loop moves past them; nothing to do."""
         return 1 << 62
 

@@ -71,8 +71,9 @@ class BufferSource(Protocol):
         (a record claiming more than is left may be damage, with records after it); None when there is no
         more data."""
 
-    def release(self, pos: int) -> int:
-        """The loop has read up to buf[pos]: pages before it may be dropped. Returns when to call again."""
+    def release(self, pos: int, drop: Callable[[int, int], None] | None = None) -> int:
+        """The loop has read up to buf[pos]: pages before it may be dropped (by ``drop(offset, length)`` when
+        given, a memory map's pages). Returns when to call again."""
 
     def offset(self, pos: int) -> int:
         """Where buf[pos] of the current buffer lies in the file (in the decompressed data if compressed)."""
