@@ -395,12 +395,9 @@ class _Layout:
         """The records' gathered fields, their TCP payload lengths, which of them are IPv4 TCP without
         options on the file's link type (the columns' kind), and their times (ns). ``rec``: the fields
         gathered already (by the walk, ``WalkAhead``)."""
-        if rec is not None:
-            pass
-        elif self.windows is None:
-            rec = np.zeros(len(starts), self.dtype)
-        else:
-            rec = self.windows[np.minimum(starts, self.last)].view(self.dtype)
+        if rec is None:
+            rec = (np.zeros(len(starts), self.dtype) if self.windows is None
+                   else self.windows[np.minimum(starts, self.last)].view(self.dtype))
         offset = rec["offset"]
         seg_len = rec["ip_len"].astype(np.int64) - (20 + (offset >> 4).astype(np.int64) * 4)
         fast = (nexts - starts - RECORD_HEADER_LEN >= self.min_caplen) & (rec["ver_ihl"] == 0x45) \

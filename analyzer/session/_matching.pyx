@@ -937,7 +937,7 @@ cdef class ExchangeMatcher(FrameSink):
         out = self.out
         if len(asked) == 1 and len(answered) == 1:
             rq, rs = asked[0], answered[0]
-            if xf(rq, P_PARTITION) == xf(rs, P_PARTITION) and xf(rq, P_TOPIC) == xf(rs, P_TOPIC):
+            if same_place(rq, rs):
                 # the common case: one partition, asked and answered
                 partitions.add(connection_id, corr, key, ver, client_id, rq_last, rs_last, rq, rs,
                                summaries.get(where_of(rq)) if summaries else None)

@@ -12,7 +12,6 @@ StampColumn), since the tables layer gives them an exact treatment of their own.
 """
 
 cimport cython
-from dissectors.kafka._records cimport RecordsSummary
 from cpython.buffer cimport PyBuffer_FillInfo
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.float cimport PyFloat_AsDouble
@@ -21,6 +20,8 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport INT32_MAX, int8_t, int16_t, int32_t, int64_t, uint8_t, uint64_t
 from libc.string cimport memcpy, memset
+
+from dissectors.kafka._records cimport RecordsSummary
 
 import pyarrow as pa
 
@@ -119,6 +120,9 @@ cdef Py_ssize_t P_RECORD_BYTES = PartitionEntry._fields.index("record_bytes")
 cdef Py_ssize_t P_FIELDS = len(PartitionEntry._fields)
 cdef Py_ssize_t N_OFFSETS = len(PARTITION_OFFSET_FIELDS)
 cdef Py_ssize_t N_SUMMARY = len(RECORD_SUMMARY_FIELDS)
+if len(RecordsSummary.__new__(RecordsSummary)) != N_SUMMARY:  # PartitionColumns.add reads its fields by index
+    raise ImportError(f"RecordsSummary holds {len(RecordsSummary.__new__(RecordsSummary))} fields, not the "
+                      f"{N_SUMMARY} of RECORD_SUMMARY_FIELDS")
 if PartitionEntry._fields[P_OFFSETS:P_OFFSETS + N_OFFSETS] != PARTITION_OFFSET_FIELDS:
     raise ImportError("PartitionEntry's offsets are not in PARTITION_OFFSET_FIELDS order")
 cdef Py_ssize_t E_FIELD_PATH = ErrorEntry._fields.index("field_path")
