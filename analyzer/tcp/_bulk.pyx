@@ -25,6 +25,7 @@ from analyzer.tcp.shards import work_per_key
 cdef enum:
     ACK = 0x10
     PER_PACKET_STEP = 8  # packets fed one by one before checking again whether a connection can go back to bulk
+    PREFETCH_BYTES = 512  # of a payload, asked for ahead of its read: a request's header and the start of its body
 
 cdef object _IGNORED = IGNORED
 
@@ -378,7 +379,7 @@ cdef class _Bulk:
         """Ask for what reading sorted position k will need to be brought into the cache: its payload, and the
         packet columns of the position after it. The walk read the packets a chunk earlier and the positions
         jump about the chunk, so each first read otherwise waits on memory."""
-        cdef Py_ssize_t i, a
+        cdef Py_ssize_t i, a, b
         if k + 1 < end:
             i = self.order[k + 1]
             bulk_prefetch(&self.start[i])
@@ -387,8 +388,10 @@ cdef class _Bulk:
         if k < end:
             i = self.order[k]
             a = self.start[i]
-            if 0 <= a < self.view.len:
+            b = min(self.stop[i], a + PREFETCH_BYTES, self.view.len)
+            while 0 <= a < b:
                 bulk_prefetch(<const char*>self.view.buf + a)
+                a += 64
 
     cdef Py_ssize_t _next_event(self, FrameSplitter s, Py_ssize_t k, Py_ssize_t end) except -1:
         """Count off (or append to the head in progress) the packets from sorted position k on that framer
