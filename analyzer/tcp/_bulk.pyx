@@ -110,8 +110,15 @@ cdef class _Bulk:
         self.count = count
         self.reverse = reverse = [reverse_key(key) for key in keys]
         plan = table.shards
-        if plan is not None and plan.balance:  # decided on every packet of the chunk, as in every process
-            plan.plan_chunk(keys, reverse, work_per_key(inverse, count, chunk.flags, chunk.seg_len))
+        if plan is not None:
+            if plan.balance:  # decided on every packet of the chunk, as in every process
+                plan.plan_chunk(keys, reverse, work_per_key(inverse, count, chunk.flags, chunk.seg_len))
+            # Flows first seen in this chunk that another shard handles are marked now, as their first packet
+            # would have them marked, so that their packets leave the columns below with the others'.
+            for k in range(count):
+                key = keys[k]
+                if key not in flows and reverse[k] not in flows and not plan.owns(key, reverse[k]):
+                    table._ignore(key, reverse[k])
         ts, seq, ack, flags, start, stop, seg_len = (chunk.ts, chunk.seq, chunk.ack, chunk.flags, chunk.start,
                                                      chunk.stop, chunk.seg_len)
         # Packets of ignored flows (another shard's connections, other ports) leave the columns at once.
