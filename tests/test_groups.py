@@ -198,3 +198,24 @@ def test_group_names_from_the_capture_reach_the_terminal_inert(tables) -> None:
     text = out.getvalue()
     assert "\x1b[2J" not in text and "\x07" not in text
     assert "bill" in text and "ing" in text
+
+
+@pytest.mark.parametrize("pending_rows", [1, 3, 1 << 16])
+def test_the_groups_table_does_not_depend_on_how_the_exchanges_arrive(tables, monkeypatch, pending_rows) -> None:
+    """The group-scoped exchanges are held back and gone over together every PENDING_ROWS rows and at the end:
+    fed the consumer-group sample's exchanges a row at a time, settling after every row, every few rows or only
+    at the end, the groups table is the one the export wrote (and the deliveries table the same each way)."""
+    from analyzer.derived import tables as derived
+
+    monkeypatch.setattr(derived, "PENDING_ROWS", pending_rows)
+    exchanges = tables["exchanges"]
+    made = derived.DerivedTables(deliveries=True)
+    for batch in exchanges.to_batches(max_chunksize=1):
+        made.feed("exchanges", batch)
+    assert made._pending_rows < max(pending_rows, 1)
+    out = dict(made.finish())
+    assert out["groups"].num_rows == tables["groups"].num_rows > 0
+    assert pa.Table.from_batches([out["groups"]]).equals(tables["groups"].combine_chunks())
+    whole = derived.DerivedTables(deliveries=True)
+    whole.feed("exchanges", exchanges.combine_chunks().to_batches()[0])
+    assert dict(whole.finish())["deliveries"].equals(out["deliveries"])

@@ -15,6 +15,7 @@ from analyzer.tables.schemas import EXCHANGES_SCHEMA, PARTITIONS_SCHEMA
 CONNECTION_KEYS = {"capture_file": pa.string(), "connection_id": pa.int64(), "client_ip": pa.string(),
                    "broker_ip": pa.string(), "broker_port": pa.int32()}
 MERGE_EVERY = 256  # partial counts merged this often, so they stay as small as their distinct keys
+PENDING_ROWS = 1 << 16  # group-scoped exchanges held back before they are gone over together (bounds memory)
 
 
 class DerivedTables:
@@ -34,6 +35,8 @@ class DerivedTables:
         self._fetched: list[pa.Table] = []
         self._connections: list[pa.Table] = []
         self._groups_of: dict[tuple[str | None, str | None], set[str]] = {}
+        self._pending: list[pa.Table] = []  # group-scoped exchanges not yet gone over
+        self._pending_rows = 0
 
     def feed(self, table: str, batch: pa.RecordBatch) -> None:
         if table == "exchanges":
@@ -55,6 +58,18 @@ class DerivedTables:
         t = t.filter(pc.is_valid(t["group_id"]))  # the group-scoped exchanges: a few per member and second
         if not t.num_rows:
             return
+        self._pending.append(t)
+        self._pending_rows += t.num_rows
+        if self._pending_rows >= PENDING_ROWS:
+            self._settle()
+
+    def _settle(self) -> None:
+        """Go over the group-scoped exchanges held back: gathered first, because each group-by costs a few
+        milliseconds however few its rows."""
+        if not self._pending:
+            return
+        t = pa.concat_tables(self._pending, promote_options="permissive")
+        self._pending, self._pending_rows = [], 0
         rows = detail_rows(t)
         if rows.num_rows:
             self._detail.append(rows)
@@ -69,6 +84,7 @@ class DerivedTables:
 
     def finish(self) -> Iterator[tuple[str, pa.RecordBatch]]:
         """(table, batch) of each derived table (one batch each, possibly empty)."""
+        self._settle()
         detail = pa.concat_tables(self._detail) if self._detail else detail_rows(EXCHANGES_SCHEMA.empty_table())
         yield "groups", _one_batch(groups_table(detail, merge_counts(self._counts)))
         if not self.deliveries:
