@@ -578,6 +578,9 @@ _ERROR_NAMES = _error_names()
 
 def _error_name_array(codes: pa.Array) -> pa.Array:
     """Names of error codes: a table lookup, or one by one when some code lies outside the table."""
+    low, high = pc.min_max(codes).values()
+    if low.is_valid and -1 <= low.as_py() and high.as_py() < _MAX_ERROR:  # the table names every code
+        return pc.take(_ERROR_NAMES, pc.add(codes, 1))
     names = _lookup_names(codes, _ERROR_NAMES, 1)
     if len(codes) and pc.any(pc.and_(pc.is_valid(codes), pc.is_null(names))).as_py():
         names = pa.array([None if e is None else error_name(e) for e in codes.to_pylist()], pa.string())
@@ -726,8 +729,17 @@ def _far_time_notes(exact: dict[str, list], notes: pa.Array) -> pa.Array:
     return pa.array(out, pa.string())
 
 
+_repeated: tuple[str, pa.Array] | None = None  # the last text repeated, as many times as asked for so far
+
+
 def _repeat(text: str, n: int) -> pa.Array:
-    return pa.repeat(pa.scalar(text, pa.string()), n)
+    """``text`` n times: a slice of one array kept for the last text asked for (a batch's capture file name is
+    the same as the batch before's)."""
+    global _repeated
+    kept = _repeated
+    if kept is None or kept[0] != text or len(kept[1]) < n:
+        kept = _repeated = (text, pa.repeat(pa.scalar(text, pa.string()), max(n, 1 << 14)))
+    return kept[1].slice(0, n)
 
 
 def topic_text(topic: str | bytes | None, topic_names: dict[bytes, str]) -> str | None:
