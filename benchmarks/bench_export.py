@@ -99,6 +99,14 @@ def _tree_rss_kb(root: int) -> int:
     return total
 
 
+def compile_bytecode(tree: Path) -> None:
+    """Write the bytecode of a checkout's Python modules, as ``pip install`` does for an installed package:
+    timed runs then load it, as users' do, even from a shell that sets PYTHONDONTWRITEBYTECODE (where every
+    run would otherwise compile some twenty modules from source first, about 35 ms)."""
+    folders = [str(tree / name) for name in ("analyzer", "dissectors") if (tree / name).is_dir()]
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *folders], check=True, stdout=subprocess.DEVNULL)
+
+
 def measure(command: list[str]) -> tuple[float, float, float]:
     """Run a command, output discarded; (wall seconds, peak RSS of its process tree in MB, largest single
     process in MB: ru_maxrss from wait4 covers the child and its reaped descendants)."""
@@ -264,6 +272,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not KAFKACAP.exists():
         raise SystemExit(f"{KAFKACAP} not found: install the project (pip install -e .) first")
+    compile_bytecode(REPO)
     size = args.size_mb or make_capture.PROFILES[args.profile].size_mb
     capture, truth = ensure_capture(args.profile, size, args.seed)
     print(f"{capture.name}: {capture.stat().st_size / 1e6:.1f} MB, {truth['packets']:,} packets, "

@@ -12,13 +12,14 @@ are merged in time order, as concurrent clients would be (rather than one after 
 holds eleven times the connections at once, as a busier capture would); classic pcap, cached in bench-data/.
 
 Timed in one run, interleaved (tshark, then each kafkacap mode, ``--repeat`` times): ``tshark -r CAP -d
-tcp.port==P,kafka -Y kafka -T fields -e kafka.correlation_id -e kafka.api_key`` and ``kafkacap export CAP -o
-DIR --port P --no-progress`` with ``--jobs 1``, ``--jobs 2`` and ``--headers-only --jobs 1``, the kafkacap of this
-checkout (``python -m analyzer.cli``), and with ``--baseline DIR`` another checkout's ``--jobs 1``. Printed
-per mode: min and median wall seconds, peak RSS (the process tree, sampled from /proc), the ratio tshark /
-kafkacap of the mins and of the medians, exchanges (rows of exchanges.parquet), and wall time per exchange
-and per packet (medians), then whether issue 17's targets are met. Cross-check: the Kafka frames tshark lists
-(correlation ids, requests and responses) against kafkacap's (requests plus answered responses of its exchanges).
+tcp.port==P,kafka -Y kafka -T fields -e kafka.correlation_id -e kafka.api_key`` and ``kafkacap export CAP -o DIR
+--port P --no-progress`` with ``--jobs 1``, ``--jobs 2`` and ``--headers-only --jobs 1``, the kafkacap of this
+checkout (``python -m analyzer.cli``), and with ``--baseline DIR`` another checkout's ``--jobs 1`` (each
+checkout's modules compiled to bytecode first, as an installed package has them). Printed per mode: min and median
+wall seconds, peak RSS (the process tree, sampled from /proc), the ratio tshark / kafkacap of the mins and of the
+medians, exchanges (rows of exchanges.parquet), and wall time per exchange and per packet (medians), then whether
+issue 17's targets are met. Cross-check: the Kafka frames tshark lists (correlation ids, requests and responses)
+against kafkacap's (requests plus answered responses of its exchanges).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_export import measure  # noqa: E402
+from bench_export import compile_bytecode, measure  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "bench-data"
@@ -219,6 +220,8 @@ def main() -> int:
         modes["baseline"] = modes["jobs1"]
         trees["baseline"] = args.baseline.resolve()
         chosen.append("baseline")
+    for tree in set(trees.values()):
+        compile_bytecode(tree)
     walls: dict[str, list[float]] = {"tshark": []}
     peaks: dict[str, float] = {}
     found: dict[str, tuple[int, int]] = {}
