@@ -82,8 +82,7 @@ def test_the_walk_ahead_answers_what_the_walk_and_the_gather_would(seed):
         buf = bytes(rng.randrange(256) for _ in range(rng.randrange(200)))
     span = rng.choice((1, 16, 70, 500))
     most = rng.choice((4, 8, 1 << 17))
-    mapped = rng.random() < 0.5  # the pages of each chunk asked to be mapped first: the answers stay the same
-    ahead = WalkAhead(buf, little, most, np.dtype(f"V{span}"), len(buf) - span, mapped)
+    ahead = WalkAhead(buf, little, most, np.dtype(f"V{span}"), len(buf) - span)
     pos, stop = 0, rng.choice((1, 50, 300, 1 << 20))
     for _ in range(12):
         starts, end, cut, fields = ahead.take(pos, stop)
@@ -126,7 +125,7 @@ def test_the_walking_thread_drops_the_pages_it_is_handed(tmp_path):
         assert sum(view[::4096]) >= 0  # every page resident
         before = mapping_rss_kb(path)
         assert before * 1024 >= size - 4096
-        ahead = WalkAhead(view, True, 1 << 17, np.dtype("V16"), size - 16, True)
+        ahead = WalkAhead(view, True, 1 << 17, np.dtype("V16"), size - 16)
         with pytest.raises(ValueError):
             ahead.drop_with_next(0, size + 1)
         starts, end, _, _ = ahead.take(0, 8 << 20)  # to find a record start past 8 MB

@@ -38,17 +38,8 @@ cdef extern from *:
     #else
     static int walk_drop_pages(const void* p, size_t n) { (void)p; (void)n; return -1; }
     #endif
-    #if defined(__linux__) && defined(MADV_POPULATE_READ)
-    static int walk_map_pages(const void* p, size_t n) {
-        uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095;
-        return madvise((void*)a, n + ((uintptr_t)p - a), MADV_POPULATE_READ);
-    }
-    #else
-    static int walk_map_pages(const void* p, size_t n) { (void)p; (void)n; return -1; }
-    #endif
     """
     int walk_drop_pages(const void* p, size_t n) nogil
-    int walk_map_pages(const void* p, size_t n) nogil
 
 cdef enum:
     AHEAD = 4096  # bytes asked for ahead of the walk: its loads depend on one another, each would wait for memory
@@ -81,7 +72,6 @@ cdef struct Walk:
     # pages of a memory-mapped buffer to drop first (MADV_DONTNEED): [drop_at, drop_at + drop_len)
     int64_t drop_at
     int64_t drop_len
-    bint mapped  # a memory-mapped buffer: its pages are mapped in one call before the walk
     # released when a thread's walk is done
     PyThread_type_lock done
 
@@ -144,8 +134,6 @@ cdef void _run(void* arg) noexcept nogil:
     if w.drop_len > 0:
         walk_drop_pages(w.buf + w.drop_at, <size_t>w.drop_len)
         w.drop_len = 0
-    if w.mapped and 0 <= w.pos < min(w.stop, w.size):
-        walk_map_pages(w.buf + w.pos, <size_t>(min(w.stop, w.size) - w.pos))
     _walk_and_gather(w)
     PyThread_release_lock(w.done)
 
@@ -193,10 +181,7 @@ cdef class WalkAhead:
 
     ``take(pos, stop)`` answers what ``walk_records`` would, plus the fields; when the walk running ahead is
     not the one asked for (the caller resynchronised elsewhere), it is waited for, dropped, and the walk is
-    made here. ``start(pos, stop)`` sets the next one going; ``wait()`` before letting go of the buffer.
-    With ``mapped`` (the buffer maps a file) the thread first maps the chunk's pages in one call
-    (``MADV_POPULATE_READ``, where the system has it), instead of one page fault per few pages as the walk and
-    the caller first touch them."""
+    made here. ``start(pos, stop)`` sets the next one going; ``wait()`` before letting go of the buffer."""
 
     cdef const unsigned char[::1] buf
     cdef Walk w
@@ -204,8 +189,7 @@ cdef class WalkAhead:
     cdef Py_ssize_t most
     cdef object starts_out, dtype
 
-    def __cinit__(self, const unsigned char[::1] buf, bint little, Py_ssize_t most, dtype, int64_t last,
-                  bint mapped=False):
+    def __cinit__(self, const unsigned char[::1] buf, bint little, Py_ssize_t most, dtype, int64_t last):
         self.buf = buf
         self.dtype = np.dtype(dtype)
         self.w.buf = &buf[0] if buf.shape[0] else NULL
@@ -214,7 +198,6 @@ cdef class WalkAhead:
         self.most = most
         self.w.span = self.dtype.itemsize
         self.w.last = last
-        self.w.mapped = mapped
         self.w.done = PyThread_allocate_lock()
         if self.w.done == NULL:
             raise MemoryError("no lock for the walk ahead")

@@ -143,7 +143,7 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
     checked = False  # whether the next record's time is compared with the one before (not after a resync)
     resynced = False
     stats.first_ts_ns = first_timestamp(struct.Struct(order + "II").unpack_from, buf, pos, header.ts_unit_ns)
-    ahead = WalkAhead(view, little, CHUNK_PACKETS, layout.dtype, layout.last, source.mapped)
+    ahead = WalkAhead(view, little, CHUNK_PACKETS, layout.dtype, layout.last)
     try:
         while pos < end:
             stop = min(pos + CHUNK_BYTES, end)

@@ -342,7 +342,6 @@ class _MappedSource:
 
     error = None
     whole = True
-    mapped = True
 
     def __init__(self, file: BinaryIO):
         self._file = file
@@ -399,7 +398,6 @@ class _StreamSource:
     """Chunks of a (usually decompressing) stream, read ahead by a thread into a small bounded queue."""
 
     whole = False
-    mapped = False
 
     def __init__(self, name: str, chunks: Iterator[bytes], raw: BinaryIO, compression: str | None):
         self._name = name

@@ -65,7 +65,6 @@ class BufferSource(Protocol):
 
     error: str | None  # why the data ended early (a decompression error), once refill has returned None
     whole: bool  # the first buffer holds all the data: refill never gives more
-    mapped: bool  # the buffer maps the file: a page is read from the page cache when first touched
 
     def refill(self, buf: Buffer, pos: int, need: int) -> Buffer | None:
         """buf[pos:] followed by more data: at least `need` bytes if the data has them, else all that is left
