@@ -37,8 +37,6 @@ def rows(path: str, jobs: int, **options) -> dict[str, list[str]]:
 def test_the_shards_together_give_the_rows_of_one_process(tmp_path, monkeypatch, seed):
     path = str(craft.write(tmp_path / "c.pcap", interleaved(random.Random(seed), 6)))
     monkeypatch.setattr(run, "SHARD_MIN_BYTES", 0)
-    if seed == 2:  # the workers in strict lockstep: every step, the one ahead waits for the other
-        monkeypatch.setattr(run, "LOCKSTEP_SLACK", 0)
     monkeypatch.setattr(_pcap_chunks, "CHUNK_BYTES", 3000)  # many chunks: many batches from each worker
     assert len(run.plan([path], 2)) == 2
     one = rows(path, 1, batch_rows=3)
@@ -144,34 +142,3 @@ def test_a_lost_spool_file_is_an_error_not_a_wait(tmp_path):
     future.set_result((FileReport(path="x", name="x"), {"exchanges": 1}))
     with pytest.raises(RuntimeError, match="lost a batch"):
         run._Spools([folder], [future]).forward(lambda table, b: None)
-
-
-def test_a_shard_ahead_of_a_running_peer_waits_for_it(monkeypatch):
-    """_Lockstep: a worker more than LOCKSTEP_SLACK bytes ahead of a running peer waits until the peer catches
-    up; a peer not started, done, or within the slack is not waited for; a peer that never moves holds it up
-    for LOCKSTEP_WAIT at most."""
-    slack = run.LOCKSTEP_SLACK
-    positions = [-1, -1, -1]
-    step = run._Lockstep(positions, 0, (1, 2))
-    assert positions[0] == 0
-    slept: list[int] = []
-    monkeypatch.setattr(run.time, "sleep", lambda s: slept.append(positions[1]) or positions.__setitem__(1, 5 * slack))
-    step.reached(5 * slack)  # both peers not started
-    assert slept == [] and positions[0] == 5 * slack
-    positions[1], positions[2] = 4 * slack + 1, run.DONE  # within the slack; done
-    step.reached(5 * slack)
-    assert slept == []
-    positions[1] = 2 * slack  # running, behind: waited for until it gets there
-    step.reached(5 * slack)
-    assert slept == [2 * slack] and positions[1] == 5 * slack
-    step.done()
-    assert positions[0] == run.DONE
-
-
-def test_a_peer_that_never_moves_holds_a_shard_up_for_a_bounded_time(monkeypatch):
-    monkeypatch.setattr(run, "LOCKSTEP_WAIT", 0.05)
-    positions = [-1, 0]
-    step = run._Lockstep(positions, 0, (1,))
-    started = time.monotonic()
-    step.reached(10 * run.LOCKSTEP_SLACK)
-    assert 0.05 <= time.monotonic() - started < 1.0

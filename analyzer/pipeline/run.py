@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -106,21 +105,16 @@ def plan(files: list[str], jobs: int, stitch: bool = True) -> list[Task]:
 
 
 _read_so_far = None  # per task, the file bytes its worker has read (a shared array the workers inherit)
-_positions = None  # per task, where its worker is in its file (-1 before it starts, DONE after)
 PROGRESS_POLL = 0.2  # seconds between the parent's looks at the workers' progress
 SPOOL_POLL = 0.02  # seconds between the parent's looks for new batches in the spool (at most)
-LOCKSTEP_SLACK = 48 << 20  # bytes of the file a shard's worker may be ahead of another's (a chunk and a half)
-LOCKSTEP_WAIT = 1.0  # seconds a worker waits for the others at most, each step
-LOCKSTEP_POLL = 0.002  # seconds between its looks
-DONE = 1 << 62  # a finished worker's place
 
 
 def _batch_path(folder: str, table: str, number: int) -> str:
     return os.path.join(folder, f"{table}.{number}.arrow")
 
 
-def _run_task(task: Task, options: Options, folder: str, slot: int | None = None,
-              peers: tuple[int, ...] = ()) -> tuple[FileReport, dict[str, int]]:
+def _run_task(task: Task, options: Options, folder: str, slot: int | None = None) -> tuple[FileReport,
+                                                                                        dict[str, int]]:
     """Worker side: analyse, publishing each batch in ``folder`` as an Arrow IPC file of its own (written
     aside, then renamed: a name that exists holds a whole batch) for the parent to take as soon as it is
     there; returns the report and the number of batches of each table. Tells how far it has read in its
@@ -135,48 +129,17 @@ def _run_task(task: Task, options: Options, folder: str, slot: int | None = None
         os.rename(path + ".part", path)
         counts[table] = number + 1
 
-    shares = task.shard[1] if task.shard else 1  # every shard reads the whole file: each counts its share
-    read_so_far = _read_so_far if slot is not None else None
-    step = _Lockstep(_positions, slot, peers) if slot is not None and peers and _positions is not None else None
+    progress = None
+    if slot is not None and _read_so_far is not None:
+        shares = task.shard[1] if task.shard else 1  # every shard reads the whole file: each counts its share
+        read_so_far = _read_so_far
 
-    def progress(read: int) -> None:
-        if read_so_far is not None:
+        def progress(read: int) -> None:
             read_so_far[slot] = read // shares
-        if step is not None:
-            step.reached(read)
 
-    try:
-        report = analyze_file(task.path, options, sink, task.shard, progress, following=task.following,
-                              name_of=task.name_of(), balance_shards=task.balanced)
-    finally:
-        if step is not None:
-            step.done()
+    report = analyze_file(task.path, options, sink, task.shard, progress, following=task.following,
+                          name_of=task.name_of(), balance_shards=task.balanced)
     return report, counts
-
-
-class _Lockstep:
-    """Keeps the workers of one file's shards near the same place in it. Each reads the whole file and the
-    plan gives each the same work, but the system shares the cores among them and the parent's encoders
-    unevenly: one used to finish up to a quarter of a second before the other, which then ran alone while the
-    parent waited on its batches. A worker more than LOCKSTEP_SLACK bytes ahead of a running peer waits (at
-    most LOCKSTEP_WAIT seconds a step: a peer that stopped answering holds no one up for long); a peer not yet
-    started, or done, is not waited for."""
-
-    def __init__(self, positions, slot: int, peers: tuple[int, ...]) -> None:
-        self.positions = positions  # shared by the workers: each one's place in the file (-1 before it starts)
-        self.slot = slot
-        self.peers = peers
-        positions[slot] = 0
-
-    def reached(self, read: int) -> None:
-        positions = self.positions
-        positions[self.slot] = read
-        give_up = time.monotonic() + LOCKSTEP_WAIT
-        while any(0 <= positions[p] < read - LOCKSTEP_SLACK for p in self.peers) and time.monotonic() < give_up:
-            time.sleep(LOCKSTEP_POLL)
-
-    def done(self) -> None:
-        self.positions[self.slot] = DONE
 
 
 class _Spools:
@@ -278,14 +241,11 @@ def run(
         from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait  # only with workers
         from multiprocessing import get_context
 
-        global _read_so_far, _positions
+        global _read_so_far
         spool = tempfile.mkdtemp(prefix="kafkacap-spool-")
         context = get_context("fork")
         shares = [_size(t.path) // (t.shard[1] if t.shard else 1) for t in tasks]
         read = _read_so_far = context.RawArray("q", len(tasks)) if on_progress else None  # before the fork
-        _positions = context.RawArray("q", [-1] * len(tasks))
-        groups = _groups(tasks)
-        peers_of = {i: tuple(j for j in g if j != i) for g in groups for i in g if len(g) > 1}
         shown = 0
         poll = min(SPOOL_POLL, PROGRESS_POLL) if on_progress else SPOOL_POLL
 
@@ -299,9 +259,8 @@ def run(
         try:
             with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
                 folders = [tempfile.mkdtemp(prefix=f"task{i}-", dir=spool) for i in range(len(tasks))]
-                futures = [pool.submit(_run_task, t, options, folders[i], i, peers_of.get(i, ()))
-                           for i, t in enumerate(tasks)]
-                for group in groups:
+                futures = [pool.submit(_run_task, t, options, folders[i], i) for i, t in enumerate(tasks)]
+                for group in _groups(tasks):
                     spools = _Spools([folders[i] for i in group], [futures[i] for i in group])
                     while not spools.forward(sink):
                         running = [futures[i] for i in group if not futures[i].done()]
@@ -317,7 +276,7 @@ def run(
                     if read is not None:
                         show_progress()
         finally:
-            _read_so_far = _positions = None
+            _read_so_far = None
             shutil.rmtree(spool, ignore_errors=True)
     merged = merge_shards(reports)
     for r in merged:
