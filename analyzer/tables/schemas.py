@@ -578,8 +578,7 @@ _ERROR_NAMES = _error_names()
 
 def _error_name_array(codes: pa.Array) -> pa.Array:
     """Names of error codes: a table lookup, or one by one when some code lies outside the table."""
-    low, high = pc.min_max(codes).values()
-    if low.is_valid and -1 <= low.as_py() and high.as_py() < _MAX_ERROR:  # the table names every code
+    if _in_table(codes, len(_ERROR_NAMES), 1):  # the table names every code: nothing to look up one by one
         return pc.take(_ERROR_NAMES, pc.add(codes, 1))
     names = _lookup_names(codes, _ERROR_NAMES, 1)
     if len(codes) and pc.any(pc.and_(pc.is_valid(codes), pc.is_null(names))).as_py():
@@ -602,10 +601,15 @@ def _ts(values: list | tuple | pa.Array) -> pa.Array:
     return pc.divide(arr, 1000).cast(pa.int64()).view(TS) if len(arr) else pa.array([], TS)
 
 
+def _in_table(keys: pa.Array, size: int, shift: int) -> bool:
+    """Whether ``keys`` has a valid key and every one, shifted, indexes a table of ``size``."""
+    low, high = pc.min_max(keys).values()
+    return low.is_valid and -shift <= low.as_py() and high.as_py() < size - shift
+
+
 def _lookup_names(keys: pa.Array, names: pa.Array, shift: int) -> pa.Array:
     """``names[key + shift]`` per row; null for a null key or one past the table."""
-    low, high = pc.min_max(keys).values()
-    if low.is_valid and -shift <= low.as_py() and high.as_py() < len(names) - shift:  # all in the table
+    if _in_table(keys, len(names), shift):
         return pc.take(names, pc.add(keys, shift) if shift else keys)
     idx = pc.add(keys.cast(pa.int32()), shift)
     in_range = pc.and_(pc.greater_equal(idx, 0), pc.less(idx, len(names)))

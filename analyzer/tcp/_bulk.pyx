@@ -370,17 +370,19 @@ cdef class _Bulk:
         if sc is not None:
             kc = self._next_event(sc, kc, endc)
             ic = order[kc] if kc < endc else -1
+        self._prefetch(kb + 1, endb)  # asked for once each time a direction moves on, a packet ahead
+        self._prefetch(kc + 1, endc)
         while ib >= 0 or ic >= 0:
-            self._prefetch(kb + 1, endb)
-            self._prefetch(kc + 1, endc)
             if ic < 0 or 0 <= ib < ic:
                 sb.data(self.ts[ib], self.frame(ib), self.payload(ib))
                 kb = self._next_event(sb, kb + 1, endb)
                 ib = order[kb] if kb < endb else -1
+                self._prefetch(kb + 1, endb)
             else:
                 sc.data(self.ts[ic], self.frame(ic), self.payload(ic))
                 kc = self._next_event(sc, kc + 1, endc)
                 ic = order[kc] if kc < endc else -1
+                self._prefetch(kc + 1, endc)
 
     cdef inline void _prefetch(self, Py_ssize_t k, Py_ssize_t end) noexcept:
         """Ask for what reading sorted position k will need to be brought into the cache: its payload, and the
