@@ -23,7 +23,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from analyzer.pipeline.stitch import Stitcher
-from analyzer.tables.writers import dictionary_columns
+from analyzer.tables.writers import parquet_options
 from spark_jobs.envelope import pack_batch, unpack_batches
 from spark_jobs.inputs import filesystem
 from spark_jobs.schemas import base_schema, split_by_date
@@ -66,8 +66,8 @@ class TableWriter:
             self.fs.create_dir(f"{self.root}/{folder}", recursive=True)
             path = f"{self.root}/{folder}/{self.stem}.zstd.parquet"
             partial_path = f"{self.root}/{folder}/.{self.stem}.{self._token}{ATTEMPT_SUFFIX}"
-            writer = pq.ParquetWriter(partial_path, self.schema, filesystem=self.fs, compression="zstd",
-                                      use_dictionary=dictionary_columns(self.schema))
+            writer = pq.ParquetWriter(partial_path, self.schema, filesystem=self.fs,
+                                      **parquet_options(self.table, self.schema))
             self._open[folder] = (writer, partial_path, path)
         self._open[folder][0].write_table(pa.Table.from_batches(buffered, self.schema), row_group_size=1 << 30)
 
