@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dissectors.kafka.apis import API_BY_KEY
-from dissectors.kafka.errors import EXPECTED_ERRORS, error_name, is_retriable
+from dissectors.kafka.errors import ERRORS, EXPECTED_ERRORS, error_name, is_retriable
 
 TS = pa.timestamp("us", tz="UTC")
 _MAX_ERROR = 1024  # error codes -1.._MAX_ERROR are named by table lookup, others one by one
@@ -634,7 +634,9 @@ def exchanges_batch(c: dict, capture_file: str) -> pa.RecordBatch:
             latency = _latency_ms(rq_last, rs_last)
         except pa.ArrowInvalid:  # the two times are centuries apart: the difference overflows int64 ns
             latency = _exact_latency_ms(rq_last.to_pylist(), rs_last.to_pylist())
-    api_names = pc.coalesce(c["api_name"], _lookup_names(api_key, _API_NAMES, 0))
+    api_names = _lookup_names(api_key, _API_NAMES, 0)
+    if c["api_name"].null_count < len(api_key):  # some row named its API itself (Kafka 0.7)
+        api_names = pc.coalesce(c["api_name"], api_names)
     error_names = _error_name_array(error_code)
     arrays = [
         _repeat(capture_file, len(api_key)),
@@ -669,7 +671,7 @@ def exchanges_batch(c: dict, capture_file: str) -> pa.RecordBatch:
         c["record_bytes"],
         *(c[name] for name in SETTING_FIELDS),
         *_waits(api_key, latency, c["record_count"], c["max_wait_ms"], error_code),
-        pc.if_else(pc.is_valid(error_code), expected_errors(error_names, api_names), None),
+        _expected_column(error_code, error_names, api_names),
         *(c[name] if name in c else pa.nulls(len(api_key), EXCHANGES_SCHEMA.field(name).type)
           for name in ("subscription", "assignment")),
     ]
@@ -677,6 +679,29 @@ def exchanges_batch(c: dict, capture_file: str) -> pa.RecordBatch:
 
 
 _EXPECTED_NAMES = pa.array(sorted({e.name for e in EXPECTED_ERRORS}), pa.string())
+_EXPECTED_CODES = pa.array(sorted(code for code, info in ERRORS.items() if info.name in _EXPECTED_NAMES.to_pylist()),
+                           pa.int16())
+
+
+def _expected_column(error_code: pa.Array, error_names: pa.Array, api_names: pa.Array) -> pa.Array:
+    """The error_expected column: null without an error code, else expected_errors. Most batches hold none of
+    the expected codes: then it is false wherever there is a code, found on the codes alone."""
+    if not pc.any(pc.is_in(error_code, _EXPECTED_CODES)).as_py():
+        if error_code.null_count == 0:
+            return _falses(len(error_code))
+        return pc.if_else(pc.is_valid(error_code), False, None)
+    return pc.if_else(pc.is_valid(error_code), expected_errors(error_names, api_names), None)
+
+
+_all_false: pa.Array = pa.array([], pa.bool_())  # the longest column of falses asked for so far
+
+
+def _falses(n: int) -> pa.Array:
+    """n falses: a slice of one kept array."""
+    global _all_false
+    if len(_all_false) < n:
+        _all_false = pa.array(np.zeros(max(n, 1 << 14), np.bool_))
+    return _all_false.slice(0, n)
 
 
 def expected_errors(error_name: pa.Array, api_name: pa.Array) -> pa.Array:
