@@ -11,6 +11,7 @@ compressed one comes from ``records.payload_size``, called once the whole field 
 that a field handed to the general path is not measured, and charged to the decompression budget, twice).
 """
 
+cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport INT64_MAX, INT64_MIN, int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t
 
@@ -34,6 +35,7 @@ cdef enum:
     F_CONTROL = 8
 
 
+@cython.freelist(64)  # one per records field summarised, freed with its exchange
 cdef class RecordsSummary:
     """A records summary (the fields of RECORD_SUMMARY_FIELDS) held in C: what the compiled path answers, read
     by the partition columns without a Python int per field, and freed as one object. Indexing, length,
