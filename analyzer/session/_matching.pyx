@@ -140,42 +140,86 @@ cdef inline tuple where_of(object p):
     return (xf(p, P_TOPIC), xf(p, P_PARTITION))
 
 
-cdef dict settings_of(object api_key, object request, object response):
-    """The exchange's settings columns from its request's and response's top-level fields (None: none), by the
-    rules of analyzer.session.matching.settings_of (the reference a test holds this to)."""
+cdef tuple SETTING_NAMES = tuple(_m.SETTING_FIELDS)
+cdef Py_ssize_t N_SETTINGS = len(SETTING_NAMES)
+# A body field's name, or the other name it has in some version, to its settings column.
+cdef dict _SLOT_OF = {name: i for i, name in enumerate(SETTING_NAMES)}
+_SLOT_OF.update({alias: _SLOT_OF[name] for alias, name in _SETTING_NAMES.items() if name in _SLOT_OF})
+cdef Py_ssize_t S_ACKS = _SLOT_OF["acks"], S_TRANSACTIONAL_ID = _SLOT_OF["transactional_id"]
+cdef Py_ssize_t S_GROUP_ID = _SLOT_OF["group_id"], S_MEMBER_ID = _SLOT_OF["member_id"]
+if N_SETTINGS > 64:
+    raise ImportError("more settings columns than fill_settings has bits for")
+
+
+@cython.boundscheck(False)  # places below N_SETTINGS, the list's length
+@cython.wraparound(False)
+cdef uint64_t fill_settings(object api_key, object request, object response, list slots) except? 0:
+    """The exchange's settings columns from its request's and response's top-level fields, by the rules of
+    analyzer.session.matching.settings_of (the reference a test holds this to): each value into its column's
+    place in ``slots`` (N_SETTINGS of them, all None on entry); returns the bits of the columns set."""
     cdef tuple rx = <tuple>request
     cdef object acks = rx[X_ACKS]
     cdef object tid = rx[X_TRANSACTIONAL_ID]
     cdef object fields = rx[X_FIELDS]
     cdef object answer = None
-    cdef dict out
+    cdef uint64_t placed = 0
+    cdef Py_ssize_t i
     cdef bint failed
     if response is not None:
         answer = (<tuple>response)[X_FIELDS]
     if acks is None and tid is None and not fields and not answer:
-        return None
-    out = {}
+        return 0
     if acks is not None:
-        out["acks"] = acks
+        slots[S_ACKS] = acks
+        placed |= (<uint64_t>1) << S_ACKS
     if tid is not None:
-        out["transactional_id"] = tid
+        slots[S_TRANSACTIONAL_ID] = tid
+        placed |= (<uint64_t>1) << S_TRANSACTIONAL_ID
     if fields:
         for name, value in (<dict>fields).items():
-            name = _SETTING_NAMES.get(name, name)
-            if name in _SETTINGS:
-                out[name] = value
+            at = _SLOT_OF.get(name)
+            if at is not None:
+                i = at
+                slots[i] = value
+                placed |= (<uint64_t>1) << i
         if api_key == FIND_COORDINATOR and (<dict>fields).get("key_type", 0) == 0 and "key" in fields:
-            out["group_id"] = (<dict>fields)["key"]
+            slots[S_GROUP_ID] = (<dict>fields)["key"]
+            placed |= (<uint64_t>1) << S_GROUP_ID
     if answer:
         failed = bool((<tuple>response)[X_TOP_ERROR])
         for name, value in (<dict>answer).items():
-            name = _SETTING_NAMES.get(name, name)
-            if name not in _SETTINGS or (failed and name != "member_id"):
+            at = _SLOT_OF.get(name)
+            if at is None:
                 continue
-            if name == "member_id" and api_key == JOIN_GROUP and out.get("member_id"):
+            i = at
+            if failed and i != S_MEMBER_ID:
                 continue
-            out[name] = value
-    return out or None
+            if i == S_MEMBER_ID and api_key == JOIN_GROUP and slots[i]:
+                continue
+            slots[i] = value
+            placed |= (<uint64_t>1) << i
+    return placed
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef inline void clear_settings(list slots, uint64_t placed) noexcept:
+    """``slots`` all None again (only the places ``placed`` names were set)."""
+    cdef Py_ssize_t i = 0
+    while placed:
+        if placed & 1:
+            slots[i] = None
+        placed >>= 1
+        i += 1
+
+
+cdef dict settings_of(object api_key, object request, object response):
+    """fill_settings' values as a dict by column name (None: none), for the rows a Python caller adds."""
+    cdef list slots = [None] * N_SETTINGS
+    cdef uint64_t placed = fill_settings(api_key, request, response, slots)
+    if not placed:
+        return None
+    return {SETTING_NAMES[i]: slots[i] for i in range(N_SETTINGS) if (placed >> i) & 1}
 
 
 def compiled_settings_of(api_key, request, response):
@@ -333,6 +377,7 @@ cdef class ExchangeMatcher(FrameSink):
     cdef bint bodies, verify_crc
     cdef object tap, limits
     cdef bint record_rows  # --records: every record a row too
+    cdef list settings  # an exchange's settings columns, filled for its row and emptied again (fill_settings)
 
     def __init__(self, out, tuple conn_fields):
         self.out = out
@@ -341,6 +386,7 @@ cdef class ExchangeMatcher(FrameSink):
         self.verify_crc = out.verify_crc
         self.limits = out.limits
         self.record_rows = out.records is not None
+        self.settings = [None] * N_SETTINGS
         self.rows = out.exchanges
         self.errors = out.errors
         self.partitions = out.partitions
@@ -600,7 +646,8 @@ cdef class ExchangeMatcher(FrameSink):
         cdef int32_t corr_c
         cdef int key_c = -1, ver_c = -1
         cdef bint plain_v1
-        cdef list pending
+        cdef list pending, slots
+        cdef uint64_t placed
         cdef Request req
         out = self.out
         if self._room_wanted(out.held_rows):
@@ -720,9 +767,14 @@ cdef class ExchangeMatcher(FrameSink):
             topics = partition_count = None
         if req.group_body is not None and status is not MALFORMED and not lossy and end >= size + 4:
             out.group_details.add(self.rows.rows, key, ver, req.group_body, bytes(head[body:end]))
-        self.rows.add(self.conn, key, ver, corr, client_id, req.first_ts, req.last_ts, first_ts, last_ts, req.size,
-                      size + 4, error_code, throttle, status, req.first_no, last_no, note, topics, partition_count,
-                      error_count, record_count, record_bytes, None, settings_of(key, rx, x))
+        slots = self.settings
+        placed = fill_settings(key, rx, x, slots)
+        try:
+            self.rows.add(self.conn, key, ver, corr, client_id, req.first_ts, req.last_ts, first_ts, last_ts,
+                          req.size, size + 4, error_code, throttle, status, req.first_no, last_no, note, topics,
+                          partition_count, error_count, record_count, record_bytes, None, slots if placed else None)
+        finally:
+            clear_settings(slots, placed)
         if xf(x, X_ERRORS):
             self._emit_errors(req, last_ts, x)
         if (answered or xf(rx, X_PARTITIONS)) and key in PARTITION_APIS:

@@ -1021,7 +1021,7 @@ cdef class ExchangeColumns(Table):
                  object response_last_ts, object request_size, object response_size, object error_code,
                  object throttle_time_ms, str status, object request_frame, object response_frame, object note,
                  object topics, object partition_count, object error_count, object record_count,
-                 object record_bytes, object api_name, dict settings) except -1:
+                 object record_bytes, object api_name, object settings) except -1:
         cdef Column column
         cdef Py_ssize_t i
         try:
@@ -1055,12 +1055,25 @@ cdef class ExchangeColumns(Table):
             if settings is None:
                 for column in self.settings:
                     put_null(column)
+            elif type(settings) is list:
+                self.add_setting_values(<list>settings)
             else:
                 self.add_settings(settings)
             self.rows += 1
         except BaseException:
             self.cut()
             raise
+        return 0
+
+    @cython.boundscheck(False)  # both lists have one place per settings column
+    @cython.wraparound(False)
+    cdef int add_setting_values(self, list values) except -1:
+        """The settings columns' values in column order (None: null), as the matcher fills them."""
+        cdef Py_ssize_t i
+        if len(values) != len(self.settings):
+            raise TypeError("not one value per settings column")
+        for i in range(len(values)):
+            put_obj(<Column>self.settings[i], values[i])
         return 0
 
     @cython.boundscheck(False)  # indices below the lists' lengths, fixed in __init__
