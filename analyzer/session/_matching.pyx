@@ -214,7 +214,7 @@ cdef inline void clear_settings(list slots, uint64_t placed) noexcept:
 
 
 cdef dict settings_of(object api_key, object request, object response):
-    """fill_settings' values as a dict by column name (None: none), for the rows a Python caller adds."""
+    """fill_settings' values as a dict by column name (None: none), for Python (the rules' test)."""
     cdef list slots = [None] * N_SETTINGS
     cdef uint64_t placed = fill_settings(api_key, request, response, slots)
     if not placed:
@@ -887,6 +887,8 @@ cdef class ExchangeMatcher(FrameSink):
     # -- rows ----------------------------------------------------------------------------------------
 
     cdef _settle(self, Request req, note):
+        cdef list slots
+        cdef uint64_t placed
         status = ACKS0 if req.acks0 else NO_RESPONSE
         if req.malformed:
             status = MALFORMED
@@ -908,9 +910,14 @@ cdef class ExchangeMatcher(FrameSink):
             if rx.left_out[0] and recs:
                 totals = _NO_TOTALS
                 note = _join(note, "record_count and record_bytes unknown: partitions left out")
-        self._row(req.api_key, req.api_version, req.correlation_id, req.client_id, req.first_ts, req.last_ts, None,
-                  None, req.size, None, None, None, status, req.first_no, None, note, topics, partition_count, 0,
-                  totals[0], totals[1], None, settings_of(req.api_key, rx, None))
+        slots = self.settings
+        placed = fill_settings(req.api_key, rx, None, slots)
+        try:
+            self._row(req.api_key, req.api_version, req.correlation_id, req.client_id, req.first_ts, req.last_ts,
+                      None, None, req.size, None, None, None, status, req.first_no, None, note, topics,
+                      partition_count, 0, totals[0], totals[1], None, slots if placed else None)
+        finally:
+            clear_settings(slots, placed)
         if rx.partitions and req.api_key in PARTITION_APIS:
             self._emit_partitions(req, None, [], recs)
 
@@ -921,7 +928,7 @@ cdef class ExchangeMatcher(FrameSink):
 
     cdef _row(self, api_key, api_version, corr, client_id, rq_first, rq_last, rs_first, rs_last, rq_size,
               rs_size, error_code, throttle, str status, rq_frame, rs_frame, note, topics, partition_count,
-              error_count, record_count=None, record_bytes=None, api_name=None, dict settings=None):
+              error_count, record_count=None, record_bytes=None, api_name=None, list settings=None):
         self.rows.add(self.conn, api_key, api_version, corr, client_id, rq_first, rq_last, rs_first, rs_last,
                       rq_size, rs_size, error_code, throttle, status, rq_frame, rs_frame, note, topics,
                       partition_count, error_count, record_count, record_bytes, api_name, settings)

@@ -140,16 +140,13 @@ cdef class ExchangeColumns(Table):
     cdef IntColumn record_bytes
     cdef StringColumn api_name
     cdef list settings  # the SETTING_FIELDS columns
-    cdef tuple setting_names
-    cdef dict setting_index  # name -> its place in settings
-    cdef int add_settings(self, dict settings) except -1
     cdef int add_setting_values(self, list values) except -1
     cdef int add(self, Endpoints conn, object api_key, object api_version, object correlation_id,
                  object client_id, object request_first_ts, object request_last_ts, object response_first_ts,
                  object response_last_ts, object request_size, object response_size, object error_code,
                  object throttle_time_ms, str status, object request_frame, object response_frame, object note,
                  object topics, object partition_count, object error_count, object record_count,
-                 object record_bytes, object api_name, object settings) except -1
+                 object record_bytes, object api_name, list settings) except -1
 
 
 @cython.final

@@ -1010,18 +1010,14 @@ cdef class ExchangeColumns(Table):
         self.request_frame, self.response_frame, self.note = c["request_frame"], c["response_frame"], c["note"]
         self.topics, self.partition_count, self.error_count = c["topics"], c["partition_count"], c["error_count"]
         self.record_count, self.record_bytes, self.api_name = c["record_count"], c["record_bytes"], c["api_name"]
-        self.setting_names = SETTING_FIELDS
         self.settings = [c[name] for name in SETTING_FIELDS]
-        self.setting_index = {name: i for i, name in enumerate(SETTING_FIELDS)}
-        if len(SETTING_FIELDS) > 64:
-            raise TypeError("more settings columns than add_settings has bits for")
 
     cdef int add(self, Endpoints conn, object api_key, object api_version, object correlation_id,
                  object client_id, object request_first_ts, object request_last_ts, object response_first_ts,
                  object response_last_ts, object request_size, object response_size, object error_code,
                  object throttle_time_ms, str status, object request_frame, object response_frame, object note,
                  object topics, object partition_count, object error_count, object record_count,
-                 object record_bytes, object api_name, object settings) except -1:
+                 object record_bytes, object api_name, list settings) except -1:
         cdef Column column
         cdef Py_ssize_t i
         try:
@@ -1055,10 +1051,8 @@ cdef class ExchangeColumns(Table):
             if settings is None:
                 for column in self.settings:
                     put_null(column)
-            elif type(settings) is list:
-                self.add_setting_values(<list>settings)
             else:
-                self.add_settings(settings)
+                self.add_setting_values(settings)
             self.rows += 1
         except BaseException:
             self.cut()
@@ -1068,40 +1062,12 @@ cdef class ExchangeColumns(Table):
     @cython.boundscheck(False)  # both lists have one place per settings column
     @cython.wraparound(False)
     cdef int add_setting_values(self, list values) except -1:
-        """The settings columns' values in column order (None: null), as the matcher fills them."""
+        """The settings columns' values in column order (None: null), as the matcher fills them (fill_settings)."""
         cdef Py_ssize_t i
         if len(values) != len(self.settings):
             raise TypeError("not one value per settings column")
         for i in range(len(values)):
             put_obj(<Column>self.settings[i], values[i])
-        return 0
-
-    @cython.boundscheck(False)  # indices below the lists' lengths, fixed in __init__
-    @cython.wraparound(False)
-    cdef int add_settings(self, dict settings) except -1:
-        """The settings columns' values: each of the dict's (a name no column has is ignored), null elsewhere.
-        Most exchanges carry a few settings, so the dict is walked rather than asked for every column."""
-        cdef uint64_t placed = 0
-        cdef Py_ssize_t i, count = len(self.settings)
-        cdef Column column
-        cdef bint failed = False
-        try:
-            for name, value in settings.items():
-                at = self.setting_index.get(name)
-                if at is not None:
-                    i = at
-                    put_obj(<Column>self.settings[i], value)
-                    placed |= (<uint64_t>1) << i
-            for i in range(count):
-                if not (placed >> i) & 1:
-                    put_null(<Column>self.settings[i])
-        except Exception:
-            failed = True
-        if failed:  # a value the column refuses: raise what asking column by column, in order, raises
-            for column in self.settings:
-                column.cut(self.rows)
-            for i in range(count):
-                (<Column>self.settings[i]).add_obj(settings.get(self.setting_names[i]))
         return 0
 
 

@@ -497,7 +497,7 @@ def _rows_batch(cols: dict[str, pa.Array], n: int, schema: pa.Schema, capture_fi
     if error_code is None:
         error_code = pa.nulls(n, pa.int16())
     derived = {
-        "capture_file": _repeat(capture_file, n),
+        "capture_file": _constant(capture_file, pa.string(), n),
         "api_name": _lookup_names(api_key, _API_NAMES, 0),
         "error_name": _error_name_array(error_code),
         "retriable": _lookup_names(error_code, _RETRIABLE, 1),
@@ -639,7 +639,7 @@ def exchanges_batch(c: dict, capture_file: str) -> pa.RecordBatch:
         api_names = pc.coalesce(c["api_name"], api_names)
     error_names = _error_name_array(error_code)
     arrays = [
-        _repeat(capture_file, len(api_key)),
+        _constant(capture_file, pa.string(), len(api_key)),
         c["connection_id"],
         c["client_ip"],
         c["client_port"],
@@ -678,9 +678,9 @@ def exchanges_batch(c: dict, capture_file: str) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=EXCHANGES_SCHEMA)
 
 
-_EXPECTED_NAMES = pa.array(sorted({e.name for e in EXPECTED_ERRORS}), pa.string())
-_EXPECTED_CODES = pa.array(sorted(code for code, info in ERRORS.items() if info.name in _EXPECTED_NAMES.to_pylist()),
-                           pa.int16())
+_EXPECTED_NAME_SET = frozenset(e.name for e in EXPECTED_ERRORS)
+_EXPECTED_NAMES = pa.array(sorted(_EXPECTED_NAME_SET), pa.string())
+_EXPECTED_CODES = pa.array(sorted(code for code, info in ERRORS.items() if info.name in _EXPECTED_NAME_SET), pa.int16())
 
 
 def _expected_column(error_code: pa.Array, error_names: pa.Array, api_names: pa.Array) -> pa.Array:
@@ -688,20 +688,9 @@ def _expected_column(error_code: pa.Array, error_names: pa.Array, api_names: pa.
     the expected codes: then it is false wherever there is a code, found on the codes alone."""
     if not pc.any(pc.is_in(error_code, _EXPECTED_CODES)).as_py():
         if error_code.null_count == 0:
-            return _falses(len(error_code))
+            return _constant(False, pa.bool_(), len(error_code))
         return pc.if_else(pc.is_valid(error_code), False, None)
     return pc.if_else(pc.is_valid(error_code), expected_errors(error_names, api_names), None)
-
-
-_all_false: pa.Array = pa.array([], pa.bool_())  # the longest column of falses asked for so far
-
-
-def _falses(n: int) -> pa.Array:
-    """n falses: a slice of one kept array."""
-    global _all_false
-    if len(_all_false) < n:
-        _all_false = pa.array(np.zeros(max(n, 1 << 14), np.bool_))
-    return _all_false.slice(0, n)
 
 
 def expected_errors(error_name: pa.Array, api_name: pa.Array) -> pa.Array:
@@ -758,16 +747,15 @@ def _far_time_notes(exact: dict[str, list], notes: pa.Array) -> pa.Array:
     return pa.array(out, pa.string())
 
 
-_repeated: tuple[str, pa.Array] | None = None  # the last text repeated, as many times as asked for so far
+_constants: dict[pa.DataType, tuple[object, pa.Array]] = {}  # per type: the last value repeated, and its array
 
 
-def _repeat(text: str, n: int) -> pa.Array:
-    """``text`` n times: a slice of one array kept for the last text asked for (a batch's capture file name is
-    the same as the batch before's)."""
-    global _repeated
-    kept = _repeated
-    if kept is None or kept[0] != text or len(kept[1]) < n:
-        kept = _repeated = (text, pa.repeat(pa.scalar(text, pa.string()), max(n, 1 << 14)))
+def _constant(value: object, typ: pa.DataType, n: int) -> pa.Array:
+    """``value`` n times: a slice of one array kept per type for the last value asked for (a batch's capture
+    file name is the previous batch's; the falses of a batch without expected errors are every batch's)."""
+    kept = _constants.get(typ)
+    if kept is None or kept[0] != value or len(kept[1]) < n:
+        kept = _constants[typ] = (value, pa.repeat(pa.scalar(value, typ), max(n, 1 << 14)))
     return kept[1].slice(0, n)
 
 

@@ -145,9 +145,7 @@ DELTA_COLUMNS: dict[str, frozenset[str]] = {
 def parquet_options(table: str, schema: pa.Schema) -> dict:
     """The ``pq.ParquetWriter`` options of a table: zstd, dictionaries for text, deltas for DELTA_COLUMNS."""
     options: dict = {"compression": "zstd", "use_dictionary": dictionary_columns(schema)}
-    delta = DELTA_COLUMNS.get(table, frozenset())
-    encodings = {f.name: "DELTA_BINARY_PACKED" for f in schema if f.name in delta
-                 and (pa.types.is_integer(f.type) or pa.types.is_timestamp(f.type))}
+    encodings = {name: "DELTA_BINARY_PACKED" for name in DELTA_COLUMNS.get(table, ()) if name in schema.names}
     if encodings:
         options["column_encoding"] = encodings
     return options
