@@ -30,7 +30,7 @@ LIMIT_SECONDS = 60
 
 def run_export(capture: Path, out: Path, extra: list[str], timeout: float) -> tuple[float, float, int, str]:
     """Wall seconds, peak RSS in MB, exit code (-9 on timeout) and stderr of one export child."""
-    cmd = [sys.executable, "-c", "from analyzer.cli.console import main; main()", "export", str(capture),
+    cmd = [sys.executable, "-c", "from analyzer.cli.console import script; script()", "export", str(capture),
            "-o", str(out), "--jobs", "1", "--no-progress", *extra]
     err = tempfile.TemporaryFile()
     start = time.perf_counter()

@@ -12,6 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
@@ -19,7 +20,7 @@ from analyzer.cli import commands as cli
 from analyzer.pipeline import run as pipeline_run
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_pcaps"
-SCRIPT = "import sys; sys.argv[0] = 'kafkacap'; from analyzer.cli.console import main; main()"
+SCRIPT = "import sys; sys.argv[0] = 'kafkacap'; from analyzer.cli.console import script; script()"
 
 
 def kafkacap(*args, **popen) -> subprocess.Popen:
@@ -209,3 +210,35 @@ def test_exchanges_api_filter_takes_names_in_any_case_and_keys():
     assert process.returncode == 0, err
     names = {line.split(b'"api_name": "')[1].split(b'"')[0] for line in out.splitlines()}
     assert names == {b"CreateTopics", b"Metadata"}
+
+
+def _ended_by_script(tmp_path: Path, before: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """An export by the console script in a new process, with ``before`` run first in that process."""
+    out = tmp_path / "out"
+    code = f"{before}\n{SCRIPT}"
+    done = subprocess.run([sys.executable, "-c", code, "export", str(SAMPLES / "kafka09_legacy.pcap"), "-o",
+                           str(out), "--no-progress"], capture_output=True, text=True, timeout=300)
+    return done, out
+
+
+def test_the_quick_exit_still_runs_the_atexit_functions(tmp_path):
+    """The script skips the interpreter's teardown, not what was registered to run at exit (temporary
+    folders and worker processes are cleaned up that way)."""
+    marker = tmp_path / "ran"
+    before = f"import atexit, pathlib; atexit.register(pathlib.Path({str(marker)!r}).touch)"
+    done, out = _ended_by_script(tmp_path, before)
+    assert done.returncode == 0, done.stderr
+    assert marker.exists()
+    assert pq.read_table(out / "exchanges.parquet").num_rows > 0
+    assert done.stderr.startswith("wrote ")  # flushed before the process ended
+
+
+def test_a_thread_still_running_is_waited_for(tmp_path):
+    """Another thread of the process still at work when the command ends: the ordinary exit, which waits
+    for it, is taken."""
+    marker = tmp_path / "finished"
+    before = ("import threading, time, pathlib\n"
+              f"threading.Thread(target=lambda: (time.sleep(1.5), pathlib.Path({str(marker)!r}).touch())).start()")
+    done, _ = _ended_by_script(tmp_path, before)
+    assert done.returncode == 0, done.stderr
+    assert marker.exists()

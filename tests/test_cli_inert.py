@@ -79,7 +79,7 @@ def hostile_capture(tmp_path_factory) -> Path:
 
 def kafkacap(*args, env: dict | None = None) -> subprocess.CompletedProcess:
     """The console script, in a new process, its output read as bytes."""
-    code = "import sys; sys.argv[0] = 'kafkacap'; from analyzer.cli.console import main; main()"
+    code = "import sys; sys.argv[0] = 'kafkacap'; from analyzer.cli.console import script; script()"
     return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, timeout=300,
                           env={**os.environ, **(env or {})})
 

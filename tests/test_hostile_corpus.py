@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def export(capture: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", "from analyzer.cli.console import main; main()", "export", str(capture), "-o", str(out),
-         "--jobs", "1", "--no-progress", *extra], capture_output=True, text=True, cwd=ROOT, timeout=300)
+        [sys.executable, "-c", "from analyzer.cli.console import script; script()", "export", str(capture), "-o",
+         str(out), "--jobs", "1", "--no-progress", *extra], capture_output=True, text=True, cwd=ROOT, timeout=300)
 
 
 def canaries(out: Path) -> list[str]:

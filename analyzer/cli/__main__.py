@@ -1,5 +1,5 @@
 """``python -m analyzer.cli``: the ``kafkacap`` console script."""
 
-from analyzer.cli.console import main
+from analyzer.cli.console import script
 
-main()
+script()
