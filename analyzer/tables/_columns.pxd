@@ -10,7 +10,21 @@ by one ``add`` call that names every field.
 """
 
 cimport cython
+from cpython.ref cimport PyObject
 from libc.stdint cimport int32_t, int64_t, uint8_t
+
+from dissectors.kafka._records cimport RecordsSummary
+
+cdef enum:
+    MAX_OFFSETS = 16  # room for PARTITION_OFFSET_FIELDS
+    MAX_SUMMARY = 16  # room for RECORD_SUMMARY_FIELDS
+    SUMMARY_INT = 0
+    SUMMARY_FLAG = 1
+    SUMMARY_OBJECT = 2
+    MAX_SETTINGS = 32  # room for SETTING_FIELDS
+    SETTING_INT = 0
+    SETTING_TEXT = 1
+    SETTING_OBJECT = 2
 
 
 cdef struct Buf:
@@ -140,7 +154,11 @@ cdef class ExchangeColumns(Table):
     cdef IntColumn record_bytes
     cdef StringColumn api_name
     cdef list settings  # the SETTING_FIELDS columns
+    cdef Py_ssize_t n_settings
+    cdef PyObject* setting_columns[MAX_SETTINGS]  # the settings list's columns (the list keeps them)
+    cdef int setting_kinds[MAX_SETTINGS]  # SETTING_INT, SETTING_TEXT or SETTING_OBJECT
     cdef int add_setting_values(self, list values) except -1
+    cdef int add_no_settings(self) except -1
     cdef int add(self, Endpoints conn, object api_key, object api_version, object correlation_id,
                  object client_id, object request_first_ts, object request_last_ts, object response_first_ts,
                  object response_last_ts, object request_size, object response_size, object error_code,
@@ -182,6 +200,11 @@ cdef class PartitionColumns(Table):
     cdef IntColumn request_record_bytes
     cdef IntColumn response_record_bytes
     cdef list summary  # the records field's summary, RECORD_SUMMARY_FIELDS order
+    cdef PyObject* offset_columns[MAX_OFFSETS]  # the offsets' columns (the list keeps them)
+    cdef PyObject* summary_columns[MAX_SUMMARY]  # the summary's columns (the list keeps them)
+    cdef int summary_kinds[MAX_SUMMARY]  # SUMMARY_INT, SUMMARY_FLAG or SUMMARY_OBJECT, by field
+    cdef int add_summary(self, RecordsSummary held) except -1
+    cdef int add_no_summary(self) except -1
     cdef int add(self, int64_t connection_id, object correlation_id, object api_key, object api_version,
                  object client_id, object request_last_ts, object response_last_ts, object asked,
                  object answered, object summary) except -1

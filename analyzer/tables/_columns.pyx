@@ -16,12 +16,12 @@ from cpython.buffer cimport PyBuffer_FillInfo
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.float cimport PyFloat_AsDouble
 from cpython.mem cimport PyMem_RawCalloc, PyMem_RawFree, PyMem_RawRealloc
+from cpython.ref cimport PyObject
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport INT32_MAX, int8_t, int16_t, int32_t, int64_t, uint8_t, uint64_t
 from libc.string cimport memcpy, memset
 
-from dissectors.kafka._records cimport RecordsSummary
 
 import pyarrow as pa
 
@@ -72,6 +72,17 @@ cdef extern from *:
             *out = kafkacap_small_value(o);
             return 0;
         }
+    #if CYTHON_USE_PYLONG_INTERNALS && PY_VERSION_HEX < 0x030C0000 && PyLong_SHIFT == 30
+        /* Three digits below 2**63: capture times in nanoseconds (2**60 ns is 1970 plus 36 years). */
+        if (PyLong_CheckExact(o) && (Py_SIZE(o) == 3 || Py_SIZE(o) == -3)) {
+            const digit* d = ((PyLongObject*)o)->ob_digit;
+            if (d[2] < 8) {
+                long long v = (long long)(((unsigned long long)d[2] << 60) | ((unsigned long long)d[1] << 30) | d[0]);
+                *out = Py_SIZE(o) < 0 ? -v : v;
+                return 0;
+            }
+        }
+    #endif
         *out = PyLong_AsLongLongAndOverflow(o, &overflow);
         if (overflow) return 1;
         if (*out == -1 && PyErr_Occurred()) return -1;
@@ -90,6 +101,10 @@ cdef extern from *:
     }
     """
     bint small_int "kafkacap_small_int"(object o) noexcept
+    bint small_int_at "kafkacap_small_int"(PyObject* o) noexcept
+    long long small_value_at "kafkacap_small_value"(PyObject* o) noexcept
+    PyObject* tuple_at "PyTuple_GET_ITEM"(PyObject* t, Py_ssize_t i) noexcept
+    PyObject* list_at "PyList_GET_ITEM"(PyObject* t, Py_ssize_t i) noexcept
     long long small_value "kafkacap_small_value"(object o) noexcept
     int as_int64 "kafkacap_as_int64"(object o, long long* out) except -1
     const char* utf8_of "kafkacap_utf8"(object text, Py_ssize_t* size) except NULL
@@ -993,6 +1008,27 @@ cdef inline object item(tuple entry, Py_ssize_t i):
     return <object>PyTuple_GET_ITEM(entry, i)
 
 
+cdef PyObject* NONE = <PyObject*>None
+
+
+cdef inline PyObject* either_at(PyObject* first, PyObject* second, Py_ssize_t i) noexcept:
+    """Field ``i`` of the tuple ``first``, or of ``second`` where ``first`` has none (Arrow's coalesce, per row);
+    either may be NULL (no entry). Borrowed."""
+    cdef PyObject* value = NONE if first == NULL else tuple_at(first, i)
+    if value == NONE and second != NULL:
+        value = tuple_at(second, i)
+    return value
+
+
+cdef inline int put_int_at(IntColumn column, PyObject* value) except -1:
+    """``put_int_obj`` of a borrowed value."""
+    if value == NONE:
+        return put_int_null(column)
+    if small_int_at(value):
+        return put_int(column, small_value_at(value))
+    return put_big_int(column, <object>value)
+
+
 cdef class ExchangeColumns(Table):
     """Rows of the exchanges table (tables.schemas.EXCHANGE_ROW_FIELDS)."""
 
@@ -1011,6 +1047,13 @@ cdef class ExchangeColumns(Table):
         self.topics, self.partition_count, self.error_count = c["topics"], c["partition_count"], c["error_count"]
         self.record_count, self.record_bytes, self.api_name = c["record_count"], c["record_bytes"], c["api_name"]
         self.settings = [c[name] for name in SETTING_FIELDS]
+        if len(self.settings) > MAX_SETTINGS:
+            raise ImportError("more settings fields than ExchangeColumns has room for")
+        self.n_settings = len(self.settings)
+        for i, column in enumerate(self.settings):
+            self.setting_columns[i] = <PyObject*>column  # the list keeps them
+            self.setting_kinds[i] = (SETTING_INT if type(column) is IntColumn else
+                                     SETTING_TEXT if type(column) is StringColumn else SETTING_OBJECT)
 
     cdef int add(self, Endpoints conn, object api_key, object api_version, object correlation_id,
                  object client_id, object request_first_ts, object request_last_ts, object response_first_ts,
@@ -1049,8 +1092,7 @@ cdef class ExchangeColumns(Table):
             put_int_obj(self.record_bytes, record_bytes)
             add_text(self.api_name, api_name)
             if settings is None:
-                for column in self.settings:
-                    put_null(column)
+                self.add_no_settings()
             else:
                 self.add_setting_values(settings)
             self.rows += 1
@@ -1059,15 +1101,27 @@ cdef class ExchangeColumns(Table):
             raise
         return 0
 
-    @cython.boundscheck(False)  # both lists have one place per settings column
-    @cython.wraparound(False)
     cdef int add_setting_values(self, list values) except -1:
-        """The settings columns' values in column order (None: null), as the matcher fills them (fill_settings)."""
+        """The settings columns' values in column order (None: null), as the matcher fills them (fill_settings);
+        read borrowed, since most are None."""
         cdef Py_ssize_t i
-        if len(values) != len(self.settings):
+        cdef PyObject* value
+        if len(values) != self.n_settings:
             raise TypeError("not one value per settings column")
-        for i in range(len(values)):
-            put_obj(<Column>self.settings[i], values[i])
+        for i in range(self.n_settings):
+            value = list_at(<PyObject*>values, i)
+            if self.setting_kinds[i] == SETTING_INT:
+                put_int_at(<IntColumn>self.setting_columns[i], value)
+            elif value == NONE and self.setting_kinds[i] == SETTING_TEXT:
+                put_text_null(<StringColumn>self.setting_columns[i])
+            else:
+                (<Column>self.setting_columns[i]).add_obj(<object>value)
+        return 0
+
+    cdef int add_no_settings(self) except -1:
+        cdef Py_ssize_t i
+        for i in range(self.n_settings):
+            put_null(<Column>self.setting_columns[i])
         return 0
 
 
@@ -1122,36 +1176,42 @@ cdef class PartitionColumns(Table):
         self.request_record_bytes = c["request_record_bytes"]
         self.response_record_bytes = c["response_record_bytes"]
         self.summary = [c[name] for name in RECORD_SUMMARY_FIELDS]
+        if len(self.offsets) > MAX_OFFSETS or len(self.summary) > MAX_SUMMARY:
+            raise ImportError("more partition offset or summary fields than PartitionColumns has room for")
+        for j, column in enumerate(self.offsets):
+            if type(column) is not IntColumn:
+                raise TypeError(f"offset column {PARTITION_OFFSET_FIELDS[j]} is not an integer column")
+            self.offset_columns[j] = <PyObject*>column  # the lists keep them
+        for j, column in enumerate(self.summary):
+            self.summary_columns[j] = <PyObject*>column
+            self.summary_kinds[j] = _summary_kind(column, RECORD_SUMMARY_FIELDS[j])
 
-    @cython.boundscheck(False)  # indices below the lists' lengths, fixed in __init__
-    @cython.wraparound(False)
     cdef int add(self, int64_t connection_id, object correlation_id, object api_key, object api_version,
                  object client_id, object request_last_ts, object response_last_ts, object asked,
                  object answered, object summary) except -1:
-        cdef tuple rq = None, rs = None, sm = None
+        # The entries' fields are read as borrowed pointers: a partition row takes some forty values, and an
+        # owned reference to each (taken and dropped) cost more than storing it.
+        cdef PyObject* rq = NULL
+        cdef PyObject* rs = NULL
+        cdef tuple sm = None
         cdef RecordsSummary held = None
         cdef Py_ssize_t j
-        cdef Column column
+        if asked is not None:
+            if not isinstance(asked, tuple) or PyTuple_GET_SIZE(<tuple>asked) != P_FIELDS:
+                raise TypeError("not a PartitionEntry")
+            rq = <PyObject*>asked
+        if answered is not None:
+            if not isinstance(answered, tuple) or PyTuple_GET_SIZE(<tuple>answered) != P_FIELDS:
+                raise TypeError("not a PartitionEntry")
+            rs = <PyObject*>answered
+        if summary is not None:
+            if type(summary) is RecordsSummary:
+                held = <RecordsSummary>summary
+            elif not isinstance(summary, tuple) or PyTuple_GET_SIZE(<tuple>summary) != N_SUMMARY:
+                raise TypeError("not a records summary")
+            else:
+                sm = <tuple>summary
         try:
-            if asked is not None:
-                if not isinstance(asked, tuple):
-                    raise TypeError("not a PartitionEntry")
-                rq = <tuple>asked
-                if PyTuple_GET_SIZE(rq) != P_FIELDS:
-                    raise TypeError("not a PartitionEntry")
-            if answered is not None:
-                if not isinstance(answered, tuple):
-                    raise TypeError("not a PartitionEntry")
-                rs = <tuple>answered
-                if PyTuple_GET_SIZE(rs) != P_FIELDS:
-                    raise TypeError("not a PartitionEntry")
-            if summary is not None:
-                if type(summary) is RecordsSummary:
-                    held = <RecordsSummary>summary
-                elif not isinstance(summary, tuple) or PyTuple_GET_SIZE(<tuple>summary) != N_SUMMARY:
-                    raise TypeError("not a records summary")
-                else:
-                    sm = <tuple>summary
             put_int(self.connection_id, connection_id)
             put_int_obj(self.correlation_id, correlation_id)
             put_int_obj(self.api_key, api_key)
@@ -1159,28 +1219,61 @@ cdef class PartitionColumns(Table):
             add_text(self.client_id, client_id)
             put_stamp(self.request_last_ts, request_last_ts)
             put_stamp(self.response_last_ts, response_last_ts)
-            self.topic.add_obj(_either(rs, rq, P_TOPIC))
-            put_int_obj(self.partition, _either(rs, rq, P_PARTITION))
-            put_int_obj(self.error_code, None if rs is None else item(rs, P_ERROR_CODE))
-            for j in range(N_OFFSETS):  # the list holds IntColumns only (built in __init__)
-                put_int_obj(<IntColumn>self.offsets[j], _either(rs, rq, P_OFFSETS + j))
-            put_int_obj(self.request_record_bytes, None if rq is None else item(rq, P_RECORD_BYTES))
-            put_int_obj(self.response_record_bytes, None if rs is None else item(rs, P_RECORD_BYTES))
+            self.topic.add_obj(<object>either_at(rs, rq, P_TOPIC))
+            put_int_at(self.partition, either_at(rs, rq, P_PARTITION))
+            put_int_at(self.error_code, NONE if rs == NULL else tuple_at(rs, P_ERROR_CODE))
+            for j in range(N_OFFSETS):
+                put_int_at(<IntColumn>self.offset_columns[j], either_at(rs, rq, P_OFFSETS + j))
+            put_int_at(self.request_record_bytes, NONE if rq == NULL else tuple_at(rq, P_RECORD_BYTES))
+            put_int_at(self.response_record_bytes, NONE if rs == NULL else tuple_at(rs, P_RECORD_BYTES))
             if held is not None:
-                for j in range(N_SUMMARY):
-                    column = <Column>self.summary[j]
-                    if type(column) is IntColumn and (held.present >> j) & 1:
-                        put_int(<IntColumn>column, held.values[j])
-                    else:
-                        put_obj(column, held.field(j))
+                self.add_summary(held)
+            elif sm is None:
+                self.add_no_summary()
             else:
                 for j in range(N_SUMMARY):
-                    put_obj(<Column>self.summary[j], None if sm is None else item(sm, j))
+                    put_obj(<Column>self.summary_columns[j], item(sm, j))
             self.rows += 1
         except BaseException:
             self.cut()
             raise
         return 0
+
+    cdef int add_summary(self, RecordsSummary held) except -1:
+        cdef Py_ssize_t j
+        cdef bint present
+        cdef int kind
+        for j in range(N_SUMMARY):
+            present = (held.present >> j) & 1
+            kind = self.summary_kinds[j]
+            if kind == SUMMARY_INT:
+                if present:
+                    put_int(<IntColumn>self.summary_columns[j], held.values[j])
+                else:
+                    put_int_null(<IntColumn>self.summary_columns[j])
+            elif kind == SUMMARY_FLAG:
+                if present:
+                    (<BoolColumn>self.summary_columns[j]).add(held.values[j] != 0)
+                else:
+                    (<BoolColumn>self.summary_columns[j]).add_null()
+            else:
+                put_obj(<Column>self.summary_columns[j], held.field(j))
+        return 0
+
+    cdef int add_no_summary(self) except -1:
+        cdef Py_ssize_t j
+        for j in range(N_SUMMARY):
+            put_null(<Column>self.summary_columns[j])
+        return 0
+
+
+cdef int _summary_kind(Column column, str name):
+    """How the records summary's field goes into its column: as a number, as a flag, or as the object it is."""
+    if type(column) is IntColumn:
+        return SUMMARY_INT
+    if type(column) is BoolColumn and name in ("transactional", "control"):
+        return SUMMARY_FLAG
+    return SUMMARY_OBJECT
 
 
 cdef inline object _either(tuple first, tuple second, Py_ssize_t i):
