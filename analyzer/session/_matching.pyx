@@ -10,6 +10,8 @@ result and the text of its error are exactly the reference's.
 
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.dict cimport PyDict_Next
+from cpython.ref cimport PyObject
 from cpython.tuple cimport PyTuple_GET_ITEM
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint64_t
@@ -133,6 +135,16 @@ cdef bint _in_step(list asked, list answered) except -1:
             if same_place(side[i], side[j]):
                 return False
     return True
+
+
+cdef inline object _only_value(dict found):
+    """The value of a dict of one entry, without hashing its key again (None when it has not one entry)."""
+    cdef Py_ssize_t pos = 0
+    cdef PyObject* key
+    cdef PyObject* value
+    if len(found) != 1 or not PyDict_Next(found, &pos, &key, &value):
+        return None
+    return <object>value
 
 
 cdef inline tuple where_of(object p):
@@ -998,9 +1010,10 @@ cdef class ExchangeMatcher(FrameSink):
         if len(asked) == 1 and len(answered) == 1:
             rq, rs = asked[0], answered[0]
             if same_place(rq, rs):
-                # the common case: one partition, asked and answered
+                # the common case: one partition, asked and answered; a summary there is of its records field
+                # (the summaries are keyed by the entries of one side, and each side has only this one)
                 partitions.add(connection_id, corr, key, ver, client_id, rq_last, rs_last, rq, rs,
-                               summaries.get(where_of(rq)) if summaries else None)
+                               _only_value(summaries) if summaries else None)
                 return
         if _in_step(asked, answered):  # entry i of each names the same topic-partition, each once
             self._emit_in_step(req, rs_last, asked, answered, summaries)
