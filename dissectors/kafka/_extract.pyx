@@ -385,6 +385,28 @@ cdef object extract_body(object buf, Py_ssize_t off, Py_ssize_t end, int api_key
             raise DecodeError("malformed", acc.where)
         if not partial:
             raise DecodeTruncated("truncated", acc.where)
-    return new_entry(Extracted, (acc.topics, acc.partition_count, acc.errors, acc.error_code, acc.throttle_time_ms,
-                                  acc.partitions, acc.acks, acc.transactional_id, status >= 0, acc.topic_ids,
-                                  acc.left_out, acc.fields))
+    return extracted_entry(acc, status >= 0)
+
+
+cdef type EXTRACTED = Extracted
+if Extracted._fields != ("topics", "partition_count", "errors", "top_error", "throttle_time_ms", "partitions", "acks",
+                         "transactional_id", "complete", "topic_ids", "left_out", "fields"):
+    raise ImportError("Extracted's fields moved: update extracted_entry in _extract.pyx")
+
+
+cdef inline object extracted_entry(Acc acc, bint complete):
+    """The body's Extracted, made in place from the accumulator (no argument tuple: one is made per body)."""
+    cdef object entry = PyType_GenericAlloc(<PyTypeObject*>EXTRACTED, 12)
+    _put(entry, 0, acc.topics)
+    _put(entry, 1, acc.partition_count)
+    _put(entry, 2, acc.errors)
+    _put(entry, 3, acc.error_code)
+    _put(entry, 4, acc.throttle_time_ms)
+    _put(entry, 5, acc.partitions)
+    _put(entry, 6, acc.acks)
+    _put(entry, 7, acc.transactional_id)
+    _put(entry, 8, complete)
+    _put(entry, 9, acc.topic_ids)
+    _put(entry, 10, acc.left_out)
+    _put(entry, 11, acc.fields)
+    return entry
