@@ -460,7 +460,9 @@ cdef class ExchangeMatcher(FrameSink):
         cdef Py_buffer view
         cdef RequestStart h
         cdef bint common
-        cdef Py_ssize_t end
+        cdef Py_ssize_t end, body
+        cdef int key, ver
+        cdef int32_t corr
         out = self.out
         if self._room_wanted(out.held_rows):
             out.make_room()
@@ -956,7 +958,7 @@ cdef class ExchangeMatcher(FrameSink):
     def _crc_note(self, recs):
         return _m.crc_note(recs, self.out.topic_names)
 
-    cdef dict _records(self, head, x, corr, key, ver, client_id, ts):
+    cdef dict _records(self, head, x, int32_t corr, int key, int ver, client_id, ts):
         """Per topic-partition, the record batches of its records field summarised (RECORD_SUMMARY order);
         computed while the frame's bytes are at hand. With record rows asked for, every record too."""
         cdef dict found = {}
