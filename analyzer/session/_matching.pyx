@@ -19,8 +19,8 @@ from libc.string cimport memcmp
 
 from analyzer.tables._columns cimport Endpoints, ErrorColumns, ExchangeColumns, PartitionColumns
 from dissectors._sink cimport FrameSink
-from dissectors.kafka._extract cimport extract_body
-from dissectors.kafka._records cimport RecordsSummary, records_summary
+from dissectors.kafka._extract cimport extract_body, extract_from
+from dissectors.kafka._records cimport RecordsSummary, records_summary_at
 from dissectors.kafka._wire cimport Cursor, cursor_init, rd_i16, rd_i32
 
 from analyzer.session import matching as _m
@@ -443,13 +443,15 @@ cdef class ExchangeMatcher(FrameSink):
         cdef const uint8_t* p
         cdef bint authenticating = False
         if sasl is None:
-            if conn is not None:
-                PyObject_GetBuffer(head, &view, PyBUF_SIMPLE)
+            PyObject_GetBuffer(head, &view, PyBUF_SIMPLE)
+            try:
                 p = <const uint8_t*>view.buf
-                authenticating = view.len >= 6 and p[4] == 0 and (p[5] == SASL_HANDSHAKE or p[5] == SASL_AUTHENTICATE)
+                authenticating = conn is not None and view.len >= 6 and p[4] == 0 and \
+                    (p[5] == SASL_HANDSHAKE or p[5] == SASL_AUTHENTICATE)
+                if not authenticating:
+                    return self._take_request(first_ts, first_no, last_ts, last_no, size, head, lossy, p, view.len)
+            finally:
                 PyBuffer_Release(&view)
-            if not authenticating:
-                return self.take_request(first_ts, first_no, last_ts, last_no, size, head, lossy)
             sasl = conn.watch_sasl()
         sasl.request_frame(first_ts, first_no, last_ts, last_no, size, head, lossy)
 
@@ -458,9 +460,20 @@ cdef class ExchangeMatcher(FrameSink):
         response with its correlation id; one whose header cannot be read past the fixed 8 bytes (api key,
         version, correlation id) waits too, marked malformed, so that its response is not an orphan."""
         cdef Py_buffer view
+        PyObject_GetBuffer(head, &view, PyBUF_SIMPLE)
+        try:
+            return self._take_request(first_ts, first_no, last_ts, last_no, size, head, lossy,
+                                      <const uint8_t*>view.buf, view.len)
+        finally:
+            PyBuffer_Release(&view)
+
+    cdef _take_request(self, first_ts, first_no, last_ts, last_no, Py_ssize_t size, head, bint lossy,
+                       const uint8_t* p, Py_ssize_t end):
+        """``take_request`` with the ``end`` bytes of ``head`` at ``p``, a buffer of it the caller holds
+        throughout: the header, the body and its records summaries are all read from it."""
         cdef RequestStart h
         cdef bint common
-        cdef Py_ssize_t end, body
+        cdef Py_ssize_t body
         cdef int key, ver
         cdef int32_t corr
         out = self.out
@@ -468,22 +481,17 @@ cdef class ExchangeMatcher(FrameSink):
             out.make_room()
         if self.tap is not None:
             self.tap(self.conn.connection_id, False, first_no, last_no, head)
-        PyObject_GetBuffer(head, &view, PyBUF_SIMPLE)
-        try:
-            end = view.len
-            if self.legacy is not None or (self.last_request_corr is None
-                                           and looks_like_07_request(head, 4, end, size)):
-                if self.legacy is None:
-                    self.legacy = Legacy07Matcher(self)
-                    if self.connection is not None:
-                        self.connection.speaks_07()
-                self.legacy.request(first_ts, first_no, last_ts, last_no, size, head)
-                return
-            common = read_request_header(<const uint8_t*>view.buf, end, &h)
-            if common:
-                client_id = self._client_id(<const uint8_t*>view.buf, &h)
-        finally:
-            PyBuffer_Release(&view)
+        if self.legacy is not None or (self.last_request_corr is None
+                                       and looks_like_07_request(head, 4, end, size)):
+            if self.legacy is None:
+                self.legacy = Legacy07Matcher(self)
+                if self.connection is not None:
+                    self.connection.speaks_07()
+            self.legacy.request(first_ts, first_no, last_ts, last_no, size, head)
+            return
+        common = read_request_header(p, end, &h)
+        if common:
+            client_id = self._client_id(p, &h)
         note = "request bytes lost in capture" if lossy else None
         if common:
             key, ver, corr, body = h.key, h.version, h.correlation_id, h.body
@@ -510,7 +518,7 @@ cdef class ExchangeMatcher(FrameSink):
         x = _NOTHING
         if self.bodies:
             try:
-                x = extract_body(head, body, end, key, ver, False, lossy or end < size + 4)
+                x = extract_from(p, end, body, end, key, ver, False, lossy or end < size + 4)
             except HeaderError as exc:  # DecodeError: the body does not follow its schema
                 bad = True
                 note = _join(note, f"request body: {exc}")
@@ -531,7 +539,8 @@ cdef class ExchangeMatcher(FrameSink):
             group_body = bytes(head[body:end]) if self.bodies and not (bad or lossy) and end >= size + 4 else None
         else:
             group_body = None
-        recs = self._records(head, x, corr, key, ver, client_id, last_ts) if key == PRODUCE and xf(x, X_PARTITIONS) \
+        recs = self._records(head, p, end, x, corr, key, ver, client_id, last_ts) \
+            if key == PRODUCE and xf(x, X_PARTITIONS) \
             else None
         pending = self.pending
         pending.append(new_request(corr, key, ver, client_id, first_ts, first_no, last_ts, last_no, size + 4, acks0,
@@ -655,8 +664,18 @@ cdef class ExchangeMatcher(FrameSink):
 
     cpdef response(self, first_ts, first_no, last_ts, last_no, Py_ssize_t size, head, bint lossy):
         cdef Py_buffer view
+        PyObject_GetBuffer(head, &view, PyBUF_SIMPLE)
+        try:
+            self._response(first_ts, first_no, last_ts, last_no, size, head, lossy, <const uint8_t*>view.buf,
+                           view.len)
+        finally:
+            PyBuffer_Release(&view)
+
+    cdef _response(self, first_ts, first_no, last_ts, last_no, Py_ssize_t size, head, bint lossy,
+                   const uint8_t* p, Py_ssize_t end):
+        """``response`` with the ``end`` bytes of ``head`` at ``p``, a buffer of it the caller holds throughout."""
         cdef Cursor c
-        cdef Py_ssize_t end, body
+        cdef Py_ssize_t body
         cdef int32_t corr_c
         cdef int key_c = -1, ver_c = -1
         cdef bint plain_v1
@@ -671,17 +690,12 @@ cdef class ExchangeMatcher(FrameSink):
         if self.legacy is not None:
             self.legacy.response(first_ts, first_no, last_ts, last_no, size, head)
             return
-        PyObject_GetBuffer(head, &view, PyBUF_SIMPLE)
-        try:
-            end = view.len
-            if end < 8:
-                corr = _m._unpack_int32(head, 4)[0]  # the framers hand over 4 bytes past the size at least
-            cursor_init(&c, <const uint8_t*>view.buf, 4, end)
-            corr_c = rd_i32(&c)
-            plain_v1 = end > 8 and (<const uint8_t*>view.buf)[8] == 0
-            unsupported = end >= 10 and rd_i16(&c) == UNSUPPORTED_VERSION
-        finally:
-            PyBuffer_Release(&view)
+        if end < 8:
+            corr = _m._unpack_int32(head, 4)[0]  # the framers hand over 4 bytes past the size at least
+        cursor_init(&c, p, 4, end)
+        corr_c = rd_i32(&c)
+        plain_v1 = end > 8 and p[8] == 0
+        unsupported = end >= 10 and rd_i16(&c) == UNSUPPORTED_VERSION
         corr = corr_c
         pending = self.pending
         if len(pending) == 1 and (<Request>pending[0]).correlation_id == corr_c:  # the common case: one in flight
@@ -729,7 +743,7 @@ cdef class ExchangeMatcher(FrameSink):
                         error_code = None
                         status = UNCHECKED if status == OK else status
             else:
-                x = extract_body(head, body, end, key, ver, True, lossy or end < size + 4)
+                x = extract_from(p, end, body, end, key, ver, True, lossy or end < size + 4)
                 throttle = xf(x, X_THROTTLE)
                 error_code = xf(x, X_TOP_ERROR)
                 if not error_code:
@@ -748,7 +762,7 @@ cdef class ExchangeMatcher(FrameSink):
             note = _join(note, "response bytes lost in capture")
         answered = xf(x, X_PARTITIONS)
         if key == FETCH and answered:  # Fetch: the records come back in the response
-            recs, parts = self._records(head, x, corr, key, ver, client_id, last_ts), answered
+            recs, parts = self._records(head, p, end, x, corr, key, ver, client_id, last_ts), answered
         else:
             parts = xf(rx, X_PARTITIONS)
         if recs:
@@ -958,20 +972,20 @@ cdef class ExchangeMatcher(FrameSink):
     def _crc_note(self, recs):
         return _m.crc_note(recs, self.out.topic_names)
 
-    cdef dict _records(self, head, x, int32_t corr, int key, int ver, client_id, ts):
+    cdef dict _records(self, head, const uint8_t* p, Py_ssize_t n, x, int32_t corr, int key, int ver, client_id,
+                       ts):
         """Per topic-partition, the record batches of its records field summarised (RECORD_SUMMARY order);
         computed while the frame's bytes are at hand. With record rows asked for, every record too."""
         cdef dict found = {}
-        cdef Py_ssize_t size, length
+        cdef Py_ssize_t length
         if not self.record_rows:  # batch summaries only
-            size = len(head)
-            for p in <list>xf(x, X_PARTITIONS):
-                at = xf(p, P_RECORDS_OFFSET)
+            for entry in <list>xf(x, X_PARTITIONS):
+                at = xf(entry, P_RECORDS_OFFSET)
                 if at is not None:
-                    length = size - <Py_ssize_t>at
-                    n = xf(p, P_RECORD_BYTES)
-                    found[where_of(p)] = records_summary(head, at, n if n < length else length, self.verify_crc,
-                                                         self.limits)
+                    length = n - <Py_ssize_t>at
+                    nbytes = xf(entry, P_RECORD_BYTES)
+                    found[where_of(entry)] = records_summary_at(head, p, n, at, nbytes if nbytes < length else length,
+                                                                self.verify_crc, self.limits)
             return found
         return _m.record_rows(self.out, self.conn.connection_id, head, x, corr, key, ver, client_id, ts)
 

@@ -355,8 +355,20 @@ def extract(buf, Py_ssize_t off, Py_ssize_t end, int api_key, int api_version, b
 cdef object extract_body(object buf, Py_ssize_t off, Py_ssize_t end, int api_key, int api_version,
                          bint is_response, bint partial):
     """``extract`` for compiled callers (the exchange matcher): the same, called in C."""
-    cdef plan_fn plan = NULL
     cdef Py_buffer view
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        return extract_from(<const uint8_t*>view.buf, view.len, off, end, api_key, api_version, is_response,
+                            partial)
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef object extract_from(const uint8_t* buf, Py_ssize_t n, Py_ssize_t off, Py_ssize_t end, int api_key,
+                         int api_version, bint is_response, bint partial):
+    """``extract_body`` over the ``n`` bytes at ``buf``, of a buffer the caller holds for the call (the matcher
+    has its frame's at hand: a second buffer request per body cost more than some bodies' reading)."""
+    cdef plan_fn plan = NULL
     cdef Cursor c
     cdef Acc acc
     cdef Py_ssize_t status
@@ -364,22 +376,18 @@ cdef object extract_body(object buf, Py_ssize_t off, Py_ssize_t end, int api_key
         plan = PLANS[is_response][api_key][api_version]
     if plan == NULL:
         raise DecodeError(f"unknown API key {api_key} version {api_version}")
-    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
-    try:
-        if end > view.len:
-            end = view.len
-        if off < 0 or off > end:
-            raise DecodeError(f"body offset {off} outside the buffer")
-        acc = Acc.__new__(Acc)
-        if plan == nothing:  # fresh empty lists, as callers may keep them
-            return new_entry(Extracted, ([], 0, [], None, None, [], None, None, True, None, None, None))
-        c.buf = <const uint8_t*>view.buf
-        c.pos = off
-        c.end = end
-        c.err = 0
-        status = plan(acc, &c, None, None)
-    finally:
-        PyBuffer_Release(&view)
+    if end > n:
+        end = n
+    if off < 0 or off > end:
+        raise DecodeError(f"body offset {off} outside the buffer")
+    acc = Acc.__new__(Acc)
+    if plan == nothing:  # fresh empty lists, as callers may keep them
+        return new_entry(Extracted, ([], 0, [], None, None, [], None, None, True, None, None, None))
+    c.buf = buf
+    c.pos = off
+    c.end = end
+    c.err = 0
+    status = plan(acc, &c, None, None)
     if status < 0:
         if acc.err != TRUNCATED:
             raise DecodeError("malformed", acc.where)

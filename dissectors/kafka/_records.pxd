@@ -1,7 +1,7 @@
 # cython: language_level=3
 """What compiled callers take from the records summary (see _records.pyx)."""
 
-from libc.stdint cimport int64_t, uint32_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t
 
 
 cdef class RecordsSummary:
@@ -13,3 +13,5 @@ cdef class RecordsSummary:
 
 
 cdef object records_summary(object buf, Py_ssize_t offset, Py_ssize_t length, bint verify_crc, object limits)
+cdef object records_summary_at(object buf, const uint8_t* p, Py_ssize_t n, Py_ssize_t offset, Py_ssize_t length,
+                               bint verify_crc, object limits)

@@ -433,22 +433,28 @@ def held_summary_at(buf, Py_ssize_t offset, Py_ssize_t length, bint verify_crc, 
 cdef object records_summary(object buf, Py_ssize_t offset, Py_ssize_t length, bint verify_crc, object limits):
     """``summary_at`` for compiled callers (the exchange matcher, per partition), called in C."""
     cdef Py_buffer view
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        return records_summary_at(buf, <const uint8_t*>view.buf, view.len, offset, length, verify_crc, limits)
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef object records_summary_at(object buf, const uint8_t* p, Py_ssize_t n, Py_ssize_t offset, Py_ssize_t length,
+                               bint verify_crc, object limits):
+    """``records_summary`` over ``buf``'s ``n`` bytes at ``p``, a buffer of it the caller holds for the call."""
     cdef Summary s
     cdef int done
     cdef Py_ssize_t end = offset + length
-    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
-    try:
-        if offset < 0 or length < 0 or end > view.len:
-            return NO_SUMMARY
-        if length < V2_HEADER_SIZE:
-            if length:
-                return _general._summary_by_batches(buf, offset, length, verify_crc, limits)
-            return _EMPTY_SUMMARY_CHECKED if verify_crc else _EMPTY_SUMMARY
-        done = summarize_v2(<const uint8_t*>view.buf, offset, length, verify_crc, &s, buf)
-        if done == 0 and s.compressed:
-            measure_compressed(<const uint8_t*>view.buf, offset, &s, buf, limits)
-    finally:
-        PyBuffer_Release(&view)
+    if offset < 0 or length < 0 or end > n:
+        return NO_SUMMARY
+    if length < V2_HEADER_SIZE:
+        if length:
+            return _general._summary_by_batches(buf, offset, length, verify_crc, limits)
+        return _EMPTY_SUMMARY_CHECKED if verify_crc else _EMPTY_SUMMARY
+    done = summarize_v2(p, offset, length, verify_crc, &s, buf)
+    if done == 0 and s.compressed:
+        measure_compressed(p, offset, &s, buf, limits)
     if done < 0:
         return _general._summary_by_batches(buf, offset, length, verify_crc, limits)
     if not s.batches:
