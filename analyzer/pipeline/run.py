@@ -106,6 +106,7 @@ def plan(files: list[str], jobs: int, stitch: bool = True) -> list[Task]:
 
 _read_so_far = None  # per task, the file bytes its worker has read (a shared array the workers inherit)
 PROGRESS_POLL = 0.2  # seconds between the parent's looks at the workers' progress
+SPOOL_WRITE_BUFFER = 1 << 20  # bytes gathered per write to a spool file
 SPOOL_POLL = 0.02  # seconds between the parent's looks for new batches in the spool (at most)
 
 
@@ -124,7 +125,10 @@ def _run_task(task: Task, options: Options, folder: str, slot: int | None = None
     def sink(table: str, batch: pa.RecordBatch) -> None:
         number = counts.get(table, 0)
         path = _batch_path(folder, table, number)
-        with pa.OSFile(path + ".part", "wb") as f, ipc.new_stream(f, batch.schema) as w:
+        # Buffered: the IPC writer writes each column buffer and its padding on its own, unbuffered a system
+        # call each.
+        with pa.output_stream(path + ".part", compression=None, buffer_size=SPOOL_WRITE_BUFFER) as f, \
+                ipc.new_stream(f, batch.schema) as w:
             w.write_batch(batch)
         os.rename(path + ".part", path)
         counts[table] = number + 1
