@@ -19,7 +19,7 @@ from libc.string cimport memcmp
 
 from analyzer.tables._columns cimport Endpoints, ErrorColumns, ExchangeColumns, PartitionColumns
 from dissectors._sink cimport FrameSink
-from dissectors.kafka._extract cimport extract_body, extract_from
+from dissectors.kafka._extract cimport extract_from
 from dissectors.kafka._records cimport RecordsSummary, records_summary_at
 from dissectors.kafka._wire cimport Cursor, cursor_init, rd_i16, rd_i32
 
@@ -719,7 +719,7 @@ cdef class ExchangeMatcher(FrameSink):
         key, ver, client_id, note = req.api_key, req.api_version, req.client_id, req.note
         rx, recs = req.body, req.records
         if rx is _UNDEFINED or (key == API_VERSIONS and unsupported):
-            self._unread_response(req, first_ts, last_ts, last_no, size, head, lossy)
+            self._unread_response(req, first_ts, last_ts, last_no, size, head, lossy, p, end)
             return
         status = MALFORMED if req.malformed else OK
         error_code = throttle = None
@@ -808,7 +808,8 @@ cdef class ExchangeMatcher(FrameSink):
         if (answered or xf(rx, X_PARTITIONS)) and key in PARTITION_APIS:
             self._emit_partitions(req, last_ts, answered, recs)
 
-    cdef _unread_response(self, Request req, first_ts, last_ts, last_no, Py_ssize_t size, head, bint lossy):
+    cdef _unread_response(self, Request req, first_ts, last_ts, last_no, Py_ssize_t size, head, bint lossy,
+                          const uint8_t* p, Py_ssize_t end):
         """The response to a request of an undefined API or version, or an ApiVersions UNSUPPORTED_VERSION.
 
         A broker answers an ApiVersions version it does not support in the v0 layout with UNSUPPORTED_VERSION
@@ -819,7 +820,6 @@ cdef class ExchangeMatcher(FrameSink):
         """
         key, ver, note = req.api_key, req.api_version, req.note
         out = self.out
-        end = len(head)
         x = _NOTHING
         error_code = error_count = topics = partition_count = None
         status = UNCHECKED
@@ -829,7 +829,7 @@ cdef class ExchangeMatcher(FrameSink):
             status = ERROR if error_code else OK
             if error_code == UNSUPPORTED_VERSION:
                 try:
-                    x = extract_body(head, 8, end, API_VERSIONS, 0, True, lossy or end < size + 4)
+                    x = extract_from(p, end, 8, end, API_VERSIONS, 0, True, lossy or end < size + 4)
                 except HeaderError as exc:
                     note = _join(note, f"response is not in the v0 layout UNSUPPORTED_VERSION calls for: {exc}")
                 else:
