@@ -46,7 +46,7 @@ from tests.test_spark_job import SAMPLES, SPLIT_SOURCE, TABLES, _cli_export, _da
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("analyzer", "dissectors", "spark_jobs")
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
-COPIES = 6  # copies of the sample captures: enough tasks that both executors are busy when the kill comes
+COPIES = 12  # copies of the sample captures: enough tasks that both executors are busy when the kill comes
 WAIT_SECONDS = 240  # for any one step; the whole test took 80-120 s on a busy 2-core machine
 
 
@@ -264,14 +264,24 @@ def _inputs(folder: Path) -> Path:
 
 
 def _running_write_tasks(ui: int) -> list[dict]:
-    """Tasks running now in the stages of the job's write jobs (per the application's status API)."""
+    """Tasks running now in the stages of the job's write jobs (per the application's status API), while such
+    a stage still has a task to start: the status API lags, and a task it calls running may have ended by the
+    time its executor is killed, but then its executor is likely to have taken the next one."""
     apps = _get_json(f"http://127.0.0.1:{ui}/api/v1/applications") or []
     if not apps:
         return []
     stages = _get_json(f"http://127.0.0.1:{ui}/api/v1/applications/{apps[0]['id']}/stages"
                        "?status=active&details=true") or []
     return [task for stage in stages if (stage.get("description") or "").startswith("kafkacap: write")
+            and _waiting_tasks(stage) >= 1
             for task in (stage.get("tasks") or {}).values() if task.get("status") == "RUNNING"]
+
+
+def _waiting_tasks(stage: dict) -> int:
+    """A stage's tasks not started yet."""
+    started = sum(stage.get(k, 0) for k in ("numActiveTasks", "numCompleteTasks", "numFailedTasks",
+                                            "numKilledTasks"))
+    return stage.get("numTasks", 0) - started
 
 
 def _events(folder: Path) -> list[dict]:
