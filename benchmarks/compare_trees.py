@@ -2,7 +2,7 @@
 """Export the same captures with two checkouts of kafkacap and compare every table, cell by cell.
 
     python benchmarks/compare_trees.py --base ../kafkacap-before [--tree .] [CAPTURE ...] [--modes default,records]
-        [--common-columns]
+        [--common-columns] [--unordered]
 
 The compiled core must write exactly what the pure-Python code wrote: this runs ``python -m analyzer.cli export``
 from each checkout (``--base``: e.g. ``git worktree add ../kafkacap-before <commit>``, with its extension
@@ -10,7 +10,9 @@ modules built in place if it has any) on every capture given (default: ``sample_
 ``../shared/pcaps/public`` when present, and a rotated set cut from a sample with ``editcap -c``), once per mode
 (bodies, ``--headers-only``, ``--records``, ``--verify-crc``, ``--jobs 2``), and compares the Parquet tables:
 same columns, types and rows in the same order. It prints one line per mode and table and exits 1 on any
-difference, naming the first differing column and row.
+difference, naming the first differing column and row. ``--unordered`` compares rows as multisets, both tables
+sorted first: a change to how a file is split over processes (``--jobs 2``) changes the order in which the
+shards' batches interleave, not the rows.
 """
 
 from __future__ import annotations
@@ -58,7 +60,15 @@ def export(tree: Path, captures: list[Path], flags: list[str], out: Path) -> sub
     return subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
 
 
-def first_difference(a: pa.Table, b: pa.Table, common: bool = False) -> str:
+def in_order(table: pa.Table) -> pa.Table:
+    """The rows sorted by every column that can be sorted on (the list columns ride along)."""
+    keys = [(f.name, "ascending") for f in table.schema if not pa.types.is_nested(f.type)]
+    return table.sort_by(keys) if keys else table
+
+
+def first_difference(a: pa.Table, b: pa.Table, common: bool = False, unordered: bool = False) -> str:
+    if unordered:
+        a, b = in_order(a), in_order(b)
     added = ""
     if common:  # columns one tree added (or dropped) are named, the shared ones compared
         shared = [n for n in a.column_names if n in b.column_names]
@@ -80,7 +90,8 @@ def first_difference(a: pa.Table, b: pa.Table, common: bool = False) -> str:
     return "equal" + added
 
 
-def compare(base: Path, tree: Path, captures: list[Path], modes: list[str], work: Path, common: bool = False) -> int:
+def compare(base: Path, tree: Path, captures: list[Path], modes: list[str], work: Path, common: bool = False,
+            unordered: bool = False) -> int:
     failures = 0
     for mode in modes:
         outs = []
@@ -99,7 +110,7 @@ def compare(base: Path, tree: Path, captures: list[Path], modes: list[str], work
                 failures += 1
                 continue
             a, b = (pq.read_table(p) for p in paths)
-            verdict = first_difference(a, b, common)
+            verdict = first_difference(a, b, common, unordered)
             print(f"{mode:13} {table:12} {a.num_rows:>8} rows  {verdict}")
             failures += not verdict.startswith("equal")
     return 1 if failures else 0
@@ -113,6 +124,7 @@ def main() -> int:
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
     parser.add_argument("--common-columns", action="store_true", help="compare the columns both trees write and "
                         "name the ones only one of them has (a release that adds columns)")
+    parser.add_argument("--unordered", action="store_true", help="compare rows as multisets (sorted first)")
     args = parser.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     unknown = sorted(set(modes) - set(MODES))
@@ -122,7 +134,8 @@ def main() -> int:
         work = Path(tmp)
         captures = [p.resolve() for p in args.captures] or default_captures(work)
         print(f"{len(captures)} inputs; base {args.base}, tree {args.tree}")
-        return compare(args.base.resolve(), args.tree.resolve(), captures, modes, work, args.common_columns)
+        return compare(args.base.resolve(), args.tree.resolve(), captures, modes, work, args.common_columns,
+                       args.unordered)
 
 
 if __name__ == "__main__":

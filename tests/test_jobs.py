@@ -33,28 +33,31 @@ def rows(path: str, jobs: int, **options) -> dict[str, list[str]]:
             for name, batches in sink.batches.items()}
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_the_shards_together_give_the_rows_of_one_process(tmp_path, monkeypatch, seed):
+@pytest.mark.parametrize(("seed", "jobs"), [(0, 2), (1, 2), (2, 2), (3, 3)])
+def test_the_shards_together_give_the_rows_of_one_process(tmp_path, monkeypatch, seed, jobs):
+    """The parent analyses the first shard itself, the workers the others."""
     path = str(craft.write(tmp_path / "c.pcap", interleaved(random.Random(seed), 6)))
     monkeypatch.setattr(run, "SHARD_MIN_BYTES", 0)
     monkeypatch.setattr(_pcap_chunks, "CHUNK_BYTES", 3000)  # many chunks: many batches from each worker
-    assert len(run.plan([path], 2)) == 2
+    assert len(run.plan([path], jobs)) == jobs
     one = rows(path, 1, batch_rows=3)
     assert one["exchanges"]
-    assert rows(path, 2, batch_rows=3) == one
+    assert rows(path, jobs, batch_rows=3) == one
 
 
-def test_the_progress_of_split_files_moves_while_workers_read(tmp_path, monkeypatch):
-    """The workers tell how far they have read, so the bar moves before any of them ends; the ticks add up
-    to the file's size, counted once however many shards read it."""
+@pytest.mark.parametrize("jobs", [2, 3])
+def test_the_progress_of_split_files_moves_while_workers_read(tmp_path, monkeypatch, jobs):
+    """The workers (and the parent, which analyses the first shard) tell how far they have read, so the bar
+    moves before any of them ends; the ticks add up to the file's size, counted once however many shards
+    read it."""
     path = craft.write(tmp_path / "c.pcap", interleaved(random.Random(7), 24))
     size = Path(path).stat().st_size
     monkeypatch.setattr(run, "SHARD_MIN_BYTES", 0)
     monkeypatch.setattr(run, "PROGRESS_POLL", 0.001)
     monkeypatch.setattr(_pcap_chunks, "CHUNK_BYTES", 4096)  # many chunks: the workers report many times
     ticks: list[int] = []
-    run.run([str(path)], Options(), Collector(), jobs=2, on_progress=ticks.append)
-    assert sum(ticks) == size - size % 2 and all(t > 0 for t in ticks)
+    run.run([str(path)], Options(), Collector(), jobs=jobs, on_progress=ticks.append)
+    assert sum(ticks) == size - size % jobs and all(t > 0 for t in ticks)
     assert len(ticks) >= 10  # not just one per shard as each ends: ticks came while the workers read
 
 
@@ -70,8 +73,11 @@ def publish(folder: str, task: int, table: str, number: int) -> None:
     os.rename(path + ".part", path)
 
 
+@pytest.mark.parametrize("held", [False, True])
 @pytest.mark.parametrize("seed", range(8))
-def test_the_merge_order_is_fixed_whatever_the_timing(tmp_path, seed):
+def test_the_merge_order_is_fixed_whatever_the_timing(tmp_path, seed, held):
+    """``held``: the first task is the parent's own, its batches handed over in memory between merges, as the
+    parent analysing the first shard of a split file does."""
     rng = random.Random(seed)
     tasks = rng.randrange(1, 4)
     counts = [{t: rng.randrange(0, 5) for t in ("exchanges", "connections", "errors") if rng.random() < 0.8}
@@ -100,14 +106,21 @@ def test_the_merge_order_is_fixed_whatever_the_timing(tmp_path, seed):
         futures[i].set_result((FileReport(path="x", name="x"), {t: c for t, c in counts[i].items() if c}))
 
     handed: list[tuple[str, str]] = []
-    spools = run._Spools(folders, futures)
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(tasks)]
+    own = run._Held() if held else None
+    spools = run._Spools([own if own is not None and i == 0 else f for i, f in enumerate(folders)], futures)
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(1 if held else 0, tasks)]
     for t in threads:
         t.start()
 
     def sink(table: str, b: pa.RecordBatch) -> None:
         handed.append((table, b.column(0)[0].as_py()))
 
+    if own is not None:  # the parent's own batches, each followed by a merge of what is due
+        for table, n in plans[0]:
+            time.sleep(rng.random() * 0.002)
+            own.add(table, batch(0, table, n))
+            spools.forward(sink, settle=False)
+        futures[0].set_result((FileReport(path="x", name="x"), dict(own.counts)))
     deadline = time.monotonic() + 60
     while not spools.forward(sink):
         assert time.monotonic() < deadline, "the merge never finished"
@@ -118,6 +131,7 @@ def test_the_merge_order_is_fixed_whatever_the_timing(tmp_path, seed):
         expected = [f"{i}:{table}:{n}" for n in range(5) for i in range(tasks) if n < counts[i].get(table, 0)]
         assert [v for t, v in handed if t == table] == expected
     assert all(not os.listdir(f) for f in folders)  # every spool file taken and deleted
+    assert own is None or not any(own.batches.values())  # and every held batch
 
 
 def test_batches_reach_the_sink_before_the_worker_ends(tmp_path):

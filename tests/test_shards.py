@@ -29,16 +29,16 @@ ROOT = Path(__file__).resolve().parents[1]
 PUBLIC = sorted((ROOT.parent / "shared" / "pcaps" / "public").glob("*.pcap"))
 
 
-def tables(path, shard=None, balance=False) -> dict[str, pa.Table]:
+def tables(path, shard=None, balance=False, weights=()) -> dict[str, pa.Table]:
     sink = Collector()
-    report = analyze_file(str(path), Options(), sink, shard, balance_shards=balance)
+    report = analyze_file(str(path), Options(), sink, shard, balance_shards=balance, shard_weights=weights)
     assert report.error is None
     return {name: pa.Table.from_batches(batches) for name, batches in sink.batches.items()}
 
 
-def assert_shards_add_up(path, count: int) -> list[dict[str, pa.Table]]:
+def assert_shards_add_up(path, count: int, weights=()) -> list[dict[str, pa.Table]]:
     whole = tables(path)
-    shards = [tables(path, (i, count), balance=True) for i in range(count)]
+    shards = [tables(path, (i, count), balance=True, weights=weights) for i in range(count)]
     for name, table in whole.items():
         together = sorted(row for s in shards if name in s for row in sorted_rows(s[name]))
         assert together == sorted_rows(table), name
@@ -114,6 +114,10 @@ def test_the_plan_evens_out_the_frames(tmp_path):
     hashed = frames_per_shard([tables(path, (i, 2)) for i in range(2)])
     assert sum(planned) == sum(hashed)
     assert max(planned) <= 1.08 * sum(planned) / 2 < max(hashed), (planned, hashed)
+    # Weighted as when the parent runs the first shard beside its writers: it gets less.
+    weighted = frames_per_shard(assert_shards_add_up(path, 2, (0.8, 1.0)))
+    assert sum(weighted) == sum(planned)
+    assert weighted[0] < planned[0] and abs(weighted[0] / sum(weighted) - 0.8 / 1.8) < 0.04, (planned, weighted)
 
 
 def test_only_a_file_on_its_own_is_planned(tmp_path, monkeypatch):

@@ -114,6 +114,7 @@ def analyze_file(
     following: Sequence[str] = (),
     name_of: Callable[[str], str] = os.path.basename,
     balance_shards: bool = False,
+    shard_weights: Sequence[float] = (),
 ) -> FileReport:
     """Analyse ``path``; ``progress(n)`` is called now and then with the file bytes read so far.
 
@@ -122,14 +123,16 @@ def analyze_file(
     ``name_of(path)``: the capture_file name of this file and the following ones (see ``capture_names`` for
     inputs from several folders).
     ``balance_shards``: split the connections by load instead of by hash (``analyzer.tcp.shards``; only for a
-    file analysed on its own, not one of a rotated set).
+    file analysed on its own, not one of a rotated set); ``shard_weights``: each shard's share of the load,
+    when not equal (the same in every process of the file).
     """
     with collector_tuned():
-        return _analyze_file(path, options, sink, shard, progress, tap, following, name_of, balance_shards)
+        return _analyze_file(path, options, sink, shard, progress, tap, following, name_of, balance_shards,
+                             shard_weights)
 
 
 def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap, following: Sequence[str],
-                  name_of: Callable[[str], str], balance_shards: bool) -> FileReport:
+                  name_of: Callable[[str], str], balance_shards: bool, shard_weights: Sequence[float]) -> FileReport:
     started = time.perf_counter()
     name = name_of(os.fspath(path))
     report = FileReport(path=os.fspath(path), name=name, shard=shard)
@@ -150,6 +153,8 @@ def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap,
             table.out.records.spill = lambda: _emit_records(table.out, name, sink)
             table.out.records.spill_at = options.batch_rows
         if table.shards is not None and table.shards.balance and options.bulk:
+            if shard_weights:
+                table.shards.weigh(list(shard_weights))
             sample = cap.flow_sample()
             if sample is not None:
                 table.shards.expect(*sample)

@@ -6,7 +6,9 @@ little), and the merge of the workers' batches into one sink in a deterministic 
 The merge runs while the workers do: each worker publishes every batch as a file of its own in the spool
 the moment it is built, and the parent hands the batches that are due to the sink (whose writer threads
 encode them) as they appear. Waiting for a worker to end before writing its rows would leave all the
-encoding of the output to after the analysis, one process working alone.
+encoding of the output to after the analysis, one process working alone. When one file is split over the
+processes, the parent analyses the first shard itself and merges between its own batches: one process
+fewer, and half the rows never pass through a spool file.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -30,6 +32,9 @@ from analyzer.tables.schemas import files_batch
 CAPTURE_NAME = re.compile(r"\.(pcap|pcapng|cap|ntar|dmp)\d*(\.(gz|bz2|xz))?$", re.IGNORECASE)
 FOLLOW_FILES = 4  # open connections are followed through at most this many (short) files of a rotated set
 SHARD_MIN_BYTES = 16 * 1024 * 1024  # below this, splitting one file over processes costs more than it saves
+# The parent's share of a split file's work, against a worker's 1: besides its shard, it merges and its writer
+# threads encode every table, on the same cores.
+PARENT_SHARD_WEIGHT = 0.8
 
 
 class InputError(Exception):
@@ -68,6 +73,7 @@ class Task:
     following: tuple[str, ...] = ()  # the next files of its rotated set
     names: tuple[tuple[str, str], ...] = ()  # (path, capture_file name) of it and the following files
     balanced: bool = False  # shards planned by load: a file on its own, not one of a rotated set
+    weights: tuple[float, ...] = ()  # of the balanced shards' loads, when not equal
 
     def name_of(self) -> Callable[[str], str]:
         names = dict(self.names)
@@ -114,24 +120,33 @@ def _batch_path(folder: str, table: str, number: int) -> str:
     return os.path.join(folder, f"{table}.{number}.arrow")
 
 
-def _run_task(task: Task, options: Options, folder: str, slot: int | None = None) -> tuple[FileReport,
-                                                                                        dict[str, int]]:
-    """Worker side: analyse, publishing each batch in ``folder`` as an Arrow IPC file of its own (written
-    aside, then renamed: a name that exists holds a whole batch) for the parent to take as soon as it is
-    there; returns the report and the number of batches of each table. Tells how far it has read in its
-    ``slot`` of the shared progress array."""
+def _run_task(task: Task, options: Options, out: str | BatchSink, slot: int | None = None,
+              moved: Callable[[], None] | None = None) -> tuple[FileReport, dict[str, int]]:
+    """Analyse one task; returns the report and the number of batches of each table. ``out``: a folder, in a
+    worker, where each batch is published as an Arrow IPC file of its own (written aside, then renamed: a name
+    that exists holds a whole batch) for the parent to take as soon as it is there; or, in the parent, the sink
+    itself. Tells how far it has read in its ``slot`` of the shared progress array, and then calls ``moved``."""
     counts: dict[str, int] = {}
 
-    def sink(table: str, batch: pa.RecordBatch) -> None:
-        number = counts.get(table, 0)
-        path = _batch_path(folder, table, number)
-        # Buffered: the IPC writer writes each column buffer and its padding on its own, unbuffered a system
-        # call each.
-        with pa.output_stream(path + ".part", compression=None, buffer_size=SPOOL_WRITE_BUFFER) as f, \
-                ipc.new_stream(f, batch.schema) as w:
-            w.write_batch(batch)
-        os.rename(path + ".part", path)
-        counts[table] = number + 1
+    if isinstance(out, str):
+        folder = out
+
+        def sink(table: str, batch: pa.RecordBatch) -> None:
+            number = counts.get(table, 0)
+            path = _batch_path(folder, table, number)
+            # Buffered: the IPC writer writes each column buffer and its padding on its own, unbuffered a
+            # system call each.
+            with pa.output_stream(path + ".part", compression=None, buffer_size=SPOOL_WRITE_BUFFER) as f, \
+                    ipc.new_stream(f, batch.schema) as w:
+                w.write_batch(batch)
+            os.rename(path + ".part", path)
+            counts[table] = number + 1
+    else:
+        handed_on = out
+
+        def sink(table: str, batch: pa.RecordBatch) -> None:
+            counts[table] = counts.get(table, 0) + 1
+            handed_on(table, batch)
 
     progress = None
     if slot is not None and _read_so_far is not None:
@@ -140,33 +155,76 @@ def _run_task(task: Task, options: Options, folder: str, slot: int | None = None
 
         def progress(read: int) -> None:
             read_so_far[slot] = read // shares
+            if moved is not None:
+                moved()
 
     report = analyze_file(task.path, options, sink, task.shard, progress, following=task.following,
-                          name_of=task.name_of(), balance_shards=task.balanced)
+                          name_of=task.name_of(), balance_shards=task.balanced, shard_weights=task.weights)
     return report, counts
+
+
+class _Held:
+    """The batches of the task the parent runs itself, held until they are due (the parent is one of the
+    processes of a split file: its batches need no spool file, written by one process and mapped by another)."""
+
+    def __init__(self) -> None:
+        self.batches: dict[str, dict[int, pa.RecordBatch]] = {}
+        self.counts: dict[str, int] = {}
+
+    def add(self, table: str, batch: pa.RecordBatch) -> None:
+        number = self.counts.get(table, 0)
+        self.batches.setdefault(table, {})[number] = batch
+        self.counts[table] = number + 1
+
+    def tables(self) -> list[str]:
+        return list(self.batches)
+
+    def take(self, table: str, number: int) -> list[pa.RecordBatch] | None:
+        batch = self.batches.get(table, {}).pop(number, None)
+        return None if batch is None else [batch]
+
+
+class _Published:
+    """The batches a worker publishes in its spool folder, one file each."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def tables(self) -> list[str]:
+        return [name.split(".", 1)[0] for name in os.listdir(self.folder) if not name.endswith(".part")]
+
+    def take(self, table: str, number: int) -> list[pa.RecordBatch] | None:
+        path = _batch_path(self.folder, table, number)
+        if not os.path.exists(path):
+            return None
+        batches = list(_read_spool(path))
+        os.unlink(path)
+        return batches
 
 
 class _Spools:
     """The batches of a group of tasks run at once (the shards of one file, or one file alone), handed on
     as their workers publish them, in an order fixed in advance whatever the timing: per table, each task's
-    first batch in task order, then each one's second, and so on (a task with no more is passed over)."""
+    first batch in task order, then each one's second, and so on (a task with no more is passed over).
+    ``sources``: per task, its spool folder, or a ``_Held`` for the task the parent runs itself."""
 
-    def __init__(self, folders: list[str], futures: list) -> None:
-        self.folders = folders
+    def __init__(self, sources: list[str | _Held], futures: list) -> None:
+        self.sources = [_Published(s) if isinstance(s, str) else s for s in sources]
         self.futures = futures
-        self.results: list[tuple[FileReport, dict[str, int]] | None] = [None] * len(folders)
+        self.results: list[tuple[FileReport, dict[str, int]] | None] = [None] * len(sources)
         self.cursors: dict[str, tuple[int, int]] = {}  # table -> (round, task) of the next batch due
 
-    def forward(self, sink: BatchSink) -> bool:
+    def forward(self, sink: BatchSink, settle: bool = True) -> bool:
         """Hand every batch that is due and published to ``sink``; True once all are handed on. Raises what
-        a worker raised."""
-        for i, fut in enumerate(self.futures):
-            if self.results[i] is None and fut.done():
-                self.results[i] = fut.result()
-        for folder in self.folders:
-            for name in os.listdir(folder):
-                if not name.endswith(".part"):
-                    self.cursors.setdefault(name.split(".", 1)[0], (0, 0))
+        a worker raised. ``settle=False``: only what is published, without looking at how the tasks ended
+        (the parent, between batches of its own task)."""
+        if settle:
+            for i, fut in enumerate(self.futures):
+                if self.results[i] is None and fut.done():
+                    self.results[i] = fut.result()
+        for source in self.sources:
+            for table in source.tables():
+                self.cursors.setdefault(table, (0, 0))
         for result in self.results:
             for table in result[1] if result is not None else ():
                 self.cursors.setdefault(table, (0, 0))
@@ -178,23 +236,20 @@ class _Spools:
     def _forward_table(self, table: str, sink: BatchSink) -> bool:
         """The due batches of one table; True when its last one is handed on."""
         rnd, at = self.cursors[table]
-        n = len(self.folders)
+        n = len(self.sources)
         try:
             while True:
                 known = [r[1].get(table, 0) if r is not None else None for r in self.results]
                 if None not in known and rnd >= max(known):
                     return True
-                path = _batch_path(self.folders[at], table, rnd)
-                if known[at] is not None and rnd >= known[at]:
-                    pass  # this task has no more of this table
-                elif os.path.exists(path):
-                    for batch in _read_spool(path):
+                if known[at] is None or rnd < known[at]:
+                    batches = self.sources[at].take(table, rnd)
+                    if batches is None:
+                        if known[at] is None:
+                            return False  # not written yet: later
+                        raise RuntimeError(f"the spool lost a batch: {table} {rnd} of task {at}")
+                    for batch in batches:
                         sink(table, batch)
-                    os.unlink(path)
-                elif known[at] is None:
-                    return False  # not written yet: later
-                else:
-                    raise RuntimeError(f"the spool lost a batch: {path}")
                 at += 1
                 if at == n:
                     rnd, at = rnd + 1, 0
@@ -242,7 +297,7 @@ def run(
             reports.append(report)
             advance(_size(task.path))
     else:
-        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait  # only with workers
+        from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait  # only with workers
         from multiprocessing import get_context
 
         global _read_so_far
@@ -260,12 +315,24 @@ def run(
                 on_progress(now - shown)
                 shown = now
 
+        # One file split over the processes: the parent analyses the first shard itself, between handing on
+        # the batches of the others (which run in len(tasks) - 1 workers).
+        in_parent = len(_groups(tasks)) == 1
+        if in_parent and tasks[0].balanced:
+            tasks = [replace(t, weights=(PARENT_SHARD_WEIGHT,) + (1.0,) * (len(tasks) - 1)) for t in tasks]
         try:
-            with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+            with ProcessPoolExecutor(max_workers=len(tasks) - 1 if in_parent else jobs, mp_context=context) as pool:
                 folders = [tempfile.mkdtemp(prefix=f"task{i}-", dir=spool) for i in range(len(tasks))]
-                futures = [pool.submit(_run_task, t, options, folders[i], i) for i, t in enumerate(tasks)]
+                futures = [pool.submit(_run_task, t, options, folders[i], i) if i or not in_parent else Future()
+                           for i, t in enumerate(tasks)]
                 for group in _groups(tasks):
-                    spools = _Spools([folders[i] for i in group], [futures[i] for i in group])
+                    sources: list[str | _Held] = [folders[i] for i in group]
+                    if in_parent:
+                        held = sources[0] = _Held()
+                    spools = _Spools(sources, [futures[i] for i in group])
+                    if in_parent:
+                        futures[0].set_result(_run_task(tasks[0], options, _holding(held, spools, sink), 0,
+                                                        show_progress if read is not None else None))
                     while not spools.forward(sink):
                         running = [futures[i] for i in group if not futures[i].done()]
                         if running:
@@ -293,6 +360,14 @@ def run(
         final_sink(table, batch)
     final_sink("files", files_batch([(*file_row(r), *stitcher.file_columns(r.name)) for r in merged]))
     return merged
+
+
+def _holding(held: _Held, spools: _Spools, sink: BatchSink) -> BatchSink:
+    """The sink of the parent's own task: its batches are held, and whatever is due goes on to ``sink``."""
+    def own(table: str, batch: pa.RecordBatch) -> None:
+        held.add(table, batch)
+        spools.forward(sink, settle=False)
+    return own
 
 
 def _groups(tasks: list[Task]) -> list[list[int]]:

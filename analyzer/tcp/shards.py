@@ -15,7 +15,8 @@ memory-mapped pcap (its packets are all seen by every process, before any drops 
 connections seen for the first time go, heaviest first, to the shard with the least work expected; one the
 sample missed counts with its work in that chunk. Connections first seen outside such a chunk (the
 per-packet path) keep the hash. Every decision is remembered, so a connection keeps its shard for the whole
-file even when its flow is retired and seen again.
+file even when its flow is retired and seen again. Shards may be weighted (``weigh``): the process that also
+merges and writes the output takes a smaller share.
 
 The plan is only for one file on its own: the shards of a rotated capture set must agree across files,
 which only the hash gives.
@@ -55,6 +56,13 @@ class ShardPlan:
         self.decided: dict[bytes, int] = {}  # connection (its smaller flow key) -> shard
         self.expected: dict[bytes, float] = {}  # connection -> its work over the file, estimated from a sample
         self.load = [0.0] * count  # work expected of each shard
+        self.weights = [1.0] * count  # the share of the work each shard is to take, relative to the others
+
+    def weigh(self, weights: list[float]) -> None:
+        """Shares of the work other than equal: a shard whose process has more to do besides gets less."""
+        if len(weights) != self.count or min(weights) <= 0:
+            raise ValueError(f"{self.count} positive weights expected, not {weights}")
+        self.weights = list(weights)
 
     def owns(self, key: bytes, rev: bytes) -> bool:
         """Whether this shard handles the connection of flow ``key`` (reverse ``rev``)."""
@@ -87,11 +95,12 @@ class ShardPlan:
             conn = min(key, rev)
             if conn not in decided and (self.any_port or self._kafka_port(key)):
                 new[conn] = new.get(conn, 0.0) + seen
-        load = self.load
+        load, weights = self.load, self.weights
+        shards = range(self.count)
         room = MAX_PLANNED - len(decided)
         ranked = sorted(((expected.get(conn, seen), conn) for conn, seen in new.items()), key=lambda c: (-c[0], c[1]))
         for cost, conn in ranked[:max(room, 0)]:
-            shard = load.index(min(load))
+            shard = min(shards, key=lambda s: load[s] / weights[s])  # the first, when several are as light
             decided[conn] = shard
             load[shard] += cost
 
