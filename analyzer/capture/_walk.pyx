@@ -42,7 +42,11 @@ cdef extern from *:
     int walk_drop_pages(const void* p, size_t n) nogil
 
 cdef enum:
-    AHEAD = 4096  # bytes asked for ahead of the walk: its loads depend on one another, each would wait for memory
+    # The walk's loads depend on one another, so each would wait for memory: every cache line up to AHEAD bytes
+    # past the record read is asked for first. One line per record (at its start + AHEAD) misses the lines
+    # where later records start, and the hardware's own prefetch does not follow a walk that skips lines.
+    AHEAD = 4096
+    LINE = 64
 
 cdef inline uint32_t _u32(const unsigned char* p, bint little) noexcept nogil:
     if little:
@@ -92,13 +96,18 @@ cdef void _walk(Walk* w) noexcept nogil:
     cdef Py_ssize_t n = 0, k, most = w.most
     cdef bint little = w.little, cut = False
     cdef int64_t* starts = w.starts
+    cdef int64_t asked = pos, ask_to  # the lines from `asked` on have not been asked for yet
     while pos < stop and n < most:
         for k in range(4):
             if pos < 0 or pos > size - 16:  # the header must lie wholly in the buffer
                 cut = True
                 break
-            if pos + AHEAD < size:
-                __builtin_prefetch(buf + pos + AHEAD)
+            ask_to = min(pos + AHEAD, size)
+            if asked < pos:
+                asked = pos
+            while asked < ask_to:
+                __builtin_prefetch(buf + asked)
+                asked += LINE
             starts[n] = pos
             n += 1
             pos += <int64_t>_u32(buf + pos + 8, little) + 16
