@@ -33,11 +33,14 @@ def rows(path: str, jobs: int, **options) -> dict[str, list[str]]:
             for name, batches in sink.batches.items()}
 
 
-@pytest.mark.parametrize(("seed", "jobs"), [(0, 2), (1, 2), (2, 2), (3, 3)])
-def test_the_shards_together_give_the_rows_of_one_process(tmp_path, monkeypatch, seed, jobs):
-    """The parent analyses the first shard itself, the workers the others."""
+@pytest.mark.parametrize(("seed", "jobs", "hold"), [(0, 2, None), (1, 2, None), (2, 2, 0), (3, 3, None), (4, 3, 0)])
+def test_the_shards_together_give_the_rows_of_one_process(tmp_path, monkeypatch, seed, jobs, hold):
+    """The parent analyses the first shard itself, the workers the others. ``hold``: bytes of its own batches
+    the parent holds until they are due (0: all go through its spool folder)."""
     path = str(craft.write(tmp_path / "c.pcap", interleaved(random.Random(seed), 6)))
     monkeypatch.setattr(run, "SHARD_MIN_BYTES", 0)
+    if hold is not None:
+        monkeypatch.setattr(run, "HOLD_BYTES", hold)
     monkeypatch.setattr(_pcap_chunks, "CHUNK_BYTES", 3000)  # many chunks: many batches from each worker
     assert len(run.plan([path], jobs)) == jobs
     one = rows(path, 1, batch_rows=3)
@@ -73,11 +76,12 @@ def publish(folder: str, task: int, table: str, number: int) -> None:
     os.rename(path + ".part", path)
 
 
-@pytest.mark.parametrize("held", [False, True])
+@pytest.mark.parametrize("held", [None, "memory", "spilled", "some spilled"])
 @pytest.mark.parametrize("seed", range(8))
 def test_the_merge_order_is_fixed_whatever_the_timing(tmp_path, seed, held):
-    """``held``: the first task is the parent's own, its batches handed over in memory between merges, as the
-    parent analysing the first shard of a split file does."""
+    """``held``: the first task is the parent's own, its batches handed over between merges, as the parent
+    analysing the first shard of a split file does: in memory, or in its spool folder once it holds too much
+    (all of them, or those past two batches' worth)."""
     rng = random.Random(seed)
     tasks = rng.randrange(1, 4)
     counts = [{t: rng.randrange(0, 5) for t in ("exchanges", "connections", "errors") if rng.random() < 0.8}
@@ -106,7 +110,8 @@ def test_the_merge_order_is_fixed_whatever_the_timing(tmp_path, seed, held):
         futures[i].set_result((FileReport(path="x", name="x"), {t: c for t, c in counts[i].items() if c}))
 
     handed: list[tuple[str, str]] = []
-    own = run._Held() if held else None
+    limits = {"memory": 1 << 30, "spilled": 0, "some spilled": 2 * batch(0, "exchanges", 0).nbytes}
+    own = run._Held(folders[0], limits[held]) if held else None
     spools = run._Spools([own if own is not None and i == 0 else f for i, f in enumerate(folders)], futures)
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(1 if held else 0, tasks)]
     for t in threads:
@@ -119,6 +124,10 @@ def test_the_merge_order_is_fixed_whatever_the_timing(tmp_path, seed, held):
         for table, n in plans[0]:
             time.sleep(rng.random() * 0.002)
             own.add(table, batch(0, table, n))
+            if held == "spilled":
+                assert own.held_bytes == 0 and os.listdir(folders[0])
+            elif held == "memory":
+                assert not os.listdir(folders[0])
             spools.forward(sink, settle=False)
         futures[0].set_result((FileReport(path="x", name="x"), dict(own.counts)))
     deadline = time.monotonic() + 60

@@ -114,6 +114,7 @@ _read_so_far = None  # per task, the file bytes its worker has read (a shared ar
 PROGRESS_POLL = 0.2  # seconds between the parent's looks at the workers' progress
 SPOOL_WRITE_BUFFER = 1 << 20  # bytes gathered per write to a spool file
 SPOOL_POLL = 0.02  # seconds between the parent's looks for new batches in the spool (at most)
+HOLD_BYTES = 64 << 20  # of the parent's own batches held in memory until due; past it they go to the spool
 
 
 def _batch_path(folder: str, table: str, number: int) -> str:
@@ -133,13 +134,7 @@ def _run_task(task: Task, options: Options, out: str | BatchSink, slot: int | No
 
         def sink(table: str, batch: pa.RecordBatch) -> None:
             number = counts.get(table, 0)
-            path = _batch_path(folder, table, number)
-            # Buffered: the IPC writer writes each column buffer and its padding on its own, unbuffered a
-            # system call each.
-            with pa.output_stream(path + ".part", compression=None, buffer_size=SPOOL_WRITE_BUFFER) as f, \
-                    ipc.new_stream(f, batch.schema) as w:
-                w.write_batch(batch)
-            os.rename(path + ".part", path)
+            _publish(folder, table, number, batch)
             counts[table] = number + 1
     else:
         handed_on = out
@@ -163,25 +158,49 @@ def _run_task(task: Task, options: Options, out: str | BatchSink, slot: int | No
     return report, counts
 
 
+def _publish(folder: str, table: str, number: int, batch: pa.RecordBatch) -> None:
+    """Batch ``number`` of ``table`` as a spool file of its own, written aside and then renamed."""
+    path = _batch_path(folder, table, number)
+    # Buffered: the IPC writer writes each column buffer and its padding on its own, unbuffered a system call
+    # each.
+    with pa.output_stream(path + ".part", compression=None, buffer_size=SPOOL_WRITE_BUFFER) as f, \
+            ipc.new_stream(f, batch.schema) as w:
+        w.write_batch(batch)
+    os.rename(path + ".part", path)
+
+
 class _Held:
     """The batches of the task the parent runs itself, held until they are due (the parent is one of the
-    processes of a split file: its batches need no spool file, written by one process and mapped by another)."""
+    processes of a split file: its batches need no spool file, written by one process and mapped by another).
+    Past ``limit`` bytes held, while the workers lag behind, further batches go to the spool ``folder``."""
 
-    def __init__(self) -> None:
+    def __init__(self, folder: str, limit: int | None = None) -> None:
+        self.folder = folder
+        self.limit = HOLD_BYTES if limit is None else limit
+        self.held_bytes = 0
         self.batches: dict[str, dict[int, pa.RecordBatch]] = {}
         self.counts: dict[str, int] = {}
+        self.spilled = _Published(folder)
 
     def add(self, table: str, batch: pa.RecordBatch) -> None:
         number = self.counts.get(table, 0)
-        self.batches.setdefault(table, {})[number] = batch
+        size = batch.nbytes
+        if self.held_bytes + size > self.limit:
+            _publish(self.folder, table, number, batch)
+        else:
+            self.batches.setdefault(table, {})[number] = batch
+            self.held_bytes += size
         self.counts[table] = number + 1
 
     def tables(self) -> list[str]:
-        return list(self.batches)
+        return [*self.batches, *self.spilled.tables()]
 
     def take(self, table: str, number: int) -> list[pa.RecordBatch] | None:
         batch = self.batches.get(table, {}).pop(number, None)
-        return None if batch is None else [batch]
+        if batch is None:
+            return self.spilled.take(table, number)
+        self.held_bytes -= batch.nbytes
+        return [batch]
 
 
 class _Published:
@@ -328,7 +347,7 @@ def run(
                 for group in _groups(tasks):
                     sources: list[str | _Held] = [folders[i] for i in group]
                     if in_parent:
-                        held = sources[0] = _Held()
+                        held = sources[0] = _Held(folders[group[0]])
                     spools = _Spools(sources, [futures[i] for i in group])
                     if in_parent:
                         futures[0].set_result(_run_task(tasks[0], options, _holding(held, spools, sink), 0,
