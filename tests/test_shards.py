@@ -120,6 +120,22 @@ def test_the_plan_evens_out_the_frames(tmp_path):
     assert weighted[0] < planned[0] and abs(weighted[0] / sum(weighted) - 0.8 / 1.8) < 0.04, (planned, weighted)
 
 
+def test_a_file_of_large_frames_is_not_split(tmp_path):
+    """Every process of a split file reads all of it: a file of mostly large frames (the generator's big
+    profile, about 600 frames a MiB at this size) stays in one process, one of many small frames (5,000 a MiB)
+    is split, its flow sample taken once for all shards."""
+    paths = {}
+    for profile in ("big", "small"):
+        paths[profile] = tmp_path / f"{profile}.pcap"
+        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "make_capture.py"), "-o", str(paths[profile]),
+                        "--profile", profile, "--size-mb", "20", "--seed", "5"], check=True, capture_output=True)
+        assert paths[profile].stat().st_size >= run.SHARD_MIN_BYTES
+    assert [t.shard for t in run.plan([str(paths["big"])], 2)] == [None]
+    split = run.plan([str(paths["small"])], 2)
+    assert [t.shard for t in split] == [(0, 2), (1, 2)] and all(t.balanced for t in split)
+    assert split[0].sample is not None and split[0].sample is split[1].sample
+
+
 def test_only_a_file_on_its_own_is_planned(tmp_path, monkeypatch):
     """The files of a rotated set keep the hash: their shards must agree from one file to the next."""
     monkeypatch.setattr(run, "SHARD_MIN_BYTES", 0)

@@ -121,8 +121,8 @@ def _common(f: Callable) -> Callable:
                      help="Decode headers and top-level errors only: no topics, partitions or nested errors "
                           "(about twice as fast on large captures).")(f)
     f = click.option("-j", "--jobs", default="auto", show_default=True, callback=_jobs, metavar="N|auto",
-                     help="Processes: across files, and across the connections of one large file (auto: one "
-                          f"per CPU, at most {AUTO_JOBS_MAX}).")(f)
+                     help="Processes: across files, and across the connections of one large file unless its "
+                          f"traffic is mostly large frames (auto: one per CPU, at most {AUTO_JOBS_MAX}).")(f)
     f = click.option("--detect-ports", is_flag=True,
                      help="Also find Kafka on any other port, by the shape of its request headers.")(f)
     f = click.option("-p", "--port", "ports", type=click.IntRange(1, 65535), multiple=True,

@@ -115,6 +115,7 @@ def analyze_file(
     name_of: Callable[[str], str] = os.path.basename,
     balance_shards: bool = False,
     shard_weights: Sequence[float] = (),
+    shard_sample: tuple | None = None,
 ) -> FileReport:
     """Analyse ``path``; ``progress(n)`` is called now and then with the file bytes read so far.
 
@@ -124,15 +125,17 @@ def analyze_file(
     inputs from several folders).
     ``balance_shards``: split the connections by load instead of by hash (``analyzer.tcp.shards``; only for a
     file analysed on its own, not one of a rotated set); ``shard_weights``: each shard's share of the load,
-    when not equal (the same in every process of the file).
+    when not equal (the same in every process of the file); ``shard_sample``: the file's flow sample, when the
+    caller took it already (``Capture.flow_sample``, the same in every process).
     """
     with collector_tuned():
         return _analyze_file(path, options, sink, shard, progress, tap, following, name_of, balance_shards,
-                             shard_weights)
+                             shard_weights, shard_sample)
 
 
 def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap, following: Sequence[str],
-                  name_of: Callable[[str], str], balance_shards: bool, shard_weights: Sequence[float]) -> FileReport:
+                  name_of: Callable[[str], str], balance_shards: bool, shard_weights: Sequence[float],
+                  shard_sample: tuple | None) -> FileReport:
     started = time.perf_counter()
     name = name_of(os.fspath(path))
     report = FileReport(path=os.fspath(path), name=name, shard=shard)
@@ -155,7 +158,7 @@ def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap,
         if table.shards is not None and table.shards.balance and options.bulk:
             if shard_weights:
                 table.shards.weigh(list(shard_weights))
-            sample = cap.flow_sample()
+            sample = shard_sample if shard_sample is not None else cap.flow_sample()
             if sample is not None:
                 table.shards.expect(*sample)
         step = _stepper(cap, table, options.bulk)

@@ -109,6 +109,15 @@ class ShardPlan:
         return sport in self.ports or dport in self.ports
 
 
+def frames_per_mib(flags: np.ndarray, seg_len: np.ndarray, share: float, file_bytes: int) -> float:
+    """Frames per MiB of a file, estimated from a sample of its packets (TCP flags, payload lengths) covering
+    ``share`` of it: data packets with PSH, as in ``work_per_key``."""
+    if share <= 0 or file_bytes <= 0:
+        return float("inf")
+    frames = np.count_nonzero(((flags & PSH) != 0) & (seg_len > 0)) / share
+    return frames * (1 << 20) / file_bytes
+
+
 def work_per_key(numbers: np.ndarray, count: int, flags: np.ndarray, seg_len: np.ndarray) -> list[float]:
     """The work of each of ``count`` flow keys over some packets (``numbers``: each packet's key number): a
     packet counts 1, a data packet with PSH (the end of a write, a frame) FRAME_COST more."""
