@@ -114,12 +114,17 @@ def frames_per_mib(flags: np.ndarray, seg_len: np.ndarray, share: float, file_by
     ``share`` of it: data packets with PSH, as in ``work_per_key``."""
     if share <= 0 or file_bytes <= 0:
         return float("inf")
-    frames = np.count_nonzero(((flags & PSH) != 0) & (seg_len > 0)) / share
+    frames = np.count_nonzero(_pushed(flags, seg_len)) / share
     return frames * (1 << 20) / file_bytes
 
 
 def work_per_key(numbers: np.ndarray, count: int, flags: np.ndarray, seg_len: np.ndarray) -> list[float]:
     """The work of each of ``count`` flow keys over some packets (``numbers``: each packet's key number): a
     packet counts 1, a data packet with PSH (the end of a write, a frame) FRAME_COST more."""
-    pushed = ((flags & PSH) != 0) & (seg_len > 0)
+    pushed = _pushed(flags, seg_len)
     return (np.bincount(numbers, minlength=count) + FRAME_COST * np.bincount(numbers, pushed, count)).tolist()
+
+
+def _pushed(flags: np.ndarray, seg_len: np.ndarray) -> np.ndarray:
+    """Which packets end a write, a frame as Kafka clients send them: data packets with PSH set."""
+    return ((flags & PSH) != 0) & (seg_len > 0)

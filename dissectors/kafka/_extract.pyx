@@ -349,12 +349,6 @@ def extract(buf, Py_ssize_t off, Py_ssize_t end, int api_key, int api_version, b
     acks, first topic and partition, and where those records start and how long they are. Without it, or
     when the bytes are malformed rather than short, DecodeError.
     """
-    return extract_body(buf, off, end, api_key, api_version, is_response, partial)
-
-
-cdef object extract_body(object buf, Py_ssize_t off, Py_ssize_t end, int api_key, int api_version,
-                         bint is_response, bint partial):
-    """``extract`` for compiled callers (the exchange matcher): the same, called in C."""
     cdef Py_buffer view
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
@@ -366,8 +360,9 @@ cdef object extract_body(object buf, Py_ssize_t off, Py_ssize_t end, int api_key
 
 cdef object extract_from(const uint8_t* buf, Py_ssize_t n, Py_ssize_t off, Py_ssize_t end, int api_key,
                          int api_version, bint is_response, bint partial):
-    """``extract_body`` over the ``n`` bytes at ``buf``, of a buffer the caller holds for the call (the matcher
-    has its frame's at hand: a second buffer request per body cost more than some bodies' reading)."""
+    """``extract`` for compiled callers (the exchange matcher), over the ``n`` bytes at ``buf``, of a buffer the
+    caller holds for the call (the matcher has its frame's at hand: a second buffer request per body cost more
+    than some bodies' reading)."""
     cdef plan_fn plan = NULL
     cdef Cursor c
     cdef Acc acc

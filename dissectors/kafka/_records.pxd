@@ -12,6 +12,5 @@ cdef class RecordsSummary:
     cpdef tuple astuple(self)
 
 
-cdef object records_summary(object buf, Py_ssize_t offset, Py_ssize_t length, bint verify_crc, object limits)
 cdef object records_summary_at(object buf, const uint8_t* p, Py_ssize_t n, Py_ssize_t offset, Py_ssize_t length,
                                bint verify_crc, object limits)

@@ -2,8 +2,8 @@
 """The records summary of one partition's ``records`` field, compiled: the common case of v2 batches whose
 headers are all in view, read header by header straight into the totals.
 
-``records_summary`` is the entry point for compiled callers: the v2 path answers a ``RecordsSummary`` (C fields,
-read as the summary tuple where Python reads it). ``summary_at`` is the Python one, which returns the
+``records_summary_at`` is the entry point for compiled callers, over a buffer they hold: the v2 path answers a
+``RecordsSummary`` (C fields, read as the summary tuple where Python reads it). ``summary_at`` is the Python one, which returns the
 tuple of :func:`dissectors.kafka.records.summarize` (``RECORD_SUMMARY_FIELDS`` in analyzer/tables). Both hand
 anything else (legacy message sets, a header cut short, a malformed length) to the general path in
 ``dissectors.kafka.records``, which stays the reference. Uncompressed batches stay in C; the payload size of a
@@ -431,7 +431,7 @@ def held_summary_at(buf, Py_ssize_t offset, Py_ssize_t length, bint verify_crc, 
 
 
 cdef object records_summary(object buf, Py_ssize_t offset, Py_ssize_t length, bint verify_crc, object limits):
-    """``summary_at`` for compiled callers (the exchange matcher, per partition), called in C."""
+    """``records_summary_at`` with the buffer taken here (the Python entry points)."""
     cdef Py_buffer view
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
@@ -442,7 +442,8 @@ cdef object records_summary(object buf, Py_ssize_t offset, Py_ssize_t length, bi
 
 cdef object records_summary_at(object buf, const uint8_t* p, Py_ssize_t n, Py_ssize_t offset, Py_ssize_t length,
                                bint verify_crc, object limits):
-    """``records_summary`` over ``buf``'s ``n`` bytes at ``p``, a buffer of it the caller holds for the call."""
+    """The summary of ``buf[offset:offset + length]`` for compiled callers (the exchange matcher, per
+    partition), over ``buf``'s ``n`` bytes at ``p``, a buffer of it the caller holds for the call."""
     cdef Summary s
     cdef int done
     cdef Py_ssize_t end = offset + length
