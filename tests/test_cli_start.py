@@ -90,3 +90,19 @@ def test_the_encoders_allocate_from_jemalloc_and_the_choice_stays_in_the_process
 
 def test_a_pool_the_user_chose_stays():
     assert pools({"ARROW_DEFAULT_MEMORY_POOL": "system"})[:2] == ("system", "system")
+
+
+def test_an_export_to_a_pipe_loads_no_rich(tmp_path):
+    """Output not to a terminal: the export's one line is plain text, and rich (23 ms of imports, before the
+    processes of --jobs start) is not loaded for it; a damaged capture's warning still is printed through rich."""
+    code = (
+        "import sys\n"
+        f"sys.argv = ['kafkacap', 'export', {str(SAMPLE)!r}, '-o', {str(tmp_path / 'out')!r}, '--no-progress']\n"
+        "from analyzer.cli.console import main\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    status = e.code or 0\n"
+        "print('rich' in sys.modules, status)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.stdout.split() == ["False", "0"], done.stderr
+    assert done.stderr.startswith("wrote ") and done.stderr.count("\n") == 1, done.stderr
+    assert str(tmp_path / "out" / "exchanges.parquet") in done.stderr

@@ -5,7 +5,9 @@ in one line too, with the traceback saved to a file for the report. Text from ca
 printed through ``analyzer.cli.terminal.inert``.
 
 pyarrow, numpy and the analysis modules are imported by the commands that analyse, not here: ``--version``,
-``--help`` and ``apis`` would otherwise wait a third of a second for code they never run.
+``--help`` and ``apis`` would otherwise wait a third of a second for code they never run. rich too is imported
+only when something is printed through it: an export to a pipe or a file prints one plain line, and the
+processes of ``--jobs`` start sooner without it.
 """
 
 from __future__ import annotations
@@ -23,8 +25,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.text import Text
 
 from analyzer.cli.terminal import inert
 from analyzer.cli.tls import TLS_KEYS, tls_keylog_option
@@ -32,6 +32,7 @@ from analyzer.tables.formats import FORMATS
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from rich.console import Console
 
     from analyzer.pipeline.analyze import FileReport, Options
 
@@ -133,17 +134,36 @@ def _common(f: Callable) -> Callable:
 
 def _out() -> Console:
     """Standard output; when it is not a terminal (a pipe, a file) tables are not squeezed to 80 columns."""
+    from rich.console import Console
+
     return Console() if sys.stdout.isatty() else Console(width=200)
 
 
 def _err() -> Console:
     """Standard error, where each message stays one line (a log collecting it can grep it)."""
+    from rich.console import Console
+
     return Console(stderr=True, soft_wrap=True)
+
+
+def _err_is_terminal() -> bool:
+    """Whether rich takes standard error for a terminal (a progress bar goes there), asked of rich only when it
+    could say yes: stderr is a terminal, or TTY_COMPATIBLE=1 or FORCE_COLOR says to treat it as one."""
+    if not (sys.stderr.isatty() or os.environ.get("TTY_COMPATIBLE") == "1" or os.environ.get("FORCE_COLOR")):
+        return False
+    return _err().is_terminal
 
 
 def _say(err: Console, level: str, message: str) -> None:
     """One line on stderr: ``error: ...`` or ``warning: ...``; ``message`` is printed inert, never as markup."""
+    from rich.text import Text
+
     err.print(Text.assemble((f"{level}:", "red" if level == "error" else "yellow"), " ", inert(message)))
+
+
+def _note(line: str) -> None:
+    """One unstyled line on stderr, written as rich would print it (``line`` already inert)."""
+    sys.stderr.write(line + "\n")
 
 
 def _read_nothing(r: FileReport) -> bool:
@@ -151,9 +171,13 @@ def _read_nothing(r: FileReport) -> bool:
     return r.stats is None or (r.stats.packets == 0 and bool(r.stats.damage))
 
 
-def report_files(err: Console, reports: list[FileReport]) -> None:
+def report_files(reports: list[FileReport]) -> None:
     """One line per file that could not be read in full, with the reader's own words for what went wrong."""
+    err = None
     for r in reports:
+        if not (r.stats is None or r.error or r.stats.damage or r.connections_evicted or r.refused_batches):
+            continue
+        err = err or _err()
         if r.stats is None:
             message = r.error or "cannot be read"
             if message.startswith(f"{r.path}: "):  # the reader names the file by its path: by its name, as below
@@ -195,7 +219,6 @@ def _analyse(paths: tuple[str, ...], options: Options, jobs: int, sink, no_progr
     """Run the analysis with a progress bar; exit 1 with a clear message when nothing could be read."""
     from analyzer.pipeline.run import InputError, expand_paths, run
 
-    err = _err()
     if "-" in paths and sys.stdin.isatty():
         raise click.UsageError("'-' reads a capture from standard input, which is a terminal here "
                                "(pipe one in: tcpdump -w - | kafkacap summary -)")
@@ -209,16 +232,16 @@ def _analyse(paths: tuple[str, ...], options: Options, jobs: int, sink, no_progr
             total += os.path.getsize(f)
         except OSError:
             pass
-    if not no_progress and err.is_terminal:
+    if not no_progress and _err_is_terminal():
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(),
-                      TimeRemainingColumn(), console=err, transient=True) as progress:
+                      TimeRemainingColumn(), console=_err(), transient=True) as progress:
             task = progress.add_task(f"analysing {len(files)} file{'s' if len(files) != 1 else ''}", total=total)
             reports = run(files, options, sink, jobs=jobs, on_progress=lambda n: progress.advance(task, n))
     else:
         reports = run(files, options, sink, jobs=jobs)
-    report_files(err, reports)
+    report_files(reports)
     if all(_read_nothing(r) for r in reports):
         raise click.ClickException("no capture file could be read")
     return reports
@@ -456,7 +479,7 @@ def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progre
                       headers_only=headers_only,
                       verify_crc=verify_crc)
     rows = sum(r.exchanges for r in reports)
-    _err().print(Text(f"wrote {rows:,} exchanges to " + inert(", ".join(written))))
+    _note(f"wrote {rows:,} exchanges to " + inert(", ".join(written)))
 
 
 def _utc_time(ctx: click.Context, param: click.Parameter, value: str | None):
@@ -540,7 +563,7 @@ def show(path, packet, connection, ports, detect_ports, limit, as_json) -> None:
 
     shown, report = show_exchanges(_out(), path, _options(ports, detect_ports), connection, packet, limit,
                                    as_json=as_json)
-    report_files(_err(), [report])
+    report_files([report])
     if _read_nothing(report):
         raise click.ClickException("the capture file could not be read")
     if not shown:

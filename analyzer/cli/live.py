@@ -7,8 +7,6 @@ import datetime as dt
 import sys
 
 import click
-from rich.console import Console
-from rich.text import Text
 
 from analyzer.cli.tls import TLS_KEYS, tls_keylog_option
 
@@ -65,6 +63,9 @@ def live(iface, read_path, ports, detect_ports, headers_only, write_dir, pcap_pa
     except LiveError as exc:
         raise click.ClickException(str(exc)) from None
     filtered = source.health().filtered_in_kernel
+    from rich.console import Console
+    from rich.text import Text
+
     where = Text(f"listening {label}" + ("" if filtered is not False else
                                          " (no kernel filter: every packet is read and sorted here)"))
     Console(stderr=True).print(where)

@@ -10,7 +10,6 @@ import os
 import tempfile
 
 import click
-from rich.text import Text
 
 from analyzer.cli.terminal import inert
 
@@ -81,6 +80,8 @@ def _command() -> click.Command:
                 size = write_report(source, out, title, use_aggregates=not from_rows)
             except OSError as exc:
                 raise OutputError(f"cannot write the report to {out}: {exc.strerror or exc}") from None
+        from rich.text import Text
+
         _err().print(Text(f"wrote {inert(out)} ({size / 1e6:.1f} MB)"))
 
     return report

@@ -9,8 +9,6 @@ from __future__ import annotations
 import time
 
 import click
-from rich.console import Console
-from rich.text import Text
 
 from analyzer.cli.terminal import inert
 from analyzer.cli.tls import TLS_KEYS, tls_keylog_option
@@ -59,6 +57,9 @@ def spark_command(paths, out, master, aggregate, aggregate_only, ports, detect_p
         import pyspark  # noqa: F401
     except ImportError as exc:
         raise click.ClickException(f"{exc.name} is not installed: pip install 'kafkacap[spark]'") from None
+    from rich.console import Console
+    from rich.text import Text
+
     from spark_jobs.aggregate_job import aggregate_output
     from spark_jobs.export_job import JobError, _parse_conf, export, options_from
     from spark_jobs.session import build_session

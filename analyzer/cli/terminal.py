@@ -11,7 +11,10 @@ disk keep the exact strings decoded.
 
 from __future__ import annotations
 
-from rich.text import Text
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 _NAMED_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
@@ -47,6 +50,8 @@ def inert(text: str) -> str:
 
 def inert_text(text: str | None, style: str = "", missing: str = "-") -> Text:
     """A rich ``Text`` of ``inert(text)`` (``missing``, dimmed, for None): printed as is, never as markup."""
+    from rich.text import Text
+
     if text is None:
         return Text(missing, style="dim")
     return Text(inert(text), style=style)
