@@ -124,3 +124,39 @@ def test_an_export_failing_midway_leaves_the_earlier_one_intact(tmp_path, captur
     shutil.rmtree(tmp_path / "tmp")
     assert {name: (out / name).read_bytes() for name in listing(out)} == before
     assert listing(tmp_path) == ["out"]
+
+
+def test_tables_settled_before_the_end_read_back_whole_and_in_order(tmp_path):
+    """``settle()`` (called by ``run`` once the analysis' own tables are complete) ends the writer threads so
+    the last row groups are encoded while the derived tables are made; a table written to after it goes on
+    in the same file, after what came before, whatever thread writes it."""
+    import pyarrow as pa
+
+    from analyzer.pipeline.analyze import Options
+    from analyzer.pipeline.run import run
+
+    order: list[str] = []
+    built: dict[str, list[pa.RecordBatch]] = {}
+    folder = output.TableFolder(str(tmp_path / "out"))
+
+    def sink(table: str, batch: pa.RecordBatch) -> None:
+        order.append(table)
+        built.setdefault(table, []).append(batch)
+        folder.write(table, batch)
+
+    def analysed() -> None:
+        order.append("<analysed>")
+        folder.settle()
+
+    sample = Path(__file__).resolve().parents[1] / "sample_pcaps" / "tansu_consumer_group.pcap"
+    run([str(sample)], Options(records=True), sink, on_analysed=analysed)
+    settled = order.index("<analysed>")
+    assert {"exchanges", "partitions", "records", "connections"} <= set(order[:settled])
+    assert set(order[settled + 1:]) == {"groups", "files"}
+    for batch in list(built["exchanges"]):  # the settled table written to again
+        sink("exchanges", batch)
+    folder.commit()
+    for table, batches in built.items():
+        path = tmp_path / "out" / f"{table}.parquet"
+        expected = pa.Table.from_batches(batches).combine_chunks()
+        assert pq.read_table(path).equals(expected.cast(pq.read_schema(path))), table

@@ -215,8 +215,10 @@ def _options(ports: tuple[int, ...], detect_ports: bool, headers_only: bool = Fa
                    tls_keys=ctx.meta.get(TLS_KEYS) if ctx is not None else None)
 
 
-def _analyse(paths: tuple[str, ...], options: Options, jobs: int, sink, no_progress: bool) -> list[FileReport]:
-    """Run the analysis with a progress bar; exit 1 with a clear message when nothing could be read."""
+def _analyse(paths: tuple[str, ...], options: Options, jobs: int, sink, no_progress: bool,
+             on_analysed: Callable[[], None] | None = None) -> list[FileReport]:
+    """Run the analysis with a progress bar; exit 1 with a clear message when nothing could be read.
+    ``on_analysed``: as ``analyzer.pipeline.run.run``'s."""
     from analyzer.pipeline.run import InputError, expand_paths, run
 
     if "-" in paths and sys.stdin.isatty():
@@ -238,9 +240,10 @@ def _analyse(paths: tuple[str, ...], options: Options, jobs: int, sink, no_progr
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(),
                       TimeRemainingColumn(), console=_err(), transient=True) as progress:
             task = progress.add_task(f"analysing {len(files)} file{'s' if len(files) != 1 else ''}", total=total)
-            reports = run(files, options, sink, jobs=jobs, on_progress=lambda n: progress.advance(task, n))
+            reports = run(files, options, sink, jobs=jobs, on_progress=lambda n: progress.advance(task, n),
+                          on_analysed=on_analysed)
     else:
-        reports = run(files, options, sink, jobs=jobs)
+        reports = run(files, options, sink, jobs=jobs, on_analysed=on_analysed)
     report_files(reports)
     if all(_read_nothing(r) for r in reports):
         raise click.ClickException("no capture file could be read")
@@ -462,7 +465,8 @@ def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progre
 
     try:
         reports = _analyse(paths, _options(ports, detect_ports, headers_only, verify_crc, records, max_batch_mb,
-                                           max_decompressed_mb, separate_files, deliveries), jobs, sink, no_progress)
+                                           max_decompressed_mb, separate_files, deliveries), jobs, sink, no_progress,
+                           folder.settle)
     except BaseException:
         folder.abort()
         raise

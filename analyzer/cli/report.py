@@ -63,7 +63,8 @@ def _command() -> click.Command:
 
                 try:
                     _analyse(paths, _options(ports, detect_ports, headers_only, verify_crc, False, max_batch_mb,
-                                             max_decompressed_mb, separate_files), jobs, sink, no_progress)
+                                             max_decompressed_mb, separate_files), jobs, sink, no_progress,
+                             folder.settle)
                 except BaseException:
                     folder.abort()
                     raise

@@ -312,16 +312,20 @@ def run(
     jobs: int = 1,
     on_progress: Callable[[int], None] | None = None,
     stitch: bool = True,
+    on_analysed: Callable[[], None] | None = None,
 ) -> list[FileReport]:
     """Analyse every file; returns one report per file (shards merged). ``on_progress(nbytes)`` ticks as
     file bytes are read (whole files when they run in other processes). With ``stitch``, the files of a
-    rotated capture set give the rows of one capture (``analyzer.pipeline.stitch``)."""
+    rotated capture set give the rows of one capture (``analyzer.pipeline.stitch``). ``on_analysed()`` is
+    called once every batch of the analysis' own tables has gone to ``sink``; only the derived tables
+    (groups, deliveries) and files follow."""
     stitch = stitch and options.stitch
     tasks = plan(files, max(1, jobs), stitch)
     reports: list[FileReport] = []
     stitcher = Stitcher()
     derived = DerivedTables(deliveries=options.deliveries)
     final_sink = sink
+    reaper = None  # with worker processes: the thread that reaps them once they exit
 
     def sink(table: str, batch: pa.RecordBatch) -> None:
         out = stitcher.apply(table, batch)
@@ -368,45 +372,59 @@ def run(
         in_parent = len(_groups(tasks)) == 1
         if in_parent and tasks[0].balanced:
             tasks = [replace(t, weights=(PARENT_SHARD_WEIGHT,) + (1.0,) * (len(tasks) - 1)) for t in tasks]
+        pool = ProcessPoolExecutor(max_workers=len(tasks) - 1 if in_parent else jobs, mp_context=context)
         try:
-            with ProcessPoolExecutor(max_workers=len(tasks) - 1 if in_parent else jobs, mp_context=context) as pool:
-                folders = [tempfile.mkdtemp(prefix=f"task{i}-", dir=spool) for i in range(len(tasks))]
-                futures = [pool.submit(_run_task, t, options, folders[i], i) if i or not in_parent else Future()
-                           for i, t in enumerate(tasks)]
-                for group in _groups(tasks):
-                    sources: list[str | _Held] = [folders[i] for i in group]
-                    if in_parent:
-                        held = sources[0] = _Held(folders[group[0]])
-                    spools = _Spools(sources, [futures[i] for i in group])
-                    if in_parent:
-                        futures[0].set_result(_run_task(tasks[0], options, _holding(held, spools, sink), 0,
-                                                        show_progress if read is not None else None))
-                    while not spools.forward(sink):
-                        running = [futures[i] for i in group if not futures[i].done()]
-                        if running:
-                            wait(running, timeout=poll, return_when=FIRST_COMPLETED)
-                        if read is not None:  # the bar moves while the workers read
-                            show_progress()
-                    for i, (report, _) in zip(group, spools.results, strict=True):
-                        _add_to_stitcher(stitcher, report)
-                        reports.append(report)
-                        if read is not None:
-                            read[i] = shares[i]
-                    if read is not None:
+            folders = [tempfile.mkdtemp(prefix=f"task{i}-", dir=spool) for i in range(len(tasks))]
+            futures = [pool.submit(_run_task, t, options, folders[i], i) if i or not in_parent else Future()
+                       for i, t in enumerate(tasks)]
+            for group in _groups(tasks):
+                sources: list[str | _Held] = [folders[i] for i in group]
+                if in_parent:
+                    held = sources[0] = _Held(folders[group[0]])
+                spools = _Spools(sources, [futures[i] for i in group])
+                if in_parent:
+                    futures[0].set_result(_run_task(tasks[0], options, _holding(held, spools, sink), 0,
+                                                    show_progress if read is not None else None))
+                while not spools.forward(sink):
+                    running = [futures[i] for i in group if not futures[i].done()]
+                    if running:
+                        wait(running, timeout=poll, return_when=FIRST_COMPLETED)
+                    if read is not None:  # the bar moves while the workers read
                         show_progress()
+                for i, (report, _) in zip(group, spools.results, strict=True):
+                    _add_to_stitcher(stitcher, report)
+                    reports.append(report)
+                    if read is not None:
+                        read[i] = shares[i]
+                if read is not None:
+                    show_progress()
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        else:
+            # The workers, idle now, are told to exit at once: their exit (some 10 ms, their memory given back)
+            # overlaps the tables made below. The pool's thread that reaps them is joined before returning.
+            reaper = getattr(pool, "_executor_manager_thread", None)
+            pool.shutdown(wait=reaper is None)
         finally:
             _read_so_far = None
             shutil.rmtree(spool, ignore_errors=True)
-    merged = merge_shards(reports)
-    for r in merged:
-        r.exchanges -= stitcher.dropped.get(r.name, 0)
-    spanning = stitcher.finish()
-    if spanning is not None:
-        derived.feed("connections", spanning)
-        final_sink("connections", spanning)
-    for table, batch in derived.finish():
-        final_sink(table, batch)
-    final_sink("files", files_batch([(*file_row(r), *stitcher.file_columns(r.name)) for r in merged]))
+    try:
+        merged = merge_shards(reports)
+        for r in merged:
+            r.exchanges -= stitcher.dropped.get(r.name, 0)
+        spanning = stitcher.finish()
+        if spanning is not None:
+            derived.feed("connections", spanning)
+            final_sink("connections", spanning)
+        if on_analysed is not None:
+            on_analysed()
+        for table, batch in derived.finish():
+            final_sink(table, batch)
+        final_sink("files", files_batch([(*file_row(r), *stitcher.file_columns(r.name)) for r in merged]))
+    finally:
+        if reaper is not None:
+            reaper.join()
     return merged
 
 

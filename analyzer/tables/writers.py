@@ -196,6 +196,7 @@ class TableFolder:
         # One writer thread per table: the tables' last batches, which arrive together at the end of a
         # run, are encoded side by side.
         self._lanes: dict[str, tuple[queue.Queue[pa.RecordBatch | None], threading.Thread]] = {}
+        self._ending: dict[str, threading.Thread] = {}  # threads told to end by settle(), per table
         self._failure: BaseException | None = None  # what stopped a writer thread
         self._discard = False  # aborting: the writer threads drop what is still queued
 
@@ -212,13 +213,26 @@ class TableFolder:
         lane = self._lanes.get(table)
         if lane is None:
             waiting: queue.Queue[pa.RecordBatch | None] = queue.Queue(WRITE_QUEUE_BATCHES)
-            thread = threading.Thread(target=self._drain, args=(table, waiting), daemon=True,
-                                      name=f"kafkacap {table} writer")
+            thread = threading.Thread(target=self._drain, args=(table, waiting, self._ending.pop(table, None)),
+                                      daemon=True, name=f"kafkacap {table} writer")
             thread.start()
             lane = self._lanes[table] = (waiting, thread)
         lane[0].put(batch)
 
-    def _drain(self, table: str, waiting: queue.Queue[pa.RecordBatch | None]) -> None:
+    def settle(self) -> None:
+        """Have every table's writer thread write the row group it has gathered and end, without waiting for
+        it: called once the tables written so far are complete, their last row groups are encoded while the
+        caller goes on (a run's derived tables), not at commit. A later batch of one of them is written by a
+        new thread, once the old one has ended."""
+        for table, (waiting, thread) in self._lanes.items():
+            waiting.put(None)
+            self._ending[table] = thread
+        self._lanes.clear()
+
+    def _drain(self, table: str, waiting: queue.Queue[pa.RecordBatch | None],
+               before: threading.Thread | None = None) -> None:
+        if before is not None:  # the table's thread until settle(): its writes come first
+            before.join()
         while (batch := waiting.get()) is not None:
             if self._failure is None and not self._discard:
                 try:
@@ -238,7 +252,10 @@ class TableFolder:
             waiting.put(None)
         for _, thread in self._lanes.values():
             thread.join()
+        for thread in self._ending.values():
+            thread.join()
         self._lanes.clear()
+        self._ending.clear()
         if self._failure is not None:
             raise self._failure
 
