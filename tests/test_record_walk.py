@@ -138,3 +138,64 @@ def test_the_walking_thread_drops_the_pages_it_is_handed(tmp_path):
         assert (starts.tolist(), end, cut) == plain_walk(bytes(view[:size]), at, size, True, 1 << 17)
         assert after * 1024 <= before * 1024 - dropped + 4096, (before, after)
         del view, starts, ahead
+
+
+# --- the columns derived on the walk's thread, against the same columns computed on whole arrays ------------
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_pcaps"
+PUBLIC = Path(__file__).resolve().parents[2] / "shared" / "pcaps" / "public"
+
+
+def chunk_columns(path: Path, derive: bool, monkeypatch) -> list[tuple] | None:
+    """Every chunk of ``path`` as plain values: its columns (or tuples) and frame numbers and times. Without
+    ``derive``, the walk derives nothing and ``_Layout`` computes the columns with numpy, as it does for
+    captures it gathers no fields for."""
+    from analyzer.capture import chunks as chunks_module
+    from analyzer.capture.files import CaptureError, open_capture
+
+    with monkeypatch.context() as m:
+        if not derive:
+            m.setattr(chunks_module._Layout, "derive_on", lambda self, ahead: None)
+        try:
+            cap = open_capture(path)
+        except CaptureError:
+            return None
+        chunks = cap.chunks()
+        if chunks is None:  # not a chunked kind of capture (pcapng, a link type read per packet)
+            return None
+        out = []
+        for c in chunks:
+            columns = [np.asarray(a).tobytes() for a in (c.ts, c.keys, c.seq, c.ack, c.flags, c.start, c.stop,
+                                                         c.seg_len)]
+            tuples = None if c.tuples is None else [(*t[:6], bytes(t[6]), t[7]) for t in c.tuples]
+            out.append((c.first_frame, c.last_frame, c.last_ts, c.record_ts, columns, tuples))
+        return out
+
+
+def captures() -> list[Path]:
+    found = sorted(p for p in SAMPLES.iterdir() if p.suffix == ".pcap")
+    if PUBLIC.is_dir():
+        found += sorted(p for p in PUBLIC.rglob("*") if p.is_file() and ".pcap" in p.name)
+    return found
+
+
+@pytest.mark.parametrize("path", captures(), ids=lambda p: p.name)
+def test_the_derived_columns_are_those_computed_on_whole_arrays(path, monkeypatch):
+    derived = chunk_columns(path, True, monkeypatch)
+    if derived is None:
+        pytest.skip("not read in chunks")
+    assert derived == chunk_columns(path, False, monkeypatch)
+
+
+def test_the_derived_columns_of_damaged_captures_are_those_computed_on_whole_arrays(tmp_path, monkeypatch):
+    """Bytes changed anywhere past the file header: lengths, times, addresses, flags and payloads that are
+    not what they claim; both ways of computing the columns must read them alike."""
+    content = (SAMPLES / "tansu_consumer_group.pcap").read_bytes()
+    rng = random.Random(11)
+    for trial in range(30):
+        damaged = bytearray(content)
+        for _ in range(rng.randint(1, 400)):
+            damaged[rng.randrange(24, len(damaged))] = rng.randrange(256)
+        path = tmp_path / f"d{trial}.pcap"
+        path.write_bytes(bytes(damaged))
+        assert chunk_columns(path, True, monkeypatch) == chunk_columns(path, False, monkeypatch), trial

@@ -73,6 +73,16 @@ cdef struct Walk:
     unsigned char* windows
     Py_ssize_t span
     int64_t last
+    # the columns derived from the gathered fields (``derive``), in one block for the n records (NULL: none):
+    # N_COLUMNS int64 columns, then a byte per record (fast), then the 12-byte flow keys
+    bint derive
+    unsigned char* columns
+    Py_ssize_t ip  # the IP header's offset from a record's start
+    Py_ssize_t proto_at  # the link layer's protocol field's offset from a record's start (-1: none)
+    int proto_width  # its width, big-endian: 2 or 4
+    int64_t want  # the value it must have
+    int64_t ts_unit  # nanoseconds per unit of a record's time fraction
+    int64_t min_caplen  # the captured length of an IPv4 TCP packet's headers without options
     # pages of a memory-mapped buffer to drop first (MADV_DONTNEED): [drop_at, drop_at + drop_len)
     int64_t drop_at
     int64_t drop_len
@@ -130,12 +140,76 @@ cdef void _gather(Walk* w) noexcept nogil:
         memcpy(w.windows + i * span, w.buf + at, <size_t>span)
 
 
+cdef enum:
+    # the derived int64 columns, in this order in the block
+    C_TS, C_SEG_LEN, C_SEQ, C_ACK, C_FLAGS, C_START, C_STOP, N_COLUMNS
+    KEY_LEN = 12
+
+
+cdef inline uint32_t _be32(const unsigned char* p) noexcept nogil:
+    return p[3] | (<uint32_t>p[2] << 8) | (<uint32_t>p[1] << 16) | (<uint32_t>p[0] << 24)
+
+
+cdef inline uint32_t _be16(const unsigned char* p) noexcept nogil:
+    return p[1] | (<uint32_t>p[0] << 8)
+
+
+cdef void _derive(Walk* w) noexcept nogil:
+    """Each record's columns from its gathered fields, as ``analyzer.capture.chunks`` computes them on whole
+    columns (``_Layout.fields`` and ``decode``): time (ns), TCP payload length on the wire, whether it is an
+    IPv4 TCP packet without options on the link type (fast), seq, ack, flags, the payload's [start, stop) in
+    the buffer, and the flow key. A record starting past ``last`` has no gathered fields of its own (its
+    fields are those at ``last``, as there): its time is read where it starts, and it is never fast."""
+    cdef Py_ssize_t i, n = w.n, span = w.span, ip = w.ip
+    cdef const unsigned char* f
+    cdef const unsigned char* head
+    cdef int64_t* ts = <int64_t*>w.columns
+    cdef int64_t* seg_len = ts + C_SEG_LEN * n
+    cdef int64_t* seq = ts + C_SEQ * n
+    cdef int64_t* ack = ts + C_ACK * n
+    cdef int64_t* flags = ts + C_FLAGS * n
+    cdef int64_t* start = ts + C_START * n
+    cdef int64_t* stop = ts + C_STOP * n
+    cdef unsigned char* fast = w.columns + N_COLUMNS * 8 * n
+    cdef unsigned char* keys = fast + n
+    cdef int64_t at, nxt, ip_len, seg, ip_start, link
+    cdef unsigned int offset
+    cdef bint little = w.little
+    for i in range(n):
+        at = w.starts[i]
+        nxt = w.starts[i + 1] if i + 1 < n else w.end
+        f = w.windows + i * span
+        head = w.buf + at if at > w.last else f
+        ts[i] = <int64_t>_u32(head, little) * 1_000_000_000 + <int64_t>_u32(head + 4, little) * w.ts_unit
+        ip_len = _be16(f + ip + 2)
+        offset = f[ip + 32]
+        seg = ip_len - (20 + <int64_t>(offset >> 4) * 4)
+        seg_len[i] = seg
+        seq[i] = _be32(f + ip + 24)
+        ack[i] = _be32(f + ip + 28)
+        flags[i] = f[ip + 33]
+        ip_start = at + ip
+        start[i] = ip_start + (ip_len - seg)
+        stop[i] = min(ip_start + ip_len, nxt)
+        memcpy(keys + i * KEY_LEN, f + ip + 12, KEY_LEN)
+        fast[i] = (nxt - at - 16 >= w.min_caplen and f[ip] == 0x45 and f[ip + 9] == 6
+                   and (_be16(f + ip + 6) & 0x3FFF) == 0 and offset >= 0x50 and seg >= 0)
+        if fast[i] and w.proto_at >= 0:
+            link = _be16(f + w.proto_at) if w.proto_width == 2 else _be32(f + w.proto_at)
+            fast[i] = link == w.want
+
+
 cdef void _walk_and_gather(Walk* w) noexcept nogil:
     _walk(w)
     w.windows = NULL
+    w.columns = NULL
     if w.gather and w.n:
         w.windows = <unsigned char*>PyMem_RawMalloc(<size_t>(w.n * w.span))
         _gather(w)
+        if w.derive and w.windows != NULL:
+            w.columns = <unsigned char*>PyMem_RawMalloc(<size_t>(w.n * (N_COLUMNS * 8 + 1 + KEY_LEN)))
+            if w.columns != NULL:
+                _derive(w)
 
 
 cdef void _run(void* arg) noexcept nogil:
@@ -196,7 +270,7 @@ cdef class WalkAhead:
     cdef Walk w
     cdef bint running
     cdef Py_ssize_t most
-    cdef object starts_out, dtype
+    cdef object starts_out, dtype, derived
 
     def __cinit__(self, const unsigned char[::1] buf, bint little, Py_ssize_t most, dtype, int64_t last):
         self.buf = buf
@@ -228,6 +302,26 @@ cdef class WalkAhead:
         """Until the walk running ahead, if any, is done: the buffer is then no longer read."""
         self._wait()
 
+    def derive(self, Py_ssize_t ip, Py_ssize_t proto_at, int proto_width, int64_t want, int64_t ts_unit,
+               int64_t min_caplen):
+        """Have the walks also derive each record's columns from its fields (``taken_columns``), on their
+        thread: ``ip`` and ``proto_at`` (-1: no protocol field) are offsets from a record's start, the protocol
+        field is ``proto_width`` bytes, big-endian, and must be ``want``; ``ts_unit`` is the nanoseconds of a
+        time fraction's unit; ``min_caplen`` the captured bytes of the IP and TCP headers without options."""
+        if not (0 <= ip and ip + 34 <= self.w.span and proto_at + proto_width <= self.w.span
+                and proto_width in (2, 4) and (proto_at == -1 or proto_at >= 16)):
+            raise ValueError("the fields to derive from lie outside the gathered span")
+        self._wait()
+        self.w.ip, self.w.proto_at, self.w.proto_width, self.w.want = ip, proto_at, proto_width, want
+        self.w.ts_unit, self.w.min_caplen = ts_unit, min_caplen
+        self.w.derive = True
+
+    def taken_columns(self):
+        """The columns derived for the records of the last ``take`` (None: not derived): time, TCP payload
+        length, fast, seq, ack, flags, payload start and stop (int64, fast bool) and the flow keys (V12)."""
+        derived, self.derived = self.derived, None
+        return derived
+
     def drop_with_next(self, int64_t at, int64_t length):
         """Have the next walk's thread drop these pages of the buffer (a memory map: ``at`` page-aligned) from
         the process's memory first: ``madvise(MADV_DONTNEED)`` unmaps 32 MB in a few milliseconds, off the
@@ -240,6 +334,8 @@ cdef class WalkAhead:
         """Free what a finished walk gathered and no one took."""
         PyMem_RawFree(self.w.windows)
         self.w.windows = NULL
+        PyMem_RawFree(self.w.columns)
+        self.w.columns = NULL
 
     cdef _prepare(self, int64_t pos, int64_t stop):
         cdef Py_ssize_t room = _room(pos, stop, self.most)
@@ -249,6 +345,7 @@ cdef class WalkAhead:
         self.w.starts = &starts[0]
         self.w.gather = self.w.last >= 0
         self.w.windows = NULL
+        self.w.columns = NULL
 
     def start(self, int64_t pos, int64_t stop):
         """Walk the chunk from ``pos`` to ``stop`` on a native thread (here, if no thread can be started)."""
@@ -264,7 +361,7 @@ cdef class WalkAhead:
     def take(self, int64_t pos, int64_t stop):
         """(starts, position after the last, cut, fields) of the walk from ``pos`` to ``stop``."""
         cdef bint ready = self.running and self.w.pos == pos and self.w.stop == stop
-        cdef _Gathered gathered
+        cdef _Gathered gathered, block
         self._wait()
         if not ready:
             self._drop()
@@ -281,6 +378,15 @@ cdef class WalkAhead:
             gathered.data, gathered.size = self.w.windows, n * self.w.span
             self.w.windows = NULL
             fields = np.frombuffer(gathered, self.dtype, n)
+        self.derived = None
+        if self.w.columns != NULL:
+            block = _Gathered.__new__(_Gathered)
+            block.data, block.size = self.w.columns, n * (N_COLUMNS * 8 + 1 + KEY_LEN)
+            self.w.columns = NULL
+            ints = np.frombuffer(block, np.int64, N_COLUMNS * n).reshape(N_COLUMNS, n)
+            self.derived = (ints[C_TS], ints[C_SEG_LEN], np.frombuffer(block, np.bool_, n, N_COLUMNS * 8 * n),
+                            ints[C_SEQ], ints[C_ACK], ints[C_FLAGS], ints[C_START], ints[C_STOP],
+                            np.frombuffer(block, f"V{KEY_LEN}", n, (N_COLUMNS * 8 + 1) * n))
         starts = self.starts_out
         self.starts_out = None
         return starts[:n], self.w.end, self.w.cut, fields

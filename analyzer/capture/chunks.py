@@ -144,10 +144,12 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
     resynced = False
     stats.first_ts_ns = first_timestamp(struct.Struct(order + "II").unpack_from, buf, pos, header.ts_unit_ns)
     ahead = WalkAhead(view, little, CHUNK_PACKETS, layout.dtype, layout.last)
+    layout.derive_on(ahead)
     try:
         while pos < end:
             stop = min(pos + CHUNK_BYTES, end)
             offsets, pos, header_cut, walked = ahead.take(pos, stop)
+            derived = ahead.taken_columns()
             walk_next = pos < end and not header_cut
             starts, nexts = _bounds(offsets, pos)
             header_cut = header_cut and pos < end  # not cut: the walk reached the end of the file (or past it)
@@ -155,7 +157,13 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
             bad = (caplens > limit) | (nexts > end)
             first = int(bad.argmax()) if bad.any() else len(starts)
             what = None
-            gathered = layout.fields(starts[:first], nexts[:first], walked[:first]) if first else None
+            if not first:
+                gathered = None
+            elif derived is not None:  # the walk's thread derived the columns (a record's from it and the
+                derived = tuple(column[:first] for column in derived)  # next's start: valid in any prefix)
+                gathered = (walked[:first], derived[1], derived[2], derived[0])
+            else:
+                gathered = layout.fields(starts[:first], nexts[:first], walked[:first])
             if first:
                 ts_ns = gathered[3]
                 ref_ns = last_ns if checked else int(ts_ns[0])
@@ -189,7 +197,8 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
             if walk_next:  # the next chunk, walked while this one is analysed
                 ahead.start(pos, min(pos + CHUNK_BYTES, end))
             if first:
-                chunk = layout.decode(starts, nexts, frame, counts, skip, tuple(g[:first] for g in gathered))
+                chunk = layout.decode(starts, nexts, frame, counts, skip, tuple(g[:first] for g in gathered),
+                                      None if derived is None else tuple(c[:first] for c in derived))
                 frame += len(starts)
                 ts = chunk.record_ts
                 last_start, last_ns, checked = int(starts[-1]), int(ts_ns[first - 1]), True
@@ -338,6 +347,7 @@ class _Layout:
 
     def __init__(self, buf, order: str, linktype: int, ts_unit: int) -> None:
         ip_at, _, _, self.want = _LAYOUTS[linktype]
+        self.linktype = linktype
         self.dtype, span = _record_dtype(order, linktype)
         self.min_caplen = ip_at + 40
         self.payload_at = RECORD_HEADER_LEN + ip_at  # + the IP and TCP header lengths
@@ -352,12 +362,28 @@ class _Layout:
         self.windows = np.ndarray(shape=(self.last + 1,), dtype=f"V{span}", buffer=buf, strides=(1,)) \
             if self.last >= 0 else None
 
+    def derive_on(self, ahead: WalkAhead) -> None:
+        """Have ``ahead``'s walks derive the columns ``fields`` and ``decode`` compute, on the walk's thread."""
+        if self.windows is None:  # nothing is gathered: no fields to derive from
+            return
+        ip_at, proto_at, proto_type, want = _LAYOUTS[self.linktype]
+        width = 0 if proto_type is None else int(proto_type[-1])
+        ahead.derive(self.payload_at, -1 if proto_at is None else RECORD_HEADER_LEN + proto_at, width or 2,
+                     want or 0, self.ts_unit, self.min_caplen)
+
     def decode(self, starts: np.ndarray, nexts: np.ndarray, base: int, counts: list[int],
-               skip: Container[bytes], gathered: tuple | None = None) -> PacketChunk:
+               skip: Container[bytes], gathered: tuple | None = None, derived: tuple | None = None
+               ) -> PacketChunk:
         """One chunk's columns (or tuples), counting the records that are not TCP. ``gathered``: what
-        ``fields`` gives for these records, when it was called already (the chunk's time test)."""
+        ``fields`` gives for these records, when it was called already (the chunk's time test); ``derived``:
+        their columns as the walk derived them (``WalkAhead.derive``)."""
         rec, seg_len, fast, ts = self.fields(starts, nexts) if gathered is None else gathered
         record_ts = int(ts[-1])
+        if derived is not None and fast.all():
+            n = len(starts)
+            _, _, _, seq, ack, flags, start, stop, keys = derived
+            return PacketChunk(base + 1, ts, keys, seq, ack, flags, start, stop, seg_len, self.view, None,
+                               base + n, record_ts, record_ts)
         ip_len = rec["ip_len"].astype(np.int64)
         caplen = nexts - starts - RECORD_HEADER_LEN
         ip = starts + self.payload_at
