@@ -159,8 +159,8 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
             what = None
             if not first:
                 gathered = None
-            elif derived is not None:  # the walk's thread derived the columns (a record's from it and the
-                derived = tuple(column[:first] for column in derived)  # next's start: valid in any prefix)
+            elif derived is not None:  # derived by the walk's thread, each record's from its own fields and
+                derived = tuple(column[:first] for column in derived)  # the next one's start: any prefix stands
                 gathered = (walked[:first], derived[1], derived[2], derived[0])
             else:
                 gathered = layout.fields(starts[:first], nexts[:first], walked[:first])
@@ -366,7 +366,7 @@ class _Layout:
         """Have ``ahead``'s walks derive the columns ``fields`` and ``decode`` compute, on the walk's thread."""
         if self.windows is None:  # nothing is gathered: no fields to derive from
             return
-        ip_at, proto_at, proto_type, want = _LAYOUTS[self.linktype]
+        _, proto_at, proto_type, want = _LAYOUTS[self.linktype]
         width = 0 if proto_type is None else int(proto_type[-1])
         ahead.derive(self.payload_at, -1 if proto_at is None else RECORD_HEADER_LEN + proto_at, width or 2,
                      want or 0, self.ts_unit, self.min_caplen)

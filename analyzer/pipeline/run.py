@@ -372,8 +372,9 @@ def run(
         in_parent = len(_groups(tasks)) == 1
         if in_parent and tasks[0].balanced:
             tasks = [replace(t, weights=(PARENT_SHARD_WEIGHT,) + (1.0,) * (len(tasks) - 1)) for t in tasks]
-        pool = ProcessPoolExecutor(max_workers=len(tasks) - 1 if in_parent else jobs, mp_context=context)
+        pool = None
         try:
+            pool = ProcessPoolExecutor(max_workers=len(tasks) - 1 if in_parent else jobs, mp_context=context)
             folders = [tempfile.mkdtemp(prefix=f"task{i}-", dir=spool) for i in range(len(tasks))]
             futures = [pool.submit(_run_task, t, options, folders[i], i) if i or not in_parent else Future()
                        for i, t in enumerate(tasks)]
@@ -399,11 +400,14 @@ def run(
                 if read is not None:
                     show_progress()
         except BaseException:
-            pool.shutdown(wait=True, cancel_futures=True)
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
             raise
         else:
             # The workers, idle now, are told to exit at once: their exit (some 10 ms, their memory given back)
-            # overlaps the tables made below. The pool's thread that reaps them is joined before returning.
+            # overlaps the tables made below. The pool's thread that reaps them (a private attribute of
+            # ProcessPoolExecutor; without it the pool is shut down waiting, as a `with` block would) is joined
+            # before returning.
             reaper = getattr(pool, "_executor_manager_thread", None)
             pool.shutdown(wait=reaper is None)
         finally:
