@@ -109,12 +109,16 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(targets) - set(TARGETS))
     if unknown:
         parser.error(f"unknown targets {', '.join(unknown)}; known: {', '.join(TARGETS)}")
+    extra_env = asan_environment() if args.asan else None
+    if extra_env is not None and os.environ.get("LD_PRELOAD") != extra_env["LD_PRELOAD"]:
+        # The seeds are written by importing the (sanitized) modules here too: this process needs the runtime.
+        os.execve(sys.executable, [sys.executable, "-m", "tests.fuzz.run", *(sys.argv[1:] if argv is None else argv)],
+                  dict(os.environ, **extra_env))
     from tests.fuzz.seeds import write_seeds
 
     shutil.rmtree(args.workdir / "seeds", ignore_errors=True)
     write_seeds(args.workdir / "seeds")
     failed = []
-    extra_env = asan_environment() if args.asan else None
     for target in targets:
         passed, figures, left = fuzz_target(target, args.seconds, args.workdir, args.keep_going, extra_env)
         print(f"{target:10} {'ok   ' if passed else 'FAIL '} {figures}", flush=True)
