@@ -3,6 +3,7 @@ and TCP conversations with scapy, whose packets a test can then drop, swap, repe
 
 from __future__ import annotations
 
+import random
 import struct
 from dataclasses import dataclass, field
 
@@ -173,3 +174,11 @@ class Conversation:
 def write(path, packets) -> str:
     wrpcap(str(path), packets)
     return str(path)
+
+
+def damaged(content: bytes, rng: random.Random, most: int, keep: int = 24) -> bytes:
+    """``content`` with 1 to ``most`` bytes past the first ``keep`` (a pcap's file header) set at random."""
+    out = bytearray(content)
+    for _ in range(rng.randint(1, most)):
+        out[rng.randrange(keep, len(out))] = rng.randrange(256)
+    return bytes(out)

@@ -34,6 +34,7 @@ from scapy.utils import PcapNgWriter, PcapWriter, RawPcapNgReader, RawPcapReader
 
 from analyzer.capture import files as capture_module
 from analyzer.capture.files import CaptureError, open_capture
+from tests.craft import damaged
 
 PUBLIC = Path(__file__).resolve().parents[1].parent / "shared" / "pcaps" / "public"
 T0 = Decimal("1700000000.123456")  # a µs-exact timestamp
@@ -587,11 +588,8 @@ def test_random_corruption_never_raises(tmp_path):
     content, _ = three_packet_pcap()
     rng = random.Random(7)
     for trial in range(300):
-        damaged = bytearray(content)
-        for _ in range(rng.randint(1, 8)):
-            damaged[rng.randrange(24, len(damaged))] = rng.randrange(256)
         path = tmp_path / f"r{trial}.pcap"
-        path.write_bytes(bytes(damaged))
+        path.write_bytes(damaged(content, rng, 8))
         packets, stats = read_all(path)  # must not raise
         assert stats.packets >= len(packets)
 

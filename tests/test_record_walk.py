@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 from analyzer.capture._walk import WalkAhead, walk_records
 
+from tests.craft import damaged
+
 
 def plain_walk(buf: bytes, pos: int, stop: int, little: bool, most: int) -> tuple[list[int], int, bool]:
     """Four records a turn while the position is before ``stop`` and fewer than ``most`` starts are taken; a
@@ -193,9 +195,6 @@ def test_the_derived_columns_of_damaged_captures_are_those_computed_on_whole_arr
     content = (SAMPLES / "tansu_consumer_group.pcap").read_bytes()
     rng = random.Random(11)
     for trial in range(30):
-        damaged = bytearray(content)
-        for _ in range(rng.randint(1, 400)):
-            damaged[rng.randrange(24, len(damaged))] = rng.randrange(256)
         path = tmp_path / f"d{trial}.pcap"
-        path.write_bytes(bytes(damaged))
+        path.write_bytes(damaged(content, rng, 400))
         assert chunk_columns(path, True, monkeypatch) == chunk_columns(path, False, monkeypatch), trial
