@@ -154,11 +154,11 @@ def _err_is_terminal() -> bool:
     return _err().is_terminal
 
 
-def _say(err: Console, level: str, message: str) -> None:
+def _say(level: str, message: str) -> None:
     """One line on stderr: ``error: ...`` or ``warning: ...``; ``message`` is printed inert, never as markup."""
     from rich.text import Text
 
-    err.print(Text.assemble((f"{level}:", "red" if level == "error" else "yellow"), " ", inert(message)))
+    _err().print(Text.assemble((f"{level}:", "red" if level == "error" else "yellow"), " ", inert(message)))
 
 
 def _note(line: str) -> None:
@@ -173,33 +173,29 @@ def _read_nothing(r: FileReport) -> bool:
 
 def report_files(reports: list[FileReport]) -> None:
     """One line per file that could not be read in full, with the reader's own words for what went wrong."""
-    err = None
     for r in reports:
-        if not (r.stats is None or r.error or r.stats.damage or r.connections_evicted or r.refused_batches):
-            continue
-        err = err or _err()
         if r.stats is None:
             message = r.error or "cannot be read"
             if message.startswith(f"{r.path}: "):  # the reader names the file by its path: by its name, as below
                 message = message[len(r.path) + 2:]
-            _say(err, "error", f"{r.name}: {message}")
+            _say("error", f"{r.name}: {message}")
         elif r.error:
-            _say(err, "error", f"{r.name}: {r.error} (rows decoded before it are kept)")
+            _say("error", f"{r.name}: {r.error} (rows decoded before it are kept)")
         elif r.stats.damage:
             if _read_nothing(r):
-                _say(err, "error", f"{r.name}: {r.stats.damage} (no packet before it)")
+                _say("error", f"{r.name}: {r.stats.damage} (no packet before it)")
             elif r.stats.damaged_places > 1:
-                _say(err, "warning", f"{r.name}: damaged in {r.stats.damaged_places:,} places "
+                _say("warning", f"{r.name}: damaged in {r.stats.damaged_places:,} places "
                                      f"({r.stats.skipped_bytes:,} bytes passed over), read around each; the "
                                      f"first: {r.stats.damage}")
             else:
-                _say(err, "warning", f"{r.name}: {r.stats.damage} (read on after it)"
+                _say("warning", f"{r.name}: {r.stats.damage} (read on after it)"
                      if r.stats.skipped_bytes else f"{r.name}: {r.stats.damage} (rows decoded before it are kept)")
         if r.connections_evicted:
-            _say(err, "warning", f"{r.name}: {r.connections_evicted:,} connections or flows were dropped from the "
+            _say("warning", f"{r.name}: {r.connections_evicted:,} connections or flows were dropped from the "
                                  "flow table over its limits (connections table: ended = evicted)")
         if r.refused_batches:
-            _say(err, "warning", f"{r.name}: {r.refused_batches} compressed batches over the decompression "
+            _say("warning", f"{r.name}: {r.refused_batches} compressed batches over the decompression "
                                  "limits were not expanded (--max-batch-mb, --max-decompressed-mb)")
 
 
@@ -282,13 +278,13 @@ def _guarded(command: Callable[[], object]) -> int:
         exc.show()  # click's usage text: it echoes the command line, the user's own words
         return ExitCode.USAGE
     except click.ClickException as exc:
-        _say(_err(), "error", exc.format_message())
+        _say("error", exc.format_message())
         return exc.exit_code
     except (click.Abort, KeyboardInterrupt) as exc:  # click turns KeyboardInterrupt into Abort (from it)
         if isinstance(exc, _Terminated) or isinstance(exc.__cause__, _Terminated):
-            _say(_err(), "error", "terminated")
+            _say("error", "terminated")
             return ExitCode.TERMINATED
-        _say(_err(), "error", "interrupted")
+        _say("error", "interrupted")
         return ExitCode.INTERRUPTED
     except (BrokenPipeError, _PipeClosed):
         _stdout_to_devnull()
@@ -372,7 +368,7 @@ def _internal_error(exc: Exception) -> int:
     except OSError:
         sys.stderr.write(details)
         where = "the traceback is above; please attach it to a bug report"
-    _say(_err(), "error", f"internal error (a bug in kafkacap): {type(exc).__name__}: {exc}; {where}")
+    _say("error", f"internal error (a bug in kafkacap): {type(exc).__name__}: {exc}; {where}")
     return ExitCode.INTERNAL_ERROR
 
 

@@ -209,27 +209,33 @@ class _Held:
         self.held_bytes = 0
         self.batches: dict[str, dict[int, pa.RecordBatch]] = {}
         self.counts: dict[str, int] = {}
-        self.spilled = _Published(folder)
+        self.spilled: dict[str, set[int]] = {}  # the batches in the folder: known here, not looked up there
+        self.published = _Published(folder)
 
     def add(self, table: str, batch: pa.RecordBatch) -> None:
         number = self.counts.get(table, 0)
         size = batch.nbytes
         if self.held_bytes + size > self.limit:
             _publish(self.folder, table, number, batch)
+            self.spilled.setdefault(table, set()).add(number)
         else:
             self.batches.setdefault(table, {})[number] = batch
             self.held_bytes += size
         self.counts[table] = number + 1
 
     def tables(self) -> list[str]:
-        return [*self.batches, *self.spilled.tables()]
+        return [*self.batches, *self.spilled]
 
     def take(self, table: str, number: int) -> list[pa.RecordBatch] | None:
         batch = self.batches.get(table, {}).pop(number, None)
-        if batch is None:
-            return self.spilled.take(table, number)
-        self.held_bytes -= batch.nbytes
-        return [batch]
+        if batch is not None:
+            self.held_bytes -= batch.nbytes
+            return [batch]
+        spilled = self.spilled.get(table)
+        if spilled is None or number not in spilled:
+            return None
+        spilled.discard(number)
+        return self.published.take(table, number)
 
 
 class _Published:
