@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dissectors.kafka.decoder import DecodeError, DecodeTruncated, decode, schema
-from dissectors.kafka.extract import Extracted, extract
+from dissectors.kafka.extract import Extracted, PartitionEntry, extract
 from dissectors.kafka.headers import HeaderError, decode_request_header, decode_response_header
 from tests.fuzz.seeds import sample_captures, streams
 from tests.test_decoder import read_off_the_tree
@@ -177,3 +177,20 @@ def test_kio_bodies_every_api_and_version(key, is_response, versions, data):
         cut = data.draw(st.integers(0, max(len(buf) - 1, 0)), label="cut")
         rnd = random.Random(data.draw(st.integers(0, 2**32), label="seed"))
         assert check(buf, 0, key, version, is_response, [cut] if buf else [], flips_of(buf, 0, rnd, 2))
+
+
+def test_the_public_extraction_hands_out_partition_entry_tuples():
+    """The matcher reads the compiled entries (dissectors.kafka._extract.Entry, integers unboxed); ``extract``
+    gives callers PartitionEntry tuples of the same fields, each field None where the body did not carry it."""
+    entries = []
+    for frame, body, api_key, version, is_response in captured_bodies(sample_captures()):
+        if api_key in (0, 1, 8):  # Produce, Fetch, OffsetCommit
+            try:
+                entries += extract(frame, body, len(frame), api_key, version, is_response, partial=True).partitions
+            except DecodeError:  # the legacy captures' bodies
+                continue
+    assert len(entries) > 100
+    assert all(type(p) is PartitionEntry for p in entries)
+    produced = [p for p in entries if p.record_bytes is not None]
+    assert produced and all(isinstance(p.records_offset, int) and p.partition is not None for p in produced)
+    assert any(p.base_offset is None and p.error_code is None for p in produced)  # requests: no response fields

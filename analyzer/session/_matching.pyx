@@ -19,7 +19,7 @@ from libc.string cimport memcmp
 
 from analyzer.tables._columns cimport Endpoints, ErrorColumns, ExchangeColumns, PartitionColumns
 from dissectors._sink cimport FrameSink
-from dissectors.kafka._extract cimport extract_from
+from dissectors.kafka._extract cimport E_PARTITION, E_RECORD_BYTES, E_RECORDS_OFFSET, Entry, extract_from
 from dissectors.kafka._records cimport RecordsSummary, records_summary_at
 from dissectors.kafka._wire cimport Cursor, cursor_init, rd_i16, rd_i32
 
@@ -35,7 +35,7 @@ from dissectors.kafka.apis import (
 )
 from dissectors.kafka.extract import ERRORS_AT_TOP, ERRORS_NONE, MAX_TOPICS, PARTITION_APIS, ErrorEntry
 from dissectors.kafka.extract import error_placement
-from dissectors.kafka.extract_rules import Extracted, PartitionEntry
+from dissectors.kafka.extract_rules import Extracted
 from dissectors.kafka.headers import (
     HeaderError,
     HeaderTruncated,
@@ -89,21 +89,17 @@ cdef dict _SETTING_NAMES = _m._SETTING_NAMES
 cdef frozenset _SETTINGS = _m._SETTINGS
 cdef int SASL_HANDSHAKE = 17, SASL_AUTHENTICATE = 36, FIND_COORDINATOR = 10, JOIN_GROUP = 11
 cdef int SYNC_GROUP = 14, CONSUMER_GROUP_HEARTBEAT = 68
-# Extracted's and PartitionEntry's fields by position (NamedTuples: reading by index skips the attribute lookup
-# and, on a tuple subclass, Cython's generic indexing), checked by name below.
+# Extracted's fields by position (a NamedTuple: reading by index skips the attribute lookup and, on a tuple
+# subclass, Cython's generic indexing), checked by name below. Its partitions are compiled Entries.
 cdef Py_ssize_t X_TOPICS = 0, X_PARTITION_COUNT = 1, X_ERRORS = 2, X_TOP_ERROR = 3, X_THROTTLE = 4
 cdef Py_ssize_t X_PARTITIONS = 5, X_ACKS = 6, X_TRANSACTIONAL_ID = 7, X_TOPIC_IDS = 9, X_LEFT_OUT = 10, X_FIELDS = 11
-cdef Py_ssize_t P_TOPIC = 0, P_PARTITION = 1, P_RECORDS_OFFSET = 16, P_RECORD_BYTES = 17
 if Extracted._fields != ("topics", "partition_count", "errors", "top_error", "throttle_time_ms", "partitions",
                          "acks", "transactional_id", "complete", "topic_ids", "left_out", "fields"):
     raise ImportError("Extracted's fields moved: update the positions in _matching.pyx")
-if (PartitionEntry._fields[:2] != ("topic", "partition") or len(PartitionEntry._fields) != 18
-        or PartitionEntry._fields[16:] != ("records_offset", "record_bytes")):
-    raise ImportError("PartitionEntry's fields moved: update the positions in _matching.pyx")
 
 
 cdef inline object xf(object entry, Py_ssize_t i):
-    """Field ``i`` of an Extracted or a PartitionEntry (tuples whose length the checks above fix)."""
+    """Field ``i`` of an Extracted (a tuple whose length the check above fixes)."""
     return <object>PyTuple_GET_ITEM(entry, i)
 
 
@@ -111,9 +107,9 @@ cdef enum:
     IN_STEP_MAX = 8  # entries a body may have for _in_step to compare them pairwise
 
 
-cdef inline bint same_place(object a, object b) except -1:
-    """Whether two PartitionEntries name the same topic-partition."""
-    return xf(a, P_PARTITION) == xf(b, P_PARTITION) and xf(a, P_TOPIC) == xf(b, P_TOPIC)
+cdef inline bint same_place(Entry a, Entry b) except -1:
+    """Whether two entries name the same topic-partition."""
+    return a.values[E_PARTITION] == b.values[E_PARTITION] and a.topic == b.topic
 
 
 cdef bint _in_step(list asked, list answered) except -1:
@@ -147,9 +143,9 @@ cdef inline object _only_value(dict found):
     return <object>value
 
 
-cdef inline tuple where_of(object p):
-    """A PartitionEntry's (topic, partition): its key among an exchange's partitions."""
-    return (xf(p, P_TOPIC), xf(p, P_PARTITION))
+cdef inline tuple where_of(Entry p):
+    """An entry's (topic, partition): its key among an exchange's partitions."""
+    return (p.topic, p.values[E_PARTITION])
 
 
 cdef tuple SETTING_NAMES = tuple(_m.SETTING_FIELDS)
@@ -253,7 +249,9 @@ ORPHAN_AFTER_DROPS_NOTE = _m.ORPHAN_AFTER_DROPS_NOTE
 
 cdef tuple _totals(recs, list parts):
     """record_count and record_bytes of an exchange: the sums over its partitions' records fields."""
-    cdef object records = 0, size = 0
+    cdef object records = 0
+    cdef int64_t size = 0
+    cdef Entry p
     if not recs:
         return _NO_TOTALS
     for r in (<dict>recs).values():
@@ -265,9 +263,8 @@ cdef tuple _totals(recs, list parts):
         if count:
             records += count
     for p in parts:
-        n = xf(p, P_RECORD_BYTES)
-        if n:
-            size += n
+        if p.present >> E_RECORD_BYTES & 1:  # lengths of int32 fields, at most MAX_PARTITION_ROWS: no overflow
+            size += p.values[E_RECORD_BYTES]
     return records, size
 
 
@@ -977,13 +974,15 @@ cdef class ExchangeMatcher(FrameSink):
         """Per topic-partition, the record batches of its records field summarised (RECORD_SUMMARY order);
         computed while the frame's bytes are at hand. With record rows asked for, every record too."""
         cdef dict found = {}
-        cdef Py_ssize_t length
+        cdef Py_ssize_t length, at
+        cdef int64_t nbytes
+        cdef Entry entry
         if not self.record_rows:  # batch summaries only
             for entry in <list>xf(x, X_PARTITIONS):
-                at = xf(entry, P_RECORDS_OFFSET)
-                if at is not None:
-                    length = n - <Py_ssize_t>at
-                    nbytes = xf(entry, P_RECORD_BYTES)
+                if entry.present >> E_RECORDS_OFFSET & 1:
+                    at = entry.values[E_RECORDS_OFFSET]
+                    length = n - at
+                    nbytes = entry.values[E_RECORD_BYTES]
                     found[where_of(entry)] = records_summary_at(head, p, n, at, nbytes if nbytes < length else length,
                                                                 self.verify_crc, self.limits)
             return found

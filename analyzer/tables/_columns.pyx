@@ -35,6 +35,8 @@ from analyzer.tables.schemas import (
     ROW_TYPES,
     SETTING_FIELDS,
 )
+from dissectors.kafka._extract cimport E_ERROR_CODE, E_OFFSETS, E_PARTITION, E_RECORD_BYTES, Entry
+
 from dissectors.kafka.extract_rules import ErrorEntry, PartitionEntry
 
 cdef extern from "Python.h":
@@ -126,26 +128,21 @@ def set_full_bytes(Py_ssize_t n) -> int:
     previous, full_bytes = full_bytes, max(n, 1)
     return previous
 
-# Where a PartitionEntry and an ErrorEntry hold what the rows take (checked by name, not assumed).
-cdef Py_ssize_t P_TOPIC = PartitionEntry._fields.index("topic")
-cdef Py_ssize_t P_PARTITION = PartitionEntry._fields.index("partition")
-cdef Py_ssize_t P_ERROR_CODE = PartitionEntry._fields.index("error_code")
-cdef Py_ssize_t P_OFFSETS = PartitionEntry._fields.index(PARTITION_OFFSET_FIELDS[0])
-cdef Py_ssize_t P_RECORD_BYTES = PartitionEntry._fields.index("record_bytes")
-cdef Py_ssize_t P_FIELDS = len(PartitionEntry._fields)
+# Where an Entry (a compiled PartitionEntry: field i + 1 is its value i) and an ErrorEntry hold what the rows
+# take (checked by name, not assumed).
 cdef Py_ssize_t N_OFFSETS = len(PARTITION_OFFSET_FIELDS)
 cdef Py_ssize_t N_SUMMARY = len(RECORD_SUMMARY_FIELDS)
 if len(RecordsSummary.__new__(RecordsSummary)) != N_SUMMARY:  # PartitionColumns.add reads its fields by index
     raise ImportError(f"RecordsSummary holds {len(RecordsSummary.__new__(RecordsSummary))} fields, not the "
                       f"{N_SUMMARY} of RECORD_SUMMARY_FIELDS")
-if PartitionEntry._fields[P_OFFSETS:P_OFFSETS + N_OFFSETS] != PARTITION_OFFSET_FIELDS:
+if PartitionEntry._fields[E_OFFSETS + 1:E_OFFSETS + 1 + N_OFFSETS] != PARTITION_OFFSET_FIELDS:
     raise ImportError("PartitionEntry's offsets are not in PARTITION_OFFSET_FIELDS order")
-cdef Py_ssize_t E_FIELD_PATH = ErrorEntry._fields.index("field_path")
-cdef Py_ssize_t E_TOPIC = ErrorEntry._fields.index("topic")
-cdef Py_ssize_t E_PARTITION = ErrorEntry._fields.index("partition")
-cdef Py_ssize_t E_ERROR_CODE = ErrorEntry._fields.index("error_code")
-cdef Py_ssize_t E_ERROR_MESSAGE = ErrorEntry._fields.index("error_message")
-cdef Py_ssize_t E_FIELDS = len(ErrorEntry._fields)
+cdef Py_ssize_t ERR_FIELD_PATH = ErrorEntry._fields.index("field_path")
+cdef Py_ssize_t ERR_TOPIC = ErrorEntry._fields.index("topic")
+cdef Py_ssize_t ERR_PARTITION = ErrorEntry._fields.index("partition")
+cdef Py_ssize_t ERR_ERROR_CODE = ErrorEntry._fields.index("error_code")
+cdef Py_ssize_t ERR_ERROR_MESSAGE = ErrorEntry._fields.index("error_message")
+cdef Py_ssize_t ERR_FIELDS = len(ErrorEntry._fields)
 
 
 # -- buffers ---------------------------------------------------------------------------------------------------
@@ -1011,15 +1008,6 @@ cdef inline object item(tuple entry, Py_ssize_t i):
 cdef PyObject* NONE = <PyObject*>None
 
 
-cdef inline PyObject* either_at(PyObject* first, PyObject* second, Py_ssize_t i) noexcept:
-    """Field ``i`` of the tuple ``first``, or of ``second`` where ``first`` has none (Arrow's coalesce, per row);
-    either may be NULL (no entry). Borrowed."""
-    cdef PyObject* value = NONE if first == NULL else tuple_at(first, i)
-    if value == NONE and second != NULL:
-        value = tuple_at(second, i)
-    return value
-
-
 cdef inline int put_int_at(IntColumn column, PyObject* value) except -1:
     """``put_int_obj`` of a borrowed value."""
     if value == NONE:
@@ -1139,7 +1127,7 @@ cdef class ErrorColumns(Table):
     cdef int add(self, int64_t connection_id, object correlation_id, object api_key, object api_version,
                  object client_id, object response_last_ts, object error) except -1:
         try:
-            if not isinstance(error, tuple) or PyTuple_GET_SIZE(error) != E_FIELDS:
+            if not isinstance(error, tuple) or PyTuple_GET_SIZE(error) != ERR_FIELDS:
                 raise TypeError("not an ErrorEntry")
             put_int(self.connection_id, connection_id)
             put_int_obj(self.correlation_id, correlation_id)
@@ -1147,16 +1135,25 @@ cdef class ErrorColumns(Table):
             put_int_obj(self.api_version, api_version)
             add_text(self.client_id, client_id)
             put_stamp(self.response_last_ts, response_last_ts)
-            add_text(self.field_path, item(<tuple>error, E_FIELD_PATH))
-            self.topic.add_obj(item(<tuple>error, E_TOPIC))
-            put_int_obj(self.partition, item(<tuple>error, E_PARTITION))
-            put_int_obj(self.error_code, item(<tuple>error, E_ERROR_CODE))
-            add_text(self.error_message, item(<tuple>error, E_ERROR_MESSAGE))
+            add_text(self.field_path, item(<tuple>error, ERR_FIELD_PATH))
+            self.topic.add_obj(item(<tuple>error, ERR_TOPIC))
+            put_int_obj(self.partition, item(<tuple>error, ERR_PARTITION))
+            put_int_obj(self.error_code, item(<tuple>error, ERR_ERROR_CODE))
+            add_text(self.error_message, item(<tuple>error, ERR_ERROR_MESSAGE))
             self.rows += 1
         except BaseException:
             self.cut()
             raise
         return 0
+
+
+cdef inline int put_either(IntColumn column, Entry first, Entry second, Py_ssize_t i) except -1:
+    """Field ``i`` of ``first``, or of ``second`` where ``first`` has none (Arrow's coalesce, per row), or null."""
+    if first is not None and first.present >> i & 1:
+        return put_int(column, first.values[i])
+    if second is not None and second.present >> i & 1:
+        return put_int(column, second.values[i])
+    return put_int_null(column)
 
 
 cdef class PartitionColumns(Table):
@@ -1189,21 +1186,19 @@ cdef class PartitionColumns(Table):
     cdef int add(self, int64_t connection_id, object correlation_id, object api_key, object api_version,
                  object client_id, object request_last_ts, object response_last_ts, object asked,
                  object answered, object summary) except -1:
-        # The entries' fields are read as borrowed pointers: a partition row takes some forty values, and an
-        # owned reference to each (taken and dropped) cost more than storing it.
-        cdef PyObject* rq = NULL
-        cdef PyObject* rs = NULL
+        cdef Entry rq = None
+        cdef Entry rs = None
         cdef tuple sm = None
         cdef RecordsSummary held = None
         cdef Py_ssize_t j
         if asked is not None:
-            if not isinstance(asked, tuple) or PyTuple_GET_SIZE(<tuple>asked) != P_FIELDS:
-                raise TypeError("not a PartitionEntry")
-            rq = <PyObject*>asked
+            if type(asked) is not Entry:
+                raise TypeError("not a compiled partition entry")
+            rq = <Entry>asked
         if answered is not None:
-            if not isinstance(answered, tuple) or PyTuple_GET_SIZE(<tuple>answered) != P_FIELDS:
-                raise TypeError("not a PartitionEntry")
-            rs = <PyObject*>answered
+            if type(answered) is not Entry:
+                raise TypeError("not a compiled partition entry")
+            rs = <Entry>answered
         if summary is not None:
             if type(summary) is RecordsSummary:
                 held = <RecordsSummary>summary
@@ -1219,13 +1214,14 @@ cdef class PartitionColumns(Table):
             add_text(self.client_id, client_id)
             put_stamp(self.request_last_ts, request_last_ts)
             put_stamp(self.response_last_ts, response_last_ts)
-            self.topic.add_obj(<object>either_at(rs, rq, P_TOPIC))
-            put_int_at(self.partition, either_at(rs, rq, P_PARTITION))
-            put_int_at(self.error_code, NONE if rs == NULL else tuple_at(rs, P_ERROR_CODE))
+            self.topic.add_obj(rs.topic if rs is not None and rs.topic is not None
+                               else (None if rq is None else rq.topic))
+            put_either(self.partition, rs, rq, E_PARTITION)
+            put_either(self.error_code, rs, None, E_ERROR_CODE)
             for j in range(N_OFFSETS):
-                put_int_at(<IntColumn>self.offset_columns[j], either_at(rs, rq, P_OFFSETS + j))
-            put_int_at(self.request_record_bytes, NONE if rq == NULL else tuple_at(rq, P_RECORD_BYTES))
-            put_int_at(self.response_record_bytes, NONE if rs == NULL else tuple_at(rs, P_RECORD_BYTES))
+                put_either(<IntColumn>self.offset_columns[j], rs, rq, E_OFFSETS + j)
+            put_either(self.request_record_bytes, rq, None, E_RECORD_BYTES)
+            put_either(self.response_record_bytes, rs, None, E_RECORD_BYTES)
             if held is not None:
                 self.add_summary(held)
             elif sm is None:

@@ -47,7 +47,6 @@ cdef extern from "Python.h":
 cdef bytes ZERO_UUID = bytes(16)
 cdef Py_ssize_t max_topics = MAX_TOPICS
 cdef Py_ssize_t SEEN_FROM = 16  # topics in a body past which they are also kept as a set
-cdef tuple NO_OFFSETS = (None,) * (len(PartitionEntry._fields) - 2)
 
 
 @cython.freelist(8)  # one per body read: reused instead of allocated and freed each time
@@ -126,46 +125,62 @@ cdef inline object new_entry(type cls, tuple values):
     return entry
 
 
-cdef type PARTITION_ENTRY = PartitionEntry
-if PartitionEntry._fields != ("topic", "partition", "error_code", "base_offset", "log_append_time_ms",
-                              "log_start_offset", "high_watermark", "last_stable_offset", "fetch_offset",
-                              "committed_offset", "offset", "low_watermark", "end_offset", "timestamp",
-                              "leader_epoch", "current_leader_epoch", "records_offset", "record_bytes"):
-    raise ImportError("PartitionEntry's fields moved: update partition_entry in _extract.pyx")
-
-
 cdef inline void _put(object entry, Py_ssize_t i, object item) noexcept:
     Py_INCREF(item)
     PyTuple_SET_ITEM(entry, i, item)
 
 
-cdef inline object partition_entry(object topic, object partition, object error_code, object base_offset,
-                                   object log_append_time_ms, object log_start_offset, object high_watermark,
-                                   object last_stable_offset, object fetch_offset, object committed_offset,
-                                   object offset, object low_watermark, object end_offset, object timestamp,
-                                   object leader_epoch, object current_leader_epoch, object records_offset,
-                                   object record_bytes):
-    """A PartitionEntry of these fields, made in place (no argument tuple, no copy: the generated readers make
-    one per topic-partition)."""
-    cdef object entry = PyType_GenericAlloc(<PyTypeObject*>PARTITION_ENTRY, 18)
-    _put(entry, 0, topic)
-    _put(entry, 1, partition)
-    _put(entry, 2, error_code)
-    _put(entry, 3, base_offset)
-    _put(entry, 4, log_append_time_ms)
-    _put(entry, 5, log_start_offset)
-    _put(entry, 6, high_watermark)
-    _put(entry, 7, last_stable_offset)
-    _put(entry, 8, fetch_offset)
-    _put(entry, 9, committed_offset)
-    _put(entry, 10, offset)
-    _put(entry, 11, low_watermark)
-    _put(entry, 12, end_offset)
-    _put(entry, 13, timestamp)
-    _put(entry, 14, leader_epoch)
-    _put(entry, 15, current_leader_epoch)
-    _put(entry, 16, records_offset)
-    _put(entry, 17, record_bytes)
+if (len(PartitionEntry._fields) != ENTRY_VALUES + 1
+        or PartitionEntry._fields[:3] != ("topic", "partition", "error_code")
+        or PartitionEntry._fields[E_OFFSETS + 1] != "base_offset"
+        or PartitionEntry._fields[E_RECORDS_OFFSET + 1:] != ("records_offset", "record_bytes")):
+    raise ImportError("PartitionEntry's fields moved: update the E_ indexes in _extract.pxd")
+cdef dict ENTRY_INDEX = {name: i - 1 for i, name in enumerate(PartitionEntry._fields) if i}
+
+
+@cython.no_gc  # holds a topic (str, bytes or None) and integers: never part of a cycle
+@cython.freelist(64)  # one or two per body read
+cdef class Entry:
+    """A PartitionEntry as the compiled extraction makes it and the exchange matcher and the partition columns
+    read it: the integer fields unboxed, a bit each saying whether it was read. Python sees its fields by name
+    and ``as_tuple()`` (the public ``extract`` hands out PartitionEntry tuples)."""
+
+    cdef object field(self, Py_ssize_t i):
+        """Value i, or None when it was not read."""
+        return self.values[i] if self.present >> i & 1 else None
+
+    @property
+    def partition(self):
+        return self.field(E_PARTITION)
+
+    @property
+    def records_offset(self):
+        return self.field(E_RECORDS_OFFSET)
+
+    @property
+    def record_bytes(self):
+        return self.field(E_RECORD_BYTES)
+
+    def __getattr__(self, name):
+        i = ENTRY_INDEX.get(name)
+        if i is None:
+            raise AttributeError(f"'Entry' object has no attribute {name!r}")
+        return self.field(i)
+
+    def as_tuple(self):
+        """The PartitionEntry of the same fields."""
+        return PartitionEntry(self.topic, *[self.field(i) for i in range(ENTRY_VALUES)])
+
+    def __repr__(self):
+        return f"Entry{tuple(self.as_tuple())!r}"
+
+
+cdef Entry new_partition_entry(object topic, int64_t partition):
+    """An entry of this topic-partition, its other fields not read (the caller sets those it read)."""
+    cdef Entry entry = Entry.__new__(Entry)
+    entry.topic = topic
+    entry.values[E_PARTITION] = partition
+    entry.present = 1 << E_PARTITION
     return entry
 
 
@@ -332,7 +347,7 @@ cdef void partition_rows(Acc acc, Cursor* c, Py_ssize_t count, topic) except *:
         acc.left_out[0] += count - room
         count = room
     for i in range(count):
-        acc.partitions.append(new_entry(PartitionEntry, (topic, rd_i32(&rows)) + NO_OFFSETS))
+        acc.partitions.append(new_partition_entry(topic, rd_i32(&rows)))
 
 
 include "_generated/extract_plans.pxi"
@@ -352,10 +367,13 @@ def extract(buf, Py_ssize_t off, Py_ssize_t end, int api_key, int api_version, b
     cdef Py_buffer view
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
-        return extract_from(<const uint8_t*>view.buf, view.len, off, end, api_key, api_version, is_response,
-                            partial)
+        found = extract_from(<const uint8_t*>view.buf, view.len, off, end, api_key, api_version, is_response,
+                             partial)
     finally:
         PyBuffer_Release(&view)
+    if found.partitions:
+        found = found._replace(partitions=[(<Entry>e).as_tuple() for e in found.partitions])
+    return found
 
 
 cdef object extract_from(const uint8_t* buf, Py_ssize_t n, Py_ssize_t off, Py_ssize_t end, int api_key,

@@ -38,6 +38,7 @@ from dissectors.kafka.extract_rules import (
     child_path,
 )
 
+ENTRY_FIELDS = PartitionEntry._fields
 SIGNATURE = "(Acc acc, Cursor* c, object topic, object partition) except -2"
 SKIP_SIGNATURE = "(Acc acc, Cursor* c) except -2"
 
@@ -321,6 +322,24 @@ class _PlanWriter(StructRules):
     def var(self, name: str) -> str:
         return "partition" if name == self.partition else f"v_{name}"
 
+    def typed(self, name: str) -> int | None:
+        """The Entry value index of a local kept unboxed (``cdef int64_t``, its bit in ``has`` set once read):
+        the integer fields a partition row takes; None for a local kept as an object."""
+        if not self.rows or name == self.partition or name in self.top_fields or name in self.body_fields:
+            return None
+        if name in ("records_offset", "record_bytes"):
+            return ENTRY_FIELDS.index(name) - 1
+        if name in ROW_FIELDS:
+            return ENTRY_FIELDS.index(ROW_FIELDS[name]) - 1
+        return None
+
+    def emit_read(self, name: str, expression: str, extra: int = 0) -> None:
+        """``v_<name>`` (or ``partition``) read, its bit set when it is kept unboxed."""
+        self.emit(f"{self.var(name)} = {expression}", extra)
+        index = self.typed(name)
+        if index is not None:
+            self.emit(f"has |= {1 << index}", extra)
+
     def emit(self, line: str, extra: int = 0) -> None:
         self.code.emit(line, extra)
 
@@ -342,7 +361,7 @@ class _PlanWriter(StructRules):
                 if skip:
                     self.emit(f"c.pos += {skip}")
                     skip = 0
-                self.emit(f"{self.var(name)} = {READ_FIXED[t]}")
+                self.emit_read(name, READ_FIXED[t])
             else:
                 skip += FIXED_TYPES[t][1]
         if skip:
@@ -420,10 +439,12 @@ class _PlanWriter(StructRules):
             self.emit("if n < 0:")
             self.emit("if n != -1:", 1)
             self.code.fail("MALFORMED", path, 2)
-            self.emit("v_records_offset = v_record_bytes = None", 1)
+            records = (1 << self.typed("records_offset")) | (1 << self.typed("record_bytes"))
+            self.emit(f"has &= ~{records}", 1)
             self.emit("else:")
             self.emit("v_records_offset = c.pos", 1)
             self.emit("v_record_bytes = n", 1)
+            self.emit(f"has |= {records}", 1)
             self.emit("c.pos += n", 1)
             self.emit("if c.pos > c.end:", 1)
             self.code.fail("TRUNCATED", path, 2)
@@ -534,7 +555,7 @@ class _PlanWriter(StructRules):
             if type_name in FIXED_TYPES:
                 self.emit(f"if c.pos + {FIXED_TYPES[type_name][1]} > stop:", 1)
                 self.code.fail("TRUNCATED", where, 2)
-                self.emit(f"v_{name} = {READ_FIXED[type_name]}", 1)
+                self.emit_read(name, READ_FIXED[type_name], 1)
             elif _base(type_name) == "string":
                 self.emit("sub.buf, sub.pos, sub.end, sub.err = c.buf, c.pos, stop, 0", 1)
                 self.emit(f"v_{name} = read_str(acc, &sub, {type_name.startswith('compact_')}, "
@@ -557,15 +578,13 @@ class _PlanWriter(StructRules):
                 out.append("    return -1")
             out.append("acc.partition_count += 1")
         if self.rows:
-            values = {"topic": "topic", "partition": "partition"}
-            for name in self.kept:
-                if name in ROW_FIELDS:
-                    values[ROW_FIELDS[name]] = f"v_{name}"
-            if self.records is not None:
-                values["records_offset"], values["record_bytes"] = "v_records_offset", "v_record_bytes"
-            row = ", ".join(values.get(f, "None") for f in PartitionEntry._fields)
             out.append(f"if len(acc.partitions) < {MAX_PARTITION_ROWS}:")
-            out.append(f"    acc.partitions.append(partition_entry({row}))")
+            out.append("    entry = new_partition_entry(topic, partition)")
+            typed = self.typed_kept()
+            if typed:
+                out.append("    entry.present |= has")
+            out += [f"    entry.values[{index}] = v_{name}" for name, index in typed]
+            out.append("    acc.partitions.append(entry)")
             out.append("else:")
             out.append("    acc.leave_out(0)")
         for name in self.errors:
@@ -584,6 +603,14 @@ class _PlanWriter(StructRules):
             out.append(f"acc.set_field({_lit(name)}, v_{name})")
         return out
 
+    def typed_kept(self) -> list[tuple[str, int]]:
+        """(name, Entry value index) of the locals kept unboxed, one per index."""
+        names = sorted(self.kept) + (["records_offset", "record_bytes"] if self.records else [])
+        typed = [(name, index) for name in names if (index := self.typed(name)) is not None]
+        if len({index for _, index in typed}) != len(typed):
+            raise GenerateError(f"{self.struct_name}: two fields fill one partition entry field")
+        return typed
+
     def write(self) -> str | None:
         for entry in self.fields:
             self.field(entry)
@@ -601,7 +628,9 @@ class _PlanWriter(StructRules):
                 "    cdef uint64_t tag",
                 "    cdef Cursor sub",
                 "    cdef int own = 0"]
-        body += [f"    v_{k} = None" for k in kept]
+        body += [f"    cdef int64_t v_{k} = 0" if self.typed(k) is not None else f"    v_{k} = None" for k in kept]
+        if self.rows:
+            body += ["    cdef uint32_t has = 0", "    cdef Entry entry"]
         body += ["    while True:", *self.code.lines]
         cut = self.report(cut_short=True)
         body.append("    if acc.err:")

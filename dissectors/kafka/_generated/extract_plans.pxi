@@ -25,8 +25,10 @@ cdef Py_ssize_t x_ProduceRequest_PartitionProduceData_v0(Acc acc, Cursor* c, obj
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_records_offset = None
-    v_record_bytes = None
+    cdef int64_t v_records_offset = 0
+    cdef int64_t v_record_bytes = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topic_data.partition_data.index')
@@ -40,10 +42,11 @@ cdef Py_ssize_t x_ProduceRequest_PartitionProduceData_v0(Acc acc, Cursor* c, obj
             if n != -1:
                 fail(acc, MALFORMED, 'topic_data.partition_data.records')
                 break
-            v_records_offset = v_record_bytes = None
+            has &= ~98304
         else:
             v_records_offset = c.pos
             v_record_bytes = n
+            has |= 98304
             c.pos += n
             if c.pos > c.end:
                 fail(acc, TRUNCATED, 'topic_data.partition_data.records')
@@ -58,13 +61,21 @@ cdef Py_ssize_t x_ProduceRequest_PartitionProduceData_v0(Acc acc, Cursor* c, obj
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[15] = v_records_offset
+                entry.values[16] = v_record_bytes
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[15] = v_records_offset
+        entry.values[16] = v_record_bytes
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     return 0
@@ -207,8 +218,10 @@ cdef Py_ssize_t x_ProduceRequest_PartitionProduceData_v9(Acc acc, Cursor* c, obj
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_records_offset = None
-    v_record_bytes = None
+    cdef int64_t v_records_offset = 0
+    cdef int64_t v_record_bytes = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topic_data.partition_data.index')
@@ -226,10 +239,11 @@ cdef Py_ssize_t x_ProduceRequest_PartitionProduceData_v9(Acc acc, Cursor* c, obj
             if n != -1:
                 fail(acc, MALFORMED, 'topic_data.partition_data.records')
                 break
-            v_records_offset = v_record_bytes = None
+            has &= ~98304
         else:
             v_records_offset = c.pos
             v_record_bytes = n
+            has |= 98304
             c.pos += n
             if c.pos > c.end:
                 fail(acc, TRUNCATED, 'topic_data.partition_data.records')
@@ -246,13 +260,21 @@ cdef Py_ssize_t x_ProduceRequest_PartitionProduceData_v9(Acc acc, Cursor* c, obj
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[15] = v_records_offset
+                entry.values[16] = v_record_bytes
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[15] = v_records_offset
+        entry.values[16] = v_record_bytes
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     return 0
@@ -364,13 +386,16 @@ cdef Py_ssize_t x_FetchRequest_Partition_v0(Acc acc, Cursor* c, object topic, ob
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_fetch_offset = None
+    cdef int64_t v_fetch_offset = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 16 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.partition')
             break
         partition = rd_i32(c)
         v_fetch_offset = rd_i64(c)
+        has |= 128
         c.pos += 4
         if c.pos > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -382,13 +407,19 @@ cdef Py_ssize_t x_FetchRequest_Partition_v0(Acc acc, Cursor* c, object topic, ob
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, v_fetch_offset, None, None, None, None, None, None, None, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[7] = v_fetch_offset
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, v_fetch_offset, None, None, None, None, None, None, None, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[7] = v_fetch_offset
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     return 0
@@ -583,15 +614,19 @@ cdef Py_ssize_t x_FetchRequest_Partition_v5(Acc acc, Cursor* c, object topic, ob
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_fetch_offset = None
-    v_log_start_offset = None
+    cdef int64_t v_fetch_offset = 0
+    cdef int64_t v_log_start_offset = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 24 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.partition')
             break
         partition = rd_i32(c)
         v_fetch_offset = rd_i64(c)
+        has |= 128
         v_log_start_offset = rd_i64(c)
+        has |= 16
         c.pos += 4
         if c.pos > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -603,13 +638,21 @@ cdef Py_ssize_t x_FetchRequest_Partition_v5(Acc acc, Cursor* c, object topic, ob
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, None, None, None, v_log_start_offset, None, None, v_fetch_offset, None, None, None, None, None, None, None, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[7] = v_fetch_offset
+                entry.values[4] = v_log_start_offset
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, None, None, None, v_log_start_offset, None, None, v_fetch_offset, None, None, None, None, None, None, None, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[7] = v_fetch_offset
+        entry.values[4] = v_log_start_offset
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     return 0
@@ -825,17 +868,22 @@ cdef Py_ssize_t x_FetchRequest_Partition_v9(Acc acc, Cursor* c, object topic, ob
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_current_leader_epoch = None
-    v_fetch_offset = None
-    v_log_start_offset = None
+    cdef int64_t v_current_leader_epoch = 0
+    cdef int64_t v_fetch_offset = 0
+    cdef int64_t v_log_start_offset = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 28 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.partition')
             break
         partition = rd_i32(c)
         v_current_leader_epoch = rd_i32(c)
+        has |= 16384
         v_fetch_offset = rd_i64(c)
+        has |= 128
         v_log_start_offset = rd_i64(c)
+        has |= 16
         c.pos += 4
         if c.pos > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -847,13 +895,23 @@ cdef Py_ssize_t x_FetchRequest_Partition_v9(Acc acc, Cursor* c, object topic, ob
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, None, None, None, v_log_start_offset, None, None, v_fetch_offset, None, None, None, None, None, None, v_current_leader_epoch, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[14] = v_current_leader_epoch
+                entry.values[7] = v_fetch_offset
+                entry.values[4] = v_log_start_offset
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, None, None, None, v_log_start_offset, None, None, v_fetch_offset, None, None, None, None, None, None, v_current_leader_epoch, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[14] = v_current_leader_epoch
+        entry.values[7] = v_fetch_offset
+        entry.values[4] = v_log_start_offset
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     return 0
@@ -1062,18 +1120,23 @@ cdef Py_ssize_t x_FetchRequest_Partition_v12(Acc acc, Cursor* c, object topic, o
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_current_leader_epoch = None
-    v_fetch_offset = None
-    v_log_start_offset = None
+    cdef int64_t v_current_leader_epoch = 0
+    cdef int64_t v_fetch_offset = 0
+    cdef int64_t v_log_start_offset = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 32 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.partition')
             break
         partition = rd_i32(c)
         v_current_leader_epoch = rd_i32(c)
+        has |= 16384
         v_fetch_offset = rd_i64(c)
+        has |= 128
         c.pos += 4
         v_log_start_offset = rd_i64(c)
+        has |= 16
         c.pos += 4
         if skip_tag_buffer(acc, c) < 0:
             break
@@ -1087,13 +1150,23 @@ cdef Py_ssize_t x_FetchRequest_Partition_v12(Acc acc, Cursor* c, object topic, o
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, None, None, None, v_log_start_offset, None, None, v_fetch_offset, None, None, None, None, None, None, v_current_leader_epoch, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[14] = v_current_leader_epoch
+                entry.values[7] = v_fetch_offset
+                entry.values[4] = v_log_start_offset
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, None, None, None, v_log_start_offset, None, None, v_fetch_offset, None, None, None, None, None, None, v_current_leader_epoch, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[14] = v_current_leader_epoch
+        entry.values[7] = v_fetch_offset
+        entry.values[4] = v_log_start_offset
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     return 0
@@ -1556,18 +1629,23 @@ cdef Py_ssize_t x_FetchRequest_Partition_v17(Acc acc, Cursor* c, object topic, o
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_current_leader_epoch = None
-    v_fetch_offset = None
-    v_log_start_offset = None
+    cdef int64_t v_current_leader_epoch = 0
+    cdef int64_t v_fetch_offset = 0
+    cdef int64_t v_log_start_offset = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 32 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.partition')
             break
         partition = rd_i32(c)
         v_current_leader_epoch = rd_i32(c)
+        has |= 16384
         v_fetch_offset = rd_i64(c)
+        has |= 128
         c.pos += 4
         v_log_start_offset = rd_i64(c)
+        has |= 16
         c.pos += 4
         if skip_tag_buffer(acc, c) < 0:
             break
@@ -1581,13 +1659,23 @@ cdef Py_ssize_t x_FetchRequest_Partition_v17(Acc acc, Cursor* c, object topic, o
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, None, None, None, v_log_start_offset, None, None, v_fetch_offset, None, None, None, None, None, None, v_current_leader_epoch, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[14] = v_current_leader_epoch
+                entry.values[7] = v_fetch_offset
+                entry.values[4] = v_log_start_offset
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, None, None, None, v_log_start_offset, None, None, v_fetch_offset, None, None, None, None, None, None, v_current_leader_epoch, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[14] = v_current_leader_epoch
+        entry.values[7] = v_fetch_offset
+        entry.values[4] = v_log_start_offset
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     return 0
@@ -1735,13 +1823,16 @@ cdef Py_ssize_t x_ListOffsetsRequest_Partition_v0(Acc acc, Cursor* c, object top
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_timestamp = None
+    cdef int64_t v_timestamp = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 16 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.partition_index')
             break
         partition = rd_i32(c)
         v_timestamp = rd_i64(c)
+        has |= 4096
         c.pos += 4
         if c.pos > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
@@ -1753,13 +1844,19 @@ cdef Py_ssize_t x_ListOffsetsRequest_Partition_v0(Acc acc, Cursor* c, object top
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, v_timestamp, None, None, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[12] = v_timestamp
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, v_timestamp, None, None, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[12] = v_timestamp
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     return 0
@@ -1842,13 +1939,16 @@ cdef Py_ssize_t x_ListOffsetsRequest_Partition_v1(Acc acc, Cursor* c, object top
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_timestamp = None
+    cdef int64_t v_timestamp = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 12 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.partition_index')
             break
         partition = rd_i32(c)
         v_timestamp = rd_i64(c)
+        has |= 4096
         if c.pos > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
             break
@@ -1859,13 +1959,19 @@ cdef Py_ssize_t x_ListOffsetsRequest_Partition_v1(Acc acc, Cursor* c, object top
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, v_timestamp, None, None, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[12] = v_timestamp
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, v_timestamp, None, None, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[12] = v_timestamp
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     return 0
@@ -1988,15 +2094,19 @@ cdef Py_ssize_t x_ListOffsetsRequest_Partition_v4(Acc acc, Cursor* c, object top
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_current_leader_epoch = None
-    v_timestamp = None
+    cdef int64_t v_current_leader_epoch = 0
+    cdef int64_t v_timestamp = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 16 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.partition_index')
             break
         partition = rd_i32(c)
         v_current_leader_epoch = rd_i32(c)
+        has |= 16384
         v_timestamp = rd_i64(c)
+        has |= 4096
         if c.pos > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
             break
@@ -2007,13 +2117,21 @@ cdef Py_ssize_t x_ListOffsetsRequest_Partition_v4(Acc acc, Cursor* c, object top
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, v_timestamp, None, v_current_leader_epoch, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[14] = v_current_leader_epoch
+                entry.values[12] = v_timestamp
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, v_timestamp, None, v_current_leader_epoch, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[14] = v_current_leader_epoch
+        entry.values[12] = v_timestamp
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     return 0
@@ -2104,15 +2222,19 @@ cdef Py_ssize_t x_ListOffsetsRequest_Partition_v6(Acc acc, Cursor* c, object top
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_current_leader_epoch = None
-    v_timestamp = None
+    cdef int64_t v_current_leader_epoch = 0
+    cdef int64_t v_timestamp = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 16 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.partition_index')
             break
         partition = rd_i32(c)
         v_current_leader_epoch = rd_i32(c)
+        has |= 16384
         v_timestamp = rd_i64(c)
+        has |= 4096
         if skip_tag_buffer(acc, c) < 0:
             break
         if c.pos > c.end:
@@ -2125,13 +2247,21 @@ cdef Py_ssize_t x_ListOffsetsRequest_Partition_v6(Acc acc, Cursor* c, object top
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, v_timestamp, None, v_current_leader_epoch, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[14] = v_current_leader_epoch
+                entry.values[12] = v_timestamp
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, v_timestamp, None, v_current_leader_epoch, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[14] = v_current_leader_epoch
+        entry.values[12] = v_timestamp
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     return 0
@@ -5144,13 +5274,16 @@ cdef Py_ssize_t x_OffsetCommitRequest_Partition_v0(Acc acc, Cursor* c, object to
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_committed_offset = None
+    cdef int64_t v_committed_offset = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 12 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.partition_index')
             break
         partition = rd_i32(c)
         v_committed_offset = rd_i64(c)
+        has |= 256
         if c.pos + 2 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.committed_metadata')
             break
@@ -5167,13 +5300,19 @@ cdef Py_ssize_t x_OffsetCommitRequest_Partition_v0(Acc acc, Cursor* c, object to
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, v_committed_offset, None, None, None, None, None, None, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[8] = v_committed_offset
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, v_committed_offset, None, None, None, None, None, None, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[8] = v_committed_offset
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     return 0
@@ -5262,13 +5401,16 @@ cdef Py_ssize_t x_OffsetCommitRequest_Partition_v1(Acc acc, Cursor* c, object to
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_committed_offset = None
+    cdef int64_t v_committed_offset = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 20 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.partition_index')
             break
         partition = rd_i32(c)
         v_committed_offset = rd_i64(c)
+        has |= 256
         c.pos += 8
         if c.pos + 2 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.committed_metadata')
@@ -5286,13 +5428,19 @@ cdef Py_ssize_t x_OffsetCommitRequest_Partition_v1(Acc acc, Cursor* c, object to
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, v_committed_offset, None, None, None, None, None, None, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[8] = v_committed_offset
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, v_committed_offset, None, None, None, None, None, None, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[8] = v_committed_offset
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     return 0
@@ -5497,15 +5645,19 @@ cdef Py_ssize_t x_OffsetCommitRequest_Partition_v6(Acc acc, Cursor* c, object to
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_committed_leader_epoch = None
-    v_committed_offset = None
+    cdef int64_t v_committed_leader_epoch = 0
+    cdef int64_t v_committed_offset = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 16 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.partition_index')
             break
         partition = rd_i32(c)
         v_committed_offset = rd_i64(c)
+        has |= 256
         v_committed_leader_epoch = rd_i32(c)
+        has |= 8192
         if c.pos + 2 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.committed_metadata')
             break
@@ -5522,13 +5674,21 @@ cdef Py_ssize_t x_OffsetCommitRequest_Partition_v6(Acc acc, Cursor* c, object to
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, v_committed_offset, None, None, None, None, v_committed_leader_epoch, None, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[13] = v_committed_leader_epoch
+                entry.values[8] = v_committed_offset
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, v_committed_offset, None, None, None, None, v_committed_leader_epoch, None, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[13] = v_committed_leader_epoch
+        entry.values[8] = v_committed_offset
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     return 0
@@ -5687,15 +5847,19 @@ cdef Py_ssize_t x_OffsetCommitRequest_Partition_v8(Acc acc, Cursor* c, object to
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_committed_leader_epoch = None
-    v_committed_offset = None
+    cdef int64_t v_committed_leader_epoch = 0
+    cdef int64_t v_committed_offset = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 16 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.partition_index')
             break
         partition = rd_i32(c)
         v_committed_offset = rd_i64(c)
+        has |= 256
         v_committed_leader_epoch = rd_i32(c)
+        has |= 8192
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
         else:
@@ -5713,13 +5877,21 @@ cdef Py_ssize_t x_OffsetCommitRequest_Partition_v8(Acc acc, Cursor* c, object to
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, v_committed_offset, None, None, None, None, v_committed_leader_epoch, None, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[13] = v_committed_leader_epoch
+                entry.values[8] = v_committed_offset
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, v_committed_offset, None, None, None, None, v_committed_leader_epoch, None, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[13] = v_committed_leader_epoch
+        entry.values[8] = v_committed_offset
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     return 0
@@ -7922,13 +8094,16 @@ cdef Py_ssize_t x_DeleteRecordsRequest_Partition_v0(Acc acc, Cursor* c, object t
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_offset = None
+    cdef int64_t v_offset = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 12 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.partition_index')
             break
         partition = rd_i32(c)
         v_offset = rd_i64(c)
+        has |= 512
         if c.pos > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
             break
@@ -7939,13 +8114,19 @@ cdef Py_ssize_t x_DeleteRecordsRequest_Partition_v0(Acc acc, Cursor* c, object t
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, v_offset, None, None, None, None, None, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[9] = v_offset
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, v_offset, None, None, None, None, None, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[9] = v_offset
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     return 0
@@ -8035,13 +8216,16 @@ cdef Py_ssize_t x_DeleteRecordsRequest_Partition_v2(Acc acc, Cursor* c, object t
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_offset = None
+    cdef int64_t v_offset = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 12 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.partition_index')
             break
         partition = rd_i32(c)
         v_offset = rd_i64(c)
+        has |= 512
         if skip_tag_buffer(acc, c) < 0:
             break
         if c.pos > c.end:
@@ -8054,13 +8238,19 @@ cdef Py_ssize_t x_DeleteRecordsRequest_Partition_v2(Acc acc, Cursor* c, object t
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, v_offset, None, None, None, None, None, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[9] = v_offset
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, v_offset, None, None, None, None, None, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[9] = v_offset
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     return 0
@@ -8235,13 +8425,16 @@ cdef Py_ssize_t x_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v0(Acc ac
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_leader_epoch = None
+    cdef int64_t v_leader_epoch = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 8 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.partition')
             break
         partition = rd_i32(c)
         v_leader_epoch = rd_i32(c)
+        has |= 8192
         if c.pos > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
             break
@@ -8252,13 +8445,19 @@ cdef Py_ssize_t x_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v0(Acc ac
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, None, v_leader_epoch, None, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[13] = v_leader_epoch
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, None, v_leader_epoch, None, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[13] = v_leader_epoch
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     return 0
@@ -8340,15 +8539,19 @@ cdef Py_ssize_t x_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v2(Acc ac
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_current_leader_epoch = None
-    v_leader_epoch = None
+    cdef int64_t v_current_leader_epoch = 0
+    cdef int64_t v_leader_epoch = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 12 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.partition')
             break
         partition = rd_i32(c)
         v_current_leader_epoch = rd_i32(c)
+        has |= 16384
         v_leader_epoch = rd_i32(c)
+        has |= 8192
         if c.pos > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
             break
@@ -8359,13 +8562,21 @@ cdef Py_ssize_t x_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v2(Acc ac
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, None, v_leader_epoch, v_current_leader_epoch, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[14] = v_current_leader_epoch
+                entry.values[13] = v_leader_epoch
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, None, v_leader_epoch, v_current_leader_epoch, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[14] = v_current_leader_epoch
+        entry.values[13] = v_leader_epoch
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     return 0
@@ -8479,15 +8690,19 @@ cdef Py_ssize_t x_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v4(Acc ac
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_current_leader_epoch = None
-    v_leader_epoch = None
+    cdef int64_t v_current_leader_epoch = 0
+    cdef int64_t v_leader_epoch = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 12 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.partition')
             break
         partition = rd_i32(c)
         v_current_leader_epoch = rd_i32(c)
+        has |= 16384
         v_leader_epoch = rd_i32(c)
+        has |= 8192
         if skip_tag_buffer(acc, c) < 0:
             break
         if c.pos > c.end:
@@ -8500,13 +8715,21 @@ cdef Py_ssize_t x_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v4(Acc ac
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, None, v_leader_epoch, v_current_leader_epoch, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[14] = v_current_leader_epoch
+                entry.values[13] = v_leader_epoch
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, None, None, None, None, None, None, None, None, None, None, None, None, v_leader_epoch, v_current_leader_epoch, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[14] = v_current_leader_epoch
+        entry.values[13] = v_leader_epoch
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     return 0
@@ -14406,15 +14629,19 @@ cdef Py_ssize_t x_ProduceResponse_PartitionProduceResponse_v0(Acc acc, Cursor* c
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_base_offset = None
-    v_error_code = None
+    cdef int64_t v_base_offset = 0
+    cdef int64_t v_error_code = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 14 > c.end:
             fail(acc, TRUNCATED, 'responses.partition_responses.index')
             break
         partition = rd_i32(c)
         v_error_code = rd_i16(c)
+        has |= 2
         v_base_offset = rd_i64(c)
+        has |= 4
         if c.pos > c.end:
             fail(acc, TRUNCATED, 'responses.partition_responses')
             break
@@ -14425,7 +14652,11 @@ cdef Py_ssize_t x_ProduceResponse_PartitionProduceResponse_v0(Acc acc, Cursor* c
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, v_error_code, v_base_offset, None, None, None, None, None, None, None, None, None, None, None, None, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[2] = v_base_offset
+                entry.values[1] = v_error_code
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -14436,7 +14667,11 @@ cdef Py_ssize_t x_ProduceResponse_PartitionProduceResponse_v0(Acc acc, Cursor* c
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, v_error_code, v_base_offset, None, None, None, None, None, None, None, None, None, None, None, None, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[2] = v_base_offset
+        entry.values[1] = v_error_code
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -14562,17 +14797,22 @@ cdef Py_ssize_t x_ProduceResponse_PartitionProduceResponse_v2(Acc acc, Cursor* c
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_base_offset = None
-    v_error_code = None
-    v_log_append_time_ms = None
+    cdef int64_t v_base_offset = 0
+    cdef int64_t v_error_code = 0
+    cdef int64_t v_log_append_time_ms = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 22 > c.end:
             fail(acc, TRUNCATED, 'responses.partition_responses.index')
             break
         partition = rd_i32(c)
         v_error_code = rd_i16(c)
+        has |= 2
         v_base_offset = rd_i64(c)
+        has |= 4
         v_log_append_time_ms = rd_i64(c)
+        has |= 8
         if c.pos > c.end:
             fail(acc, TRUNCATED, 'responses.partition_responses')
             break
@@ -14583,7 +14823,12 @@ cdef Py_ssize_t x_ProduceResponse_PartitionProduceResponse_v2(Acc acc, Cursor* c
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, v_error_code, v_base_offset, v_log_append_time_ms, None, None, None, None, None, None, None, None, None, None, None, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[2] = v_base_offset
+                entry.values[1] = v_error_code
+                entry.values[3] = v_log_append_time_ms
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -14594,7 +14839,12 @@ cdef Py_ssize_t x_ProduceResponse_PartitionProduceResponse_v2(Acc acc, Cursor* c
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, v_error_code, v_base_offset, v_log_append_time_ms, None, None, None, None, None, None, None, None, None, None, None, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[2] = v_base_offset
+        entry.values[1] = v_error_code
+        entry.values[3] = v_log_append_time_ms
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -14689,19 +14939,25 @@ cdef Py_ssize_t x_ProduceResponse_PartitionProduceResponse_v5(Acc acc, Cursor* c
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_base_offset = None
-    v_error_code = None
-    v_log_append_time_ms = None
-    v_log_start_offset = None
+    cdef int64_t v_base_offset = 0
+    cdef int64_t v_error_code = 0
+    cdef int64_t v_log_append_time_ms = 0
+    cdef int64_t v_log_start_offset = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 30 > c.end:
             fail(acc, TRUNCATED, 'responses.partition_responses.index')
             break
         partition = rd_i32(c)
         v_error_code = rd_i16(c)
+        has |= 2
         v_base_offset = rd_i64(c)
+        has |= 4
         v_log_append_time_ms = rd_i64(c)
+        has |= 8
         v_log_start_offset = rd_i64(c)
+        has |= 16
         if c.pos > c.end:
             fail(acc, TRUNCATED, 'responses.partition_responses')
             break
@@ -14712,7 +14968,13 @@ cdef Py_ssize_t x_ProduceResponse_PartitionProduceResponse_v5(Acc acc, Cursor* c
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, v_error_code, v_base_offset, v_log_append_time_ms, v_log_start_offset, None, None, None, None, None, None, None, None, None, None, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[2] = v_base_offset
+                entry.values[1] = v_error_code
+                entry.values[3] = v_log_append_time_ms
+                entry.values[4] = v_log_start_offset
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -14723,7 +14985,13 @@ cdef Py_ssize_t x_ProduceResponse_PartitionProduceResponse_v5(Acc acc, Cursor* c
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, v_error_code, v_base_offset, v_log_append_time_ms, v_log_start_offset, None, None, None, None, None, None, None, None, None, None, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[2] = v_base_offset
+        entry.values[1] = v_error_code
+        entry.values[3] = v_log_append_time_ms
+        entry.values[4] = v_log_start_offset
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -14831,20 +15099,26 @@ cdef Py_ssize_t x_ProduceResponse_PartitionProduceResponse_v8(Acc acc, Cursor* c
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_base_offset = None
-    v_error_code = None
+    cdef int64_t v_base_offset = 0
+    cdef int64_t v_error_code = 0
     v_error_message = None
-    v_log_append_time_ms = None
-    v_log_start_offset = None
+    cdef int64_t v_log_append_time_ms = 0
+    cdef int64_t v_log_start_offset = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 30 > c.end:
             fail(acc, TRUNCATED, 'responses.partition_responses.index')
             break
         partition = rd_i32(c)
         v_error_code = rd_i16(c)
+        has |= 2
         v_base_offset = rd_i64(c)
+        has |= 4
         v_log_append_time_ms = rd_i64(c)
+        has |= 8
         v_log_start_offset = rd_i64(c)
+        has |= 16
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'array')
             break
@@ -14875,7 +15149,13 @@ cdef Py_ssize_t x_ProduceResponse_PartitionProduceResponse_v8(Acc acc, Cursor* c
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, v_error_code, v_base_offset, v_log_append_time_ms, v_log_start_offset, None, None, None, None, None, None, None, None, None, None, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[2] = v_base_offset
+                entry.values[1] = v_error_code
+                entry.values[3] = v_log_append_time_ms
+                entry.values[4] = v_log_start_offset
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -14886,7 +15166,13 @@ cdef Py_ssize_t x_ProduceResponse_PartitionProduceResponse_v8(Acc acc, Cursor* c
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, v_error_code, v_base_offset, v_log_append_time_ms, v_log_start_offset, None, None, None, None, None, None, None, None, None, None, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[2] = v_base_offset
+        entry.values[1] = v_error_code
+        entry.values[3] = v_log_append_time_ms
+        entry.values[4] = v_log_start_offset
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -14996,20 +15282,26 @@ cdef Py_ssize_t x_ProduceResponse_PartitionProduceResponse_v9(Acc acc, Cursor* c
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_base_offset = None
-    v_error_code = None
+    cdef int64_t v_base_offset = 0
+    cdef int64_t v_error_code = 0
     v_error_message = None
-    v_log_append_time_ms = None
-    v_log_start_offset = None
+    cdef int64_t v_log_append_time_ms = 0
+    cdef int64_t v_log_start_offset = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 30 > c.end:
             fail(acc, TRUNCATED, 'responses.partition_responses.index')
             break
         partition = rd_i32(c)
         v_error_code = rd_i16(c)
+        has |= 2
         v_base_offset = rd_i64(c)
+        has |= 4
         v_log_append_time_ms = rd_i64(c)
+        has |= 8
         v_log_start_offset = rd_i64(c)
+        has |= 16
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
             c.pos += 1
@@ -15046,7 +15338,13 @@ cdef Py_ssize_t x_ProduceResponse_PartitionProduceResponse_v9(Acc acc, Cursor* c
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, v_error_code, v_base_offset, v_log_append_time_ms, v_log_start_offset, None, None, None, None, None, None, None, None, None, None, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[2] = v_base_offset
+                entry.values[1] = v_error_code
+                entry.values[3] = v_log_append_time_ms
+                entry.values[4] = v_log_start_offset
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -15057,7 +15355,13 @@ cdef Py_ssize_t x_ProduceResponse_PartitionProduceResponse_v9(Acc acc, Cursor* c
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, v_error_code, v_base_offset, v_log_append_time_ms, v_log_start_offset, None, None, None, None, None, None, None, None, None, None, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[2] = v_base_offset
+        entry.values[1] = v_error_code
+        entry.values[3] = v_log_append_time_ms
+        entry.values[4] = v_log_start_offset
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -15164,20 +15468,26 @@ cdef Py_ssize_t x_ProduceResponse_PartitionProduceResponse_v10(Acc acc, Cursor* 
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_base_offset = None
-    v_error_code = None
+    cdef int64_t v_base_offset = 0
+    cdef int64_t v_error_code = 0
     v_error_message = None
-    v_log_append_time_ms = None
-    v_log_start_offset = None
+    cdef int64_t v_log_append_time_ms = 0
+    cdef int64_t v_log_start_offset = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 30 > c.end:
             fail(acc, TRUNCATED, 'responses.partition_responses.index')
             break
         partition = rd_i32(c)
         v_error_code = rd_i16(c)
+        has |= 2
         v_base_offset = rd_i64(c)
+        has |= 4
         v_log_append_time_ms = rd_i64(c)
+        has |= 8
         v_log_start_offset = rd_i64(c)
+        has |= 16
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
             c.pos += 1
@@ -15214,7 +15524,13 @@ cdef Py_ssize_t x_ProduceResponse_PartitionProduceResponse_v10(Acc acc, Cursor* 
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, v_error_code, v_base_offset, v_log_append_time_ms, v_log_start_offset, None, None, None, None, None, None, None, None, None, None, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[2] = v_base_offset
+                entry.values[1] = v_error_code
+                entry.values[3] = v_log_append_time_ms
+                entry.values[4] = v_log_start_offset
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -15225,7 +15541,13 @@ cdef Py_ssize_t x_ProduceResponse_PartitionProduceResponse_v10(Acc acc, Cursor* 
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, v_error_code, v_base_offset, v_log_append_time_ms, v_log_start_offset, None, None, None, None, None, None, None, None, None, None, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[2] = v_base_offset
+        entry.values[1] = v_error_code
+        entry.values[3] = v_log_append_time_ms
+        entry.values[4] = v_log_start_offset
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -15332,17 +15654,21 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v0(Acc acc, Cursor* c, object topi
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_error_code = None
-    v_high_watermark = None
-    v_records_offset = None
-    v_record_bytes = None
+    cdef int64_t v_error_code = 0
+    cdef int64_t v_high_watermark = 0
+    cdef int64_t v_records_offset = 0
+    cdef int64_t v_record_bytes = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 14 > c.end:
             fail(acc, TRUNCATED, 'responses.partitions.partition_index')
             break
         partition = rd_i32(c)
         v_error_code = rd_i16(c)
+        has |= 2
         v_high_watermark = rd_i64(c)
+        has |= 32
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'responses.partitions.records')
             break
@@ -15351,10 +15677,11 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v0(Acc acc, Cursor* c, object topi
             if n != -1:
                 fail(acc, MALFORMED, 'responses.partitions.records')
                 break
-            v_records_offset = v_record_bytes = None
+            has &= ~98304
         else:
             v_records_offset = c.pos
             v_record_bytes = n
+            has |= 98304
             c.pos += n
             if c.pos > c.end:
                 fail(acc, TRUNCATED, 'responses.partitions.records')
@@ -15369,7 +15696,13 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v0(Acc acc, Cursor* c, object topi
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, v_high_watermark, None, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[1] = v_error_code
+                entry.values[5] = v_high_watermark
+                entry.values[15] = v_records_offset
+                entry.values[16] = v_record_bytes
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -15380,7 +15713,13 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v0(Acc acc, Cursor* c, object topi
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, v_high_watermark, None, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[1] = v_error_code
+        entry.values[5] = v_high_watermark
+        entry.values[15] = v_records_offset
+        entry.values[16] = v_record_bytes
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -15506,19 +15845,24 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v4(Acc acc, Cursor* c, object topi
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_error_code = None
-    v_high_watermark = None
-    v_last_stable_offset = None
-    v_records_offset = None
-    v_record_bytes = None
+    cdef int64_t v_error_code = 0
+    cdef int64_t v_high_watermark = 0
+    cdef int64_t v_last_stable_offset = 0
+    cdef int64_t v_records_offset = 0
+    cdef int64_t v_record_bytes = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 22 > c.end:
             fail(acc, TRUNCATED, 'responses.partitions.partition_index')
             break
         partition = rd_i32(c)
         v_error_code = rd_i16(c)
+        has |= 2
         v_high_watermark = rd_i64(c)
+        has |= 32
         v_last_stable_offset = rd_i64(c)
+        has |= 64
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'array')
             break
@@ -15543,10 +15887,11 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v4(Acc acc, Cursor* c, object topi
             if n != -1:
                 fail(acc, MALFORMED, 'responses.partitions.records')
                 break
-            v_records_offset = v_record_bytes = None
+            has &= ~98304
         else:
             v_records_offset = c.pos
             v_record_bytes = n
+            has |= 98304
             c.pos += n
             if c.pos > c.end:
                 fail(acc, TRUNCATED, 'responses.partitions.records')
@@ -15561,7 +15906,14 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v4(Acc acc, Cursor* c, object topi
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, v_high_watermark, v_last_stable_offset, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[1] = v_error_code
+                entry.values[5] = v_high_watermark
+                entry.values[6] = v_last_stable_offset
+                entry.values[15] = v_records_offset
+                entry.values[16] = v_record_bytes
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -15572,7 +15924,14 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v4(Acc acc, Cursor* c, object topi
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, v_high_watermark, v_last_stable_offset, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[1] = v_error_code
+        entry.values[5] = v_high_watermark
+        entry.values[6] = v_last_stable_offset
+        entry.values[15] = v_records_offset
+        entry.values[16] = v_record_bytes
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -15667,21 +16026,27 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v5(Acc acc, Cursor* c, object topi
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_error_code = None
-    v_high_watermark = None
-    v_last_stable_offset = None
-    v_log_start_offset = None
-    v_records_offset = None
-    v_record_bytes = None
+    cdef int64_t v_error_code = 0
+    cdef int64_t v_high_watermark = 0
+    cdef int64_t v_last_stable_offset = 0
+    cdef int64_t v_log_start_offset = 0
+    cdef int64_t v_records_offset = 0
+    cdef int64_t v_record_bytes = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 30 > c.end:
             fail(acc, TRUNCATED, 'responses.partitions.partition_index')
             break
         partition = rd_i32(c)
         v_error_code = rd_i16(c)
+        has |= 2
         v_high_watermark = rd_i64(c)
+        has |= 32
         v_last_stable_offset = rd_i64(c)
+        has |= 64
         v_log_start_offset = rd_i64(c)
+        has |= 16
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'array')
             break
@@ -15706,10 +16071,11 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v5(Acc acc, Cursor* c, object topi
             if n != -1:
                 fail(acc, MALFORMED, 'responses.partitions.records')
                 break
-            v_records_offset = v_record_bytes = None
+            has &= ~98304
         else:
             v_records_offset = c.pos
             v_record_bytes = n
+            has |= 98304
             c.pos += n
             if c.pos > c.end:
                 fail(acc, TRUNCATED, 'responses.partitions.records')
@@ -15724,7 +16090,15 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v5(Acc acc, Cursor* c, object topi
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, v_log_start_offset, v_high_watermark, v_last_stable_offset, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[1] = v_error_code
+                entry.values[5] = v_high_watermark
+                entry.values[6] = v_last_stable_offset
+                entry.values[4] = v_log_start_offset
+                entry.values[15] = v_records_offset
+                entry.values[16] = v_record_bytes
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -15735,7 +16109,15 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v5(Acc acc, Cursor* c, object topi
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, v_log_start_offset, v_high_watermark, v_last_stable_offset, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[1] = v_error_code
+        entry.values[5] = v_high_watermark
+        entry.values[6] = v_last_stable_offset
+        entry.values[4] = v_log_start_offset
+        entry.values[15] = v_records_offset
+        entry.values[16] = v_record_bytes
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -15884,21 +16266,27 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v11(Acc acc, Cursor* c, object top
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_error_code = None
-    v_high_watermark = None
-    v_last_stable_offset = None
-    v_log_start_offset = None
-    v_records_offset = None
-    v_record_bytes = None
+    cdef int64_t v_error_code = 0
+    cdef int64_t v_high_watermark = 0
+    cdef int64_t v_last_stable_offset = 0
+    cdef int64_t v_log_start_offset = 0
+    cdef int64_t v_records_offset = 0
+    cdef int64_t v_record_bytes = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 30 > c.end:
             fail(acc, TRUNCATED, 'responses.partitions.partition_index')
             break
         partition = rd_i32(c)
         v_error_code = rd_i16(c)
+        has |= 2
         v_high_watermark = rd_i64(c)
+        has |= 32
         v_last_stable_offset = rd_i64(c)
+        has |= 64
         v_log_start_offset = rd_i64(c)
+        has |= 16
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'array')
             break
@@ -15924,10 +16312,11 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v11(Acc acc, Cursor* c, object top
             if n != -1:
                 fail(acc, MALFORMED, 'responses.partitions.records')
                 break
-            v_records_offset = v_record_bytes = None
+            has &= ~98304
         else:
             v_records_offset = c.pos
             v_record_bytes = n
+            has |= 98304
             c.pos += n
             if c.pos > c.end:
                 fail(acc, TRUNCATED, 'responses.partitions.records')
@@ -15942,7 +16331,15 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v11(Acc acc, Cursor* c, object top
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, v_log_start_offset, v_high_watermark, v_last_stable_offset, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[1] = v_error_code
+                entry.values[5] = v_high_watermark
+                entry.values[6] = v_last_stable_offset
+                entry.values[4] = v_log_start_offset
+                entry.values[15] = v_records_offset
+                entry.values[16] = v_record_bytes
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -15953,7 +16350,15 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v11(Acc acc, Cursor* c, object top
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, v_log_start_offset, v_high_watermark, v_last_stable_offset, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[1] = v_error_code
+        entry.values[5] = v_high_watermark
+        entry.values[6] = v_last_stable_offset
+        entry.values[4] = v_log_start_offset
+        entry.values[15] = v_records_offset
+        entry.values[16] = v_record_bytes
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -16076,21 +16481,27 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v12(Acc acc, Cursor* c, object top
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_error_code = None
-    v_high_watermark = None
-    v_last_stable_offset = None
-    v_log_start_offset = None
-    v_records_offset = None
-    v_record_bytes = None
+    cdef int64_t v_error_code = 0
+    cdef int64_t v_high_watermark = 0
+    cdef int64_t v_last_stable_offset = 0
+    cdef int64_t v_log_start_offset = 0
+    cdef int64_t v_records_offset = 0
+    cdef int64_t v_record_bytes = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 30 > c.end:
             fail(acc, TRUNCATED, 'responses.partitions.partition_index')
             break
         partition = rd_i32(c)
         v_error_code = rd_i16(c)
+        has |= 2
         v_high_watermark = rd_i64(c)
+        has |= 32
         v_last_stable_offset = rd_i64(c)
+        has |= 64
         v_log_start_offset = rd_i64(c)
+        has |= 16
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             count = <Py_ssize_t>c.buf[c.pos] - 1
             c.pos += 1
@@ -16125,10 +16536,11 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v12(Acc acc, Cursor* c, object top
             if n != -1:
                 fail(acc, MALFORMED, 'responses.partitions.records')
                 break
-            v_records_offset = v_record_bytes = None
+            has &= ~98304
         else:
             v_records_offset = c.pos
             v_record_bytes = n
+            has |= 98304
             c.pos += n
             if c.pos > c.end:
                 fail(acc, TRUNCATED, 'responses.partitions.records')
@@ -16145,7 +16557,15 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v12(Acc acc, Cursor* c, object top
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, v_log_start_offset, v_high_watermark, v_last_stable_offset, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[1] = v_error_code
+                entry.values[5] = v_high_watermark
+                entry.values[6] = v_last_stable_offset
+                entry.values[4] = v_log_start_offset
+                entry.values[15] = v_records_offset
+                entry.values[16] = v_record_bytes
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -16156,7 +16576,15 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v12(Acc acc, Cursor* c, object top
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, v_log_start_offset, v_high_watermark, v_last_stable_offset, None, None, None, None, None, None, None, None, v_records_offset, v_record_bytes))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[1] = v_error_code
+        entry.values[5] = v_high_watermark
+        entry.values[6] = v_last_stable_offset
+        entry.values[4] = v_log_start_offset
+        entry.values[15] = v_records_offset
+        entry.values[16] = v_record_bytes
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -16445,13 +16873,16 @@ cdef Py_ssize_t x_ListOffsetsResponse_PartitionResponse_v0(Acc acc, Cursor* c, o
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_error_code = None
+    cdef int64_t v_error_code = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 6 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.partition_index')
             break
         partition = rd_i32(c)
         v_error_code = rd_i16(c)
+        has |= 2
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.old_style_offsets')
             break
@@ -16468,7 +16899,10 @@ cdef Py_ssize_t x_ListOffsetsResponse_PartitionResponse_v0(Acc acc, Cursor* c, o
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[1] = v_error_code
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -16479,7 +16913,10 @@ cdef Py_ssize_t x_ListOffsetsResponse_PartitionResponse_v0(Acc acc, Cursor* c, o
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[1] = v_error_code
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -16566,17 +17003,22 @@ cdef Py_ssize_t x_ListOffsetsResponse_PartitionResponse_v1(Acc acc, Cursor* c, o
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_error_code = None
-    v_offset = None
-    v_timestamp = None
+    cdef int64_t v_error_code = 0
+    cdef int64_t v_offset = 0
+    cdef int64_t v_timestamp = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 22 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.partition_index')
             break
         partition = rd_i32(c)
         v_error_code = rd_i16(c)
+        has |= 2
         v_timestamp = rd_i64(c)
+        has |= 4096
         v_offset = rd_i64(c)
+        has |= 512
         if c.pos > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
             break
@@ -16587,7 +17029,12 @@ cdef Py_ssize_t x_ListOffsetsResponse_PartitionResponse_v1(Acc acc, Cursor* c, o
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, v_offset, None, None, v_timestamp, None, None, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[1] = v_error_code
+                entry.values[9] = v_offset
+                entry.values[12] = v_timestamp
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -16598,7 +17045,12 @@ cdef Py_ssize_t x_ListOffsetsResponse_PartitionResponse_v1(Acc acc, Cursor* c, o
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, v_offset, None, None, v_timestamp, None, None, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[1] = v_error_code
+        entry.values[9] = v_offset
+        entry.values[12] = v_timestamp
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -16724,19 +17176,25 @@ cdef Py_ssize_t x_ListOffsetsResponse_PartitionResponse_v4(Acc acc, Cursor* c, o
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_error_code = None
-    v_leader_epoch = None
-    v_offset = None
-    v_timestamp = None
+    cdef int64_t v_error_code = 0
+    cdef int64_t v_leader_epoch = 0
+    cdef int64_t v_offset = 0
+    cdef int64_t v_timestamp = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 26 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.partition_index')
             break
         partition = rd_i32(c)
         v_error_code = rd_i16(c)
+        has |= 2
         v_timestamp = rd_i64(c)
+        has |= 4096
         v_offset = rd_i64(c)
+        has |= 512
         v_leader_epoch = rd_i32(c)
+        has |= 8192
         if c.pos > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
             break
@@ -16747,7 +17205,13 @@ cdef Py_ssize_t x_ListOffsetsResponse_PartitionResponse_v4(Acc acc, Cursor* c, o
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, v_offset, None, None, v_timestamp, v_leader_epoch, None, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[1] = v_error_code
+                entry.values[13] = v_leader_epoch
+                entry.values[9] = v_offset
+                entry.values[12] = v_timestamp
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -16758,7 +17222,13 @@ cdef Py_ssize_t x_ListOffsetsResponse_PartitionResponse_v4(Acc acc, Cursor* c, o
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, v_offset, None, None, v_timestamp, v_leader_epoch, None, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[1] = v_error_code
+        entry.values[13] = v_leader_epoch
+        entry.values[9] = v_offset
+        entry.values[12] = v_timestamp
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -16853,19 +17323,25 @@ cdef Py_ssize_t x_ListOffsetsResponse_PartitionResponse_v6(Acc acc, Cursor* c, o
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_error_code = None
-    v_leader_epoch = None
-    v_offset = None
-    v_timestamp = None
+    cdef int64_t v_error_code = 0
+    cdef int64_t v_leader_epoch = 0
+    cdef int64_t v_offset = 0
+    cdef int64_t v_timestamp = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 26 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.partition_index')
             break
         partition = rd_i32(c)
         v_error_code = rd_i16(c)
+        has |= 2
         v_timestamp = rd_i64(c)
+        has |= 4096
         v_offset = rd_i64(c)
+        has |= 512
         v_leader_epoch = rd_i32(c)
+        has |= 8192
         if skip_tag_buffer(acc, c) < 0:
             break
         if c.pos > c.end:
@@ -16878,7 +17354,13 @@ cdef Py_ssize_t x_ListOffsetsResponse_PartitionResponse_v6(Acc acc, Cursor* c, o
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, v_offset, None, None, v_timestamp, v_leader_epoch, None, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[1] = v_error_code
+                entry.values[13] = v_leader_epoch
+                entry.values[9] = v_offset
+                entry.values[12] = v_timestamp
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -16889,7 +17371,13 @@ cdef Py_ssize_t x_ListOffsetsResponse_PartitionResponse_v6(Acc acc, Cursor* c, o
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, v_offset, None, None, v_timestamp, v_leader_epoch, None, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[1] = v_error_code
+        entry.values[13] = v_leader_epoch
+        entry.values[9] = v_offset
+        entry.values[12] = v_timestamp
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -19364,13 +19852,16 @@ cdef Py_ssize_t x_OffsetCommitResponse_Partition_v0(Acc acc, Cursor* c, object t
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_error_code = None
+    cdef int64_t v_error_code = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 6 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.partition_index')
             break
         partition = rd_i32(c)
         v_error_code = rd_i16(c)
+        has |= 2
         if c.pos > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
             break
@@ -19381,7 +19872,10 @@ cdef Py_ssize_t x_OffsetCommitResponse_Partition_v0(Acc acc, Cursor* c, object t
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[1] = v_error_code
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -19392,7 +19886,10 @@ cdef Py_ssize_t x_OffsetCommitResponse_Partition_v0(Acc acc, Cursor* c, object t
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[1] = v_error_code
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -19518,13 +20015,16 @@ cdef Py_ssize_t x_LeaderAndIsrResponse_PartitionError_v5_2(Acc acc, Cursor* c, o
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_error_code = None
+    cdef int64_t v_error_code = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 6 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.partition_index')
             break
         partition = rd_i32(c)
         v_error_code = rd_i16(c)
+        has |= 2
         if skip_tag_buffer(acc, c) < 0:
             break
         if c.pos > c.end:
@@ -19537,7 +20037,10 @@ cdef Py_ssize_t x_LeaderAndIsrResponse_PartitionError_v5_2(Acc acc, Cursor* c, o
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[1] = v_error_code
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -19548,7 +20051,10 @@ cdef Py_ssize_t x_LeaderAndIsrResponse_PartitionError_v5_2(Acc acc, Cursor* c, o
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[1] = v_error_code
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -19655,14 +20161,17 @@ cdef Py_ssize_t x_OffsetFetchResponse_Partition_v0(Acc acc, Cursor* c, object to
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_committed_offset = None
-    v_error_code = None
+    cdef int64_t v_committed_offset = 0
+    cdef int64_t v_error_code = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 12 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.partition_index')
             break
         partition = rd_i32(c)
         v_committed_offset = rd_i64(c)
+        has |= 256
         if c.pos + 2 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.metadata')
             break
@@ -19673,6 +20182,7 @@ cdef Py_ssize_t x_OffsetFetchResponse_Partition_v0(Acc acc, Cursor* c, object to
             fail(acc, TRUNCATED, 'topics.partitions.error_code')
             break
         v_error_code = rd_i16(c)
+        has |= 2
         if c.pos > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
             break
@@ -19683,7 +20193,11 @@ cdef Py_ssize_t x_OffsetFetchResponse_Partition_v0(Acc acc, Cursor* c, object to
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, v_committed_offset, None, None, None, None, None, None, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[8] = v_committed_offset
+                entry.values[1] = v_error_code
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -19694,7 +20208,11 @@ cdef Py_ssize_t x_OffsetFetchResponse_Partition_v0(Acc acc, Cursor* c, object to
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, v_committed_offset, None, None, None, None, None, None, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[8] = v_committed_offset
+        entry.values[1] = v_error_code
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -19886,16 +20404,20 @@ cdef Py_ssize_t x_OffsetFetchResponse_Partition_v5(Acc acc, Cursor* c, object to
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_committed_leader_epoch = None
-    v_committed_offset = None
-    v_error_code = None
+    cdef int64_t v_committed_leader_epoch = 0
+    cdef int64_t v_committed_offset = 0
+    cdef int64_t v_error_code = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 16 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.partition_index')
             break
         partition = rd_i32(c)
         v_committed_offset = rd_i64(c)
+        has |= 256
         v_committed_leader_epoch = rd_i32(c)
+        has |= 8192
         if c.pos + 2 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.metadata')
             break
@@ -19906,6 +20428,7 @@ cdef Py_ssize_t x_OffsetFetchResponse_Partition_v5(Acc acc, Cursor* c, object to
             fail(acc, TRUNCATED, 'topics.partitions.error_code')
             break
         v_error_code = rd_i16(c)
+        has |= 2
         if c.pos > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
             break
@@ -19916,7 +20439,12 @@ cdef Py_ssize_t x_OffsetFetchResponse_Partition_v5(Acc acc, Cursor* c, object to
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, v_committed_offset, None, None, None, None, v_committed_leader_epoch, None, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[13] = v_committed_leader_epoch
+                entry.values[8] = v_committed_offset
+                entry.values[1] = v_error_code
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -19927,7 +20455,12 @@ cdef Py_ssize_t x_OffsetFetchResponse_Partition_v5(Acc acc, Cursor* c, object to
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, v_committed_offset, None, None, None, None, v_committed_leader_epoch, None, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[13] = v_committed_leader_epoch
+        entry.values[8] = v_committed_offset
+        entry.values[1] = v_error_code
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -20039,16 +20572,20 @@ cdef Py_ssize_t x_OffsetFetchResponse_Partition_v6(Acc acc, Cursor* c, object to
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_committed_leader_epoch = None
-    v_committed_offset = None
-    v_error_code = None
+    cdef int64_t v_committed_leader_epoch = 0
+    cdef int64_t v_committed_offset = 0
+    cdef int64_t v_error_code = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 16 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.partition_index')
             break
         partition = rd_i32(c)
         v_committed_offset = rd_i64(c)
+        has |= 256
         v_committed_leader_epoch = rd_i32(c)
+        has |= 8192
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
         else:
@@ -20058,6 +20595,7 @@ cdef Py_ssize_t x_OffsetFetchResponse_Partition_v6(Acc acc, Cursor* c, object to
             fail(acc, TRUNCATED, 'topics.partitions.error_code')
             break
         v_error_code = rd_i16(c)
+        has |= 2
         if skip_tag_buffer(acc, c) < 0:
             break
         if c.pos > c.end:
@@ -20070,7 +20608,12 @@ cdef Py_ssize_t x_OffsetFetchResponse_Partition_v6(Acc acc, Cursor* c, object to
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, v_committed_offset, None, None, None, None, v_committed_leader_epoch, None, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[13] = v_committed_leader_epoch
+                entry.values[8] = v_committed_offset
+                entry.values[1] = v_error_code
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -20081,7 +20624,12 @@ cdef Py_ssize_t x_OffsetFetchResponse_Partition_v6(Acc acc, Cursor* c, object to
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, v_committed_offset, None, None, None, None, v_committed_leader_epoch, None, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[13] = v_committed_leader_epoch
+        entry.values[8] = v_committed_offset
+        entry.values[1] = v_error_code
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -20205,16 +20753,20 @@ cdef Py_ssize_t x_OffsetFetchResponse_Partition_v6_2(Acc acc, Cursor* c, object 
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_committed_leader_epoch = None
-    v_committed_offset = None
-    v_error_code = None
+    cdef int64_t v_committed_leader_epoch = 0
+    cdef int64_t v_committed_offset = 0
+    cdef int64_t v_error_code = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 16 > c.end:
             fail(acc, TRUNCATED, 'groups.topics.partitions.partition_index')
             break
         partition = rd_i32(c)
         v_committed_offset = rd_i64(c)
+        has |= 256
         v_committed_leader_epoch = rd_i32(c)
+        has |= 8192
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             c.pos += (<Py_ssize_t>c.buf[c.pos] - 1) * 1 + 1 if c.buf[c.pos] else 1
         else:
@@ -20224,6 +20776,7 @@ cdef Py_ssize_t x_OffsetFetchResponse_Partition_v6_2(Acc acc, Cursor* c, object 
             fail(acc, TRUNCATED, 'groups.topics.partitions.error_code')
             break
         v_error_code = rd_i16(c)
+        has |= 2
         if skip_tag_buffer(acc, c) < 0:
             break
         if c.pos > c.end:
@@ -20236,7 +20789,12 @@ cdef Py_ssize_t x_OffsetFetchResponse_Partition_v6_2(Acc acc, Cursor* c, object 
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, v_committed_offset, None, None, None, None, v_committed_leader_epoch, None, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[13] = v_committed_leader_epoch
+                entry.values[8] = v_committed_offset
+                entry.values[1] = v_error_code
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -20247,7 +20805,12 @@ cdef Py_ssize_t x_OffsetFetchResponse_Partition_v6_2(Acc acc, Cursor* c, object 
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, v_committed_offset, None, None, None, None, v_committed_leader_epoch, None, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[13] = v_committed_leader_epoch
+        entry.values[8] = v_committed_offset
+        entry.values[1] = v_error_code
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -23896,15 +24459,19 @@ cdef Py_ssize_t x_DeleteRecordsResponse_PartitionResult_v0(Acc acc, Cursor* c, o
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_error_code = None
-    v_low_watermark = None
+    cdef int64_t v_error_code = 0
+    cdef int64_t v_low_watermark = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 14 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.partition_index')
             break
         partition = rd_i32(c)
         v_low_watermark = rd_i64(c)
+        has |= 1024
         v_error_code = rd_i16(c)
+        has |= 2
         if c.pos > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
             break
@@ -23915,7 +24482,11 @@ cdef Py_ssize_t x_DeleteRecordsResponse_PartitionResult_v0(Acc acc, Cursor* c, o
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, None, v_low_watermark, None, None, None, None, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[1] = v_error_code
+                entry.values[10] = v_low_watermark
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -23926,7 +24497,11 @@ cdef Py_ssize_t x_DeleteRecordsResponse_PartitionResult_v0(Acc acc, Cursor* c, o
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, None, v_low_watermark, None, None, None, None, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[1] = v_error_code
+        entry.values[10] = v_low_watermark
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -24021,15 +24596,19 @@ cdef Py_ssize_t x_DeleteRecordsResponse_PartitionResult_v2(Acc acc, Cursor* c, o
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_error_code = None
-    v_low_watermark = None
+    cdef int64_t v_error_code = 0
+    cdef int64_t v_low_watermark = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 14 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.partition_index')
             break
         partition = rd_i32(c)
         v_low_watermark = rd_i64(c)
+        has |= 1024
         v_error_code = rd_i16(c)
+        has |= 2
         if skip_tag_buffer(acc, c) < 0:
             break
         if c.pos > c.end:
@@ -24042,7 +24621,11 @@ cdef Py_ssize_t x_DeleteRecordsResponse_PartitionResult_v2(Acc acc, Cursor* c, o
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, None, v_low_watermark, None, None, None, None, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[1] = v_error_code
+                entry.values[10] = v_low_watermark
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -24053,7 +24636,11 @@ cdef Py_ssize_t x_DeleteRecordsResponse_PartitionResult_v2(Acc acc, Cursor* c, o
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, None, v_low_watermark, None, None, None, None, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[1] = v_error_code
+        entry.values[10] = v_low_watermark
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -24238,15 +24825,19 @@ cdef Py_ssize_t x_OffsetForLeaderEpochResponse_EpochEndOffset_v0(Acc acc, Cursor
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_end_offset = None
-    v_error_code = None
+    cdef int64_t v_end_offset = 0
+    cdef int64_t v_error_code = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 14 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.error_code')
             break
         v_error_code = rd_i16(c)
+        has |= 2
         partition = rd_i32(c)
         v_end_offset = rd_i64(c)
+        has |= 2048
         if c.pos > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
             break
@@ -24257,7 +24848,11 @@ cdef Py_ssize_t x_OffsetForLeaderEpochResponse_EpochEndOffset_v0(Acc acc, Cursor
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, v_end_offset, None, None, None, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[11] = v_end_offset
+                entry.values[1] = v_error_code
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -24268,7 +24863,11 @@ cdef Py_ssize_t x_OffsetForLeaderEpochResponse_EpochEndOffset_v0(Acc acc, Cursor
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, v_end_offset, None, None, None, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[11] = v_end_offset
+        entry.values[1] = v_error_code
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -24355,17 +24954,22 @@ cdef Py_ssize_t x_OffsetForLeaderEpochResponse_EpochEndOffset_v1(Acc acc, Cursor
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_end_offset = None
-    v_error_code = None
-    v_leader_epoch = None
+    cdef int64_t v_end_offset = 0
+    cdef int64_t v_error_code = 0
+    cdef int64_t v_leader_epoch = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 18 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.error_code')
             break
         v_error_code = rd_i16(c)
+        has |= 2
         partition = rd_i32(c)
         v_leader_epoch = rd_i32(c)
+        has |= 8192
         v_end_offset = rd_i64(c)
+        has |= 2048
         if c.pos > c.end:
             fail(acc, TRUNCATED, 'topics.partitions')
             break
@@ -24376,7 +24980,12 @@ cdef Py_ssize_t x_OffsetForLeaderEpochResponse_EpochEndOffset_v1(Acc acc, Cursor
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, v_end_offset, None, v_leader_epoch, None, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[11] = v_end_offset
+                entry.values[1] = v_error_code
+                entry.values[13] = v_leader_epoch
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -24387,7 +24996,12 @@ cdef Py_ssize_t x_OffsetForLeaderEpochResponse_EpochEndOffset_v1(Acc acc, Cursor
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, v_end_offset, None, v_leader_epoch, None, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[11] = v_end_offset
+        entry.values[1] = v_error_code
+        entry.values[13] = v_leader_epoch
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     if v_error_code:
@@ -24513,17 +25127,22 @@ cdef Py_ssize_t x_OffsetForLeaderEpochResponse_EpochEndOffset_v4(Acc acc, Cursor
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
-    v_end_offset = None
-    v_error_code = None
-    v_leader_epoch = None
+    cdef int64_t v_end_offset = 0
+    cdef int64_t v_error_code = 0
+    cdef int64_t v_leader_epoch = 0
+    cdef uint32_t has = 0
+    cdef Entry entry
     while True:
         if c.pos + 18 > c.end:
             fail(acc, TRUNCATED, 'topics.partitions.error_code')
             break
         v_error_code = rd_i16(c)
+        has |= 2
         partition = rd_i32(c)
         v_leader_epoch = rd_i32(c)
+        has |= 8192
         v_end_offset = rd_i64(c)
+        has |= 2048
         if skip_tag_buffer(acc, c) < 0:
             break
         if c.pos > c.end:
@@ -24536,7 +25155,12 @@ cdef Py_ssize_t x_OffsetForLeaderEpochResponse_EpochEndOffset_v4(Acc acc, Cursor
                 return -1
             acc.partition_count += 1
             if len(acc.partitions) < 100000:
-                acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, v_end_offset, None, v_leader_epoch, None, None, None))
+                entry = new_partition_entry(topic, partition)
+                entry.present |= has
+                entry.values[11] = v_end_offset
+                entry.values[1] = v_error_code
+                entry.values[13] = v_leader_epoch
+                acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
             if v_error_code:
@@ -24547,7 +25171,12 @@ cdef Py_ssize_t x_OffsetForLeaderEpochResponse_EpochEndOffset_v4(Acc acc, Cursor
         return -1
     acc.partition_count += 1
     if len(acc.partitions) < 100000:
-        acc.partitions.append(partition_entry(topic, partition, v_error_code, None, None, None, None, None, None, None, None, None, v_end_offset, None, v_leader_epoch, None, None, None))
+        entry = new_partition_entry(topic, partition)
+        entry.present |= has
+        entry.values[11] = v_end_offset
+        entry.values[1] = v_error_code
+        entry.values[13] = v_leader_epoch
+        acc.partitions.append(entry)
     else:
         acc.leave_out(0)
     if v_error_code:
