@@ -28,6 +28,10 @@ cdef enum:
     PREFETCH_BYTES = 512  # of a payload, asked for ahead of its read: a request's header and the start of its body
 
 cdef object _IGNORED = IGNORED
+# Sequence arithmetic modulo 2^32, in C: a bare literal past a C int is a Python int, and would make every packet's
+# step Python arithmetic.
+cdef int64_t MASK32 = 0xFFFFFFFF
+cdef int64_t HALF32 = 0x80000000
 
 cdef extern from *:
     """
@@ -186,10 +190,10 @@ cdef class _Bulk:
             if seg > 0:
                 if self.seq[i] != before or self.stop[i] - self.start[i] != seg:
                     odd = True
-                running[k] = (self.seq[i] + seg) & 0xFFFFFFFF
+                running[k] = (self.seq[i] + seg) & MASK32
             if flag & ACK and edge >= 0:
-                ahead = (self.ack[i] - edge) & 0xFFFFFFFF
-                if ahead != 0 and ahead < 0x80000000:
+                ahead = (self.ack[i] - edge) & MASK32
+                if ahead != 0 and ahead < HALF32:
                     odd = True
             seen[k] = 1
             after_at[i] = running[k]
