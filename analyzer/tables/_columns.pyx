@@ -1158,7 +1158,7 @@ cdef inline int put_either(IntColumn column, Entry first, Entry second, Py_ssize
 
 cdef class PartitionColumns(Table):
     """Rows of the partitions table (tables.schemas.PARTITION_ROW_FIELDS): an exchange's keys, the request's and
-    the response's PartitionEntry of one topic-partition (either may be None) and its records summary (or None).
+    the response's Entry of one topic-partition (either may be None) and its records summary (or None).
     Topic, partition and each offset come from the response, else the request; the error code from the
     response."""
 

@@ -346,8 +346,9 @@ PARTITION_ROW_FIELDS = (
     "truncated_batches", "crc_failures", "records_first_offset", "records_last_offset",
 )
 
-# A partition row is written from the exchange's keys, the request's and the response's PartitionEntry of the
-# topic-partition and the records field's summary (see analyzer.tables._columns.PartitionColumns).
+# A partition row is written from the exchange's keys, the request's and the response's entry of the
+# topic-partition (a PartitionEntry, compiled) and the records field's summary (see
+# analyzer.tables._columns.PartitionColumns).
 RECORD_SUMMARY_FIELDS = PARTITION_ROW_FIELDS[-15:]
 """The fields of a records summary (dissectors.kafka.records.summarize), in its order."""
 
