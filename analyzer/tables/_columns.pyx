@@ -105,7 +105,6 @@ cdef extern from *:
     bint small_int "kafkacap_small_int"(object o) noexcept
     bint small_int_at "kafkacap_small_int"(PyObject* o) noexcept
     long long small_value_at "kafkacap_small_value"(PyObject* o) noexcept
-    PyObject* tuple_at "PyTuple_GET_ITEM"(PyObject* t, Py_ssize_t i) noexcept
     PyObject* list_at "PyList_GET_ITEM"(PyObject* t, Py_ssize_t i) noexcept
     long long small_value "kafkacap_small_value"(object o) noexcept
     int as_int64 "kafkacap_as_int64"(object o, long long* out) except -1

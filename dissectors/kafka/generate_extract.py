@@ -603,10 +603,13 @@ class _PlanWriter(StructRules):
             out.append(f"acc.set_field({_lit(name)}, v_{name})")
         return out
 
+    def kept_locals(self) -> list[str]:
+        """The ``v_<name>`` locals the function keeps: the fields kept, and a records field's place and length."""
+        return sorted(self.kept) + (["records_offset", "record_bytes"] if self.records else [])
+
     def typed_kept(self) -> list[tuple[str, int]]:
         """(name, Entry value index) of the locals kept unboxed, one per index."""
-        names = sorted(self.kept) + (["records_offset", "record_bytes"] if self.records else [])
-        typed = [(name, index) for name in names if (index := self.typed(name)) is not None]
+        typed = [(name, index) for name in self.kept_locals() if (index := self.typed(name)) is not None]
         if len({index for _, index in typed}) != len(typed):
             raise GenerateError(f"{self.struct_name}: two fields fill one partition entry field")
         return typed
@@ -622,7 +625,7 @@ class _PlanWriter(StructRules):
         if not (self.needed or self.reports()):
             return None
         name = self.writer.fresh("x", self.struct_schema)
-        kept = sorted(self.kept) + (["records_offset", "record_bytes"] if self.records else [])
+        kept = self.kept_locals()
         body = [f"cdef Py_ssize_t {name}{SIGNATURE}:",
                 "    cdef Py_ssize_t n, count, j, stop",
                 "    cdef uint64_t tag",
