@@ -42,11 +42,11 @@ run: $(RUN_STAMP) $(BUILT)
 	$(BIN)/kafkacap export sample_pcaps -o out --summary --detect-ports --deliveries
 
 test: $(STAMP) $(BUILT)
-	$(BIN)/ruff check analyzer dissectors spark_jobs tests benchmarks sample_pcaps
+	$(BIN)/ruff check analyzer dissectors spark_jobs tests benchmarks sample_pcaps tools
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check analyzer dissectors spark_jobs tests benchmarks sample_pcaps
+	$(BIN)/ruff check analyzer dissectors spark_jobs tests benchmarks sample_pcaps tools
 
 clean:
 	rm -rf $(VENV) out .pytest_cache build

@@ -1,5 +1,6 @@
 """The generated API and error tables against the protocol guides, which were written independently.
 
+The tables are generated from the release jars' definitions (``tests/kafka_spec.py``); the guides are older text:
 - 001: the current protocol guide (3.9-era text: per-API grammars, the error-code table). Its API-key
   table did not survive text extraction (only its introductory sentence did), but the guide lists the
   APIs in key order, so names and order are checked against it.
@@ -23,14 +24,17 @@ import pytest
 from dissectors.kafka import generate
 from dissectors.kafka.apis import (
     API_BY_KEY,
+    FORMER_NAMES,
     ApiInfo,
     api_name,
     is_known,
+    key_of_name,
     request_header_version,
     response_header_version,
 )
 from dissectors.kafka.errors import ERRORS, ErrorInfo, error_name, is_retriable
 from dissectors.kafka.headers import response_top_level
+from tests.kafka_spec import BEFORE_KIP_896, NEWEST, definitions
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = REPO.parent / "shared" / "spec"
@@ -40,7 +44,8 @@ OLD_GUIDE = SPEC / "002_b327ac2fc02ede7e.txt"
 MESSAGES = SPEC / "kafka-messages"
 
 APIS = [info for info in API_BY_KEY if info is not None]
-BY_NAME = {info.name: info for info in APIS}
+BY_NAME = {info.name: info for info in APIS} | {  # the guide is older than key 74's rename
+    old: API_BY_KEY[key] for key, names in FORMER_NAMES.items() for old in names}
 
 
 def need(path: Path) -> Path:
@@ -62,21 +67,33 @@ def strip_json_comments(text: str) -> dict:
 
 
 def test_generated_modules_are_up_to_date():
-    files = generate.render_all(need(SPEC))
+    files = generate.render_all(definitions())
     for name, text in files.items():
         assert (generate.OUTPUT_DIR / name).read_text(encoding="utf-8") == text, name
 
 
 def test_generator_check_mode_runs_as_a_module():
-    need(SPEC)
+    definitions()  # made (or found) here, so the module finds it in the cache
     result = subprocess.run([sys.executable, "-m", "dissectors.kafka.generate", "--check"], cwd=REPO,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
 
 
+def test_definitions_come_from_the_release_jars():
+    spec = definitions()
+    assert generate.find_releases(spec) == (BEFORE_KIP_896, NEWEST)
+    for release in (BEFORE_KIP_896, NEWEST):
+        source = json.loads((spec / "kafka-messages" / release / "source.json").read_text())
+        assert source["version"] == release and source["artifact"] == "org.apache.kafka:kafka-clients"
+        assert f"Apache Kafka {release}:" in (generate.OUTPUT_DIR / "apis.py").read_text(encoding="utf-8")
+        assert f"commit {source['commit']}" in (generate.OUTPUT_DIR / "schemas.py").read_text(encoding="utf-8")
+
+
 def copy_spec(tmp_path: Path) -> Path:
-    shutil.copytree(need(MESSAGES), tmp_path / "kafka-messages")
-    shutil.copy(need(GUIDE), tmp_path / GUIDE.name)
+    spec = definitions()
+    shutil.copytree(spec / "kafka-messages", tmp_path / "kafka-messages")
+    for name in ("errors.tsv", "errors.json"):
+        shutil.copy(spec / name, tmp_path / name)
     return tmp_path
 
 
@@ -92,15 +109,15 @@ def edit(path: Path, old: str, new: str) -> None:
      "disagree on flexibility"),
     (["ProduceRequest.json"], '"flexibleVersions": "9+"', '"flexibleVersions": "10+"',
      "flexibleVersions disagree"),
-    (["FetchRequest.json", "FetchResponse.json"], '"apiKey": 1,', '"apiKey": 90,', "Fetch: api key"),
-    (["MetadataResponse.json"], '"validVersions": "4-13"', '"validVersions": "4-14"',
+    (["FetchRequest.json", "FetchResponse.json"], '"apiKey": 1,', '"apiKey": 999,', "Fetch: api key"),
+    (["MetadataResponse.json"], '"validVersions": "0-13"', '"validVersions": "0-14"',
      "validVersions disagree"),
     (["FetchResponse.json"], '"type": "int32"', '"type": "int33"', "unknown type"),
 ])
 def test_generator_fails_loudly(tmp_path, files, old, new, message):
     spec = copy_spec(tmp_path)
     for name in files:
-        edit(spec / "kafka-messages" / "trunk-dfb178a" / name, old, new)
+        edit(spec / "kafka-messages" / NEWEST / name, old, new)
     with pytest.raises(generate.GeneratorError, match=message):
         generate.render_all(spec)
     result = subprocess.run(
@@ -109,10 +126,17 @@ def test_generator_fails_loudly(tmp_path, files, old, new, message):
     assert result.returncode == 2 and message.split(":")[0] in result.stderr
 
 
+def test_generator_stops_at_a_rename_it_was_not_told_of(monkeypatch):
+    monkeypatch.setattr(generate, "RENAMED_APIS", {})
+    with pytest.raises(generate.GeneratorError, match="api key 74: ListConfigResources in one release, "
+                                                      "ListClientMetricsResources in 3.9"):
+        generate.render_all(definitions())
+
+
 def test_generator_stops_when_a_release_changes_a_shared_response_layout(tmp_path):
     spec = copy_spec(tmp_path)
-    # in trunk, make Fetch's top-level ErrorCode (v7+) start at v8: v7 then disagrees with 3.9.0
-    edit(spec / "kafka-messages" / "trunk-dfb178a" / "FetchResponse.json",
+    # in the newest release, make Fetch's top-level ErrorCode (v7+) start at v8: v7 then disagrees with 3.9
+    edit(spec / "kafka-messages" / NEWEST / "FetchResponse.json",
          '"name": "ErrorCode", "type": "int16", "versions": "7+"',
          '"name": "ErrorCode", "type": "int16", "versions": "8+"')
     with pytest.raises(generate.GeneratorError, match="Fetch v7: .* disagree on the response prefix"):
@@ -124,7 +148,7 @@ def test_generated_modules_read_as_data():
         text = (generate.OUTPUT_DIR / name).read_text(encoding="utf-8")
         assert "Do not edit by hand" in text.split('"""')[1]
         assert not re.search(r"^\s*(def|class|import|from|for|if|while)\b", text, re.M), name
-        assert "/work/" not in text and "/home/" not in text
+        assert "/work/" not in text and "/home/" not in text and "/root/" not in text and "/.cache/" not in text
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -161,9 +185,9 @@ def test_apis_absent_from_the_guide_are_controller_only_or_newer():
     for info in APIS:
         if info.name in in_guide:
             continue
-        old = MESSAGES / "3.9.0" / f"{info.name}Request.json"
+        old = definitions() / "kafka-messages" / BEFORE_KIP_896 / f"{info.name}Request.json"
         if not old.exists():
-            continue  # added after the guide's release (StreamsGroup*)
+            continue  # added after the guide's release (StreamsGroup*, ...)
         listeners = strip_json_comments(old.read_text(encoding="utf-8"))["listeners"]
         assert listeners == ["controller"], info.name  # the guide documents client-facing APIs only
 
@@ -206,15 +230,27 @@ def test_keys_agree_with_the_first_api_key_table():
 
 
 def test_spot_values():
-    assert API_BY_KEY[0] == ApiInfo(0, "Produce", 0, 12, 9)
-    assert API_BY_KEY[18] == ApiInfo(18, "ApiVersions", 0, 4, 3)
+    # Kafka 4.1+: Produce v13 names topics by id; Fetch v18; 4.4's newest keys
+    assert API_BY_KEY[0] == ApiInfo(0, "Produce", 0, 13, 9)
+    assert API_BY_KEY[1] == ApiInfo(1, "Fetch", 0, 18, 12)
+    assert API_BY_KEY[18] == ApiInfo(18, "ApiVersions", 0, 5, 3)
     assert API_BY_KEY[75] == ApiInfo(75, "DescribeTopicPartitions", 0, 0, 0)
     assert API_BY_KEY[17].flexible_from is None  # SaslHandshake was never flexible
-    assert api_name(89) == "StreamsGroupDescribe"
+    assert API_BY_KEY[68] == ApiInfo(68, "ConsumerGroupHeartbeat", 0, 1, 0)
+    assert API_BY_KEY[78] == ApiInfo(78, "ShareFetch", 0, 2, 0)  # v0 (3.9's draft) and the stable v1-2
+    assert api_name(89) == "StreamsGroupDescribe" and api_name(92) == "DeleteShareGroupOffsets"
     assert api_name(-1) is None and api_name(len(API_BY_KEY)) is None
-    assert is_known(2, 0) and is_known(2, 10)  # ListOffsets v0 from 3.9.0, v10 from trunk
-    assert not is_known(0, 13) and not is_known(-1, 0) and not is_known(0, -1)
+    assert is_known(2, 0) and is_known(2, 11)  # ListOffsets v0 from 3.9, v11 from 4.4
+    assert is_known(4, 7) and not is_known(4, 8)  # LeaderAndIsr: Kafka 4 removed it, 3.9 still defines it
+    assert not is_known(0, 14) and not is_known(-1, 0) and not is_known(0, -1)
     assert [info.key for info in APIS] == list(range(len(API_BY_KEY)))  # no gaps today
+
+
+def test_key_74_renamed_and_its_former_name_still_found():
+    assert api_name(74) == "ListConfigResources" and is_known(74, 1)
+    assert FORMER_NAMES == {74: ("ListClientMetricsResources",)}
+    assert key_of_name("ListClientMetricsResources") == key_of_name("listconfigresources") == 74
+    assert key_of_name("Produce") == 0 and key_of_name("NoSuchApi") is None
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -289,7 +325,7 @@ def test_response_prefix_examples():
 
 
 def test_request_header_v0_is_only_controlled_shutdown_v0():
-    comment = read(MESSAGES / "trunk-dfb178a" / "RequestHeader.json")
+    comment = (definitions() / "kafka-messages" / BEFORE_KIP_896 / "RequestHeader.json").read_text()
     name = re.search(r"Version 0 of the RequestHeader is only used by v0 of (\w+)Request", comment)[1]
     v0 = [(info.key, v) for info in APIS for v in range(info.min_version, info.max_version + 3)
           if request_header_version(info.key, v) == 0]
@@ -322,10 +358,13 @@ def error_table_lines() -> list[str]:
 
 
 def test_error_table_size_and_retriable_flags():
+    """The 3.9-era guide's table (-1 .. 127) is a prefix of 4.4's: every code keeps its name and flag."""
     rows = error_table_lines()
-    assert len(ERRORS) == len(rows) == 129  # -1 .. 127
-    assert sorted(ERRORS) == list(range(-1, 128))
-    assert sum(info.retriable for info in ERRORS.values()) == sum(" | True | " in row for row in rows)
+    assert len(rows) == 129 and len(ERRORS) == 138  # -1 .. 127, then 4.4's -1 .. 136
+    assert sorted(ERRORS) == list(range(-1, 137))
+    for row in rows:
+        name, code, retriable = (cell.strip() for cell in row.split("|")[:3])
+        assert ERRORS[int(code)][:3] == (int(code), name, retriable == "True"), row
 
 
 def test_error_spot_values():
@@ -336,6 +375,8 @@ def test_error_spot_values():
     assert ERRORS[35][:3] == (35, "UNSUPPORTED_VERSION", False)
     assert ERRORS[89][:3] == (89, "THROTTLING_QUOTA_EXCEEDED", True)
     assert ERRORS[127][:3] == (127, "VOTER_NOT_FOUND", False)
+    assert ERRORS[128][:3] == (128, "INVALID_REGULAR_EXPRESSION", False)  # KIP-848's regex subscriptions
+    assert ERRORS[133][:3] == (133, "SHARE_SESSION_LIMIT_REACHED", True)
     assert error_name(0) == "NONE" and error_name(79) == "MEMBER_ID_REQUIRED"
     assert error_name(5120) == "UNDEFINED_ERROR_5120" and error_name(-2) == "UNDEFINED_ERROR_-2"
     assert is_retriable(3) is True and is_retriable(25) is False and is_retriable(5120) is None

@@ -289,8 +289,29 @@ def test_show_decodes_a_chosen_exchange_as_a_tree(tmp_path):
 def test_apis_lists_every_api_key():
     res = invoke("apis")
     assert res.exit_code == 0
-    for text in ("Produce", "0-12", "DescribeTopicPartitions", "StreamsGroupDescribe"):
+    for text in ("Produce", "0-13", "DescribeTopicPartitions", "StreamsGroupDescribe", "ListConfigResources",
+                 "ListClientMetricsResources", "UnregisterController"):
         assert text in res.output
+    rows = [json.loads(line) for line in invoke("apis", "--json").output.splitlines()]
+    assert [r["key"] for r in rows] == list(range(95))
+    assert rows[74]["name"] == "ListConfigResources" and rows[74]["former_names"] == ["ListClientMetricsResources"]
+    assert rows[0]["former_names"] == [] and (rows[0]["max_version"], rows[1]["max_version"]) == (13, 18)
+
+
+def test_api_filter_takes_a_renamed_apis_former_name():
+    """Key 74 is ListConfigResources since Kafka 4.1: a filter by its old name still finds it, an unknown name is
+    a usage error."""
+    import pyarrow as pa
+
+    from analyzer.cli.commands import filter_exchanges
+    from analyzer.tables.schemas import EXCHANGES_SCHEMA
+
+    ex = pa.Table.from_pylist([{"api_name": "ListConfigResources", "api_key": 74},
+                               {"api_name": "Produce", "api_key": 0}], schema=EXCHANGES_SCHEMA)
+    for name in ("ListClientMetricsResources", "listconfigresources", "74"):
+        assert filter_exchanges(ex, (name,), (), None, None)["api_key"].to_pylist() == [74]
+    res = invoke("exchanges", "nothing.pcap", "--api", "ListClientMetrics")
+    assert res.exit_code == 2 and "not an API name" in res.output
 
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_pcaps"

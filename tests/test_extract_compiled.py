@@ -23,11 +23,19 @@ from dissectors.kafka.extract import Extracted, PartitionEntry, extract
 from dissectors.kafka.headers import HeaderError, decode_request_header, decode_response_header
 from tests.fuzz.seeds import sample_captures, streams
 from tests.test_decoder import read_off_the_tree
-from tests.test_roundtrip import ALL_BODIES, KIO_BODIES, JsonEncoder, by_api, draw_kio_body, json_message, kio
+from tests.test_roundtrip import (
+    ALL_BODIES,
+    DEFINITIONS,
+    KIO_BODIES,
+    JsonEncoder,
+    by_api,
+    draw_kio_body,
+    json_message,
+    kio,
+)
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 PUBLIC = SHARED / "pcaps" / "public"
-SPEC = SHARED / "spec"
 
 
 def captured_bodies(paths: list[Path]) -> list[tuple[bytes, int, int, bool]]:
@@ -153,7 +161,7 @@ def test_captured_bodies_whole_cut_and_flipped(source):
     assert read > len(bodies) // 2, (read, len(bodies))
 
 
-@pytest.mark.skipif(not (SPEC / "kafka-messages").exists(), reason="../shared/spec is not available")
+@pytest.mark.skipif(not DEFINITIONS, reason="Kafka's definitions (release jars) are not available")
 @pytest.mark.parametrize("key, is_response, versions", by_api(ALL_BODIES))
 @settings(max_examples=3, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())

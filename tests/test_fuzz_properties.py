@@ -31,8 +31,8 @@ from tests.fuzz.seeds import frames, sample_captures, streams
 from tests.fuzz.targets.extract import errors_in_tree
 from tests.fuzz.targets.framing import split
 from tests.test_roundtrip import (
+    DEFINITIONS,
     KIO_BODIES,
-    SPEC,
     by_api,
     draw_kio_body,
     json_definitions,
@@ -151,7 +151,7 @@ def walk_topics(fields: list, value, structs: dict[str, list], out: set) -> None
 
 
 @pytest.mark.skipif(kio is None, reason="kio is not installed")
-@pytest.mark.skipif(not SPEC.exists(), reason="../shared/spec is not available (the topics are found by its JSON)")
+@pytest.mark.skipif(not DEFINITIONS, reason="Kafka's definitions are not available (topics are found by their JSON)")
 @pytest.mark.parametrize("key, is_response, versions", by_api(KIO_BODIES))
 @settings(max_examples=3, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())

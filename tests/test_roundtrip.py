@@ -30,7 +30,6 @@ import typing
 import uuid
 import warnings
 from functools import cache
-from pathlib import Path
 from types import NoneType, UnionType
 
 import pytest
@@ -39,9 +38,10 @@ from hypothesis import strategies as st
 
 from dissectors.kafka._generated.schemas import REQUESTS, RESPONSES
 from dissectors.kafka.decoder import RecordsRef, decode, schema
+from tests.kafka_spec import BEFORE_KIP_896, NEWEST, available, definitions
 
-SPEC = Path(__file__).resolve().parents[1].parent / "shared" / "spec" / "kafka-messages"
-RELEASES = ("trunk-dfb178a", "3.9.0")  # newest first: a version both define is taken from the newest
+RELEASES = (NEWEST, BEFORE_KIP_896)  # newest first: a version both define is taken from the newest
+DEFINITIONS = available()  # Kafka's JSON definitions, from the release jars (tests/kafka_spec.py)
 
 EXAMPLES = settings(max_examples=3, deadline=None, database=None, phases=[Phase.explicit, Phase.generate],
                     suppress_health_check=list(HealthCheck))
@@ -79,13 +79,10 @@ KIO_TYPES = {"int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64
              "bytes": "bytes", "records": "records", "error_code": "int16", "timedelta_i32": "int32",
              "timedelta_i64": "int64", "datetime_i64": "int64"}
 
-# Bodies kio lays out differently from our definitions: kio follows a later Kafka trunk, where these
-# pre-release versions (marked latestVersionUnstable in trunk-dfb178a) were still changing.
-KIO_DIFFERS = {
-    (87, 0, True),  # ReadShareGroupStateSummary v0 response
-    (88, 0, False),  # StreamsGroupHeartbeat v0 request
-    (88, 0, True),  # StreamsGroupHeartbeat v0 response
-}
+# Bodies kio lays out differently from our definitions. None since they come from Kafka 4.4, whose released
+# layouts of the versions kio's later trunk changed before release (ReadShareGroupStateSummary and
+# StreamsGroupHeartbeat v0) are kio's.
+KIO_DIFFERS: set[tuple[int, int, bool]] = set()
 
 
 def kio_class(key: int, version: int, is_response: bool):
@@ -404,7 +401,7 @@ def json_definitions() -> dict[tuple[str, str], dict]:
     """(release, message name) -> the parsed JSON definition."""
     out = {}
     for release in RELEASES:
-        for path in (SPEC / release).glob("*.json"):
+        for path in (definitions() / "kafka-messages" / release).glob("*Re*.json"):
             lines = path.read_text(encoding="utf-8").splitlines()
             text = "\n".join(line for line in lines if not line.lstrip().startswith("//"))
             out[(release, path.stem)] = json.loads(text)
@@ -445,14 +442,24 @@ def uvarint(value: int) -> bytes:
     return bytes(out)
 
 
+@cache
+def _unknown_tags(defined: frozenset[int]) -> st.SearchStrategy:
+    """Tags a struct's definition does not know, with a few bytes each (made once per set of known tags)."""
+    return st.dictionaries(st.integers(0, 300).filter(lambda t: t not in defined), st.binary(max_size=6), max_size=2)
+
+
 class JsonEncoder:
     """Draws values for one message version from its JSON definition and writes them the way Kafka does."""
+
+    ELEMENTS = 48  # array elements one message may hold: deep definitions (StreamsGroupDescribe's topology, six
+    # levels of arrays) would otherwise grow as 2 ** depth
 
     def __init__(self, message: dict, version: int, draw) -> None:
         self.version = version
         self.flexible = version in parse_versions(message["flexibleVersions"])
         self.common = {s["name"]: s["fields"] for s in message.get("commonStructs", ())}
         self.draw = draw
+        self.elements_left = self.ELEMENTS
 
     def struct(self, fields: list[dict]) -> tuple[bytes, dict]:
         out, value, tagged, defined = bytearray(), {}, [], set()
@@ -468,8 +475,7 @@ class JsonEncoder:
             data, value[snake(field["name"])] = self.field(field)
             out += data
         if self.flexible:
-            unknown = self.draw(st.dictionaries(st.integers(0, 300).filter(lambda t: t not in defined),
-                                                st.binary(max_size=6), max_size=2))
+            unknown = self.draw(_unknown_tags(frozenset(defined)))
             if unknown:
                 value["_unknown_tags"] = {tag: len(data) for tag, data in unknown.items()}
             tagged += list(unknown.items())
@@ -495,7 +501,8 @@ class JsonEncoder:
                 raise AssertionError(f"nullable {kind}")
             return self.length(None, kind != "string"), None
         if kind.startswith("[]"):
-            count = self.draw(st.integers(0, 2))
+            count = self.draw(st.integers(0, min(2, self.elements_left)))
+            self.elements_left -= count
             items = [self.element(kind[2:], field) for _ in range(count)]
             return self.length(count, True) + b"".join(d for d, _ in items), [v for _, v in items]
         if kind[0].isupper():
@@ -542,10 +549,10 @@ def records_as_bytes(buf: bytes, value):
     return value
 
 
-JSON_BODIES = [body for body in ALL_BODIES if json_message(*body) is not None] if SPEC.exists() else []
+JSON_BODIES = [body for body in ALL_BODIES if json_message(*body) is not None] if DEFINITIONS else []
 
 
-@pytest.mark.skipif(not SPEC.exists(), reason="../shared/spec is not available")
+@pytest.mark.skipif(not DEFINITIONS, reason="Kafka's definitions (release jars) are not available")
 @pytest.mark.parametrize("key, is_response, versions", by_api(JSON_BODIES))
 @settings(EXAMPLES, max_examples=2)
 @given(data=st.data())
@@ -557,13 +564,14 @@ def test_json_encoder_encodes_we_decode(key, is_response, versions, data):
         assert records_as_bytes(buf, decoded) == expected, f"{message['name']} v{version}"
 
 
-@pytest.mark.skipif(not SPEC.exists(), reason="../shared/spec is not available (the JSON encoder needs it)")
+@pytest.mark.skipif(not DEFINITIONS, reason="Kafka's definitions (release jars) are not available (the JSON "
+                    "encoder needs them)")
 def test_every_body_goes_through_an_independent_encoder():
     """The three parametrisations above, together, cover every body kind of our schemas."""
     assert set(KIO_BODIES) | set(KP_BODIES) | set(JSON_BODIES) == set(ALL_BODIES)
     # What no library covers: the ZooKeeper-era inter-broker APIs (gone in Kafka 4), early-access v0 of
     # ShareGroupHeartbeat/ShareGroupDescribe/ShareFetch/ShareAcknowledge, the v0 of a few APIs Kafka 4
-    # removed, and the pre-release versions kio lays out differently.
+    # removed, and the versions newer than kio.
     only_json = sorted(set(ALL_BODIES) - set(KIO_BODIES) - set(KP_BODIES))
     assert {(key, version) for key, version, _ in only_json} == ONLY_JSON
 
@@ -574,5 +582,7 @@ ONLY_JSON = {
     (27, 0), (34, 0), (35, 0), (38, 0), (39, 0), (40, 0), (41, 0),  # v0s Kafka 4 removed
     (56, 0), (56, 1),  # AlterPartition
     (76, 0), (77, 0), (78, 0), (79, 0),  # Share* early access
-    (87, 0), (88, 0),  # kio lays them out differently
+    # versions newer than kio's trunk: ApiVersions v5, TxnOffsetCommit v6, DeleteGroups v3, StreamsGroupHeartbeat
+    # and StreamsGroupDescribe v1, StreamsGroupTopologyDescriptionUpdate, UnregisterController
+    (18, 5), (28, 6), (42, 3), (88, 1), (89, 1), (93, 0), (94, 0),
 }

@@ -86,16 +86,15 @@ def _jobs(ctx: click.Context, param: click.Parameter, value: str | int) -> int:
 def _api_filter(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
     """--api: a name kafkacap knows (any case) or a key number that fits the protocol's int16; anything else
     could never match, so it is a usage error rather than an empty listing."""
-    from dissectors.kafka.apis import API_BY_KEY
+    from dissectors.kafka.apis import API_BY_KEY, key_of_name
     from dissectors.kafka.legacy07 import REQUEST_TYPES
 
-    names = {info.name.lower() for info in API_BY_KEY if info is not None}
-    names.update(name.lower() for name in REQUEST_TYPES.values())
+    legacy = {name.lower() for name in REQUEST_TYPES.values()}
     for value in values:
         if value.lstrip("-").isdigit():
             if not -(1 << 15) <= int(value) < 1 << 15:
                 raise click.BadParameter(f"{value} is not an API key (keys are 16-bit numbers)")
-        elif value.lower() not in names:
+        elif key_of_name(value) is None and value.lower() not in legacy:
             import difflib
 
             spelled = {info.name.lower(): info.name for info in API_BY_KEY if info is not None}
@@ -577,24 +576,26 @@ def apis(as_json) -> None:
     """The Kafka API keys and versions kafkacap decodes (generated from Kafka's message definitions)."""
     from rich.table import Table
 
-    from dissectors.kafka.apis import API_BY_KEY
+    from dissectors.kafka.apis import API_BY_KEY, FORMER_NAMES
 
     if as_json:
         for info in API_BY_KEY:
             if info is not None:
                 sys.stdout.write(json.dumps({"key": info.key, "name": info.name, "min_version": info.min_version,
                                              "max_version": info.max_version,
-                                             "flexible_from": info.flexible_from}) + "\n")
+                                             "flexible_from": info.flexible_from,
+                                             "former_names": list(FORMER_NAMES.get(info.key, ()))}) + "\n")
         return
 
     t = Table(title="Kafka APIs decoded (every version of each, request and response)", title_justify="left")
-    for col in ("key", "name", "versions", "flexible from"):
+    for col in ("key", "name", "versions", "flexible from", "formerly"):
         t.add_column(col, justify="right" if col in ("key", "versions", "flexible from") else "left")
     for info in API_BY_KEY:
         if info is None:
             continue
         t.add_row(str(info.key), info.name, f"{info.min_version}-{info.max_version}",
-                  "-" if info.flexible_from is None else f"v{info.flexible_from}")
+                  "-" if info.flexible_from is None else f"v{info.flexible_from}",
+                  ", ".join(FORMER_NAMES.get(info.key, ())))
     _out().print(t)
 
 
@@ -609,8 +610,12 @@ def filter_exchanges(ex: pa.Table, apis, statuses, client, min_latency, broker=N
         return m if mask is None else pc.and_(mask, m)
 
     if apis:
+        from dissectors.kafka.apis import key_of_name
+
         names = [a for a in apis if not a.lstrip("-").isdigit()]
-        keys = [int(a) for a in apis if a.lstrip("-").isdigit()]
+        # a renamed API's former name finds it by key: rows name it as the release that decoded it does
+        keys = [int(a) for a in apis if a.lstrip("-").isdigit()] + [
+            key for key in map(key_of_name, names) if key is not None]
         lowered = pc.utf8_lower(pc.fill_null(ex["api_name"], ""))
         m = pc.or_(pc.is_in(lowered, pa.array([n.lower() for n in names], pa.string())),
                    pc.is_in(ex["api_key"], pa.array(keys, pa.int16())))

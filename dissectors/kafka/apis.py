@@ -65,6 +65,20 @@ DEFINED_VERSIONS: tuple[range, ...] = tuple(
 """Per api key, the versions the definitions describe (an empty range where no API has that key)."""
 
 
+FORMER_NAMES: dict[int, tuple[str, ...]] = dict(_generated.FORMER_NAMES)
+"""Per api key Kafka renamed, the names older releases gave it (key 74: ListClientMetricsResources)."""
+
+_KEY_BY_LOWER_NAME: dict[str, int] = {
+    **{name.lower(): key for key, names in FORMER_NAMES.items() for name in names},
+    **{info.name.lower(): info.key for info in API_BY_KEY if info is not None},
+}
+
+
+def key_of_name(name: str) -> int | None:
+    """The api key of an API name in any case, current or former (``listclientmetricsresources`` -> 74)."""
+    return _KEY_BY_LOWER_NAME.get(name.lower())
+
+
 def api_name(key: int) -> str | None:
     """The API's name, or None for a key no known release defines."""
     if 0 <= key < API_KEY_LIMIT:

@@ -13,6 +13,8 @@ Topic = str | bytes
 """A topic name, or a topic id (its 16 bytes) where the version names topics by id."""
 
 ZERO_UUID = bytes(16)
+METADATA_TOPIC_ID = bytes(15) + b"\x01"  # KRaft's metadata log, by id only on the wire (Kafka's Uuid.METADATA_TOPIC_ID)
+WELL_KNOWN_TOPIC_IDS = {METADATA_TOPIC_ID: "__cluster_metadata"}  # names no Metadata response gives
 PARTITION_APIS = frozenset({0, 1, 2, 8, 9, 21, 23})
 """APIs with per-partition detail: Produce, Fetch, ListOffsets, OffsetCommit, OffsetFetch, DeleteRecords,
 OffsetForLeaderEpoch."""
@@ -92,7 +94,8 @@ TOP_FIELDS = {False: ("acks", "transactional_id"), True: ("error_code", "throttl
 _GROUP_MEMBER = ("group_id", "generation_id", "member_id", "group_instance_id")
 BODY_FIELDS: dict[tuple[int, bool], tuple[str, ...]] = {
     (0, False): ("timeout_ms",),  # Produce
-    (1, False): ("max_wait_ms", "min_bytes", "max_bytes", "isolation_level", "session_id", "session_epoch"),
+    (1, False): ("max_wait_ms", "min_bytes", "max_bytes", "isolation_level", "session_id", "session_epoch",
+                 "replica_id", "replica_state.replica_id", "replica_state.replica_epoch"),  # who fetches (KIP-903)
     (2, False): ("isolation_level",),  # ListOffsets v2+
     (8, False): ("group_id", "generation_id_or_member_epoch", "generation_id", "member_id", "group_instance_id"),
     (9, False): ("group_id",),  # OffsetFetch before v8 (v8+ asks for several groups)
@@ -115,7 +118,10 @@ BODY_FIELDS: dict[tuple[int, bool], tuple[str, ...]] = {
 }
 """(api key, is_response) -> top-level scalar fields read into ``Extracted.fields``, by their names in the
 message definitions: the request settings an operator asks about (timeouts, waits, isolation, fetch sessions,
-client software) and what places an exchange in a consumer group (group, member, generation)."""
+client software) and what places an exchange in a consumer group (group, member, generation). A dotted name
+reads a fixed-size field of a tagged struct at the top level (Fetch v15+'s replica_state)."""
+FIXED_SIZES = {"bool": 1, "int8": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4, "int64": 8, "float64": 8,
+               "uuid": 16}
 ANY_REQUEST_FIELDS = ("timeout_ms",)  # read from the top level of any request that has it (admin APIs' too)
 
 
@@ -170,6 +176,25 @@ class StructRules:
             self.body_fields = [e[0] for e in everything if e[0] in wanted and not isinstance(
                 e[2] if len(e) > 2 else None, tuple) and not e[1].endswith("array")]
         self.tag_kept = [e[0] for e in tagged_entries if self.wanted(e[0], e[1])]
+        # a tagged struct's leading fixed-size fields a dotted BODY_FIELDS name asks for:
+        # struct name -> [(field name, type, wanted)] up to the last one wanted
+        self.tag_struct_fields: dict[str, list[tuple[str, str, bool]]] = {}
+        if scope.top:
+            for entry in tagged_entries:
+                element = entry[2] if len(entry) > 2 else None
+                if not isinstance(element, tuple) or entry[1] not in ("struct", "nullable_struct"):
+                    continue
+                wanted_here = {name.split(".", 1)[1] for name in wanted if name.startswith(f"{entry[0]}.")}
+                if not wanted_here:
+                    continue
+                leading: list[tuple[str, str, bool]] = []
+                for sub in element[0]:
+                    if not wanted_here - {name for name, _, keep in leading if keep}:
+                        break
+                    if sub[1] not in FIXED_SIZES:
+                        raise ValueError(f"{self.struct_name}.{entry[0]}: {sub[0]} is not of a fixed size")
+                    leading.append((sub[0], sub[1], sub[0] in wanted_here))
+                self.tag_struct_fields[entry[0]] = leading
         if any(e[3:] == ("topicName",) or e[0] == "topic_id" for e in tagged_entries):
             raise ValueError(f"{self.struct_name}: a tagged topic field, which no definition has had so far")
 
@@ -186,4 +211,4 @@ class StructRules:
     def reports(self) -> bool:
         """Whether the struct reports anything itself (a topic, a partition, an error, a top-level value)."""
         return bool(self.has_topic or self.partition is not None or self.errors or self.top_fields
-                    or self.body_fields)
+                    or self.body_fields or self.tag_struct_fields)

@@ -1,7 +1,9 @@
 """Generate the Kafka API tables from Apache Kafka's JSON message definitions and the protocol guide.
 
 Run ``python -m dissectors.kafka.generate [--spec DIR] [--check]`` from the repository root. ``DIR`` defaults
-to ``../shared/spec`` next to the repository. The output lands in ``dissectors/kafka/_generated/``.
+to the folder ``python -m tools.kafka_definitions`` makes from Apache Kafka's release jars on Maven Central (and
+caches): ``kafka-messages/<version>/`` per release, with its ``source.json``, and ``errors.tsv``, the error table
+read from the newest release's ``Errors`` class. The output lands in ``dissectors/kafka/_generated/``.
 
 Why a generator: Kafka defines every request and response, every version, in JSON. Hand-copying version
 ranges or field offsets would drift behind new releases (the way hand-written dissectors do). Reading
@@ -10,16 +12,15 @@ nested and common structs) yields the API table, the error table, the fixed top-
 and the full per-version schemas of every request and response (``schemas.py``), which one small
 decoder (``dissectors/kafka/decoder.py``) interprets.
 
-The message definitions come from several Kafka releases: an older one still has versions that newer
-releases removed (KIP-896), and a newer one has APIs and versions the older one lacks. The tables take the
-union. Where two releases define the same version, they must agree on what we use from it; otherwise
-the generator stops with an error instead of guessing.
+The message definitions come from two Kafka releases: the last 3.x still has versions that Kafka 4 removed
+(KIP-896), and the newest release has APIs and versions the older one lacks. The tables take the union. Where
+two releases define the same version, they must agree on what we use from it; otherwise the generator stops with
+an error instead of guessing (``RENAMED_APIS`` and ``DRAFTS`` name the differences it was told of).
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import re
 import sys
@@ -29,13 +30,20 @@ from pathlib import Path
 from typing import NamedTuple
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_SPEC_DIR = REPO_ROOT.parent / "shared" / "spec"
 OUTPUT_DIR = Path(__file__).resolve().parent / "_generated"
 
 MESSAGES_DIR = "kafka-messages"
-# Oldest first. A version defined by several releases is laid out from the newest one that is stable.
-RELEASES = ("3.9.0", "trunk-dfb178a")
-GUIDE_FILE = "001_d9547f6ddd911abd.txt"
+SOURCE_FILE = "source.json"  # per release folder: artifact, version, commit, jar_sha256
+ERRORS_FILE = "errors.tsv"  # code, name, retriable, description: Kafka's Errors enum, one line per code
+ERRORS_SOURCE_FILE = "errors.json"
+
+# Keys Kafka renamed: api key -> (the older releases' name, the newer one). The newest name is the API's name;
+# the older one stays accepted where users name APIs (filters). Any other name change stops the generator.
+RENAMED_APIS = {74: ("ListClientMetricsResources", "ListConfigResources")}  # KIP-1142, Kafka 4.1
+
+# APIs whose definitions in releases before the one given were drafts of a feature not yet shipped (no broker of
+# those releases answers them), so a later release may lay out the same version differently: the later one stands.
+DRAFTS = {"ReadShareGroupStateSummary": (4, 0)}  # KIP-932 share groups: 3.9 carried an early v0 response
 
 # Header rules that the JSON states only in comments (and Kafka's Java code applies by hand). Each one
 # is checked against the comment that states it, so a change upstream stops the generator.
@@ -224,15 +232,19 @@ def parse_message(path: Path, release: str) -> Message:
                tuple(parse_field(f, f"{where}:{s['name']}") for f in s["fields"]))
         for s in raw.get("commonStructs", ())
     )
+    valid = Versions.parse(raw["validVersions"])
+    retired = valid == EMPTY  # an API the release no longer speaks: its file says only key, name, "none"
+    if not retired and "fields" not in raw:
+        raise GeneratorError(f"{where}: no fields")
     message = Message(
         release=release,
         file=path.name,
         kind=raw["type"],
         name=raw["name"],
         api_key=raw.get("apiKey"),
-        valid_versions=Versions.parse(raw["validVersions"]),
-        flexible_versions=Versions.parse(raw["flexibleVersions"]),
-        fields=tuple(parse_field(f, where) for f in raw["fields"]),
+        valid_versions=valid,
+        flexible_versions=Versions.parse(raw.get("flexibleVersions") if retired else raw["flexibleVersions"]),
+        fields=tuple(parse_field(f, where) for f in raw.get("fields", ())),
         common_structs=structs,
         latest_version_unstable=bool(raw.get("latestVersionUnstable", False)),
         comments=comments,
@@ -257,10 +269,29 @@ def check_struct_references(message: Message) -> None:
         walk(struct.fields)
 
 
+def release_order(version: str) -> tuple[int, ...]:
+    """``"3.9.2"`` -> (3, 9, 2): releases sort by their numbers, not as text (4.10 after 4.9)."""
+    if not re.fullmatch(r"\d+(\.\d+)*", version):
+        raise GeneratorError(f"{MESSAGES_DIR}/{version}: not a release number")
+    return tuple(int(part) for part in version.split("."))
+
+
+def find_releases(spec_dir: Path) -> tuple[str, ...]:
+    """The release folders under ``kafka-messages/``, oldest first. A version defined by several releases is
+    laid out from the newest one that is stable."""
+    folder = spec_dir / MESSAGES_DIR
+    if not folder.is_dir():
+        raise GeneratorError(f"no {MESSAGES_DIR}/ in {spec_dir}")
+    releases = tuple(sorted((p.name for p in folder.iterdir() if p.is_dir()), key=release_order))
+    if not releases:
+        raise GeneratorError(f"no release folders in {folder}")
+    return releases
+
+
 def load_release(spec_dir: Path, release: str) -> dict[str, Message]:
     """All request, response and header definitions of one release, keyed by JSON name."""
     folder = spec_dir / MESSAGES_DIR / release
-    paths = sorted(folder.glob("*.json"))
+    paths = sorted(path for path in folder.glob("*.json") if path.name != SOURCE_FILE)
     if not paths:
         raise GeneratorError(f"no JSON definitions in {folder}")
     messages = {}
@@ -272,16 +303,21 @@ def load_release(spec_dir: Path, release: str) -> dict[str, Message]:
     return messages
 
 
-def release_commits(spec_dir: Path) -> dict[str, str]:
-    """Map each release folder to its Apache Kafka commit, read from the folder's README table."""
-    readme = (spec_dir / MESSAGES_DIR / "README.md").read_text(encoding="utf-8")
-    commits = {}
-    for release in RELEASES:
-        match = re.search(rf"^\|\s*`{re.escape(release)}/`\s*\|[^|\n]*\|\s*`([0-9a-f]{{40}})`", readme, re.M)
-        if not match:
-            raise GeneratorError(f"no commit for {release} in {MESSAGES_DIR}/README.md")
-        commits[release] = match[1]
-    return commits
+def read_source(path: Path) -> str:
+    """Where a release's files came from, in words for the generated modules' banners."""
+    try:
+        source = json.loads(path.read_text(encoding="utf-8"))
+        artifact, version, commit, digest = (source[k] for k in ("artifact", "version", "commit", "jar_sha256"))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise GeneratorError(f"{path.parent.name}/{path.name}: {exc}") from None
+    if not re.fullmatch(r"[0-9a-f]{7,40}", commit) or not re.fullmatch(r"[0-9a-f]{64}", digest):
+        raise GeneratorError(f"{path.parent.name}/{path.name}: commit or sha256 malformed")
+    return f"{artifact.split(':')[-1]}-{version}.jar (apache/kafka commit {commit}, sha256 {digest[:16]}...)"
+
+
+def release_sources(spec_dir: Path, releases: Sequence[str]) -> dict[str, str]:
+    """Each release folder's jar and Apache Kafka commit, read from its ``source.json``."""
+    return {release: read_source(spec_dir / MESSAGES_DIR / release / SOURCE_FILE) for release in releases}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -297,6 +333,7 @@ class ApiRow:
     flexible_from: int | None
     # version -> request and response definitions, newest release first
     requests: dict[int, list[Message]] = field(default_factory=dict)
+    former_names: list[str] = field(default_factory=list)  # what older releases called this key
     responses: dict[int, list[Message]] = field(default_factory=dict)
 
     def sources(self) -> str:
@@ -306,7 +343,7 @@ class ApiRow:
             for message in self.requests[version]:
                 by_release.setdefault(message.release, []).append(version)
         return ", ".join(f"{rel} {vs[0]}-{vs[-1]}" if len(vs) > 1 else f"{rel} {vs[0]}"
-                         for rel, vs in sorted(by_release.items(), key=lambda kv: RELEASES.index(kv[0])))
+                         for rel, vs in sorted(by_release.items(), key=lambda kv: release_order(kv[0])))
 
 
 def pair_messages(release: dict[str, Message]) -> Iterator[tuple[Message, Message]]:
@@ -314,8 +351,8 @@ def pair_messages(release: dict[str, Message]) -> Iterator[tuple[Message, Messag
     requests: dict[int, Message] = {}
     responses: dict[int, Message] = {}
     for message in release.values():
-        if message.kind not in ("request", "response"):
-            continue
+        if message.kind not in ("request", "response") or message.valid_versions == EMPTY:
+            continue  # an API the release no longer speaks keeps its file with "validVersions": "none"
         key = message.api_key
         if not isinstance(key, int) or isinstance(key, bool) or not 0 <= key < 1 << 15:
             raise GeneratorError(f"{message.release}/{message.file}: bad api key {key!r}")
@@ -339,9 +376,10 @@ def pair_messages(release: dict[str, Message]) -> Iterator[tuple[Message, Messag
 
 
 def build_api_rows(releases: dict[str, dict[str, Message]]) -> list[ApiRow]:
+    """``releases`` oldest first (dicts keep order)."""
     rows: dict[int, ApiRow] = {}
     key_of_name: dict[str, int] = {}
-    for release in reversed(RELEASES):  # newest first, so per-version lists are newest first
+    for release in reversed(releases):  # newest first, so per-version lists are newest first
         for req, resp in pair_messages(releases[release]):
             assert req.api_key is not None
             if key_of_name.setdefault(req.api_name, req.api_key) != req.api_key:
@@ -354,8 +392,11 @@ def build_api_rows(releases: dict[str, dict[str, Message]]) -> list[ApiRow]:
             if row is None:
                 row = rows[req.api_key] = ApiRow(req.api_key, req.api_name, valid.low, valid.high, None)
             elif row.name != req.api_name:
-                raise GeneratorError(f"api key {req.api_key}: {row.name} in one release, "
-                                     f"{req.api_name} in {release}")
+                if RENAMED_APIS.get(req.api_key) != (req.api_name, row.name):
+                    raise GeneratorError(f"api key {req.api_key}: {row.name} in one release, "
+                                         f"{req.api_name} in {release}")
+                if req.api_name not in row.former_names:
+                    row.former_names.append(req.api_name)
             row.min_version = min(row.min_version, valid.low)
             row.max_version = max(row.max_version, valid.high)
             for version in range(valid.low, valid.high + 1):
@@ -383,19 +424,25 @@ def build_api_rows(releases: dict[str, dict[str, Message]]) -> list[ApiRow]:
 
 def check_header_rules(releases: dict[str, dict[str, Message]], rows: list[ApiRow]) -> tuple[
         tuple[tuple[int, int], ...], tuple[int, ...]]:
-    """Derive the header exceptions, after checking the definitions still state them."""
+    """Derive the header exceptions, after checking the definitions still state them.
+
+    Kafka 4 dropped request header v0 with the one API version that used it (ControlledShutdown v0), so the
+    request-header rule is checked in the releases that still define header v0.
+    """
     by_name = {row.name: row for row in rows}
-    for release in RELEASES:
-        messages = releases[release]
-        for header, versions in (("RequestHeader", Versions(0, 2)), ("ResponseHeader", Versions(0, 1))):
-            if header not in messages or messages[header].valid_versions != versions:
-                raise GeneratorError(f"{release}: {header} is not versions {versions.low}-{versions.high}")
+    for release, messages in releases.items():
+        request_header, response_header = messages.get("RequestHeader"), messages.get("ResponseHeader")
+        if request_header is None or request_header.valid_versions not in (Versions(0, 2), Versions(1, 2)):
+            raise GeneratorError(f"{release}: RequestHeader is not versions 0-2 or 1-2")
+        if response_header is None or response_header.valid_versions != Versions(0, 1):
+            raise GeneratorError(f"{release}: ResponseHeader is not versions 0-1")
         api, version, phrase = REQUEST_HEADER_V0_RULE
-        if phrase not in " ".join(messages[f"{api}Request"].comments.split()):
-            raise GeneratorError(f"{release}: {api}Request no longer says it has a {phrase}")
-        statement = f"Version 0 of the RequestHeader is only used by v{version} of {api}Request"
-        if statement not in " ".join(messages["RequestHeader"].comments.split()):
-            raise GeneratorError(f"{release}: RequestHeader no longer says {statement!r}")
+        if 0 in request_header.valid_versions:
+            if phrase not in " ".join(messages[f"{api}Request"].comments.split()):
+                raise GeneratorError(f"{release}: {api}Request no longer says it has a {phrase}")
+            statement = f"Version 0 of the RequestHeader is only used by v{version} of {api}Request"
+            if statement not in " ".join(request_header.comments.split()):
+                raise GeneratorError(f"{release}: RequestHeader no longer says {statement!r}")
         api, phrase = RESPONSE_HEADER_V0_ALWAYS_RULE
         if phrase not in " ".join(messages[f"{api}Response"].comments.split()):
             raise GeneratorError(f"{release}: {api}Response no longer says tagged fields are {phrase}")
@@ -591,6 +638,12 @@ def wire_shape(struct: tuple) -> tuple:
     return tuple(map(shape, fields)), None if tagged is None else tuple((t[0], *shape(t[1:])) for t in tagged)
 
 
+def is_draft(message: Message) -> bool:
+    """Whether ``message`` comes from a release in which its API had not shipped (``DRAFTS``)."""
+    shipped = DRAFTS.get(message.api_name)
+    return shipped is not None and release_order(message.release) < shipped
+
+
 def chosen_schema(builder: SchemaBuilder, candidates: list[Message], name: str, version: int) -> tuple:
     """The layout from the newest stable release; every other stable release must lay it out the same.
 
@@ -600,7 +653,7 @@ def chosen_schema(builder: SchemaBuilder, candidates: list[Message], name: str, 
     chosen = next((m for m in candidates if m.is_stable(version)), candidates[0])
     schema = builder.message(chosen, version)
     for other in candidates:
-        if other is chosen or not other.is_stable(version):
+        if other is chosen or not other.is_stable(version) or is_draft(other):
             continue
         if wire_shape(SchemaBuilder().message(other, version)) != wire_shape(schema):
             raise GeneratorError(f"{name} v{version}: {chosen.release} and {other.release} disagree on the "
@@ -772,7 +825,7 @@ def wrapped_comment(text: str, width: int = 110) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Error codes from the protocol guide
+# Error codes from Kafka's Errors class
 
 
 class ErrorRow(NamedTuple):
@@ -782,18 +835,22 @@ class ErrorRow(NamedTuple):
     description: str
 
 
-ERROR_ROW = re.compile(r"^([A-Z][A-Z0-9_]*) \| (-?\d+) \| (True|False) \| (.*?) ?\|$")
+ERROR_LINE = re.compile(r"^(-?\d+)\t([A-Z][A-Z0-9_]*)\t(True|False)\t(.*)$")
 
 
-def parse_error_table(guide_text: str) -> list[ErrorRow]:
-    """Rows ``NAME | code | True/False | description |`` of the guide's error-code table."""
-    rows = [ErrorRow(int(m[2]), m[1], m[3] == "True", m[4].strip())
-            for m in map(ERROR_ROW.match, guide_text.splitlines()) if m]
+def parse_error_table(text: str) -> list[ErrorRow]:
+    """Lines ``code<TAB>NAME<TAB>True/False<TAB>description`` as ``tools/java/ErrorTable.java`` prints them."""
+    rows = []
+    for number, line in enumerate(text.splitlines(), 1):
+        match = ERROR_LINE.match(line)
+        if not match:
+            raise GeneratorError(f"{ERRORS_FILE} line {number}: not code, name, retriable, description")
+        rows.append(ErrorRow(int(match[1]), match[2], match[3] == "True", match[4].strip()))
     if not rows:
-        raise GeneratorError("no error-code table in the protocol guide")
+        raise GeneratorError(f"{ERRORS_FILE} is empty")
     codes = [r.code for r in rows]
     if len(set(codes)) != len(codes) or len({r.name for r in rows}) != len(rows):
-        raise GeneratorError("duplicate error codes or names in the protocol guide")
+        raise GeneratorError(f"duplicate error codes or names in {ERRORS_FILE}")
     if (0, "NONE") not in {(r.code, r.name) for r in rows}:
         raise GeneratorError("the error table lacks NONE = 0")
     return sorted(rows)
@@ -801,10 +858,6 @@ def parse_error_table(guide_text: str) -> list[ErrorRow]:
 
 # ---------------------------------------------------------------------------------------------------------
 # Rendering
-
-
-def sha256_prefix(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
 def banner(what: str, sources: Sequence[str]) -> str:
@@ -815,8 +868,9 @@ def banner(what: str, sources: Sequence[str]) -> str:
 
 
 def message_sources(commits: dict[str, str]) -> list[str]:
-    return [f"{MESSAGES_DIR}/{rel}/: *Request.json, *Response.json, *Header.json\n"
-            f"  (apache/kafka commit {commits[rel]})" for rel in RELEASES]
+    """``commits``: release -> its jar and commit, oldest release first."""
+    return [f"*Request.json, *Response.json, *Header.json of Apache Kafka {release}:\n  {source}"
+            for release, source in commits.items()]
 
 
 def quote(text: str) -> str:
@@ -850,6 +904,10 @@ def render_apis(rows: list[ApiRow], header_v0: tuple[tuple[int, int], ...], alwa
                    f"  # {r.sources()}")
     out.append(")")
     out.append("")
+    out.append("# api_key: names older releases gave it (still accepted where users name an API)")
+    renamed = {r.key: tuple(r.former_names) for r in rows if r.former_names}
+    out.append(f"FORMER_NAMES = {renamed!r}")
+    out.append("")
     out.append("# (api_key, api_version) whose requests use header v0, which has no client_id.")
     out.append(f"REQUEST_HEADER_V0 = {header_v0!r}")
     out.append("")
@@ -859,9 +917,9 @@ def render_apis(rows: list[ApiRow], header_v0: tuple[tuple[int, int], ...], alwa
     return "\n".join(out)
 
 
-def render_errors(errors: list[ErrorRow], guide: Path) -> str:
-    out = [banner("Kafka error codes, from the protocol guide's error-code table.",
-                  [f"{guide.name} (sha256 {sha256_prefix(guide)}...)"])]
+def render_errors(errors: list[ErrorRow], source: str) -> str:
+    out = [banner("Kafka error codes, as Kafka's Errors class defines them (the protocol guide's error table "
+                  "is printed from it).", [f"org.apache.kafka.common.protocol.Errors in\n  {source}"])]
     out.append("# (code, name, retriable, description)")
     out.append("ERRORS = (")
     for e in errors:
@@ -899,24 +957,26 @@ def render_prefix(rows: list[ApiRow], commits: dict[str, str]) -> str:
     return "\n".join(out)
 
 
-def render_init(commits: dict[str, str], guide: Path) -> str:
-    sources = [*message_sources(commits), f"{guide.name} (sha256 {sha256_prefix(guide)}...)"]
+def render_init(commits: dict[str, str]) -> str:
     return banner("Tables generated from the Kafka protocol definitions (see dissectors/kafka/generate.py).",
-                  sources)
+                  message_sources(commits))
 
 
 def render_all(spec_dir: Path) -> dict[str, str]:
     """File name -> content of every generated module."""
-    releases = {release: load_release(spec_dir, release) for release in RELEASES}
-    commits = release_commits(spec_dir)
+    releases = {release: load_release(spec_dir, release) for release in find_releases(spec_dir)}
+    commits = release_sources(spec_dir, tuple(releases))
     rows = build_api_rows(releases)
     header_v0, always_v0 = check_header_rules(releases, rows)
-    guide = spec_dir / GUIDE_FILE
-    errors = parse_error_table(guide.read_text(encoding="utf-8"))
+    try:
+        errors = parse_error_table((spec_dir / ERRORS_FILE).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise GeneratorError(f"no error table: {exc}") from None
+    errors_source = read_source(spec_dir / ERRORS_SOURCE_FILE)
     files = {  # in this order: a layout disagreement is reported by the narrowest check that sees it
-        "__init__.py": render_init(commits, guide),
+        "__init__.py": render_init(commits),
         "apis.py": render_apis(rows, header_v0, always_v0, commits),
-        "errors.py": render_errors(errors, guide),
+        "errors.py": render_errors(errors, errors_source),
         "response_prefix.py": render_prefix(rows, commits),
         "schemas.py": render_schemas(build_schemas(rows), commits),
     }
@@ -941,16 +1001,28 @@ def render_extract_plans(schemas_source: str, commits: dict[str, str]) -> str:
         raise GeneratorError(str(exc)) from None
 
 
+def default_spec_dir() -> Path:
+    """The definitions folder made from the release jars (``tools/kafka_definitions.py``), made on first use."""
+    from tools.kafka_definitions import prepare
+    from tools.maven import MavenError
+
+    try:
+        return prepare()
+    except MavenError as exc:
+        raise GeneratorError(str(exc)) from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dissectors.kafka.generate",
                                      description=__doc__.split("\n")[0])
-    parser.add_argument("--spec", type=Path, default=DEFAULT_SPEC_DIR,
-                        help="folder with kafka-messages/ and the protocol guide (default: ../shared/spec)")
+    parser.add_argument("--spec", type=Path,
+                        help="folder with kafka-messages/<release>/ and errors.tsv (default: made from the release "
+                             "jars on Maven Central by python -m tools.kafka_definitions, and cached)")
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 if the generated modules are out of date")
     args = parser.parse_args(argv)
     try:
-        files = render_all(args.spec)
+        files = render_all(args.spec or default_spec_dir())
     except (GeneratorError, OSError, KeyError) as exc:
         print(f"generate: {exc}", file=sys.stderr)
         return 2

@@ -529,6 +529,9 @@ class _PlanWriter(StructRules):
             if name in self.tag_kept:
                 handlers.append((tag, name, type_name))
                 self.kept.add(name)
+            elif name in self.tag_struct_fields:
+                handlers.append((tag, name, "struct"))
+                self.kept.update(f"{name}__{sub}" for sub, _, keep in self.tag_struct_fields[name] if keep)
             elif isinstance(element, tuple) and self.child(name, type_name, element) is not None:
                 raise GenerateError(f"{self.struct_name}: the tagged struct {name} holds something needed")
         self.needed = self.needed or bool(handlers)
@@ -556,6 +559,15 @@ class _PlanWriter(StructRules):
                 self.emit(f"if c.pos + {FIXED_TYPES[type_name][1]} > stop:", 1)
                 self.code.fail("TRUNCATED", where, 2)
                 self.emit_read(name, READ_FIXED[type_name], 1)
+            elif type_name == "struct":  # leading fixed-size fields of a tagged struct (tag_struct_fields)
+                fields = self.tag_struct_fields[name]
+                self.emit(f"if c.pos + {sum(FIXED_TYPES[t][1] for _, t, _ in fields)} > stop:", 1)
+                self.code.fail("TRUNCATED", child_path(where, name), 2)
+                for sub, sub_type, keep in fields:
+                    if keep:
+                        self.emit_read(f"{name}__{sub}", READ_FIXED[sub_type], 1)
+                    else:
+                        self.emit(f"c.pos += {FIXED_TYPES[sub_type][1]}", 1)
             elif _base(type_name) == "string":
                 self.emit("sub.buf, sub.pos, sub.end, sub.err = c.buf, c.pos, stop, 0", 1)
                 self.emit(f"v_{name} = read_str(acc, &sub, {type_name.startswith('compact_')}, "
@@ -601,6 +613,11 @@ class _PlanWriter(StructRules):
             out.append(f"acc.{name} = v_{name}")
         for name in self.body_fields:
             out.append(f"acc.set_field({_lit(name)}, v_{name})")
+        for name, fields in self.tag_struct_fields.items():
+            for sub, _, keep in fields:
+                if keep:  # None when the tag was absent
+                    out.append(f"if v_{name}__{sub} is not None:")
+                    out.append(f"    acc.set_field({_lit(f'{name}.{sub}')}, v_{name}__{sub})")
         return out
 
     def kept_locals(self) -> list[str]:
