@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 import pyarrow as pa
 
 from analyzer.pipeline.analyze import FileReport, Options, analyze_file
+from analyzer.pipeline.topic_ids import TopicIdResolver
 from spark_jobs.envelope import REPORT, envelope_batch, pack_batch, pack_report, split
 from spark_jobs.fetch import LazyCopies, local_copies
 
@@ -61,15 +62,23 @@ def _stream(task: int, path: str, following: list[str], names: dict[str, str], o
             except queue.Full:
                 continue
 
-    def sink(table: str, batch: pa.RecordBatch) -> None:
+    resolver = TopicIdResolver()  # topic ids a later response of the file names (analyzer.pipeline.topic_ids)
+
+    def send(table: str, batch: pa.RecordBatch) -> None:
         nonlocal seq
         for part in split(batch):
             put((table, task, seq, part.num_rows, pack_batch(part)))
             seq += 1
 
+    def sink(table: str, batch: pa.RecordBatch) -> None:
+        if resolver.feed(table, batch):
+            send(table, batch)
+
     def work() -> None:
         try:
             report = analyse_file(path, following, options, sink, fs_for, names)
+            for table, batch in resolver.finish(report.topic_names):
+                send(table, batch)
             put((REPORT, task, seq, 1, pack_report(report)))
             put(None)
         except _Stopped:
@@ -102,6 +111,7 @@ def _stream(task: int, path: str, following: list[str], names: dict[str, str], o
     finally:
         stop.set()
         worker.join()
+        resolver.close()
 
 
 def analyse_file(path: str, following: list[str], options: Options, sink, fs_for: Callable | None = None,

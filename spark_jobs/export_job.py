@@ -297,7 +297,8 @@ def _write_deliveries(spark, staging: Staging) -> None:
     produced = parts.where((F.col("api_name") == "Produce") & (F.col("base_offset") >= 0)
                            & (F.coalesce(F.col("records"), F.lit(0)) > 0) & F.col("request_last_ts").isNotNull())
     span = F.col("records_last_offset") - F.col("records_first_offset")
-    fetched = parts.where((F.col("api_name") == "Fetch") & (F.col("records_first_offset") >= 0)
+    consumed = F.coalesce(F.col("fetch_kind"), F.lit("consumer")) != "follower"  # replication delivers to no one
+    fetched = parts.where((F.col("api_name") == "Fetch") & consumed & (F.col("records_first_offset") >= 0)
                           & F.col("response_last_ts").isNotNull() & (span >= 0) & (span < d.MAX_SPAN))
     conns = spark.read.parquet(staging.uri("connections")).select("capture_file", "connection_id", "client_ip",
                                                                    "broker_ip", "broker_port")

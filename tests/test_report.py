@@ -167,7 +167,8 @@ def test_hover_names_the_first_request_packet(browser_view, built) -> None:
 
 def test_record_bytes_per_topic_are_the_tables(browser_view, built) -> None:
     p = pq.read_table(built["tables"] / "partitions.parquet",
-                      columns=["api_key", "topic", "request_record_bytes", "response_record_bytes"])
+                      columns=["api_key", "topic", "request_record_bytes", "response_record_bytes", "fetch_kind"])
+    p = p.filter(pc.invert(pc.fill_null(pc.equal(p["fetch_kind"], "follower"), False)))  # consumption only
     fig = _figure(browser_view, "traffic")
     for axis, column, key in (("x", "request_record_bytes", 0), ("x2", "response_record_bytes", 1)):
         rows = p.filter(pc.equal(p["api_key"], key))

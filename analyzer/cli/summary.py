@@ -60,6 +60,9 @@ def print_summary(console: Console, exchanges: pa.Table, connections: pa.Table,
         _clients(console, exchanges)
         if partitions is not None and partitions.num_rows:
             _topics(console, partitions)
+            replication = replication_rows(partitions, capture_span(exchanges)["seconds"])
+            if replication:
+                _replication(console, replication)
         if groups is not None and groups.num_rows:
             _groups(console, group_rows(groups))
         if deliveries is not None and deliveries.num_rows:
@@ -236,7 +239,7 @@ def topic_rows(parts: pa.Table) -> list[dict]:
     if not parts.num_rows:
         return []
     produce = parts.filter(pc.equal(parts["api_key"], 0))
-    fetch = parts.filter(pc.equal(parts["api_key"], 1))
+    fetch = parts.filter(pc.and_(pc.equal(parts["api_key"], 1), pc.invert(is_follower(parts))))
     rows: dict[str, dict] = {}
     if produce.num_rows:
         for r in produce.group_by("topic").aggregate([
@@ -256,6 +259,53 @@ def topic_rows(parts: pa.Table) -> list[dict]:
     out = [{"topic": topic, **{k: r.get(k) for k in keys}} for topic, r in rows.items()]
     out.sort(key=lambda r: (-(r["produced"] or 0), -(r["fetched"] or 0), r["topic"] or ""))
     return out
+
+
+def is_follower(parts: pa.Table) -> pa.ChunkedArray:
+    """Rows of a follower's Fetch (replication), false where the table does not say (older exports)."""
+    if "fetch_kind" not in parts.column_names:
+        return pc.equal(parts["api_key"], -1)
+    return pc.fill_null(pc.equal(parts["fetch_kind"], "follower"), False)
+
+
+def replication_rows(parts: pa.Table, seconds: float | None = None) -> list[dict]:
+    """Per topic-partition, the followers' Fetch requests: how many (and per second), by how many followers, the
+    records they copied, and their lag behind the leader (high_watermark minus fetch_offset, as the leader
+    answered): at most, and at the last fetch seen."""
+    if not parts.num_rows:
+        return []
+    f = parts.filter(pc.and_(pc.equal(parts["api_key"], 1), is_follower(parts)))
+    if not f.num_rows:
+        return []
+    lag = pc.subtract(f["high_watermark"], f["fetch_offset"])
+    f = f.append_column("lag", lag).sort_by([("response_last_ts", "ascending")])
+    out = []
+    for r in f.group_by(["topic", "partition"], use_threads=False).aggregate([
+        ("replica_id", "count"), ("replica_id", "count_distinct"), ("records", "sum"), ("lag", "max"),
+        ("lag", "last"),
+    ]).to_pylist():
+        out.append({"topic": r["topic"], "partition": r["partition"], "fetches": r["replica_id_count"],
+                    "per_second": round(r["replica_id_count"] / seconds, 3) if seconds else None,
+                    "followers": r["replica_id_count_distinct"], "records": r["records_sum"] or 0,
+                    "max_lag": r["lag_max"], "last_lag": r["lag_last"]})
+    out.sort(key=lambda r: (r["topic"] or "", r["partition"] if r["partition"] is not None else -1))
+    return out
+
+
+def _replication(console: Console, rows: list[dict], top: int = 20) -> None:
+    t = Table(title=f"Replication: followers' fetches per partition (top {top} by lag; not consumers)",
+              title_justify="left")
+    for col in ("topic", "partition", "fetches", "per s", "followers", "records", "max lag", "last lag"):
+        t.add_column(col, justify="left" if col == "topic" else "right")
+
+    def num(v) -> str:
+        return "-" if v is None else f"{v:,}"
+
+    for r in sorted(rows, key=lambda r: -(r["max_lag"] or 0))[:top]:
+        t.add_row(inert_text(r["topic"]), num(r["partition"]), num(r["fetches"]),
+                  "-" if r["per_second"] is None else f"{r['per_second']:.1f}", num(r["followers"]),
+                  num(r["records"]), num(r["max_lag"]), num(r["last_lag"]))
+    console.print(t)
 
 
 def _topics(console: Console, parts: pa.Table, top: int = 15) -> None:
@@ -500,7 +550,22 @@ def _clients(console: Console, ex: pa.Table, top: int = 10) -> None:
     console.print(t)
 
 
-def anomaly_counts(conns: pa.Table, ex: pa.Table) -> list[tuple[str, str, int]]:
+def unnamed_topic_ids(ex: pa.Table, parts: pa.Table | None = None) -> list[str]:
+    """The topic ids no response of the run named (analyzer.pipeline.topic_ids): UUID-form entries of the
+    exchanges' topics, and partition rows whose topic is still their topic_id."""
+    from analyzer.pipeline.topic_ids import UUID_FORM
+
+    found: set[str] = set()
+    if ex.num_rows and "topics" in ex.column_names:
+        values = pc.list_flatten(ex["topics"])
+        found.update(values.filter(pc.fill_null(pc.match_substring_regex(values, UUID_FORM), False)).to_pylist())
+    if parts is not None and parts.num_rows and "topic_id" in parts.column_names:
+        same = pc.fill_null(pc.equal(parts["topic"], parts["topic_id"]), False)
+        found.update(parts["topic_id"].filter(same).to_pylist())
+    return sorted(found)
+
+
+def anomaly_counts(conns: pa.Table, ex: pa.Table, parts: pa.Table | None = None) -> list[tuple[str, str, int]]:
     """(key, label, count) of everything unusual about the connections and their exchanges."""
     def total(col: str) -> int:
         return (pc.sum(conns[col]).as_py() or 0) if conns.num_rows else 0
@@ -520,6 +585,7 @@ def anomaly_counts(conns: pa.Table, ex: pa.Table) -> list[tuple[str, str, int]]:
         ("resyncs", "framing resyncs", total("resyncs")),
         ("skipped_bytes", "bytes not placed in frames", total("skipped_bytes")),
         ("truncated_frames", "frames cut by the end", total("truncated_frames")),
+        ("unnamed_topic_ids", "topic ids no response named (topic_id)", len(unnamed_topic_ids(ex, parts))),
         ("tls_connections", "TLS connections", tls),
         ("tls_decrypted", "TLS connections decrypted", decrypted),
     ]
@@ -569,10 +635,12 @@ def summary_document(exchanges: pa.Table, connections: pa.Table, reports: list[F
         "brokers": broker_rows(exchanges),
         "clients": client_rows(exchanges, None),
         "topics": topic_rows(partitions) if partitions is not None and partitions.num_rows else [],
+        "replication": (replication_rows(partitions, span["seconds"])
+                        if partitions is not None and partitions.num_rows else []),
         "groups": group_rows(groups) if groups is not None and groups.num_rows else [],
         "deliveries": None if deliveries is None else delivery_rows(deliveries) if deliveries.num_rows else [],
         "connections": {"count": connections.num_rows, "ended": dict(sorted(ended.items())),
-                        **{key: value for key, _, value in anomaly_counts(connections, exchanges)}},
+                        **{key: value for key, _, value in anomaly_counts(connections, exchanges, partitions)}},
         "crc_failures": crc_failure_rows(partitions) if verify_crc and not headers_only else None,
         "hints": hints(exchanges, connections, reports) if exchanges.num_rows == 0 else [],
         "notes": [HEADERS_ONLY_NOTE] if headers_only else [],
@@ -594,7 +662,7 @@ def _connections(console: Console, conns: pa.Table, ex: pa.Table, parts: pa.Tabl
     if len(rtt):
         t.add_row("handshake RTT p50 / max (ms)",
                   f"{_fmt_ms(pc.approximate_median(rtt).as_py())} / {_fmt_ms(pc.max(rtt).as_py())}")
-    for key, label, value in anomaly_counts(conns, ex):
+    for key, label, value in anomaly_counts(conns, ex, parts):
         if key in ("tls_connections", "tls_decrypted"):  # said in detail below
             continue
         style = "yellow" if value else "dim"

@@ -53,14 +53,17 @@ def produced_rows(parts: pa.Table | pa.RecordBatch) -> pa.Table:
 
 
 def fetched_rows(parts: pa.Table | pa.RecordBatch) -> pa.Table:
-    """Partition rows of Fetch responses that returned records (their first and last offsets known, at most
-    MAX_SPAN apart: a wider range comes from a damaged batch header and would match everything)."""
+    """Partition rows of consumers' Fetch responses that returned records (their first and last offsets known, at
+    most MAX_SPAN apart: a wider range comes from a damaged batch header and would match everything); a follower's
+    fetches replicate, they deliver to no one."""
     def keep(t: pa.Table):
         span = pc.subtract(t["records_last_offset"], t["records_first_offset"])
-        return pc.and_(pc.and_(pc.equal(t["api_key"], FETCH), pc.greater_equal(t["records_first_offset"], 0)),
+        consumed = pc.invert(pc.fill_null(pc.equal(t["fetch_kind"], "follower"), False))  # replication is not
+        return pc.and_(pc.and_(pc.and_(pc.equal(t["api_key"], FETCH), consumed),
+                               pc.greater_equal(t["records_first_offset"], 0)),
                        pc.and_(pc.is_valid(t["response_last_ts"]),
                                pc.and_(pc.greater_equal(span, 0), pc.less(span, MAX_SPAN))))
-    return _select(parts, ("api_key", *FETCH_COLUMNS), keep).drop_columns(["api_key"])
+    return _select(parts, ("api_key", "fetch_kind", *FETCH_COLUMNS), keep).drop_columns(["api_key", "fetch_kind"])
 
 
 def _ns(col: pa.ChunkedArray | pa.Array) -> np.ndarray:

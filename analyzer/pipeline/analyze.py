@@ -102,6 +102,7 @@ class FileReport:
     gap_bytes: int = 0
     continues_in: str | None = None  # name of the next file of its rotated set, when connections run on into it
     handoffs: list[Handoff] = field(default_factory=list)  # the connections that do
+    topic_names: dict[bytes, str] = field(default_factory=dict)  # topic id -> name, from the responses it read
 
 
 def analyze_file(
@@ -199,6 +200,7 @@ def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap,
         report.refused_batches = table.out.limits.refused
         report.connections_evicted = table.evicted + table.probes_evicted
         report.requests_dropped = table.out.requests_dropped
+        report.topic_names = dict(table.out.topic_names)
         cap.stats.on_tls_secrets = None  # the stats travel back from worker processes: no closure in them
     report.seconds = time.perf_counter() - started
     return report

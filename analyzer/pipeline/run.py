@@ -27,6 +27,7 @@ from analyzer.capture.files import STDIN, CaptureError, open_capture
 from analyzer.derived.tables import DerivedTables
 from analyzer.pipeline.analyze import BatchSink, FileReport, Options, analyze_file, capture_names
 from analyzer.pipeline.stitch import Stitcher, capture_sets, next_files
+from analyzer.pipeline.topic_ids import TopicIdResolver, merge_names
 from analyzer.tables.schemas import files_batch
 from analyzer.tcp.shards import frames_per_mib
 
@@ -330,96 +331,104 @@ def run(
     reports: list[FileReport] = []
     stitcher = Stitcher()
     derived = DerivedTables(deliveries=options.deliveries)
+    resolver = TopicIdResolver()
     final_sink = sink
     reaper = None  # with worker processes: the thread that reaps them once they exit
 
     def sink(table: str, batch: pa.RecordBatch) -> None:
         out = stitcher.apply(table, batch)
-        if out is not None:
+        if out is not None and resolver.feed(table, out):
             derived.feed(table, out)
             final_sink(table, out)
 
-    if jobs <= 1 or len(tasks) == 1:
-        for task in tasks:
-            done = 0
-
-            def advance(read: int) -> None:
-                nonlocal done
-                if on_progress and read > done:
-                    on_progress(read - done)
-                    done = read
-
-            report = analyze_file(task.path, options, sink, task.shard, advance, following=task.following,
-                                  name_of=task.name_of(), balance_shards=task.balanced)
-            _add_to_stitcher(stitcher, report)
-            reports.append(report)
-            advance(_size(task.path))
-    else:
-        from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait  # only with workers
-        from multiprocessing import get_context
-
-        global _read_so_far
-        spool = tempfile.mkdtemp(prefix="kafkacap-spool-")
-        context = get_context("fork")
-        shares = [_size(t.path) // (t.shard[1] if t.shard else 1) for t in tasks]
-        read = _read_so_far = context.RawArray("q", len(tasks)) if on_progress else None  # before the fork
-        shown = 0
-        poll = min(SPOOL_POLL, PROGRESS_POLL) if on_progress else SPOOL_POLL
-
-        def show_progress() -> None:
-            nonlocal shown
-            now = sum(map(min, read, shares))
-            if now > shown:
-                on_progress(now - shown)
-                shown = now
-
-        # One file split over the processes: the parent analyses the first shard itself, between handing on
-        # the batches of the others (which run in len(tasks) - 1 workers).
-        in_parent = len(_groups(tasks)) == 1
-        if in_parent and tasks[0].balanced:
-            tasks = [replace(t, weights=(PARENT_SHARD_WEIGHT,) + (1.0,) * (len(tasks) - 1)) for t in tasks]
-        pool = None
-        try:
-            pool = ProcessPoolExecutor(max_workers=len(tasks) - 1 if in_parent else jobs, mp_context=context)
-            folders = [tempfile.mkdtemp(prefix=f"task{i}-", dir=spool) for i in range(len(tasks))]
-            futures = [pool.submit(_run_task, t, options, folders[i], i) if i or not in_parent else Future()
-                       for i, t in enumerate(tasks)]
-            for group in _groups(tasks):
-                sources: list[str | _Held] = [folders[i] for i in group]
-                if in_parent:
-                    held = sources[0] = _Held(folders[group[0]])
-                spools = _Spools(sources, [futures[i] for i in group])
-                if in_parent:
-                    futures[0].set_result(_run_task(tasks[0], options, _holding(held, spools, sink), 0,
-                                                    show_progress if read is not None else None))
-                while not spools.forward(sink):
-                    running = [futures[i] for i in group if not futures[i].done()]
-                    if running:
-                        wait(running, timeout=poll, return_when=FIRST_COMPLETED)
-                    if read is not None:  # the bar moves while the workers read
-                        show_progress()
-                for i, (report, _) in zip(group, spools.results, strict=True):
-                    _add_to_stitcher(stitcher, report)
-                    reports.append(report)
-                    if read is not None:
-                        read[i] = shares[i]
-                if read is not None:
-                    show_progress()
-        except BaseException:
-            if pool is not None:
-                pool.shutdown(wait=True, cancel_futures=True)
-            raise
-        else:
-            # The workers, idle now, are told to exit at once: their exit (some 10 ms, their memory given back)
-            # overlaps the tables made below. The pool's thread that reaps them (a private attribute of
-            # ProcessPoolExecutor; without it the pool is shut down waiting, as a `with` block would) is joined
-            # before returning.
-            reaper = getattr(pool, "_executor_manager_thread", None)
-            pool.shutdown(wait=reaper is None)
-        finally:
-            _read_so_far = None
-            shutil.rmtree(spool, ignore_errors=True)
     try:
+        if jobs <= 1 or len(tasks) == 1:
+            for task in tasks:
+                done = 0
+
+                def advance(read: int) -> None:
+                    nonlocal done
+                    if on_progress and read > done:
+                        on_progress(read - done)
+                        done = read
+
+                report = analyze_file(task.path, options, sink, task.shard, advance, following=task.following,
+                                      name_of=task.name_of(), balance_shards=task.balanced)
+                _add_to_stitcher(stitcher, report)
+                reports.append(report)
+                advance(_size(task.path))
+        else:
+            from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait  # only with workers
+            from multiprocessing import get_context
+
+            global _read_so_far
+            spool = tempfile.mkdtemp(prefix="kafkacap-spool-")
+            context = get_context("fork")
+            shares = [_size(t.path) // (t.shard[1] if t.shard else 1) for t in tasks]
+            read = _read_so_far = context.RawArray("q", len(tasks)) if on_progress else None  # before the fork
+            shown = 0
+            poll = min(SPOOL_POLL, PROGRESS_POLL) if on_progress else SPOOL_POLL
+
+            def show_progress() -> None:
+                nonlocal shown
+                now = sum(map(min, read, shares))
+                if now > shown:
+                    on_progress(now - shown)
+                    shown = now
+
+            # One file split over the processes: the parent analyses the first shard itself, between handing on
+            # the batches of the others (which run in len(tasks) - 1 workers).
+            in_parent = len(_groups(tasks)) == 1
+            if in_parent and tasks[0].balanced:
+                tasks = [replace(t, weights=(PARENT_SHARD_WEIGHT,) + (1.0,) * (len(tasks) - 1)) for t in tasks]
+            pool = None
+            try:
+                pool = ProcessPoolExecutor(max_workers=len(tasks) - 1 if in_parent else jobs, mp_context=context)
+                folders = [tempfile.mkdtemp(prefix=f"task{i}-", dir=spool) for i in range(len(tasks))]
+                futures = [pool.submit(_run_task, t, options, folders[i], i) if i or not in_parent else Future()
+                           for i, t in enumerate(tasks)]
+                for group in _groups(tasks):
+                    sources: list[str | _Held] = [folders[i] for i in group]
+                    if in_parent:
+                        held = sources[0] = _Held(folders[group[0]])
+                    spools = _Spools(sources, [futures[i] for i in group])
+                    if in_parent:
+                        futures[0].set_result(_run_task(tasks[0], options, _holding(held, spools, sink), 0,
+                                                        show_progress if read is not None else None))
+                    while not spools.forward(sink):
+                        running = [futures[i] for i in group if not futures[i].done()]
+                        if running:
+                            wait(running, timeout=poll, return_when=FIRST_COMPLETED)
+                        if read is not None:  # the bar moves while the workers read
+                            show_progress()
+                    for i, (report, _) in zip(group, spools.results, strict=True):
+                        _add_to_stitcher(stitcher, report)
+                        reports.append(report)
+                        if read is not None:
+                            read[i] = shares[i]
+                    if read is not None:
+                        show_progress()
+            except BaseException:
+                if pool is not None:
+                    pool.shutdown(wait=True, cancel_futures=True)
+                raise
+            else:
+                # The workers, idle now, are told to exit at once: their exit (some 10 ms, their memory given back)
+                # overlaps the tables made below. The pool's thread that reaps them (a private attribute of
+                # ProcessPoolExecutor; without it the pool is shut down waiting, as a `with` block would) is joined
+                # before returning.
+                reaper = getattr(pool, "_executor_manager_thread", None)
+                pool.shutdown(wait=reaper is None)
+            finally:
+                _read_so_far = None
+                shutil.rmtree(spool, ignore_errors=True)
+    except BaseException:
+        resolver.close()  # its spill folder, if any
+        raise
+    try:
+        for table, batch in resolver.finish(merge_names(r.topic_names for r in reports)):
+            derived.feed(table, batch)
+            final_sink(table, batch)
         merged = merge_shards(reports)
         for r in merged:
             r.exchanges -= stitcher.dropped.get(r.name, 0)
@@ -433,6 +442,7 @@ def run(
             final_sink(table, batch)
         final_sink("files", files_batch([(*file_row(r), *stitcher.file_columns(r.name)) for r in merged]))
     finally:
+        resolver.close()
         if reaper is not None:
             reaper.join()
     return merged
@@ -505,6 +515,7 @@ def merge_shards(reports: list[FileReport]) -> list[FileReport]:
         m.error = m.error or r.error
         m.continues_in = m.continues_in or r.continues_in
         m.handoffs.extend(r.handoffs)
+        m.topic_names.update(r.topic_names)
         for k, v in r.status_counts.items():
             m.status_counts[k] = m.status_counts.get(k, 0) + v
     return merged

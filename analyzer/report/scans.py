@@ -294,7 +294,8 @@ class TrafficAggregates:
     def add(self, p: pa.Table) -> None:
         self.rows += p.num_rows
         produce = p.filter(pc.equal(p["api_key"], 0))
-        fetch = p.filter(pc.equal(p["api_key"], 1))
+        fetch = p.filter(pc.and_(pc.equal(p["api_key"], 1),  # consumption: followers' replication left out
+                                 pc.invert(pc.fill_null(pc.equal(p["fetch_kind"], "follower"), False))))
         produce = pa.table({"ts": produce["request_last_ts"], "series": produce["topic"],
                             "topic": produce["topic"], "partition": produce["partition"],
                             "bytes": produce["request_record_bytes"], "records": produce["records"],
@@ -315,7 +316,8 @@ class TrafficAggregates:
 
 
 PARTITION_COLUMNS = ["api_key", "topic", "partition", "request_last_ts", "response_last_ts", "request_record_bytes",
-                     "response_record_bytes", "records", "batches", "codec", "uncompressed_bytes", "consumer_lag"]
+                     "response_record_bytes", "records", "batches", "codec", "uncompressed_bytes", "consumer_lag",
+                     "fetch_kind"]
 
 
 def scan_partitions(source: TableSource, interval: ag.Interval) -> TrafficAggregates:

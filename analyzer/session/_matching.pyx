@@ -92,7 +92,8 @@ cdef int SYNC_GROUP = 14, CONSUMER_GROUP_HEARTBEAT = 68
 # Extracted's fields by position (a NamedTuple: reading by index skips the attribute lookup and, on a tuple
 # subclass, Cython's generic indexing), checked by name below. Its partitions are compiled Entries.
 cdef Py_ssize_t X_TOPICS = 0, X_PARTITION_COUNT = 1, X_ERRORS = 2, X_TOP_ERROR = 3, X_THROTTLE = 4
-cdef Py_ssize_t X_PARTITIONS = 5, X_ACKS = 6, X_TRANSACTIONAL_ID = 7, X_TOPIC_IDS = 9, X_LEFT_OUT = 10, X_FIELDS = 11
+cdef Py_ssize_t X_PARTITIONS = 5, X_ACKS = 6, X_TRANSACTIONAL_ID = 7, X_COMPLETE = 8, X_TOPIC_IDS = 9, X_LEFT_OUT = 10
+cdef Py_ssize_t X_FIELDS = 11
 if Extracted._fields != ("topics", "partition_count", "errors", "top_error", "throttle_time_ms", "partitions",
                          "acks", "transactional_id", "complete", "topic_ids", "left_out", "fields"):
     raise ImportError("Extracted's fields moved: update the positions in _matching.pyx")
@@ -357,6 +358,17 @@ cdef Request new_request(int32_t correlation_id, api_key, api_version, client_id
     r.records = records
     r.group_body = group_body
     return r
+
+
+cdef object _replica_of(Request req):
+    """A Fetch request's replica id: replica_id before v15, replica_state.replica_id from v15 (None: not sent)."""
+    if req.api_key != FETCH:
+        return None
+    fields = xf(req.body, X_FIELDS)
+    if not fields:
+        return None
+    replica = (<dict>fields).get("replica_id")
+    return replica if replica is not None else (<dict>fields).get("replica_state.replica_id")
 
 
 cdef class ExchangeMatcher(FrameSink):
@@ -766,6 +778,9 @@ cdef class ExchangeMatcher(FrameSink):
             record_count, record_bytes = _totals(recs, parts)
             if self.verify_crc:
                 note = _join(note, self._crc_note(recs))
+        elif key == FETCH and self.bodies and status is not MALFORMED and xf(x, X_COMPLETE):
+            record_count = record_bytes = 0  # read whole, it returned no records (an incremental fetch session's
+            # answer without news names no partition at all)
         else:
             record_count = record_bytes = None
         if self.bodies:
@@ -1006,11 +1021,12 @@ cdef class ExchangeMatcher(FrameSink):
         cdef Py_ssize_t i, na = len(asked), nr = len(answered)
         corr, key, ver, client_id = req.correlation_id, req.api_key, req.api_version, req.client_id
         rq_last = req.last_ts
+        replica = _replica_of(req)
         for i in range(na if na else nr):
             rq = asked[i] if na else None
             rs = answered[i] if nr else None
             partitions.add(connection_id, corr, key, ver, client_id, rq_last, rs_last, rq, rs,
-                           summaries.get(where_of(rs if rq is None else rq)) if summaries else None)
+                           summaries.get(where_of(rs if rq is None else rq)) if summaries else None, replica)
 
     cdef _emit_partitions(self, Request req, rs_last, list answered, recs):
         """One row per topic-partition, the request's and the response's entries of it paired, with the
@@ -1021,6 +1037,7 @@ cdef class ExchangeMatcher(FrameSink):
         cdef int64_t connection_id = self.conn.connection_id
         corr, key, ver, client_id = req.correlation_id, req.api_key, req.api_version, req.client_id
         rq_last = req.last_ts
+        replica = _replica_of(req)
         out = self.out
         if len(asked) == 1 and len(answered) == 1:
             rq, rs = asked[0], answered[0]
@@ -1028,7 +1045,7 @@ cdef class ExchangeMatcher(FrameSink):
                 # the common case: one partition, asked and answered; a summary there is of its records field
                 # (the summaries are keyed by the entries of one side, and each side has only this one)
                 partitions.add(connection_id, corr, key, ver, client_id, rq_last, rs_last, rq, rs,
-                               _only_value(summaries) if summaries else None)
+                               _only_value(summaries) if summaries else None, replica)
                 return
         if _in_step(asked, answered):  # entry i of each names the same topic-partition, each once
             self._emit_in_step(req, rs_last, asked, answered, summaries)
@@ -1044,6 +1061,6 @@ cdef class ExchangeMatcher(FrameSink):
                 slot[1] = p
         for where, (rq, rs) in merged.items():
             partitions.add(connection_id, corr, key, ver, client_id, rq_last, rs_last, rq, rs,
-                           summaries.get(where) if summaries else None)
+                           summaries.get(where) if summaries else None, replica)
         if self._room_wanted(out.held_rows):
             out.make_room()

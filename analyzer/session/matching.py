@@ -31,6 +31,7 @@ from dissectors.kafka.extract import (
     MAX_TOPICS,
     Extracted,
 )
+from dissectors.kafka.extract_rules import WELL_KNOWN_TOPIC_IDS
 from dissectors.kafka.records import SUMMARY_CRC_FAILURES, V2_HEADER_SIZE, Limits, RecordsError
 from dissectors.kafka.records import batches as record_batches
 from dissectors.kafka.records import records as record_rows_of
@@ -70,7 +71,8 @@ _UNDEFINED = Extracted([], 0, [], None, None, [], None, None, False)
 
 # Body fields whose exchanges column has another name (tables.schemas.SETTING_FIELDS).
 _SETTING_NAMES = {"generation_id_or_member_epoch": "generation_id", "member_epoch": "generation_id",
-                  "instance_id": "group_instance_id", "leader": "group_leader"}
+                  "instance_id": "group_instance_id", "leader": "group_leader",
+                  "replica_state.replica_id": "replica_id", "replica_state.replica_epoch": "replica_epoch"}
 _SETTINGS = frozenset(SETTING_FIELDS)
 FIND_COORDINATOR, JOIN_GROUP = 10, 11
 
@@ -185,7 +187,8 @@ class Outputs:
         self.exchanges = ExchangeColumns()
         self.errors = ErrorColumns()
         self.partitions = PartitionColumns()
-        self.topic_names: dict[bytes, str] = {}  # topic id -> name, from Metadata responses
+        # topic id -> name, from Metadata-like responses (and the ids Kafka itself fixes)
+        self.topic_names: dict[bytes, str] = dict(WELL_KNOWN_TOPIC_IDS)
         self.group_details = GroupDetails()  # the exchanges' subscription and assignment columns
         # Requests held in flight per connection (checked once the queue outgrows a scan: never below that).
         self.max_in_flight = max(max_in_flight, SCAN_IN_FLIGHT)

@@ -89,6 +89,7 @@ cdef class StringColumn(Column):
     cdef bint topics  # values are topics: a bytes value is a topic id, made text (a name or UUID) when drained
     cdef Buf ids  # int32 row numbers of the values that are topic ids, ascending
     cdef bint big  # holds full_bytes of text or more: its table wants draining
+    cdef object id_texts  # after to_array: per row, the topic id in UUID form (None for names), or None if no ids
     cdef int add_utf8(self, const char* s, Py_ssize_t length) except -1
     cdef int add_bytes(self, bytes raw, bint topic_id) except -1
     cdef Py_ssize_t start(self, Py_ssize_t i) noexcept
@@ -196,6 +197,7 @@ cdef class PartitionColumns(Table):
     cdef StringColumn topic
     cdef IntColumn partition
     cdef IntColumn error_code
+    cdef IntColumn replica_id
     cdef list offsets  # PARTITION_OFFSET_FIELDS order: the response's value, else the request's
     cdef IntColumn request_record_bytes
     cdef IntColumn response_record_bytes
@@ -207,4 +209,4 @@ cdef class PartitionColumns(Table):
     cdef int add_no_summary(self) except -1
     cdef int add(self, int64_t connection_id, object correlation_id, object api_key, object api_version,
                  object client_id, object request_last_ts, object response_last_ts, object asked,
-                 object answered, object summary) except -1
+                 object answered, object summary, object replica_id) except -1

@@ -25,6 +25,7 @@ from libc.string cimport memcpy, memset
 
 import pyarrow as pa
 
+from analyzer.tables.schemas import id_text
 from analyzer.tables.schemas import (
     CAPTURE_TIME_FIELDS,
     ERROR_ROW_FIELDS,
@@ -717,6 +718,7 @@ cdef class StringColumn(Column):
         if self.cap == 0:
             first_offset(&self.offsets)
         self.offsets.size = (n + 1) * 4
+        self.id_texts = None
         if self.ids.size:
             self.name_ids(resolve)
         if self.data.cap > FIRST_CAP:
@@ -726,12 +728,14 @@ cdef class StringColumn(Column):
                                                     take(&self.data, self.data.size)], null_count=nulls)
 
     cdef int name_ids(self, object resolve) except -1:
-        """Rewrite the data with every topic id replaced by its text (``resolve(id)``, once per distinct id)."""
+        """Rewrite the data with every topic id replaced by its text (``resolve(id)``, once per distinct id), and
+        keep each row's id in UUID form in ``id_texts``."""
         cdef Buf offsets, data
         cdef Py_ssize_t i, k = 0, a, b, length, ids = self.ids.size // 4
         cdef int32_t* at = <int32_t*>self.ids.data
         cdef const char* s
-        cdef dict texts = {}
+        cdef dict texts = {}, uuids = {}
+        cdef list id_texts = [None] * self.n
         offsets.data = data.data = NULL
         offsets.size = offsets.cap = data.size = data.cap = 0
         try:
@@ -744,6 +748,8 @@ cdef class StringColumn(Column):
                     text = texts.get(raw)
                     if text is None:
                         text = texts[raw] = resolve(raw)
+                        uuids[raw] = id_text(raw)
+                    id_texts[i] = uuids[raw]
                     s = PyUnicode_AsUTF8AndSize(text, &length)
                 else:
                     s = <const char*>self.data.data + a
@@ -761,6 +767,7 @@ cdef class StringColumn(Column):
         self.offsets = offsets
         self.data = data
         self.ids.size = 0
+        self.id_texts = pa.array(id_texts, pa.string())
         return 0
 
     cdef void reset(self) noexcept:
@@ -941,6 +948,10 @@ cdef class Table:
                 raise RuntimeError("a row was added to some columns only")
         try:
             arrays = {name: column.to_array(resolve) for name, column in zip(self.names, self.columns)}
+            topic = self.by_name.get("topic")
+            if isinstance(topic, StringColumn) and (<StringColumn>topic).topics:
+                ids = (<StringColumn>topic).id_texts
+                arrays["topic_id"] = ids if ids is not None else pa.nulls(self.rows, pa.string())
         finally:
             self.reset()
         return arrays
@@ -1168,6 +1179,7 @@ cdef class PartitionColumns(Table):
         self.api_key, self.api_version, self.client_id = c["api_key"], c["api_version"], c["client_id"]
         self.request_last_ts, self.response_last_ts = c["request_last_ts"], c["response_last_ts"]
         self.topic, self.partition, self.error_code = c["topic"], c["partition"], c["error_code"]
+        self.replica_id = c["replica_id"]
         self.offsets = [c[name] for name in PARTITION_OFFSET_FIELDS]
         self.request_record_bytes = c["request_record_bytes"]
         self.response_record_bytes = c["response_record_bytes"]
@@ -1184,7 +1196,7 @@ cdef class PartitionColumns(Table):
 
     cdef int add(self, int64_t connection_id, object correlation_id, object api_key, object api_version,
                  object client_id, object request_last_ts, object response_last_ts, object asked,
-                 object answered, object summary) except -1:
+                 object answered, object summary, object replica_id) except -1:
         cdef Entry rq = None
         cdef Entry rs = None
         cdef tuple sm = None
@@ -1216,6 +1228,7 @@ cdef class PartitionColumns(Table):
             self.topic.add_obj(rs.topic if rs is not None and rs.topic is not None
                                else (None if rq is None else rq.topic))
             put_either(self.partition, rs, rq, E_PARTITION)
+            put_int_obj(self.replica_id, replica_id)
             put_either(self.error_code, rs, None, E_ERROR_CODE)
             for j in range(N_OFFSETS):
                 put_either(<IntColumn>self.offset_columns[j], rs, rq, E_OFFSETS + j)

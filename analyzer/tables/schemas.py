@@ -116,6 +116,12 @@ EXCHANGES_SCHEMA = pa.schema([
     _f("rebalance_timeout_ms", pa.int32(), "JoinGroup, ConsumerGroupHeartbeat: how long a rebalance may take."),
     _f("client_software_name", pa.string(), "ApiVersions (v3+): the client library (KIP-511)."),
     _f("client_software_version", pa.string(), "ApiVersions (v3+): its version."),
+    _f("replica_id", pa.int32(), "Fetch: the broker id of the follower fetching (replica_id before v15, "
+       "replica_state.replica_id from v15); -1 for a consumer (null when a v15+ consumer sends no replica_state)."),
+    _f("replica_epoch", pa.int64(), "Fetch (v15+): the follower's broker epoch (replica_state.replica_epoch)."),
+    _f("fetch_kind", pa.string(), "Fetch: consumer (replica_id -1, or none sent), follower (a broker's replica, "
+       "replica_id 0 or more: replication, not consumption), or other (a negative id but -1: debugging tools "
+       "(-2), a broker's future log dir (-3)); null for other APIs."),
     _f("waited", pa.bool_(), "Whether the broker held the request by design rather than being slow: a Fetch answered "
        "without records once max_wait_ms (less 5 %) had passed (a long poll that ran out; false for a Fetch "
        "answered within 10 ms, null for one that brought records later: it may have been held until data "
@@ -142,7 +148,7 @@ SETTING_FIELDS = (
     "acks", "timeout_ms", "transactional_id", "max_wait_ms", "min_bytes", "max_bytes", "isolation_level",
     "session_id", "session_epoch", "group_id", "member_id", "generation_id", "group_instance_id", "protocol_type",
     "protocol_name", "group_leader", "session_timeout_ms", "rebalance_timeout_ms", "client_software_name",
-    "client_software_version",
+    "client_software_version", "replica_id", "replica_epoch",
 )
 
 # The fields of a row as the core writes it (see analyzer.session.matching); the other columns are derived.
@@ -233,12 +239,19 @@ _EXCHANGE_KEYS = [
     _f("client_id", pa.string(), "client_id of the request."),
 ]
 
+TOPIC_DOC = ("Its name; where the request or response names it by id only (Produce v13+, Fetch v13+, the share "
+             "APIs, ...), the name a Metadata, DescribeTopicPartitions, CreateTopics or other response anywhere in "
+             "the run gave that id, else the id in UUID form (then topic equals topic_id).")
+TOPIC_ID_DOC = ("The topic id in UUID form, where the wire named the topic by id; null where it named it by name "
+                "(topic alone tells).")
+
 ERRORS_SCHEMA = pa.schema([
     *_EXCHANGE_KEYS,
     _f("response_last_ts", TS, "Capture time of the packet that completed the response."),
     _f("field_path", pa.string(), "Where in the response the error code sits, as dotted field names "
        "(error_code for the top level; responses.partitions.error_code for a partition's)."),
-    _f("topic", pa.string(), "Topic the error belongs to (name, or id in UUID form), null at the top level."),
+    _f("topic", pa.string(), "Topic the error belongs to, null at the top level. " + TOPIC_DOC),
+    _f("topic_id", pa.string(), TOPIC_ID_DOC),
     _f("partition", pa.int32(), "Partition the error belongs to, null above partition level."),
     _f("error_code", pa.int16(), "The non-zero error code."),
     _f("error_name", pa.string(), "Its name in the protocol guide (UNDEFINED_ERROR_<n> if it has none)."),
@@ -253,7 +266,8 @@ ERRORS_SCHEMA = pa.schema([
 RECORDS_SCHEMA = pa.schema([
     *_EXCHANGE_KEYS,
     _f("frame_ts", TS, "Capture time of the packet that completed the frame carrying the record."),
-    _f("topic", pa.string(), "Topic (name, or id in UUID form)."),
+    _f("topic", pa.string(), "Topic. " + TOPIC_DOC),
+    _f("topic_id", pa.string(), TOPIC_ID_DOC),
     _f("partition", pa.int32(), "Partition."),
     _f("offset", pa.int64(), "Record offset (as the producer or broker set it)."),
     _f("timestamp", TS, "Record timestamp (create or log-append time, as the batch says); null when the "
@@ -275,10 +289,14 @@ PARTITIONS_SCHEMA = pa.schema([
     *_EXCHANGE_KEYS,
     _f("request_last_ts", TS, "Capture time of the packet that completed the request."),
     _f("response_last_ts", TS, "Capture time of the packet that completed the response (null if none)."),
-    _f("topic", pa.string(), "Topic name (or id in UUID form when no Metadata response named it)."),
+    _f("topic", pa.string(), "Topic. " + TOPIC_DOC),
+    _f("topic_id", pa.string(), TOPIC_ID_DOC),
     _f("partition", pa.int32(), "Partition index."),
     _f("error_code", pa.int16(), "The partition's error code in the response (null without a response)."),
     _f("error_name", pa.string(), "Name of error_code."),
+    _f("replica_id", pa.int32(), "Fetch: the replica_id of the exchange (see exchanges)."),
+    _f("fetch_kind", pa.string(), "Fetch: consumer, follower or other, as in exchanges; follower rows are "
+       "replication (their high_watermark minus fetch_offset is the follower's lag), not consumption."),
     _f("base_offset", pa.int64(), "Produce response: offset given to the first appended record."),
     _f("log_append_time_ms", pa.int64(), "Produce response: broker append time (-1 unless log-append time)."),
     _f("log_start_offset", pa.int64(), "Produce response v5+, Fetch request and response: log start offset."),
@@ -327,8 +345,10 @@ PARTITIONS_SCHEMA = pa.schema([
        "batch's base offset plus its last offset delta; legacy: the last message's offset (a compressed "
        "wrapper's: its last inner message's, else the wrapper's own, which brokers give its last inner "
        "message). Relative offsets in Produce requests, as above."),
-    _f("consumer_lag", pa.int64(), "Fetch: high_watermark minus fetch_offset, the lag as the broker reported it."),
-    _f("data_age_ms", pa.float64(), "Fetch: response time minus the earliest fetched record timestamp."),
+    _f("consumer_lag", pa.int64(), "Fetch by a consumer: high_watermark minus fetch_offset, the lag as the broker "
+       "reported it (null for follower fetches: see fetch_kind)."),
+    _f("data_age_ms", pa.float64(), "Fetch by a consumer: response time minus the earliest fetched record "
+       "timestamp."),
 ])
 
 # Offsets, timestamps and epochs of a topic-partition, as its request and its response each carry them (the
@@ -340,7 +360,8 @@ PARTITION_OFFSET_FIELDS = (
 )
 PARTITION_ROW_FIELDS = (
     "connection_id", "correlation_id", "api_key", "api_version", "client_id", "request_last_ts",
-    "response_last_ts", "topic", "partition", "error_code", *PARTITION_OFFSET_FIELDS, "request_record_bytes",
+    "response_last_ts", "topic", "partition", "error_code", "replica_id", *PARTITION_OFFSET_FIELDS,
+    "request_record_bytes",
     "response_record_bytes", "batches", "records", "codec", "uncompressed_bytes",
     "producer_id", "producer_epoch", "base_sequence", "transactional", "control", "first_record_ts", "max_record_ts",
     "truncated_batches", "crc_failures", "records_first_offset", "records_last_offset",
@@ -453,13 +474,14 @@ ROW_TYPES = {fields: _row_types(fields, schema) for fields, schema in (
     (PARTITION_ROW_FIELDS, PARTITIONS_SCHEMA), (RECORD_ROW_FIELDS, RECORDS_SCHEMA))}
 
 
-def _topic_column(values: pa.Array, topics, topic_names: dict[bytes, str]) -> pa.Array:
-    """The topic column of record rows as text: names as they are; when some row names its topic by id
-    (bytes), every topic goes through topic_text (Metadata names, else the UUID form). ``topics()`` iterates
-    over the rows' topic values (the ``values`` as Python objects)."""
+def _topic_columns(values: pa.Array, topics, topic_names: dict[bytes, str]) -> tuple[pa.Array, pa.Array]:
+    """The topic and topic_id columns of record rows as text: names as they are; when some row names its topic
+    by id (bytes), every topic goes through topic_text (Metadata names, else the UUID form) and the ids are
+    given in UUID form. ``topics()`` iterates over the rows' topic values (the ``values`` as Python objects)."""
     if bytes not in set(map(type, topics())):
-        return values.cast(pa.string())
-    return pa.array([topic_text(t, topic_names) for t in topics()], pa.string())
+        return values.cast(pa.string()), pa.nulls(len(values), pa.string())
+    return (pa.array([topic_text(t, topic_names) for t in topics()], pa.string()),
+            pa.array([id_text(t) if t.__class__ is bytes else None for t in topics()], pa.string()))
 
 
 def _ms_to_ts(ms: pa.Array) -> pa.Array:
@@ -515,7 +537,8 @@ def _rows_batch(cols: dict[str, pa.Array], n: int, schema: pa.Schema, capture_fi
                                                  pc.if_else(pc.equal(wire, 0), None, wire).cast(pa.float64()))
         derived["consumer_lag"] = pc.subtract(cols["high_watermark"], cols["fetch_offset"])
         age = _data_age_ms(cols["response_last_ts"], first)
-        is_fetch = pc.equal(api_key, 1)
+        derived["fetch_kind"] = fetch_kind(api_key, cols["replica_id"])
+        is_fetch = pc.fill_null(pc.equal(derived["fetch_kind"], "consumer"), False)  # lag and age: consumers only
         derived["data_age_ms"] = pc.if_else(is_fetch, age, None)
         derived["consumer_lag"] = pc.if_else(is_fetch, derived["consumer_lag"], None)
     arrays = []
@@ -533,7 +556,7 @@ def _flat_rows_batch(rows: list[tuple], fields: tuple[str, ...], schema: pa.Sche
                      topic_names: dict[bytes, str]) -> pa.RecordBatch:
     cols = _columns(rows, fields, ROW_TYPES[fields])
     topics = partial(map, itemgetter(fields.index("topic")), rows)
-    cols["topic"] = _topic_column(cols["topic"], topics, topic_names)
+    cols["topic"], cols["topic_id"] = _topic_columns(cols["topic"], topics, topic_names)
     return _rows_batch(cols, len(rows), schema, capture_file)
 
 
@@ -557,7 +580,7 @@ def records_batch(rows, capture_file: str, topic_names: dict[bytes, str]) -> pa.
     def topics():
         return chain.from_iterable(map(repeat, map(itemgetter(6), rows.heads), rows.counts))
 
-    cols["topic"] = _topic_column(cols["topic"], topics, topic_names)
+    cols["topic"], cols["topic_id"] = _topic_columns(cols["topic"], topics, topic_names)
     return _rows_batch(cols, len(rows.records), RECORDS_SCHEMA, capture_file)
 
 
@@ -671,6 +694,7 @@ def exchanges_batch(c: dict, capture_file: str) -> pa.RecordBatch:
         c["record_count"],
         c["record_bytes"],
         *(c[name] for name in SETTING_FIELDS),
+        fetch_kind(api_key, c["replica_id"]),
         *_waits(api_key, latency, c["record_count"], c["max_wait_ms"], error_code),
         _expected_column(error_code, error_names, api_names),
         *(c[name] if name in c else pa.nulls(len(api_key), EXCHANGES_SCHEMA.field(name).type)
@@ -706,6 +730,14 @@ def expected_errors(error_name: pa.Array, api_name: pa.Array) -> pa.Array:
 
 
 FETCH_KEY, JOIN_GROUP_KEY, SYNC_GROUP_KEY = 1, 11, 14
+CONSUMER_REPLICA_ID = -1  # what a consumer's Fetch says (Kafka's FetchRequest.CONSUMER_REPLICA_ID)
+
+
+def fetch_kind(api_key: pa.Array, replica_id: pa.Array) -> pa.Array:
+    """The fetch_kind column: consumer, follower or other for Fetch rows (EXCHANGES_SCHEMA), null elsewhere."""
+    kind = pc.if_else(pc.greater_equal(replica_id, 0), "follower",
+                      pc.if_else(pc.equal(replica_id, CONSUMER_REPLICA_ID), "consumer", "other"))
+    return pc.if_else(pc.equal(api_key, FETCH_KEY), pc.fill_null(kind, "consumer"), pa.scalar(None, pa.string()))
 WAIT_SHARE = 0.95  # a Fetch answered empty this close to its max_wait_ms ran out its long poll
 # A coordinator answers a JoinGroup or SyncGroup it does not hold at once (a rejoin of a stable group, the
 # leader's SyncGroup); held ones last until the group settles: seconds, never a fraction of this.
@@ -760,12 +792,17 @@ def _constant(value: object, typ: pa.DataType, n: int) -> pa.Array:
     return kept[1].slice(0, n)
 
 
+def id_text(topic_id: bytes) -> str:
+    """A topic id (16 bytes) in the UUID form Kafka's tools print it in."""
+    return str(uuid.UUID(bytes=bytes(topic_id)))
+
+
 def topic_text(topic: str | bytes | None, topic_names: dict[bytes, str]) -> str | None:
     """A topic name as is; a topic id by the name a Metadata response gave it, else in UUID form."""
     if topic is None or topic.__class__ is str:
         return topic
     name = topic_names.get(topic)
-    return name if name is not None else str(uuid.UUID(bytes=bytes(topic)))
+    return name if name is not None else id_text(topic)
 
 
 _CONN_TYPES = {f.name: f.type for f in CONNECTIONS_SCHEMA}
