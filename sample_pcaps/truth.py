@@ -7,7 +7,8 @@ Layout of ``<name>.truth.json`` (all counts come from the clients' side, never f
 - ``topics``: per topic, ``produced`` (records the broker acknowledged), ``produced_acks0`` (records sent
   with acks=0, never acknowledged), ``consumed`` (records handed to the application), ``codecs``, ``acks``,
   ``message_format`` (``v2`` record batches, or ``v0``/``v1`` message sets), ``producers``/``consumers``
-  (client ids).
+  (client ids), and, from clients that report them (the Java ones), ``partitions``: per partition the
+  ``produced`` count with the ``offsets`` the broker acknowledged, and the ``consumed`` count.
 - ``groups``: per group id, the member client ids, committed offsets {topic: {partition: offset}}, and
   whether the members left.
 - ``errors``: deliberately triggered broker errors, each {api_name, error_name, level (``top`` for the
@@ -17,15 +18,29 @@ Layout of ``<name>.truth.json`` (all counts come from the clients' side, never f
 - ``acks0``: whether any producer used acks=0.
 - ``expectations``: facts about the wire a scenario was built to produce: ``pipelined`` (some connection has
   several requests in flight), ``min_produce_request_bytes`` (its Produce requests are at least this big, so
-  each spans many TCP segments).
-- ``requests``: every request the clients logged: {client, client_id, client_port (null for librdkafka,
-  which does not log it), broker, api_key, api_name, api_version, correlation_id, expects_response,
-  response_received, response_error_code/response_error_name (top-level error code of the response, when
-  the client exposes it), timed_out (only when librdkafka reported the request timed out)}.
+  each spans many TCP segments), ``idempotent_producers`` (client ids whose batches carry a producer id).
+- ``requests``: every request the clients logged: {client, client_id, client_port (null for librdkafka and
+  the Java clients, which do not log it), broker, api_key, api_name, api_version, correlation_id,
+  expects_response, response_received, response_error_code/response_error_name (top-level error code of the
+  response, when the client exposes it), timed_out (only when librdkafka reported the request timed out),
+  connection (librdkafka's broker handle; the Java clients' node id, ``node -1`` for the bootstrap
+  connection), cancelled (only when a Java or Go client gave up the request in flight, closing the connection)}.
 - ``max_in_flight``: most requests outstanding on one connection, in the order the clients logged them.
 - ``capture_stats``: tool, packets, kernel drops, size in bytes.
 - ``tls`` (TLS scenarios only): ``keylog`` (the key log file next to the capture) and ``withheld_clients`` (client
   ids whose session secrets are not in it: their requests cannot be decoded and are expected not to be).
+- ``request_logs`` (clients whose requests are not read from their own log, the Go ones): per client, the
+  ``method`` its requests were logged with and the ``checks`` comparing that with the client's own counters.
+- ``cluster`` (multi-broker scenarios only): the nodes and their namespaces, the capture interface and ports, the
+  topic's replication, which node was stopped and why, the recorder's ``events`` (stop, exit, start, started,
+  with epoch and UTC times and seconds into the stream), the partition leaders in the producer's metadata before
+  and after, and the clients' own counters. Such a scenario's topics also carry ``produced_retried``: records the
+  producer sent again (its ``record-retry-total``), so Produce requests on the wire carry ``produced`` plus that
+  many.
+- ``nested_errors`` (clients that print their responses, the Java ones of the cluster scenario): every non-zero
+  error code below a response's top level {client_id, api_name, api_version, correlation_id, connection, in (the
+  printed object holding it), partition, error_code, error_name (the client's own name), after_stop (whether it
+  came once the recorder had begun to stop a node: those are also ``errors`` entries), at, at_utc}.
 """
 
 from __future__ import annotations
@@ -55,6 +70,11 @@ class ScenarioTruth:
     notes: list[str] = field(default_factory=list)
     # TLS scenarios: {"keylog": file name, "withheld_clients": client ids whose session keys are not in it}
     tls: dict[str, Any] = field(default_factory=dict)
+    # {client: {"method": how its requests were logged, "checks": {...}}} (go_clients)
+    request_logs: dict[str, Any] = field(default_factory=dict)
+    # multi-broker scenarios: nodes, the stop/restart events, the clients' nested errors (scenarios_cluster)
+    cluster: dict[str, Any] = field(default_factory=dict)
+    nested_errors: list[dict[str, Any]] = field(default_factory=list)
 
     def _topic(self, topic: str) -> dict[str, Any]:
         return self.topics.setdefault(topic, {
@@ -62,9 +82,17 @@ class ScenarioTruth:
             "message_format": None, "producers": [], "consumers": [],
         })
 
+    def _partition(self, topic: str, partition: int) -> dict[str, Any]:
+        partitions = self._topic(topic).setdefault("partitions", {})
+        return partitions.setdefault(str(partition), {"produced": 0, "offsets": [], "consumed": 0})
+
     def produced(self, topic: str, count: int, *, client_id: str, codec: str, acks: int,
-                 message_format: str = "v2") -> None:
+                 message_format: str = "v2", offsets: dict[int, list[int]] | None = None) -> None:
         entry = self._topic(topic)
+        for partition, acknowledged in sorted((offsets or {}).items()):
+            detail = self._partition(topic, partition)
+            detail["produced"] += len(acknowledged)
+            detail["offsets"] = sorted(detail["offsets"] + list(acknowledged))
         if acks == 0:
             entry["produced_acks0"] += count
             self.acks0 = True
@@ -75,8 +103,10 @@ class ScenarioTruth:
         _add(entry["producers"], client_id)
         entry["message_format"] = message_format
 
-    def consumed(self, topic: str, count: int, *, client_id: str) -> None:
+    def consumed(self, topic: str, count: int, *, client_id: str, partitions: dict[int, int] | None = None) -> None:
         entry = self._topic(topic)
+        for partition, read in sorted((partitions or {}).items()):
+            self._partition(topic, partition)["consumed"] += read
         entry["consumed"] += count
         _add(entry["consumers"], client_id)
 
@@ -111,6 +141,9 @@ class ScenarioTruth:
             "capture_format": self.capture_format,
             "broker": self.broker,
             "clients": self.clients,
+            **({"request_logs": self.request_logs} if self.request_logs else {}),
+            **({"cluster": self.cluster} if self.cluster else {}),
+            **({"nested_errors": self.nested_errors} if self.nested_errors else {}),
             "topics": self.topics,
             "groups": self.groups,
             "errors": self.errors,

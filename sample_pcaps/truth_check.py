@@ -4,8 +4,12 @@ Each check returns a list of human-readable problems (empty when the capture's a
 the clients said). Pure functions over plain dicts, so the tests and any script can share them.
 
 Keys: kafka-python and aiokafka requests carry the client's local port, so (client_id, client_port,
-correlation_id) names exactly one request. librdkafka logs no port; its requests are compared as a multiset
-of (client_id, correlation_id, api_name, api_version), client ids being unique per client instance.
+correlation_id) names exactly one request. librdkafka and the Java clients log no port; their requests are
+compared as a multiset of (client_id, correlation_id, api_name, api_version), client ids being unique per
+client instance.
+
+Where the clients reported per partition (the Java clients: the offsets each record was acknowledged at, the
+records read from each partition, the offsets committed), the ``partitions`` table is held to that too.
 """
 
 from __future__ import annotations
@@ -86,8 +90,13 @@ def match_requests(truth: dict, rows: list[Row]) -> tuple[list[tuple[dict, Row]]
 
 def check_statuses(truth: dict, pairs: list[tuple[dict, Row]]) -> list[str]:
     """Answered requests are matched; where kafkacap reports a top-level error code it is the one the client
-    saw; requests owed no response are acks0; deliberately unanswered ones are no_response."""
+    saw; requests owed no response are acks0; deliberately unanswered ones are no_response.
+
+    kafkacap's exchange ``error_code`` is the top-level code when non-zero, else the first nested one: where the
+    client saw top-level 0 and printed that nested code in the same response (truth ``nested_errors``), they
+    agree."""
     unanswered = {(u["client_id"], u["api_name"]): u["expected_status"] for u in truth["unanswered"]}
+    nested = {(e["client_id"], e["correlation_id"], e["error_code"]) for e in truth.get("nested_errors", ())}
     problems = []
     for request, row in pairs:
         label = f"{request['client_id']} {request['api_name']} corr {request['correlation_id']}"
@@ -100,7 +109,9 @@ def check_statuses(truth: dict, pairs: list[tuple[dict, Row]]) -> list[str]:
             if row["status"] not in ANSWERED:
                 problems.append(f"{label}: the client got a response but the status is {row['status']}")
             elif None not in (request["response_error_code"], row["error_code"]) \
-                    and row["error_code"] != request["response_error_code"]:
+                    and row["error_code"] != request["response_error_code"] \
+                    and not (request["response_error_code"] == 0
+                             and (request["client_id"], request["correlation_id"], row["error_code"]) in nested):
                 problems.append(f"{label}: the client saw error {request['response_error_name']}, kafkacap "
                                 f"{row['error_name']}")
     return problems
@@ -149,7 +160,8 @@ def check_record_counts(truth: dict, rows: list[Row]) -> list[str]:
         producers = set(entry["producers"])
         produce = [r for r in rows if r.get("client_id") in producers and r.get("api_name") == "Produce"]
         carried = sum(r.get("record_count") or 0 for r in produce)
-        expected = entry["produced"] + entry["produced_acks0"]
+        # records a producer sent again (after NOT_LEADER_OR_FOLLOWER, say) are on the wire once more
+        expected = entry["produced"] + entry["produced_acks0"] + entry.get("produced_retried", 0)
         if produce and carried != expected:
             problems.append(f"{topic}: Produce requests carry {carried} records, producers report {expected}")
         consumers = set(entry["consumers"])
@@ -157,6 +169,107 @@ def check_record_counts(truth: dict, rows: list[Row]) -> list[str]:
         fetched = sum(r.get("record_count") or 0 for r in fetch)
         if fetch and fetched < entry["consumed"]:
             problems.append(f"{topic}: Fetch responses carry {fetched} records, consumers read {entry['consumed']}")
+    return problems
+
+
+def check_nested_errors_seen(truth: dict, errors: list[Row]) -> list[str]:
+    """Every nested error code the clients printed in a response (truth ``nested_errors``) is a row of the
+    ``errors`` table for that client's exchange, with the same code and partition."""
+    found = Counter((r.get("client_id"), r.get("correlation_id"), r.get("error_code"), r.get("partition"))
+                    for r in errors)
+    wanted = Counter((e["client_id"], e["correlation_id"], e["error_code"], e["partition"])
+                     for e in truth.get("nested_errors", ()))
+    return [f"{client_id} corr {cid}: {count} x nested error {code} (partition {partition}) printed by the client, "
+            f"{found[(client_id, cid, code, partition)]} in the errors table"
+            for (client_id, cid, code, partition), count in wanted.items()
+            if found[(client_id, cid, code, partition)] < count]
+
+
+def check_follower_fetches(truth: dict, rows: list[Row]) -> list[str]:
+    """A replicated scenario (truth ``expectations.follower_fetches``: node ids, listener port, restarted nodes):
+    every node sent follower Fetch requests on that port, each carrying its own node id as replica id (kind
+    ``follower``), a restarted node with a new broker epoch after its restart, and no client's Fetch carries a
+    replica id. Needs kafkacap's ``replica_id`` column; a problem says so when it is missing."""
+    expected = truth.get("expectations", {}).get("follower_fetches")
+    if not expected:
+        return []
+    fetches = [r for r in rows if r.get("api_name") == "Fetch" and r.get("broker_port") == expected["port"]]
+    if fetches and "replica_id" not in fetches[0]:
+        return ["kafkacap has no replica_id column: follower fetches cannot be told from consumers' fetches"]
+    clients = {r["client_id"] for r in truth["requests"]}
+    followers = [r for r in fetches if r.get("replica_id") is not None and r["replica_id"] >= 0]
+    problems = [f"node {node}: no follower Fetch with replica id {node} on port {expected['port']}"
+                for node in expected["nodes"] if not any(r["replica_id"] == node for r in followers)]
+    wrong = [r for r in followers if r.get("client_id") in clients]
+    if wrong:
+        problems.append(f"{len(wrong)} Fetch requests of the clients carry a replica id, e.g. {wrong[0]['client_id']} "
+                        f"corr {wrong[0]['correlation_id']}: {wrong[0]['replica_id']}")
+    kinds = Counter(r.get("fetch_kind") for r in followers)
+    if set(kinds) - {"follower"}:
+        problems.append(f"follower fetches of kind {dict(kinds)}")
+    for node in expected.get("restarted", ()):
+        epochs = {r.get("replica_epoch") for r in followers if r["replica_id"] == node}
+        if len(epochs - {None}) < 2:
+            problems.append(f"node {node} was restarted, yet its follower fetches carry broker epochs {epochs}")
+    return problems
+
+
+def has_partition_detail(truth: dict) -> bool:
+    """Whether the clients of this scenario reported per partition (topics[...]["partitions"])."""
+    return any("partitions" in entry for entry in truth["topics"].values())
+
+
+def check_partitions(truth: dict, partitions: list[Row]) -> list[str]:
+    """Per partition the clients reported: the Produce entries of a topic's producers that the broker accepted
+    cover exactly the offsets the producers were acknowledged at (base_offset onwards, one per record), in the
+    producers' codec, with a producer id where the producer was idempotent; the Fetch responses to the topic's
+    consumers carry at least the records they read from the partition."""
+    problems = []
+    idempotent = set(truth.get("expectations", {}).get("idempotent_producers", ()))
+    for topic, entry in truth["topics"].items():
+        producers, consumers = set(entry["producers"]), set(entry["consumers"])
+        for partition, detail in sorted(entry.get("partitions", {}).items()):
+            label = f"{topic}-{partition}"
+            here = [r for r in partitions if r.get("topic") == topic and r.get("partition") == int(partition)]
+            accepted = [r for r in here if r.get("api_name") == "Produce" and r.get("client_id") in producers
+                        and r.get("error_code") == 0]
+            offsets = sorted(offset for r in accepted if r.get("base_offset") is not None and r.get("records")
+                             for offset in range(r["base_offset"], r["base_offset"] + r["records"]))
+            if offsets != detail["offsets"]:
+                problems.append(f"{label}: accepted Produce entries cover offsets {offsets}, the producers were "
+                                f"acknowledged at {detail['offsets']}")
+            codecs = {r.get("codec") for r in accepted} - set(entry["codecs"])
+            if codecs:
+                problems.append(f"{label}: Produce codec {sorted(map(str, codecs))}, producers used {entry['codecs']}")
+            anonymous = [r for r in accepted if r["client_id"] in idempotent
+                         and (r.get("producer_id") is None or r["producer_id"] < 0)]
+            if anonymous:
+                problems.append(f"{label}: {len(anonymous)} Produce entries of idempotent producers without a "
+                                "producer id")
+            fetched = sum(r.get("records") or 0 for r in here
+                          if r.get("api_name") == "Fetch" and r.get("client_id") in consumers)
+            if fetched < detail["consumed"]:
+                problems.append(f"{label}: Fetch responses carry {fetched} records, consumers read "
+                                f"{detail['consumed']}")
+    return problems
+
+
+def check_committed_offsets(truth: dict, partitions: list[Row]) -> list[str]:
+    """The last accepted OffsetCommit entry of a group's members, per partition, holds the offset the client
+    committed."""
+    problems = []
+    for group_id, entry in truth["groups"].items():
+        members = set(entry["members"])
+        commits = sorted((r for r in partitions if r.get("api_name") == "OffsetCommit"
+                          and r.get("client_id") in members and r.get("error_code") == 0),
+                         key=lambda r: (r.get("request_last_ts") is None, r.get("request_last_ts")))
+        last = {(r.get("topic"), r.get("partition")): r.get("committed_offset") for r in commits}
+        for topic, offsets in entry["committed"].items():
+            for partition, offset in offsets.items():
+                seen = last.get((topic, int(partition)))
+                if seen != offset:
+                    problems.append(f"group {group_id} {topic}-{partition}: the client committed {offset}, the "
+                                    f"OffsetCommit requests say {seen}")
     return problems
 
 

@@ -31,6 +31,7 @@ TOP_ERRORS = _with(lambda truth: any(e["level"] == "top" for e in truth["errors"
 NESTED_ERRORS = _with(lambda truth: any(e["level"] == "nested" for e in truth["errors"]))
 WITH_RECORDS = _with(lambda truth: bool(truth["topics"]))
 WITH_EXPECTATIONS = _with(lambda truth: bool(truth.get("expectations")))
+WITH_PARTITIONS = _with(truth_check.has_partition_detail)
 
 
 def _name(path: Path) -> str:
@@ -149,3 +150,15 @@ def test_the_wire_shows_what_the_scenario_was_built_for(tables, truth_path: Path
     truth = _load(truth_path)
     problems = truth_check.check_expectations(truth, _rows(tables, truth))
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("truth_path", WITH_PARTITIONS, ids=_name)
+def test_partitions_agree_with_what_the_clients_were_told(tables, truth_path: Path) -> None:
+    """Clients that report per partition (the Java ones): acknowledged offsets, codecs, producer ids, records
+    read, and committed offsets, against kafkacap's partitions table."""
+    truth = _load(truth_path)
+    if "partitions" not in tables:
+        pytest.skip("kafkacap writes no partitions table")
+    rows = [row for row in tables["partitions"] if row["capture_file"] == truth["capture"]]
+    problems = truth_check.check_partitions(truth, rows) + truth_check.check_committed_offsets(truth, rows)
+    assert not problems, "\n".join(problems[:20])

@@ -32,7 +32,7 @@ MASK32 = 0xFFFFFFFF
 SYN, FIN, RST, ACK = 0x02, 0x01, 0x04, 0x10
 
 
-SAMPLE_PORTS = (9092, 19092, 9094, 9096)
+SAMPLE_PORTS = (9092, 9093, 19092, 9094, 9096, 9193, 9194)  # every sample broker's, and the cluster's controllers
 
 
 def export(path: Path, ports: tuple[int, ...] = SAMPLE_PORTS, bulk: bool = True) -> tuple[list[dict], dict]:

@@ -155,6 +155,8 @@ def kafka_seeds(path: Path, out: dict[str, list[bytes]], seen: set[tuple]) -> No
                 header = headers.decode_request_header(frame, 4, len(frame))
             except headers.HeaderError:
                 continue
+            if not (0 <= header.api_key < 254 and 0 <= header.api_version < 256):
+                continue  # not Kafka after all (a TLS stream read as plaintext): a seed's byte cannot say it
             asked[header.correlation_id] = (header.api_key, header.api_version)
             kind = (header.api_key, header.api_version, False)
             add_records(out, *kind, frame[header.body_offset:])
