@@ -10,7 +10,8 @@
   ...Response`` lines with ``debug: protocol``. They are read from the process's stderr through a pipe, not
   through confluent-kafka's ``logger`` setting: that one queues lines until the next poll(), so the requests
   a client sends while closing were never reported. The lines name the broker handle, not the local port,
-  so such requests are keyed by client id only.
+  so such requests are keyed by client id only. kcat, librdkafka's command-line client, writes the same lines on
+  its own stderr, which ``kcat_client`` hands over line by line (``librdkafka_line``).
 
 The handlers read the LogRecord arguments instead of formatted text, so the big request reprs are never built.
 """
@@ -201,7 +202,12 @@ class ClientTrace:
         """Settings that make a confluent-kafka client report its requests to the attached trace."""
         return {"client.id": client_id, "debug": "protocol"}
 
-    def _librdkafka_line(self, line: str) -> bool:
+    def librdkafka_line(self, line: str, *, client: str) -> bool:
+        """One stderr line of a librdkafka program run as its own process (kcat with ``-d protocol``): the same
+        lines as confluent-kafka's, its requests filed under ``client``. True when it was a librdkafka line."""
+        return self._librdkafka_line(line, client)
+
+    def _librdkafka_line(self, line: str, client: str = "confluent-kafka") -> bool:
         """Take one stderr line; True when it was a librdkafka line (consumed), False to pass it on."""
         match = LIBRDKAFKA_LOG_LINE.match(line)
         if match is None:
@@ -213,22 +219,26 @@ class ClientTrace:
                    or (facility == "CONFWARN" and "is deprecated" in text))
         if facility not in ("SEND", "RECV", "REQTMOUT"):
             return claimed
-        text = text.split("]: ", 1)[-1]
+        # The broker thread, not the handle the line names, keys the request: a handle is renamed between a
+        # request and its response (sent as "host:port/bootstrap", answered as "host:port/1" once the broker id is
+        # known), while one thread serves one broker and numbers its requests.
+        thread, _, text = text.partition("]: ")
+        thread = thread.removeprefix("[thrd:")
         client_id = instance.rsplit("#", 1)[0]
         if facility == "SEND" and (match := SENT_LINE.match(text)):
             name = LIBRDKAFKA_SPELLINGS.get(match["name"], match["name"])
             correlation_id = int(match["cid"])
-            self._sent(("librdkafka", instance, match["broker"], correlation_id), {
-                "client": "confluent-kafka", "client_id": client_id, "client_port": None,
+            self._sent(("librdkafka", instance, thread, correlation_id), {
+                "client": client, "client_id": client_id, "client_port": None,
                 "broker": match["broker"].rsplit("/", 1)[0], "connection": match["broker"],
                 "api_key": API_KEYS.get(name), "api_name": name, "api_version": int(match["version"]),
                 "correlation_id": correlation_id, "expects_response": None,
             })
         elif facility == "RECV" and (match := RECEIVED_LINE.match(text)):
-            self._received(("librdkafka", instance, match["broker"], int(match["cid"])), None)
+            self._received(("librdkafka", instance, thread, int(match["cid"])), None)
         elif facility == "REQTMOUT" and (match := TIMED_OUT_LINE.match(text)):
             with self._lock:
-                keys = [k for k, e in self._pending.items() if k[:3] == ("librdkafka", instance, match["broker"])
+                keys = [k for k, e in self._pending.items() if k[:3] == ("librdkafka", instance, thread)
                         and e["api_name"] == LIBRDKAFKA_SPELLINGS.get(match["name"], match["name"])]
             for key in keys:
                 self._timed_out(key)

@@ -42,6 +42,8 @@ from .go_clients import GO_CLIENTS, GoClientError, go_problem
 from .go_clients import build as build_go
 from .java_clients import JavaClientError, java_clients_problem
 from .kafka_cluster import ApacheKafkaCluster, cluster_problem
+from .kcat_client import CLIENT as KCAT
+from .kcat_client import KcatError, kcat_problem, kcat_version
 from .scenarios import ON_DEMAND, SCENARIOS, Scenario, by_name
 from .scenarios_apache_tls import ListenerBroker
 from .scenarios_apache_tls import prepare as prepare_tls_clients
@@ -92,6 +94,8 @@ def client_versions(names: tuple[str, ...], kafka_version: str | None = None) ->
             import aiokafka
 
             versions[name] = aiokafka.__version__
+        elif name == KCAT:
+            versions[name] = kcat_version()
     return versions
 
 
@@ -197,6 +201,9 @@ def record_apache(scenarios: list[Scenario], out_dir: Path, tool: str) -> int:
         if go and (why := go_problem()):
             print(f"skipping {scenario.name}: {why}", flush=True)
             continue
+        if KCAT in scenario.clients and (why := kcat_problem()):
+            print(f"skipping {scenario.name}: {why}", flush=True)
+            continue
         if scenario.nodes > 1:
             failures += record_cluster(scenario, version, out_dir, tool)
             continue
@@ -211,7 +218,7 @@ def record_apache(scenarios: list[Scenario], out_dir: Path, tool: str) -> int:
                   else ApacheKafkaBroker(scenario.host, scenario.port, version=version)) as broker:
                 print(f"  broker started in {broker.startup_seconds} s", flush=True)
                 _report(scenario, record_scenario(scenario, broker, out_dir, tool=tool), out_dir)
-        except (BrokerError, JavaClientError, GoClientError) as exc:
+        except (BrokerError, JavaClientError, GoClientError, KcatError) as exc:
             print(f"{scenario.name} failed: {exc}", flush=True)
             failures += 1
     return failures

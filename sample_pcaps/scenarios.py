@@ -66,7 +66,7 @@ class Scenario:
 
 
 KP, CK, AK, JAVA = "kafka-python", "confluent-kafka", "aiokafka", "kafka-clients"
-FRANZ, SARAMA = "franz-go", "sarama"
+FRANZ, SARAMA, KCAT = "franz-go", "sarama", "kcat"
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("tansu_kafka_python_codecs", "kafka-python creates five topics, produces 6 records with each codec "
@@ -118,6 +118,11 @@ SCENARIOS: tuple[Scenario, ...] = (
              "gzip, snappy, lz4, zstd; 3 and 2 partitions), write 12 keyed records to each, read all 60 back in a "
              "classic group of their own, commit and leave",
              scenarios_go.go_clients, (FRANZ, SARAMA), broker="apache-kafka", kafka_version="4.4.0"),
+    Scenario("kafka44_kcat", "Apache Kafka 4.4.0 (KRaft) and kcat, librdkafka's command-line client (Debian's "
+             "build): the Java admin client creates two 3-partition topics, an idempotent kcat producer per codec "
+             "(lz4, zstd) writes 12 keyed records read from stdin (Produce before topic ids), one kcat reads all 24 "
+             "back in a classic group (-G), commits on close and leaves",
+             scenarios_apache.kcat, (KCAT, JAVA), broker="apache-kafka", kafka_version="4.4.0"),
     Scenario("kafka44_cluster", "Apache Kafka 4.4.0, three KRaft nodes (broker and controller each) in network "
              "namespaces at 10.77.0.1-3, captured on their bridge with the controllers' port 9093: a topic with 3 "
              "partitions, replication factor 3, min.insync.replicas 2; an idempotent Java producer (acks=all) writes "
