@@ -39,6 +39,7 @@ import pyarrow as pa
 from analyzer.pipeline.analyze import FileReport, Options, capture_names
 from analyzer.pipeline.run import FOLLOW_FILES, InputError, file_row
 from analyzer.pipeline.stitch import Stitcher, capture_sets, merge_connections, next_files
+from analyzer.pipeline.topic_ids import known_names, merge_names
 from analyzer.tables.schemas import FILES_SCHEMA, files_batch
 from analyzer.tls.keylog import KeyLog, KeyLogError, read_keylog
 from spark_jobs.analyse_task import analyse_partition
@@ -123,7 +124,9 @@ def _export(spark, inputs: list[str], out: str, options: Options, aggregate: boo
         for r in reports:
             stitcher.add_file(r.name, r.stats.packets if r.stats else 0, r.continues_in, r.handoffs)
         tables = (*ROW_TABLES, "records") if options.records else ROW_TABLES
-        manifests = _run_concurrently([partial(_write_rows, envelopes, t, stitcher, staging) for t in tables])
+        known = known_names(merge_names(r.topic_names for r in reports))  # topic ids named anywhere in the run
+        manifests = _run_concurrently([partial(_write_rows, envelopes, t, stitcher, staging, known)
+                                       for t in tables])
         manifest = dict(zip(tables, manifests, strict=True))
         dropped = {r.name: r.rows for r in manifest["exchanges"] if r.kind == DROPPED}
         for r in reports:
@@ -212,15 +215,15 @@ def _collect_reports(envelopes, paths: list[str], stitch: bool) -> list[FileRepo
     return [by_path[p] for p in order]
 
 
-def _write_rows(envelopes, table: str, stitcher: Stitcher, staging: Staging) -> list:
+def _write_rows(envelopes, table: str, stitcher: Stitcher, staging: Staging, topic_names: dict[str, str]) -> list:
     """The write stage of one table (``spark_jobs.write_task``); returns its manifest rows."""
     from pyspark.sql import functions as F
 
     spark = envelopes.sparkSession
     rows = envelopes.where(F.col("table") == table).coalesce(spark.sparkContext.defaultParallelism)
     with described(spark, f"kafkacap: write {table}"):
-        return rows.mapInArrow(partial(write_partition, table=table, stitcher=stitcher, root=staging.uri(table)),
-                               MANIFEST_DDL).collect()
+        return rows.mapInArrow(partial(write_partition, table=table, stitcher=stitcher, root=staging.uri(table),
+                                       topic_names=topic_names), MANIFEST_DDL).collect()
 
 
 @contextmanager

@@ -23,6 +23,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from analyzer.pipeline.stitch import Stitcher
+from analyzer.pipeline.topic_ids import name_known
 from analyzer.tables.writers import parquet_options
 from spark_jobs.envelope import pack_batch, unpack_batches
 from spark_jobs.inputs import filesystem
@@ -123,9 +124,10 @@ def mark_done(root: str) -> None:
         pass
 
 
-def write_partition(batches: Iterator[pa.RecordBatch], table: str, stitcher: Stitcher, root: str
-                    ) -> Iterator[pa.RecordBatch]:
-    """The ``mapInArrow`` function: envelopes of ``table`` in, manifest rows (MANIFEST_DDL) out."""
+def write_partition(batches: Iterator[pa.RecordBatch], table: str, stitcher: Stitcher, root: str,
+                    topic_names: dict[str, str] | None = None) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` function: envelopes of ``table`` in, manifest rows (MANIFEST_DDL) out. ``topic_names``:
+    the run's topic ids (UUID form) and their names, for the ids a file's own responses did not name."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
@@ -138,7 +140,7 @@ def write_partition(batches: Iterator[pa.RecordBatch], table: str, stitcher: Sti
                 for batch in unpack_batches(data[i].as_buffer()):
                     out = stitcher.apply(table, batch)
                     if out is not None and out.num_rows:
-                        writer.write(out)
+                        writer.write(name_known(table, out, topic_names) if topic_names else out)
                     if table == "connections":
                         # Rows held back: this batch's (one file's) share of connections spanning files.
                         # Taken batch by batch, unmerged: the driver merges all shares in time order.

@@ -489,3 +489,21 @@ def test_the_report_from_the_aggregates_is_the_report_from_the_rows(samples_run)
     for r in histogram:  # every bucket holds what its edges say
         assert 10 ** (r["bucket"] / 50) * (1 - 1e-12) <= r["min_ms"] or r["bucket"] == -150
         assert r["max_ms"] < 10 ** ((r["bucket"] + 1) / 50) * (1 + 1e-12) or r["bucket"] == 449
+
+
+def test_topic_ids_named_by_another_files_response(spark, tmp_path) -> None:
+    """Produce v13 names topics by id: the producers' file alone cannot name one of them, the consumer's file
+    (its Metadata) can. The job names it across files, as the CLI does, and the tables equal the CLI's."""
+    from tests.test_topic_ids import CAPTURE, CONSUMER_START, FIRST_PRODUCE, check_named, cut
+
+    first = cut(CAPTURE, tmp_path / "producers.pcap", FIRST_PRODUCE, CONSUMER_START - 1)
+    second = cut(CAPTURE, tmp_path / "consumer.pcap", CONSUMER_START)
+    export(spark, [str(first), str(second)], str(tmp_path / "out"), Options())
+    tables = {name: _dataset(tmp_path / "out" / name).drop_columns(["capture_date"])
+              for name in ("exchanges", "partitions")}
+    check_named(tables)
+    cli_out = tmp_path / "cli"
+    result = CliRunner().invoke(cli, ["export", str(first), str(second), "-o", str(cli_out), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    cli_rows = pq.read_table(cli_out / "partitions.parquet")
+    assert _rows(tables["partitions"].select(cli_rows.column_names)) == _rows(cli_rows)

@@ -14,6 +14,9 @@ goes (each batch by the names its process knew at the time), and the run settles
 - at the end, the names every analysis learnt (``FileReport.topic_names``) replace the ids they know, and the
   held batches go on. Ids nothing named stay in UUID form (``topic == topic_id``), and ``unnamed`` says which.
 
+The Spark job holds back within each file's task the same way, and its driver, which has every file's report
+before the rows are written, has the write tasks name what another file named (``name_known``).
+
 A capture whose Metadata comes first holds nothing back. The cost otherwise is a copy of the held rows
 through memory or the temporary file, and their Parquet encoding at the end instead of during the analysis.
 """
@@ -104,6 +107,20 @@ def name_batch(table: str, batch: pa.RecordBatch, keys: pa.Array, names: pa.Arra
     return pa.RecordBatch.from_arrays(list(arrays.values()), schema=batch.schema)
 
 
+def name_known(table: str, batch: pa.RecordBatch, known: dict[str, str]) -> pa.RecordBatch:
+    """``batch`` with the unnamed ids ``known`` (UUID form -> name) names named: for a job that learns the run's
+    names before it writes its rows (the Spark job's driver has every file's report first)."""
+    wanted = [i for i in unnamed_ids(table, batch) if i in known] if known else []
+    if not wanted:
+        return batch
+    return name_batch(table, batch, pa.array(wanted, pa.string()), pa.array([known[i] for i in wanted], pa.string()))
+
+
+def known_names(topic_names: dict[bytes, str]) -> dict[str, str]:
+    """An id map keyed by the ids' UUID form, as the rows give them."""
+    return {id_text(raw): name for raw, name in topic_names.items()}
+
+
 class _Held:
     """One table's batches held back, in order: in memory, then in an IPC file once they pass HOLD_BYTES."""
 
@@ -172,7 +189,7 @@ class TopicIdResolver:
 
     def finish(self, topic_names: dict[bytes, str]) -> Iterator[tuple[str, pa.RecordBatch]]:
         """The held batches, table by table in the order they came, with the ids ``topic_names`` knows named."""
-        known = {id_text(raw): name for raw, name in topic_names.items()}
+        known = known_names(topic_names)
         wanted = sorted(i for i in self._unnamed if i in known)
         self.unnamed = sorted(self._unnamed - set(wanted))
         keys = pa.array(wanted, pa.string())
