@@ -147,3 +147,20 @@ def test_only_ids_are_renamed_and_unknown_ids_stay():
     assert scalar.column("topic").to_pylist() == ["orders", str(unknown), str(known), None]
     listed = name_batch("exchanges", batch, keys, names)
     assert listed.column("topics").to_pylist() == [["orders", "x"], None, [], [str(unknown)]]
+
+
+def test_an_assignment_by_id_is_named_too():
+    """ConsumerGroupHeartbeat answers assign partitions by topic id: the assignment column (and the groups table
+    made from it) takes the run's names, partitions and empty or null assignments as they were."""
+    known, unknown = uuid.uuid4(), uuid.uuid4()
+    assignment = pa.array([[{"topic": str(known), "partitions": [0, 2]}, {"topic": "named", "partitions": [1]}],
+                           None, [], [{"topic": str(unknown), "partitions": []}]],
+                          pa.list_(pa.struct([("topic", pa.string()), ("partitions", pa.list_(pa.int32()))])))
+    batch = pa.record_batch({"topics": pa.array([[], None, [], []], pa.list_(pa.string())), "assignment": assignment})
+    resolver = TopicIdResolver()
+    assert not resolver.feed("exchanges", batch)
+    (table, named), = resolver.finish({known.bytes: "orders"})
+    assert named.column("assignment").to_pylist() == [
+        [{"topic": "orders", "partitions": [0, 2]}, {"topic": "named", "partitions": [1]}], None, [],
+        [{"topic": str(unknown), "partitions": []}]]
+    assert resolver.unnamed == [str(unknown)]

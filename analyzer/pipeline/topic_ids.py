@@ -8,9 +8,9 @@ with several files or processes, that response may be in another one. So the ana
 goes (each batch by the names its process knew at the time), and the run settles the rest at its end:
 
 - from the first batch of a table that still holds an unnamed id (``topic`` equal to ``topic_id``; in the
-  exchanges' ``topics`` list, a UUID-form element), every later batch of that table is held back, in order
-  (in memory up to ``HOLD_BYTES`` per table, then spilled to an Arrow IPC file), so the table's rows keep
-  the order they would have had;
+  exchanges' ``topics`` list or ``assignment`` topics, a UUID-form one), every later batch of that table is held
+  back, in order (in memory up to ``HOLD_BYTES`` per table, then spilled to an Arrow IPC file), so the table's
+  rows keep the order they would have had;
 - at the end, the names every analysis learnt (``FileReport.topic_names``) replace the ids they know, and the
   held batches go on. Ids nothing named stay in UUID form (``topic == topic_id``), and ``unnamed`` says which.
 
@@ -40,6 +40,8 @@ UUID_FORM = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 _UUID = re.compile(UUID_FORM)
 SCALAR_TABLES = ("partitions", "errors", "records")  # a topic and a topic_id column
 LIST_COLUMNS = {"exchanges": ("topics",)}  # lists of topic text (names, or unnamed ids' UUID form)
+# lists of structs with a topic field: a ConsumerGroupHeartbeat's assignment names its topics by id
+STRUCT_LIST_COLUMNS = {"exchanges": ("assignment",)}
 
 
 def _unnamed_scalar(batch: pa.RecordBatch) -> pa.Array:
@@ -55,12 +57,17 @@ def _list_values(column: pa.Array) -> pa.Array:
     return pc.list_flatten(column)
 
 
-def _unnamed_in_lists(batch: pa.RecordBatch, columns: Iterable[str]) -> pa.Array:
+def _struct_topics(column: pa.Array) -> pa.Array:
+    """The topic field of every struct in a list-of-structs column."""
+    return pc.struct_field(_list_values(column), "topic")
+
+
+def _unnamed_in_lists(batch: pa.RecordBatch, columns: Iterable[str], structs: Iterable[str] = ()) -> pa.Array:
     found = []
-    for name in columns:
+    for name in (*columns, *structs):
         if name not in batch.schema.names:
             continue
-        values = _list_values(batch.column(name))
+        values = _struct_topics(batch.column(name)) if name in structs else _list_values(batch.column(name))
         if len(values):
             found.append(values.filter(pc.fill_null(pc.match_substring_regex(values, UUID_FORM), False)))
     if not found:
@@ -73,7 +80,7 @@ def unnamed_ids(table: str, batch: pa.RecordBatch) -> list[str]:
     if table in SCALAR_TABLES and "topic_id" in batch.schema.names:
         return _unnamed_scalar(batch).to_pylist()
     if table in LIST_COLUMNS:
-        return _unnamed_in_lists(batch, LIST_COLUMNS[table]).to_pylist()
+        return _unnamed_in_lists(batch, LIST_COLUMNS[table], STRUCT_LIST_COLUMNS.get(table, ())).to_pylist()
     return []
 
 
@@ -86,13 +93,21 @@ def _renamed(values: pa.Array, keys: pa.Array, names: pa.Array, ids: pa.Array | 
     return pc.if_else(pc.and_(still_id, pc.is_valid(found)), found, values)
 
 
-def _renamed_lists(column: pa.Array, keys: pa.Array, names: pa.Array) -> pa.Array:
+def _renamed_lists(column: pa.Array, keys: pa.Array, names: pa.Array, struct: bool = False) -> pa.Array:
+    """A list column with its topics (its elements, or with ``struct`` their topic field) renamed."""
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     lengths = pc.fill_null(pc.list_value_length(column), 0).to_numpy(zero_copy_only=False)
     offsets = np.zeros(len(column) + 1, dtype=np.int32)
     np.cumsum(lengths, out=offsets[1:])
-    values = _renamed(_list_values(column), keys, names)
+    values = _list_values(column)
+    if struct:
+        fields = list(values.type)
+        children = [_renamed(values.field(f.name), keys, names) if f.name == "topic" else values.field(f.name)
+                    for f in fields]
+        values = pa.StructArray.from_arrays(children, fields=fields, mask=values.is_null())
+    else:
+        values = _renamed(values, keys, names)
     return pa.ListArray.from_arrays(pa.array(offsets), values, type=column.type, mask=column.is_null())
 
 
@@ -104,6 +119,9 @@ def name_batch(table: str, batch: pa.RecordBatch, keys: pa.Array, names: pa.Arra
     for name in LIST_COLUMNS.get(table, ()):
         if name in arrays:
             arrays[name] = _renamed_lists(arrays[name], keys, names)
+    for name in STRUCT_LIST_COLUMNS.get(table, ()):
+        if name in arrays:
+            arrays[name] = _renamed_lists(arrays[name], keys, names, struct=True)
     return pa.RecordBatch.from_arrays(list(arrays.values()), schema=batch.schema)
 
 
