@@ -102,6 +102,18 @@ def _host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def logging_options(version: str, work: Path) -> list[str]:
+    """JVM options that send a node's log to ``work/server.log``: log4j2 from Kafka 4, log4j 1 (reload4j) before."""
+    log = work / "server.log"
+    if major_version(version) >= 4:
+        config = work / "log4j2.properties"
+        config.write_text(LOG4J2_PROPERTIES.format(log=log))
+        return [f"-Dlog4j2.configurationFile={config}", f"-Dkafka.logs.dir={work}"]
+    config = work / "log4j.properties"
+    config.write_text(LOG4J1_PROPERTIES.format(log=log))
+    return [f"-Dlog4j.configuration=file:{config}", f"-Dkafka.logs.dir={work}"]
+
+
 class ApacheKafkaBroker:
     """One Apache Kafka node (broker and controller) in KRaft mode, state in a temporary folder; a context manager.
 
@@ -222,16 +234,6 @@ class ApacheKafkaBroker:
         settings.update(self.extra_config)
         return "".join(f"{key}={value}\n" for key, value in settings.items())
 
-    def _logging_options(self, work: Path) -> list[str]:
-        log = work / "server.log"
-        if major_version(self.version) >= 4:
-            config = work / "log4j2.properties"
-            config.write_text(LOG4J2_PROPERTIES.format(log=log))
-            return [f"-Dlog4j2.configurationFile={config}", f"-Dkafka.logs.dir={work}"]
-        config = work / "log4j.properties"
-        config.write_text(LOG4J1_PROPERTIES.format(log=log))
-        return [f"-Dlog4j.configuration=file:{config}", f"-Dkafka.logs.dir={work}"]
-
     def _make_keystore(self, work: Path) -> None:
         """A self-signed RSA certificate for localhost and the host address, as keystore, trust store and PEM."""
         if shutil.which("keytool") is None:
@@ -270,7 +272,7 @@ class ApacheKafkaBroker:
             config.write_text(self._server_properties(work))
             if self.ssl_port or self.sasl_ssl_port:
                 self._make_keystore(work)
-            java = ["java", "-cp", str(jars / "*"), *JVM_OPTIONS, *self._logging_options(work)]
+            java = ["java", "-cp", str(jars / "*"), *JVM_OPTIONS, *logging_options(self.version, work)]
             format_command = [*java, "-Xmx256m", "kafka.tools.StorageTool", "format", "-t", random_cluster_id(),
                               "-c", str(config)]
             if self.sasl_ssl_port:

@@ -134,6 +134,15 @@ def security_options(broker: ApacheKafkaBroker, *, sasl: bool = False) -> str:
     return " ".join(words)
 
 
+def after_quoted(body: str, i: int) -> int:
+    """Where a quoted value of a printed Kafka message (``name='...'``, starting at ``i``) ends: past its closing
+    quote that a separator follows, since the value may hold quotes itself."""
+    end = body.find("'", i + 1)
+    while end != -1 and end + 1 < len(body) and body[end + 1] not in ",)]":
+        end = body.find("'", end + 1)
+    return len(body) if end == -1 else end + 1
+
+
 def top_level_error_code(body: str) -> int | None:
     """The ``errorCode=`` of the outermost object of a printed response (``XResponseData(...)``), or None.
 
@@ -144,10 +153,7 @@ def top_level_error_code(body: str) -> int | None:
     while i < len(body):
         char = body[i]
         if char == "'" and i and body[i - 1] == "=":
-            end = body.find("'", i + 1)
-            while end != -1 and end + 1 < len(body) and body[end + 1] not in ",)]":
-                end = body.find("'", end + 1)
-            i = len(body) if end == -1 else end + 1
+            i = after_quoted(body, i)
             continue
         if char in "([{":
             depth += 1

@@ -34,11 +34,10 @@ from typing import Any
 from .apache_kafka import (
     DEFAULT_VERSION,
     JVM_OPTIONS,
-    LOG4J1_PROPERTIES,
-    LOG4J2_PROPERTIES,
     STARTED_MARKER,
     broker_artifacts,
     java_problem,
+    logging_options,
     major_version,
     random_cluster_id,
     resolve_jars,
@@ -218,16 +217,6 @@ class ApacheKafkaCluster:
         settings.update(self.extra_config)
         return "".join(f"{key}={value}\n" for key, value in settings.items())
 
-    def _logging_options(self, work: Path) -> list[str]:
-        log = work / "server.log"
-        if major_version(self.version) >= 4:
-            config = work / "log4j2.properties"
-            config.write_text(LOG4J2_PROPERTIES.format(log=log))
-            return [f"-Dlog4j2.configurationFile={config}", f"-Dkafka.logs.dir={work}"]
-        config = work / "log4j.properties"
-        config.write_text(LOG4J1_PROPERTIES.format(log=log))
-        return [f"-Dlog4j.configuration=file:{config}", f"-Dkafka.logs.dir={work}"]
-
     # -- lifecycle -----------------------------------------------------------------------------------------
     def start(self) -> ApacheKafkaCluster:
         problem = cluster_problem()
@@ -243,7 +232,7 @@ class ApacheKafkaCluster:
                 work = Path(self._work.name) / f"node{index + 1}"
                 work.mkdir()
                 (work / "server.properties").write_text(self._server_properties(index + 1, host, work))
-                java = ["java", "-cp", str(jars / "*"), *JVM_OPTIONS, *self._logging_options(work)]
+                java = ["java", "-cp", str(jars / "*"), *JVM_OPTIONS, *logging_options(self.version, work)]
                 self.nodes.append(ClusterNode(index + 1, host, work, self.lab.exec_prefix(index), java))
                 formats.append(subprocess.Popen(
                     [*java, "-Xmx256m", "kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c",

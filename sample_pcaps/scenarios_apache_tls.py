@@ -43,6 +43,7 @@ from .go_clients import GoTopic
 from .go_clients import run as run_go
 from .java_clients import CLIENT as JAVA_CLIENT
 from .java_clients import JavaClients, JavaRequestLog, build, run_steps, security_options
+from .scenarios_tls import pin_version
 
 SSL_PORT = 9193
 SASL_SSL_PORT = 9194
@@ -112,12 +113,7 @@ def kp_context(ctx: Context, *, version: str = "1.3", ciphers: str | None = None
     """A kafka-python client context that verifies the broker's certificate and logs its keys; TLS 1.2 can be
     pinned to one cipher suite."""
     context = ssl.create_default_context(cafile=str(_broker(ctx).ca_pem))
-    if version == "1.2":
-        context.maximum_version = ssl.TLSVersion.TLSv1_2
-        if ciphers:
-            context.set_ciphers(ciphers)
-    else:
-        context.minimum_version = ssl.TLSVersion.TLSv1_3
+    pin_version(context, version, ciphers)
     if ctx.keylog is not None:
         context.keylog_filename = str(ctx.keylog)
     return context

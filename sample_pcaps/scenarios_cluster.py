@@ -34,6 +34,7 @@ from .java_clients import (
     JavaClientError,
     JavaClients,
     JavaRequestLog,
+    after_quoted,
     build,
     report,
     run_steps,
@@ -76,10 +77,7 @@ def nested_error_codes(body: str) -> list[dict[str, Any]]:
     while i < len(body):
         char = body[i]
         if char == "'" and i and body[i - 1] == "=":
-            end = body.find("'", i + 1)
-            while end != -1 and end + 1 < len(body) and body[end + 1] not in ",)]":
-                end = body.find("'", end + 1)
-            i = len(body) if end == -1 else end + 1
+            i = after_quoted(body, i)
             continue
         if char in "([{":
             opened.append(i)

@@ -27,17 +27,22 @@ KAFKA_PYTHON_SESSIONS = (
 )
 
 
-def client_context(ctx: Context, version: str, ciphers: str | None, keys: bool) -> ssl.SSLContext:
-    """A client TLS context for the test certificate (not verified), pinned to one version (and suite)."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
+def pin_version(context: ssl.SSLContext, version: str, ciphers: str | None = None) -> None:
+    """TLS 1.2 only (one cipher suite, when given), or TLS 1.3: each sample covers the versions it names."""
     if version == "1.2":
         context.maximum_version = ssl.TLSVersion.TLSv1_2
         if ciphers:
             context.set_ciphers(ciphers)
     else:
         context.minimum_version = ssl.TLSVersion.TLSv1_3
+
+
+def client_context(ctx: Context, version: str, ciphers: str | None, keys: bool) -> ssl.SSLContext:
+    """A client TLS context for the test certificate (not verified), pinned to one version (and suite)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    pin_version(context, version, ciphers)
     if keys and ctx.keylog is not None:
         context.keylog_filename = str(ctx.keylog)
     return context
