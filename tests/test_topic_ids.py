@@ -164,3 +164,13 @@ def test_an_assignment_by_id_is_named_too():
         [{"topic": "orders", "partitions": [0, 2]}, {"topic": "named", "partitions": [1]}], None, [],
         [{"topic": str(unknown), "partitions": []}]]
     assert resolver.unnamed == [str(unknown)]
+
+
+@pytest.mark.skipif(not CAPTURE.exists(), reason="sample capture missing")
+def test_a_name_from_a_later_file_of_a_rotated_set(tmp_path):
+    """tcpdump -C names: the two files are one capture, stitched; the name still comes from the second."""
+    cut(CAPTURE, tmp_path / "cap.pcap", FIRST_PRODUCE, CONSUMER_START - 1)
+    cut(CAPTURE, tmp_path / "cap.pcap1", CONSUMER_START)
+    tables = export(tmp_path, tmp_path / "cap.pcap", tmp_path / "cap.pcap1")
+    check_named(tables)
+    assert set(tables["partitions"].column("capture_file").to_pylist()) == {"cap.pcap"}  # one capture
