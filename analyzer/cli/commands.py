@@ -409,7 +409,7 @@ def summary(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progr
         sys.stdout.write(dumps(summary_document(*tables, headers_only=headers_only, verify_crc=verify_crc),
                                indent=2) + "\n")
     else:
-        print_summary(_out(), *tables, headers_only=headers_only, verify_crc=verify_crc)
+        print_summary(_out(), *tables, headers_only=headers_only, verify_crc=verify_crc, detect_ports=detect_ports)
 
 
 @main.command()
@@ -475,8 +475,7 @@ def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progre
                       collector.table("connections", CONNECTIONS_SCHEMA), reports,
                       collector.table("partitions", PARTITIONS_SCHEMA), collector.table("groups", GROUPS_SCHEMA),
                       collector.table("deliveries", DELIVERIES_SCHEMA) if deliveries else None,
-                      headers_only=headers_only,
-                      verify_crc=verify_crc)
+                      headers_only=headers_only, verify_crc=verify_crc, detect_ports=detect_ports)
     rows = sum(r.exchanges for r in reports)
     _note(f"wrote {rows:,} exchanges to " + inert(", ".join(written)))
 

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from analyzer.cli.ports import found_ports, port_hints, port_lines, ports_not_decoded
 from analyzer.cli.terminal import inert, inert_text
 from analyzer.pipeline.analyze import FileReport
 from analyzer.pipeline.run import file_status
@@ -44,13 +45,15 @@ def _fmt_ms(v: float | None) -> str:
 def print_summary(console: Console, exchanges: pa.Table, connections: pa.Table,
                   reports: list[FileReport], partitions: pa.Table | None = None, groups: pa.Table | None = None,
                   deliveries: pa.Table | None = None, *, headers_only: bool = False,
-                  verify_crc: bool = False) -> None:
-    """The summary; ``headers_only`` and ``verify_crc`` are the run's options, which decide what the
-    figures can and cannot include (the summary says so)."""
+                  verify_crc: bool = False, detect_ports: bool = False) -> None:
+    """The summary; ``headers_only``, ``verify_crc`` and ``detect_ports`` are the run's options, which decide
+    what the figures can and cannot include (the summary says so)."""
     _files(console, reports)
+    for line in port_lines(reports, detect_ports):
+        console.print(Text(line))
     if exchanges.num_rows == 0:
-        console.print(Text("No Kafka exchanges found. " + " ".join(hints(exchanges, connections, reports)),
-                           style="yellow"))
+        console.print(Text("No Kafka exchanges found. " + " ".join(hints(exchanges, connections, reports,
+                                                                       detect_ports)), style="yellow"))
     else:
         _capture(console, capture_span(exchanges))
         _api_usage(console, exchanges)
@@ -150,7 +153,7 @@ def broker_rows(ex: pa.Table) -> list[dict]:
     return rows
 
 
-def hints(ex: pa.Table, conns: pa.Table, reports: list[FileReport]) -> list[str]:
+def hints(ex: pa.Table, conns: pa.Table, reports: list[FileReport], detect_ports: bool = False) -> list[str]:
     """Why a capture may show no (or few) Kafka exchanges, from what the analysis saw."""
     out = []
     counts = {key: value for key, _, value in anomaly_counts(conns, ex)}
@@ -164,7 +167,9 @@ def hints(ex: pa.Table, conns: pa.Table, reports: list[FileReport]) -> list[str]
     if not any(r.stats is not None and r.stats.tcp_packets for r in reports):
         out.append("No TCP packet was read at all.")
     elif ex.num_rows == 0 and not tls:
-        out.append("Kafka on another port? Try --port or --detect-ports.")
+        out.extend(port_hints(reports, detect_ports) or [
+            "No TCP connection was left aside either." if detect_ports else "Kafka on another port? Try --port "
+            "or --detect-ports."])
     return out
 
 
@@ -628,6 +633,10 @@ def summary_document(exchanges: pa.Table, connections: pa.Table, reports: list[F
         "headers_only": headers_only,
         "crc_checked": verify_crc and not headers_only,
         "files": files,
+        "ports": {"kafka_found": [{"port": port, "reason": reason, "frame": frame, "file": name}
+                                  for port, (reason, frame, name) in found_ports(reports).items()],
+                  "tcp_not_decoded": [{"port": port, "connections": flows, "tls_connections": tls}
+                                      for port, flows, tls in ports_not_decoded(reports)]},
         "capture": span,
         "apis": api_rows(exchanges, span["seconds"]),
         "slowest_service": slowest(exchanges),

@@ -103,6 +103,10 @@ class FileReport:
     continues_in: str | None = None  # name of the next file of its rotated set, when connections run on into it
     handoffs: list[Handoff] = field(default_factory=list)  # the connections that do
     topic_names: dict[bytes, str] = field(default_factory=dict)  # topic id -> name, from the responses it read
+    # Port detection: port -> (why it was taken for Kafka, the packet that showed it).
+    ports_found: dict[int, tuple[str, int]] = field(default_factory=dict)
+    # TCP left aside: server port -> [flows, packets and payload bytes looked at, flows that began TLS].
+    ports_not_decoded: dict[int, list[int]] = field(default_factory=dict)
 
 
 def analyze_file(
@@ -201,6 +205,8 @@ def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap,
         report.connections_evicted = table.evicted + table.probes_evicted
         report.requests_dropped = table.out.requests_dropped
         report.topic_names = dict(table.out.topic_names)
+        report.ports_found = dict(table.ports_found)
+        report.ports_not_decoded = {port: list(counts) for port, counts in table.ports_not_decoded.items()}
         cap.stats.on_tls_secrets = None  # the stats travel back from worker processes: no closure in them
     report.seconds = time.perf_counter() - started
     return report

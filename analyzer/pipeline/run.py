@@ -516,6 +516,12 @@ def merge_shards(reports: list[FileReport]) -> list[FileReport]:
         m.continues_in = m.continues_in or r.continues_in
         m.handoffs.extend(r.handoffs)
         m.topic_names.update(r.topic_names)
+        for port, found in r.ports_found.items():
+            if port not in m.ports_found or found[1] < m.ports_found[port][1]:
+                m.ports_found[port] = found
+        for port, counts in r.ports_not_decoded.items():
+            m.ports_not_decoded[port] = [a + b for a, b in zip(m.ports_not_decoded.get(port, [0] * len(counts)),
+                                                                counts, strict=True)]
         for k, v in r.status_counts.items():
             m.status_counts[k] = m.status_counts.get(k, 0) + v
     return merged
@@ -546,5 +552,17 @@ def file_row(r: FileReport) -> tuple:
         r.name, r.path, s.format if s else None, s.compression if s else None,
         s.file_bytes if s else _size(r.path), s.packets if s else 0, s.tcp_packets if s else 0,
         s.first_ts_ns if s else None, s.last_ts_ns if s else None, r.exchanges, r.connections, status,
-        message, *accounted, *limits, r.continues_in,
+        message, *accounted, *limits, found_ports(r), not_decoded_ports(r), r.continues_in,
     )
+
+
+def found_ports(r: FileReport) -> list[dict]:
+    """The files table's kafka_ports_found, in port order."""
+    return [{"port": port, "reason": reason, "frame": frame} for port, (reason, frame) in sorted(r.ports_found.items())]
+
+
+def not_decoded_ports(r: FileReport) -> list[dict]:
+    """The files table's tcp_ports_not_decoded: most flows first, the ports past the listed ones last."""
+    ranked = sorted(r.ports_not_decoded.items(), key=lambda item: (item[0] < 0, -item[1][0], item[0]))
+    return [{"port": port if port >= 0 else None, "flows": counts[0], "tls_flows": counts[3]}
+            for port, counts in ranked]

@@ -865,6 +865,21 @@ FILES_SCHEMA = pa.schema([
        "connection rows end 'evicted', and later packets of theirs start a new connection."),
     _f("requests_dropped", pa.int64(), "Requests dropped from a connection's in-flight queue over its limit "
        "(10,000): reported no_response with a note; a late answer is an orphan_response."),
+    _f("kafka_ports_found", pa.list_(pa.struct([
+        _f("port", pa.int32(), "A TCP port port detection (--detect-ports) took for Kafka."),
+        _f("reason", pa.string(), "What showed it: a request header (API and version), a response to a request "
+           "of a version no release defines, a request inside a segment (a connection seen from its middle), "
+           "or TLS sessions the key log holds secrets for."),
+        _f("frame", pa.int64(), "The packet that showed it.")])),
+       "Ports found to carry Kafka, with --detect-ports (empty without it): every connection on them is decoded."),
+    _f("tcp_ports_not_decoded", pa.list_(pa.struct([
+        _f("port", pa.int32(), "Server port (from the handshake; else the lower port of the flow); null: the "
+           "ports past the first 1,024, together."),
+        _f("flows", pa.int64(), "TCP connections on it that were not decoded."),
+        _f("tls_flows", pa.int64(), "Of those, how many began with a TLS ClientHello (seen with --detect-ports "
+           "only).")])),
+       "TCP traffic left aside, by server port: ports not given (--port) and, with --detect-ports, flows that "
+       "showed nothing of Kafka. other_tcp_packets counts their packets."),
     _f("continues_in", pa.string(), "The next file of its rotated set (tcpdump -C/-G), when the file's open "
        "connections run on into it; null otherwise."),
     _f("capture_set", pa.string(), "The first file of the chain of rotated files this one belongs to: the "

@@ -13,7 +13,9 @@ cdef class _Ignored:
 
 cdef class _Probe:
     cdef list packets
-    cdef Py_ssize_t data_packets
+    cdef int sport, dport
+    cdef object evidence
+    cdef int guess_server_port(self)
 
 
 cdef class _SynSent:
@@ -45,6 +47,7 @@ cdef class FlowTable:
     cdef public Py_ssize_t probed_out, max_connections, max_probes, max_half_open, max_ignored
     cdef readonly dict half_open
     cdef public Py_ssize_t probes, evicted, probes_evicted
+    cdef readonly dict ports_found, ports_not_decoded
 
     # One packet through the per-packet path (``pkt``: its tuple when the caller has it, else None).
     cdef _one(self, int64_t no, object ts, object key, int64_t seq, int64_t ack, int flags, object payload,
@@ -62,6 +65,11 @@ cdef class FlowTable:
     cdef _promote(self, _SynSent marker, object pkt)
     cdef HalfStream _open(self, conn_id, ts, bytes client_key, bint sender_is_client)
     cdef _probe(self, _Probe probe, tuple pkt)
+    cdef _give_up(self, _Probe probe, key)
+    cdef _not_decoded(self, _Probe probe)
+    cdef _count_not_decoded(self, int port, Py_ssize_t flows, Py_ssize_t packets, Py_ssize_t nbytes, bint tls)
+    cdef _take_probe(self, _Probe probe, bytes client_key)
+    cdef _take_port(self, int port, str reason, no)
     cdef _evict_connections(self)
     cdef _evict_half_open(self)
     cdef _evict_probes(self)

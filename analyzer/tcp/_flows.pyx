@@ -12,7 +12,7 @@ from analyzer.session.connection import Connection, address_text, reverse_key, s
 from analyzer.session.matching import Outputs
 from analyzer.tcp.shards import ShardPlan
 from dissectors.kafka.framing import DEFAULT_KEEP, DEFAULT_MAX_FRAME
-from dissectors.kafka.headers import looks_like_request
+from dissectors.kafka.detect import FlowEvidence, judge, judge_at_end
 
 cdef enum:
     FIN = 0x01
@@ -26,14 +26,15 @@ cdef int64_t HALF32 = 0x80000000
 _INT32 = struct.Struct(">i")
 
 RETIRE_AFTER_NS = 30 * 1_000_000_000  # closed connections leave the table this long after closing
-PROBE_PACKETS = 24  # packets of an unknown flow looked at before deciding it is not Kafka
-PROBE_DATA_PACKETS = 8
+PROBE_PACKETS = 64  # packets of an unknown flow looked at before deciding it is not Kafka
+PROBE_DATA_PACKETS = 32  # (a connection seen from its middle may show a long response before its next request)
 # A broker rarely serves more connections than this from one capture point; a flood of handshakes makes many
 # more, and those are the first to go (benchmarks/bench_idle_connections.py measures one idle connection).
 MAX_CONNECTIONS = 50_000
 MAX_HALF_OPEN = 100_000  # client SYNs held (a marker each) before their flow shows anything else
 MAX_SYN_REPEATS = 8  # retransmissions of a SYN kept in its marker (to be replayed); later ones are counted
 MAX_PROBES = 20_000  # flows on unknown ports held (a few packets each) while port detection looks at them
+MAX_PORTS_LISTED = 1024  # server ports counted apart in ports_not_decoded; the rest share the entry -1
 MAX_IGNORED = 400_000  # flow keys remembered as not ours; past it they are forgotten and judged again
 EVICT_SHARE = 8  # an eviction frees an eighth of the limit, so its sort is paid once per many new flows
 EVICTED_NOTE = "connection state dropped: more connections open at once than the flow table holds"
@@ -51,10 +52,19 @@ IDLE_NOTE = "connection state dropped: no packet for longer than the live run's 
 
 
 cdef class _Probe:
-    """A flow on no known port, held (a few packets) until it shows a request-shaped frame or gives up."""
+    """A flow on no known port, held (a few packets) until port detection decides (dissectors.kafka.detect)."""
 
-    def __init__(self):
+    def __init__(self, int sport, int dport, int server_port):
         self.packets = []
+        self.sport = sport
+        self.dport = dport
+        self.evidence = FlowEvidence(server_port)
+
+    cdef int guess_server_port(self):
+        """The handshake's server port, else the lower port (clients mostly send from ephemeral ports)."""
+        if self.evidence.server_port >= 0:
+            return self.evidence.server_port
+        return min(self.sport, self.dport)
 
 
 cdef class _SynSent:
@@ -116,6 +126,11 @@ cdef class FlowTable:
         self.probes = 0  # flows held under port detection now
         self.evicted = 0  # connections dropped over max_connections
         self.probes_evicted = 0  # flows given up over max_probes before port detection could decide
+        # Port detection: port -> (why it was taken for Kafka, the packet that showed it), in the order found.
+        self.ports_found = {}
+        # Server port -> [flows, packets, payload bytes, flows that began TLS] of flows not decoded (on no Kafka
+        # port; with detection, those it did not take): what the summary lists as TCP traffic left aside.
+        self.ports_not_decoded = {}
 
     # -- the packet loop -----------------------------------------------------------------------------
 
@@ -162,9 +177,21 @@ cdef class FlowTable:
 
     def finish(self) -> None:
         """End of capture: close every connection and emit all connection rows."""
+        cdef _Probe probe
         self.connection_rows.extend(marker.row("capture_end") for marker in self.half_open.values())
         self.half_open.clear()
-        self.probed_out += len({id(v) for v in self.flows.values() if type(v) is _Probe})
+        for value in {id(v): v for v in self.flows.values() if type(v) is _Probe}.values():
+            probe = <_Probe>value
+            first_key = probe.packets[0][2]
+            if self.flows.get(first_key) is not probe:
+                continue  # taken with its port, by the flow before
+            verdict = judge_at_end(probe.evidence, {first_key: probe.dport, reverse_key(first_key): probe.sport})
+            if verdict is None:
+                self._not_decoded(probe)
+                self.probed_out += 1
+            else:
+                self._take_probe(probe, verdict.client_key)
+                self._take_port(verdict.server_port, verdict.reason, probe.packets[0][0])
         self.probes = 0
         for conn in self.open:
             conn.close(self.now, "capture_end")
@@ -342,15 +369,21 @@ cdef class FlowTable:
             return None
         ports = self.ports
         to_kafka, from_kafka = dport in ports, sport in ports
+        if not (to_kafka or from_kafka) and self.ports_found:
+            to_kafka, from_kafka = dport in self.ports_found, sport in self.ports_found
         if not (to_kafka or from_kafka):
+            server_port = -1
+            if flags & SYN:
+                server_port = sport if flags & ACK else dport
             if self.detect_ports:
                 if self.probes >= self.max_probes:
                     self._evict_probes()
-                probe = _Probe()
+                probe = _Probe(sport, dport, server_port)
                 self.flows[key] = self.flows[rev] = probe
                 self.probes += 1
                 self._probe(probe, pkt)
             else:
+                self._count_not_decoded(server_port if server_port >= 0 else min(sport, dport), 1, 0, 0, False)
                 self._ignore(key, rev)
             return None
         if flags & SYN:
@@ -391,26 +424,76 @@ cdef class FlowTable:
         return conn.to_broker if sender_is_client else conn.to_client
 
     cdef _probe(self, _Probe probe, tuple pkt):
-        """Port detection: a flow is Kafka once a segment starts with a plausible request frame."""
+        """Port detection: hold the flow's packets until dissectors.kafka.detect decides; a port found to carry
+        Kafka is taken for every flow on it, those held now and those the table gave up on included."""
         probe.packets.append(pkt)
+        probe.evidence.packets += 1
         payload = pkt[6]
-        if len(payload) >= 12:
-            probe.data_packets += 1
-            size = _INT32.unpack_from(payload, 0)[0]
-            if 8 <= size <= self.max_frame and looks_like_request(payload, 4, min(len(payload), size + 4), size):
-                key = pkt[2]
-                self.flows.pop(key, None)
-                self.flows.pop(reverse_key(key), None)
-                self.probes -= 1
+        key = pkt[2]
+        verdict = None
+        if len(payload):
+            src, dst, sport, dport = split_key(key)
+            verdict = judge(probe.evidence, key, reverse_key(key), sport, dport, payload, self.max_frame,
+                            self.out.tls_keys)
+        if verdict is not None and verdict.kafka:
+            self._take_probe(probe, verdict.client_key)
+            self._take_port(verdict.server_port, verdict.reason, pkt[0])
+            return
+        if verdict is not None or len(probe.packets) >= PROBE_PACKETS or probe.evidence.data_packets >= PROBE_DATA_PACKETS:
+            self._give_up(probe, key)
+
+    cdef _give_up(self, _Probe probe, key):
+        self._not_decoded(probe)
+        self._ignore(key, reverse_key(key))
+        self.probes -= 1
+        self.probed_out += 1
+
+    cdef _not_decoded(self, _Probe probe):
+        ev = probe.evidence
+        self._count_not_decoded(probe.guess_server_port(), 1, ev.packets, ev.payload_bytes, ev.tls)
+
+    cdef _count_not_decoded(self, int port, Py_ssize_t flows, Py_ssize_t packets, Py_ssize_t nbytes, bint tls):
+        counts = self.ports_not_decoded.get(port)
+        if counts is None:
+            if len(self.ports_not_decoded) >= MAX_PORTS_LISTED:
+                port = -1  # the rest, together
+                counts = self.ports_not_decoded.get(port)
+            if counts is None:
+                counts = self.ports_not_decoded[port] = [0, 0, 0, 0]
+        counts[0] += flows
+        counts[1] += packets
+        counts[2] += nbytes
+        counts[3] += tls
+
+    cdef _take_probe(self, _Probe probe, bytes client_key):
+        """Open the held flow as a Kafka connection (``client_key``: its client's direction) and replay it."""
+        self.flows.pop(client_key, None)
+        self.flows.pop(reverse_key(client_key), None)
+        self.probes -= 1
+        first = probe.packets[0]
+        self._open(first[0], first[1], client_key, True)
+        self.feed(probe.packets)
+
+    cdef _take_port(self, int port, str reason, no):
+        """Take ``port`` for Kafka from now on: the flows held on it become connections, and those already
+        given up on are forgotten, so their next packets open connections seen from their middle."""
+        if port < 0 or port in self.ports or port in self.ports_found:
+            return
+        self.ports_found[port] = (reason, no)
+        cdef _Probe probe
+        held = {id(v): v for v in self.flows.values() if type(v) is _Probe}
+        for value in held.values():
+            probe = <_Probe>value
+            if probe.sport == port or probe.dport == port:
                 first = probe.packets[0]
-                self._open(first[0], first[1], key, True)
-                self.feed(probe.packets)  # replay what the probe held, now as a Kafka connection
-                return
-        if len(probe.packets) >= PROBE_PACKETS or probe.data_packets >= PROBE_DATA_PACKETS:
-            key = pkt[2]
-            self._ignore(key, reverse_key(key))
-            self.probes -= 1
-            self.probed_out += 1
+                self._take_probe(probe, first[2] if probe.dport == port else reverse_key(first[2]))
+        cdef dict flows = self.flows
+        for key in [k for k in self.ignored if port in split_key(k)[2:]]:
+            self.ignored.discard(key)
+            if flows.get(key) is _IGNORED:
+                del flows[key]
+        if port in self.ports_not_decoded:
+            self.probed_out -= self.ports_not_decoded.pop(port)[0]
 
     # -- limits --------------------------------------------------------------------------------------
 
@@ -458,10 +541,8 @@ cdef class FlowTable:
                 if len(gone) == cut:
                     break
         for key in gone:
-            self._ignore(key, reverse_key(key))
-        self.probes -= len(gone)
+            self._give_up(<_Probe>self.flows[key], key)
         self.probes_evicted += len(gone)
-        self.probed_out += len(gone)
 
 
 def _eviction_rank(conn) -> tuple:

@@ -1,0 +1,145 @@
+"""``--detect-ports`` finds every Kafka connection the broker's own port finds, and says what it left aside.
+
+The oracle is the sample's truth (the ports the broker listened on, as its recording configured them) and the
+same capture analysed with those ports given: detection must decode exactly those exchanges, including the
+connections a capture shows from their middle, those sending versions no release defines, and TLS ones whose
+session secrets the key log holds.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import dpkt
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from analyzer.cli.ports import port_hints, port_lines
+from analyzer.pipeline.analyze import FileReport, Options, analyze_file
+from analyzer.tls.keylog import read_keylog
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_pcaps"
+NO_PORT = (1,)  # a port nothing in the samples uses: detection alone must find Kafka
+KEY_COLUMNS = ("client_ip", "client_port", "broker_ip", "broker_port", "correlation_id", "api_key", "api_version",
+               "status", "request_frame", "response_frame")
+
+
+def _truth(name: str) -> dict:
+    return json.loads((SAMPLES / name).with_suffix(".truth.json").read_text())
+
+
+def _broker_ports(name: str) -> set[int]:
+    broker = _truth(name)["broker"]
+    return {broker["port"], *([broker["controller_port"]] if "controller_port" in broker else [])}
+
+
+def _keys(path: Path):
+    keys = path.with_suffix(".keys.log")
+    return read_keylog(keys) if keys.exists() else None
+
+
+def _run(path: Path, options: Options) -> tuple[set[tuple], FileReport]:
+    batches: list[pa.RecordBatch] = []
+    report = analyze_file(path, options, lambda table, batch: batches.append(batch) if table == "exchanges" else None)
+    if not batches:
+        return set(), report
+    t = pa.Table.from_batches(batches)
+    return set(zip(*(t.column(c).to_pylist() for c in KEY_COLUMNS), strict=True)), report
+
+
+SAMPLE_FILES = sorted(p.name for p in SAMPLES.iterdir() if p.suffix in (".pcap", ".pcapng"))
+
+
+@pytest.mark.parametrize("name", SAMPLE_FILES)
+def test_detection_decodes_what_the_brokers_ports_decode(name: str) -> None:
+    path = SAMPLES / name
+    ports = _broker_ports(name)
+    keys = _keys(path)
+    given, _ = _run(path, Options(ports=tuple(sorted(ports)), tls_keys=keys))
+    found, report = _run(path, Options(ports=NO_PORT, detect_ports=True, tls_keys=keys))
+    assert given, "the sample decodes nothing on its broker's ports"
+    assert found == given
+    assert set(report.ports_found) <= ports
+    assert _truth(name)["broker"]["port"] in report.ports_found
+    assert not report.ports_not_decoded, report.ports_not_decoded
+
+
+def _cut(src: Path, first: int, dst: Path) -> None:
+    """The capture from packet ``first`` on, as a capture started late would hold it: real bytes, cut mid-frame."""
+    with src.open("rb") as f, dst.open("wb") as out:
+        reader = dpkt.pcap.Reader(f)
+        writer = dpkt.pcap.Writer(out, snaplen=reader.snaplen, linktype=reader.datalink())
+        for i, (ts, buf) in enumerate(reader):
+            if i >= first:
+                writer.writepkt(buf, ts)
+
+
+@pytest.mark.parametrize("name", ["tansu_consumer_group.pcap", "kafka44_java_clients.pcap",
+                                  "tansu_large_messages.pcap", "kafka44_go_clients.pcap"])
+def test_a_capture_started_mid_stream_loses_no_connection(name: str, tmp_path: Path) -> None:
+    src = SAMPLES / name
+    with src.open("rb") as f:
+        total = sum(1 for _ in dpkt.pcap.Reader(f))
+    port = _truth(name)["broker"]["port"]
+    checked = 0
+    for first in range(5, total, max(1, total // 10)):
+        cut = tmp_path / f"from{first}.pcap"
+        _cut(src, first, cut)
+        given, _ = _run(cut, Options(ports=(port,)))
+        found, report = _run(cut, Options(ports=NO_PORT, detect_ports=True))
+        assert found == given, (f"cut at packet {first}: {sorted(given - found)[:3]} missed, "
+                                f"{sorted(found - given)[:3]} invented")
+        assert list(report.ports_found) in ([port], []), report.ports_found
+        checked += bool(given)
+    assert checked >= 5
+
+
+def test_a_tls_listener_without_keys_is_named_with_what_decodes_it() -> None:
+    path = SAMPLES / "kafka44_ssl.pcap"
+    port = _truth(path.name)["broker"]["ssl_port"]
+    found, report = _run(path, Options(ports=NO_PORT, detect_ports=True))
+    assert not found
+    flows, packets, nbytes, tls = report.ports_not_decoded[port]
+    assert flows == tls > 0
+    hints = " ".join(port_hints([report], True))
+    assert str(port) in hints and "--tls-keylog" in hints and "--detect-ports" not in hints
+    assert any(f"port {port}" in line and "TLS" in line for line in port_lines([report], True))
+
+
+def test_ports_left_aside_are_listed_without_detection() -> None:
+    path = SAMPLES / "kafka44_cluster.pcap"
+    controller = _truth(path.name)["broker"]["controller_port"]
+    _, report = _run(path, Options())
+    assert set(report.ports_not_decoded) == {controller}
+    hints = " ".join(port_hints([report], False))
+    assert f"{controller}" in hints and "--port" in hints
+
+
+def test_the_summary_names_the_ports_chosen_and_the_tls_port_left(tmp_path: Path) -> None:
+    cluster, ssl = SAMPLES / "kafka44_cluster.pcap", SAMPLES / "kafka44_ssl.pcap"
+    out = subprocess.run([sys.executable, "-m", "analyzer.cli", "summary", "--detect-ports", "--port", "1",
+                          str(cluster), str(ssl)], capture_output=True, text=True, timeout=300,
+                         env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    for port in sorted(_broker_ports(cluster.name)):
+        assert f"Kafka found on port {port}:" in text
+    assert f"port {_truth(ssl.name)['broker']['ssl_port']} (31 connections, TLS)" in text
+
+
+def test_the_files_table_records_ports_found_and_left(tmp_path: Path) -> None:
+    cluster, ssl = SAMPLES / "kafka44_cluster.pcap", SAMPLES / "kafka44_ssl.pcap"
+    subprocess.run([sys.executable, "-m", "analyzer.cli", "export", "--detect-ports", str(cluster), str(ssl),
+                    "-o", str(tmp_path / "out")], check=True, capture_output=True, timeout=300)
+    files = {r["capture_file"]: r for r in pq.read_table(tmp_path / "out" / "files.parquet").to_pylist()}
+    assert [p["port"] for p in files[cluster.name]["kafka_ports_found"]] == [_truth(cluster.name)["broker"]
+                                                                               ["controller_port"]]
+    assert files[cluster.name]["tcp_ports_not_decoded"] == []
+    assert files[ssl.name]["kafka_ports_found"] == []
+    left = files[ssl.name]["tcp_ports_not_decoded"]
+    assert [(p["port"], p["flows"] == p["tls_flows"] > 0) for p in left] == [(_truth(ssl.name)["broker"]["ssl_port"],
+                                                                              True)]
