@@ -99,7 +99,8 @@ def test_sasl_mechanism_principal_and_outcome(tmp_path: Path) -> None:
         # Raw tokens are neither requests nor responses: framing stays in step, every exchange is whole.
         assert len(rows) == exchanges and {r["status"] for r in rows} <= {"ok", "error"}, (name, rows)
         assert (conn["malformed"], conn["orphan_responses"], conn["resyncs"], conn["unanswered"]) == (0, 0, 0, 0)
-        assert conn["stream_bytes"] == conn["framed_bytes"] + conn["skipped_bytes"] + conn["gap_bytes"]
+        assert conn["stream_bytes"] == conn["framed_bytes"] + conn["skipped_bytes"] + conn["gap_bytes"] + (
+            conn["tls_record_bytes"] or 0)
 
 
 def test_no_output_shows_a_sasl_secret(tmp_path: Path) -> None:

@@ -109,7 +109,8 @@ def test_without_keys_tls_is_counted_with_the_reason_and_bytes_add_up() -> None:
     assert report.kafka_packets == 0 and report.tls_packets > 0
     keyed, report = analyse(CAPTURE, KeyLog.from_file(KEYLOG))
     for c in keyed["connections"].to_pylist():
-        assert c["stream_bytes"] == c["framed_bytes"] + c["skipped_bytes"] + c["gap_bytes"]
+        assert c["stream_bytes"] == c["framed_bytes"] + c["skipped_bytes"] + c["gap_bytes"] + (
+            c["tls_record_bytes"] or 0)
     assert report.kafka_packets > 0 and report.tls_packets > 0  # the withheld clients' connections
 
 
@@ -206,7 +207,8 @@ def test_damaged_tls_streams_decrypt_what_they_can_and_account_for_every_byte(tm
     results = [analyse(path, keys, bulk=bulk)[0] for bulk in (True, False)]
     for tables in results:
         for c in tables["connections"].to_pylist():
-            assert c["stream_bytes"] == c["framed_bytes"] + c["skipped_bytes"] + c["gap_bytes"], c
+            assert c["stream_bytes"] == c["framed_bytes"] + c["skipped_bytes"] + c["gap_bytes"] + (
+            c["tls_record_bytes"] or 0), c
         rows = tables["exchanges"].to_pylist() if "exchanges" in tables else []
         read = {(r["client_port"], r["correlation_id"], r["api_key"]) for r in rows if r["status"] in ("ok", "error")}
         assert read <= intact
@@ -248,7 +250,8 @@ def test_hostile_tls_bytes_never_crash_and_every_byte_is_accounted_for(tmp_path:
         tables, report = analyse(path, KeyLog.from_file(KEYLOG), bulk=bulk)
         assert report.error is None
         for c in tables["connections"].to_pylist():
-            assert c["stream_bytes"] == c["framed_bytes"] + c["skipped_bytes"] + c["gap_bytes"], c
+            assert c["stream_bytes"] == c["framed_bytes"] + c["skipped_bytes"] + c["gap_bytes"] + (
+            c["tls_record_bytes"] or 0), c
         rows = tables["exchanges"].to_pylist() if "exchanges" in tables else []
         assert {(r["client_port"], r["correlation_id"], r["api_key"]) for r in rows
                 if r["status"] in ("ok", "error")} <= intact

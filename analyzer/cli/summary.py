@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from analyzer.cli.connection_problems import print_problems, problem_rows
 from analyzer.cli.ports import found_ports, port_hints, port_lines, ports_not_decoded
 from analyzer.cli.terminal import inert, inert_text
 from analyzer.pipeline.analyze import FileReport
@@ -54,11 +55,13 @@ def print_summary(console: Console, exchanges: pa.Table, connections: pa.Table,
     if exchanges.num_rows == 0:
         console.print(Text("No Kafka exchanges found. " + " ".join(hints(exchanges, connections, reports,
                                                                        detect_ports)), style="yellow"))
+        print_problems(console, connections)
     else:
         _capture(console, capture_span(exchanges))
         _api_usage(console, exchanges)
         _slowest(console, slowest(exchanges))
         _errors(console, exchanges)
+        print_problems(console, connections)
         _brokers(console, broker_rows(exchanges))
         _clients(console, exchanges)
         if partitions is not None and partitions.num_rows:
@@ -633,6 +636,7 @@ def summary_document(exchanges: pa.Table, connections: pa.Table, reports: list[F
         "headers_only": headers_only,
         "crc_checked": verify_crc and not headers_only,
         "files": files,
+        "connection_failures": problem_rows(connections),
         "ports": {"kafka_found": [{"port": port, "reason": reason, "frame": frame, "file": name}
                                   for port, (reason, frame, name) in found_ports(reports).items()],
                   "tcp_not_decoded": [{"port": port, "connections": flows, "tls_connections": tls}

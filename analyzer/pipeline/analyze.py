@@ -307,9 +307,10 @@ def _carry_into(following: Sequence[str], table: FlowTable, stats: CaptureStats,
     return {h.connection_id: snapshots[h.connection_id] for h in report.handoffs}
 
 
-_TO_BROKER, _TO_CLIENT, _TLS, _STREAM, _FRAMED, _SKIPPED, _GAP, _DECRYPTED = (
+_TO_BROKER, _TO_CLIENT, _TLS, _STREAM, _FRAMED, _SKIPPED, _GAP, _DECRYPTED, _TLS_RECORD = (
     CONNECTION_ROW_FIELDS.index(f) for f in ("packets_to_broker", "packets_to_client", "tls", "stream_bytes",
-                                             "framed_bytes", "skipped_bytes", "gap_bytes", "tls_decrypted"))
+                                             "framed_bytes", "skipped_bytes", "gap_bytes", "tls_decrypted",
+                                             "tls_record_bytes"))
 # last_ts .. stream_bytes in CONNECTION_ROW_FIELDS: what the next file counts again
 _PACKET_COUNTERS = slice(CONNECTION_ROW_FIELDS.index("last_ts"), CONNECTION_ROW_FIELDS.index("stream_bytes") + 1)
 
@@ -358,7 +359,7 @@ def _emit_connections(table: FlowTable, name: str, sink: BatchSink, report: File
             report.tls_packets += row[_TO_BROKER] + row[_TO_CLIENT]
         else:
             report.kafka_packets += row[_TO_BROKER] + row[_TO_CLIENT]
-            report.stream_bytes += row[_STREAM]
+            report.stream_bytes += row[_STREAM] - (row[_TLS_RECORD] or 0 if row[_TLS] else 0)
             report.framed_bytes += row[_FRAMED]
             report.stream_skipped_bytes += row[_SKIPPED]
             report.gap_bytes += row[_GAP]

@@ -26,7 +26,7 @@ _REQUEST_CANDIDATE = re.compile(rb"\x00[\x00-\xff]{3}\x00[\x00-\x7f]\x00[\x00-\x
 _INT32 = struct.Struct(">i")
 _INT16 = struct.Struct(">h")
 CORRELATION_WINDOW = 1 << 20  # how far past the last seen correlation id a client may have gone
-_NO_TLS = (None,) * 5  # the TLS columns of a plaintext connection's row
+_NO_TLS = (None,) * 7  # the TLS columns of a plaintext connection's row
 
 
 def find_request(buf, start: int, end: int) -> int:
@@ -208,11 +208,12 @@ class Connection:
             self.requests.frames, self.responses.frames,
             m.unanswered, m.orphans, m.malformed, self.requests.resyncs + self.responses.resyncs,
             self.requests.framed_bytes + self.responses.framed_bytes,
-            self.requests.skipped_bytes + self.responses.skipped_bytes + (tls.skipped_bytes() if tls else 0),
+            self.requests.skipped_bytes + self.responses.skipped_bytes,
             self.requests.truncated_frames + self.responses.truncated_frames,
             ",".join(sorted(c for c in m.client_ids if c is not None)) or None,
             tls is not None or self.requests.tls or self.responses.tls,
-            *(_NO_TLS if tls is None else (tls.version_text, tls.cipher_text, tls.sni, tls.decrypted, tls.why_not)),
+            *(_NO_TLS if tls is None else (tls.version_text, tls.cipher_text, tls.sni, tls.decrypted, tls.why_not,
+                                           tls.skipped_bytes(), tls.alerts_text)),
             *(self.sasl.row() if self.sasl is not None else NO_SASL),
             self.ended,
         )

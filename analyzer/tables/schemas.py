@@ -180,7 +180,8 @@ CONNECTIONS_SCHEMA = pa.schema([
     _f("gaps", pa.int64(), "Number of holes in the streams."),
     _f("stream_bytes", pa.int64(), "Bytes of the two byte streams the capture covers, as TCP reassembly put them "
        "in order: each byte once however often it was sent, the bytes lost in gaps included. Every one of them "
-       "is accounted for: stream_bytes = framed_bytes + skipped_bytes + gap_bytes."),
+       "is accounted for: stream_bytes = framed_bytes + skipped_bytes + gap_bytes (+ tls_record_bytes on a TLS "
+       "connection)."),
     _f("handshake_rtt_ms", pa.float64(), "SYN to the ACK of the SYN-ACK, in ms (null without a handshake)."),
     _f("syn_seen", pa.bool_(), "The TCP handshake is in the capture."),
     _f("requests", pa.int64(), "Kafka request frames seen."),
@@ -192,9 +193,8 @@ CONNECTIONS_SCHEMA = pa.schema([
        "garbage) and searched for the next frame."),
     _f("framed_bytes", pa.int64(), "Stream bytes that arrived inside Kafka frames (complete ones, and the part "
        "of a frame cut off by the end of the connection or capture)."),
-    _f("skipped_bytes", pa.int64(), "Bytes not placed in a frame: by the framer while out of sync; on a TLS "
-       "connection also the TLS records' own bytes (headers, handshake, tags, padding) and all of a stream that "
-       "was not decrypted."),
+    _f("skipped_bytes", pa.int64(), "Bytes not placed in a frame by the framer while out of sync (of the "
+       "plaintext, on a decrypted TLS connection; the TLS layer's own bytes are tls_record_bytes)."),
     _f("truncated_frames", pa.int64(), "Frames cut off by the end of the connection or capture."),
     _f("client_ids", pa.string(), "Distinct client_id values seen on the connection, comma-separated."),
     _f("tls", pa.bool_(), "The connection carried TLS instead of plaintext Kafka (decoded only when "
@@ -209,6 +209,12 @@ CONNECTIONS_SCHEMA = pa.schema([
     _f("tls_note", pa.string(), "Why a TLS connection was not decrypted (no key log, no key for its client "
        "random, cipher suite not supported, handshake not in the capture, records that do not decrypt), or "
        "where decryption stopped (bytes of the TLS stream lost from the capture)."),
+    _f("tls_record_bytes", pa.int64(), "Stream bytes the TLS layer did not hand on as plaintext: the records' own "
+       "bytes (headers, handshake, alerts, tags, padding) and all of a stream that was not decrypted (null "
+       "without TLS)."),
+    _f("tls_alerts", pa.string(), "The TLS alerts either peer sent, in order, in clear or decrypted: level, "
+       "description, sender and packet (\"fatal decode_error from the broker (packet 17)\"); a warning "
+       "close_notify is the orderly close."),
     _f("sasl_mechanism", pa.string(), "The SASL mechanism the client asked for in SaslHandshake (PLAIN, "
        "SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, GSSAPI, ...)."),
     _f("sasl_principal", pa.string(), "Who authenticated: PLAIN's authentication identity, SCRAM's user name, "
@@ -223,7 +229,8 @@ CONNECTIONS_SCHEMA = pa.schema([
 ])
 
 # Columns a row may leave out, just before its last (rows of connections that never carried a byte): null.
-_CONN_OPTIONAL = ("tls_version", "tls_cipher", "tls_sni", "tls_decrypted", "tls_note", "sasl_mechanism",
+_CONN_OPTIONAL = ("tls_version", "tls_cipher", "tls_sni", "tls_decrypted", "tls_note", "tls_record_bytes",
+                  "tls_alerts", "sasl_mechanism",
                   "sasl_principal", "sasl_outcome")
 _NO_TLS = (None,) * len(_CONN_OPTIONAL)
 
@@ -846,7 +853,8 @@ FILES_SCHEMA = pa.schema([
     _f("undecodable_packets", pa.int64(), "Packets not decoded as far as TCP: IP fragments (not reassembled), "
        "unsupported link types, headers cut short or malformed."),
     _f("kafka_stream_bytes", pa.int64(), "Bytes of the Kafka connections' byte streams (their stream_bytes in the "
-       "connections table, TLS ones excluded). kafka_stream_bytes = kafka_framed_bytes + kafka_skipped_bytes + "
+       "connections table; TLS ones not decrypted excluded, decrypted ones less their tls_record_bytes). "
+       "kafka_stream_bytes = kafka_framed_bytes + kafka_skipped_bytes + "
        "kafka_gap_bytes: for a rotated set, over the set (a connection running on into the next file is framed "
        "there up to a frame boundary, its packets counted by the file that holds them)."),
     _f("kafka_framed_bytes", pa.int64(), "Of those, bytes that arrived inside Kafka frames."),

@@ -24,6 +24,7 @@ from dissectors._sink import ByteSink
 if TYPE_CHECKING:
     from analyzer.tls.protection import Protection
 
+from analyzer.tls.alerts import MAX_ALERTS, Alert, alerts_text
 from analyzer.tls.handshake import (
     CLIENT_HELLO,
     FINISHED,
@@ -93,7 +94,8 @@ class TlsSession:
     """What the two directions of a TLS connection share: the hellos' fields, the keys, and the verdict."""
 
     __slots__ = ("out", "client", "server", "client_random", "server_random", "sni", "suite_number", "suite",
-                 "version", "etm", "retry", "resumed", "session_id", "hello", "note", "opened")
+                 "version", "etm", "retry", "resumed", "session_id", "hello", "note", "opened", "alerts",
+                 "alerts_more")
 
     def __init__(self, out) -> None:
         # The flow table's outputs, whose tls_keys (a KeyLog, or None) is read when keys are needed: a pcapng's
@@ -114,6 +116,8 @@ class TlsSession:
         self.hello: ServerHello | None = None
         self.note: str | None = None  # why not decrypted (or what went wrong after)
         self.opened = 0  # records opened
+        self.alerts: list[Alert] = []  # the first MAX_ALERTS alerts either peer sent (in clear, or decrypted)
+        self.alerts_more = 0
 
     # -- the hellos ------------------------------------------------------------------------------------
 
@@ -186,6 +190,18 @@ class TlsSession:
         if secret is None:
             self.fail(f"the key log has no {label} for this client random")
         return secret
+
+    def alert(self, no: int, from_client: bool, body) -> None:
+        if len(body) < 2:
+            return
+        if len(self.alerts) < MAX_ALERTS:
+            self.alerts.append(Alert(no, from_client, body[0], body[1]))
+        else:
+            self.alerts_more += 1
+
+    @property
+    def alerts_text(self) -> str | None:
+        return alerts_text(self.alerts, self.alerts_more)
 
     def fail(self, note: str) -> None:
         """The connection cannot be (further) decrypted: the first reason is the one reported."""
@@ -369,9 +385,12 @@ class TlsDirection(ByteSink):
         if state == WAITING:
             self._wait(ts, no, typ, version, payload)
             return
-        # In clear: the hellos, and the switch to protected records.
+        # In clear: the hellos, alerts, and the switch to protected records.
         self.skipped_bytes += size
         session = self.session
+        if typ == ALERT:
+            session.alert(no, self.is_client, payload)
+            return
         if typ == HANDSHAKE:
             for kind, body in self.handshake.feed(payload):
                 if body is None:
@@ -419,6 +438,8 @@ class TlsDirection(ByteSink):
                 self.sink.data(ts, no, plain)
             return
         self.skipped_bytes += size
+        if inner == ALERT:
+            self.session.alert(no, self.is_client, plain)
         if inner == HANDSHAKE and self.secret is not None:  # TLS 1.3 post-handshake or handshake messages
             for kind, body in self.handshake.feed(plain):
                 if kind == FINISHED and self.next_secret is not None:
