@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from analyzer.pipeline.analyze import FileReport, Options
 
 STATUSES = ("ok", "error", "unchecked", "no_response", "acks0", "orphan_response", "malformed")
+# --status also takes these: the errors that are failures, and those that are steps of the protocol.
+ERROR_KINDS = ("failure", "expected")
 
 
 class ExitCode(enum.IntEnum):
@@ -438,6 +440,7 @@ def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progre
     )
     from analyzer.tables.writers import OutputFolderError, TableFolder
 
+    replacing = _holds_files(out_dir)
     try:
         folder = TableFolder(out_dir, fmt)
     except OutputFolderError as exc:
@@ -477,7 +480,27 @@ def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progre
                       collector.table("deliveries", DELIVERIES_SCHEMA) if deliveries else None,
                       headers_only=headers_only, verify_crc=verify_crc, detect_ports=detect_ports)
     rows = sum(r.exchanges for r in reports)
-    _note(f"wrote {rows:,} exchanges to " + inert(", ".join(written)))
+    _note(wrote_line(rows, out_dir, written, replacing))
+
+
+def _holds_files(folder: str) -> bool:
+    try:
+        with os.scandir(folder) as entries:
+            return any(True for _ in entries)
+    except OSError:
+        return False
+
+
+def wrote_line(rows: int, out_dir: str, written: list[str], replaced: bool) -> str:
+    """The one line an export ends with: the folder, its tables in the schemas' order (whatever order they were
+    written in), and whether an earlier export there was replaced."""
+    from analyzer.tables.schemas import SCHEMAS
+
+    order = {name: i for i, name in enumerate(SCHEMAS)}
+    names = sorted({os.path.basename(p).split(".", 1)[0] for p in written}, key=lambda n: (order.get(n, len(order)), n))
+    extension = os.path.splitext(written[0])[1] if written else ""
+    return inert(f"wrote {rows:,} exchanges to {out_dir}: {', '.join(names)} ({extension.lstrip('.') or 'tables'})"
+                 + ("; the earlier export there was replaced" if replaced else ""))
 
 
 def _utc_time(ctx: click.Context, param: click.Parameter, value: str | None):
@@ -505,7 +528,9 @@ SORTS = {"time": [("request_last_ts", "ascending"), ("response_last_ts", "ascend
 @_common
 @click.option("--api", "apis", multiple=True, callback=_api_filter,
               help="Only these APIs (name like Produce, or key number).")
-@click.option("--status", "statuses", multiple=True, type=click.Choice(STATUSES), help="Only these statuses.")
+@click.option("--status", "statuses", multiple=True, type=click.Choice(STATUSES + ERROR_KINDS),
+              help="Only these statuses; 'failure': errors that are failures, 'expected': errors that are steps of "
+                   "the protocol (status error is both).")
 @click.option("--client", help="Only client_id or client address containing this text.")
 @click.option("--broker", help="Only brokers whose address (ip:port, IPv6 as [ip]:port) contains this text.")
 @click.option("--topic", "topics", multiple=True, help="Only exchanges naming this topic (exact name; repeatable).")
@@ -529,8 +554,10 @@ def exchanges(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_pro
     sink = Collector()
     _analyse(paths, _options(ports, detect_ports, headers_only, verify_crc, separate_files=separate_files),
              jobs, sink, no_progress)
-    ex = filter_exchanges(sink.table("exchanges", EXCHANGES_SCHEMA), apis, statuses, client, min_latency, broker,
-                          topics, since, until, groups)
+    every = sink.table("exchanges", EXCHANGES_SCHEMA)
+    ex = filter_exchanges(every, apis, statuses, client, min_latency, broker, topics, since, until, groups)
+    if ex.num_rows == 0 and every.num_rows and (since is not None or until is not None):
+        _note(span_hint(every))
     ex = ex.sort_by(SORTS[sort])
     if limit is None:
         limit = 0 if as_json else 200
@@ -552,15 +579,18 @@ def exchanges(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_pro
 @click.option("--detect-ports", is_flag=True, help="Also find Kafka on any other port.")
 @click.option("--limit", type=click.IntRange(0), default=20, show_default=True, help="Exchanges to show (0: all).")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines: per exchange its row and both frames decoded.")
+@click.option("--max-bytes", type=click.IntRange(0, 1 << 16), default=64, show_default=True,
+              help="Bytes shown of each record key, value and header value (text as text, else hex; the full "
+                   "size is always given).")
 @tls_keylog_option
-def show(path, packet, connection, ports, detect_ports, limit, as_json) -> None:
+def show(path, packet, connection, ports, detect_ports, limit, as_json, max_bytes) -> None:
     """Decode chosen exchanges in full and print them as trees."""
     if packet is None and connection is None:
         raise click.UsageError("give --frame N or --connection ID")
     from analyzer.cli.show import show as show_exchanges
 
     shown, report = show_exchanges(_out(), path, _options(ports, detect_ports), connection, packet, limit,
-                                   as_json=as_json)
+                                   as_json=as_json, max_bytes=max_bytes)
     report_files([report])
     if _read_nothing(report):
         raise click.ClickException("the capture file could not be read")
@@ -598,6 +628,18 @@ def apis(as_json) -> None:
     _out().print(t)
 
 
+def span_hint(ex: pa.Table) -> str:
+    """Where the capture's requests lie in time: the hint for a --since/--until that matched nothing."""
+    import pyarrow.compute as pc
+
+    when = pc.coalesce(ex["request_last_ts"], ex["response_last_ts"])
+    first, last = pc.min(when).as_py(), pc.max(when).as_py()
+    if first is None:
+        return "No exchange has a time."
+    return (f"No exchange in that time range: the capture's requests run from {first:%Y-%m-%d %H:%M:%S} to "
+            f"{last:%Y-%m-%d %H:%M:%S} UTC (--since and --until take UTC unless given an offset).")
+
+
 def filter_exchanges(ex: pa.Table, apis, statuses, client, min_latency, broker=None, topics=(), since=None,
                      until=None, groups=()) -> pa.Table:
     import pyarrow as pa
@@ -620,7 +662,16 @@ def filter_exchanges(ex: pa.Table, apis, statuses, client, min_latency, broker=N
                    pc.is_in(ex["api_key"], pa.array(keys, pa.int16())))
         mask = both(pc.fill_null(m, False))
     if statuses:
-        mask = both(pc.is_in(ex["status"], pa.array(list(statuses))))
+        plain = [s for s in statuses if s not in ERROR_KINDS]
+        m = pc.is_in(ex["status"], pa.array(plain, pa.string()))
+        if set(statuses) & set(ERROR_KINDS):
+            error = pc.equal(ex["status"], "error")
+            expected = pc.fill_null(ex["error_expected"], False)
+            if "failure" in statuses:
+                m = pc.or_(m, pc.and_(error, pc.invert(expected)))
+            if "expected" in statuses:
+                m = pc.or_(m, pc.and_(error, expected))
+        mask = both(pc.fill_null(m, False))
     if client:
         m = pc.or_(pc.match_substring(pc.fill_null(ex["client_id"], ""), client),
                    pc.match_substring(ex["client_ip"], client))

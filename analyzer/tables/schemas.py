@@ -134,7 +134,8 @@ EXCHANGES_SCHEMA = pa.schema([
        "told apart from the work (a held JoinGroup or SyncGroup, a Fetch whose wait is unknown); otherwise "
        "latency_ms. The summary's slowest service times and per-broker percentiles use this."),
     _f("error_expected", pa.bool_(), "Whether error_code is a step of the protocol rather than a failure, for this "
-       "API (as the errors table's expected column); false when error_code is 0, null when it is unknown."),
+       "API (as the errors table's expected column); false when error_code is 0 and on rows without one (no "
+       "response, acks=0, malformed): there is no error to expect."),
     _f("subscription", pa.list_(pa.string()),
        "Topics the member subscribes to: a consumer JoinGroup's protocol metadata (the consumer protocol's "
        "subscription, first protocol), or a ConsumerGroupHeartbeat's subscribed_topic_names when sent."),
@@ -716,13 +717,12 @@ _EXPECTED_CODES = pa.array(sorted(code for code, info in ERRORS.items() if info.
 
 
 def _expected_column(error_code: pa.Array, error_names: pa.Array, api_names: pa.Array) -> pa.Array:
-    """The error_expected column: null without an error code, else expected_errors. Most batches hold none of
-    the expected codes: then it is false wherever there is a code, found on the codes alone."""
+    """The error_expected column: expected_errors where there is an error code, false elsewhere (never null, so
+    a filter on it needs no null handling). Most batches hold none of the expected codes: then it is false on
+    every row, found on the codes alone."""
     if not pc.any(pc.is_in(error_code, _EXPECTED_CODES)).as_py():
-        if error_code.null_count == 0:
-            return _constant(False, pa.bool_(), len(error_code))
-        return pc.if_else(pc.is_valid(error_code), False, None)
-    return pc.if_else(pc.is_valid(error_code), expected_errors(error_names, api_names), None)
+        return _constant(False, pa.bool_(), len(error_code))
+    return pc.fill_null(pc.if_else(pc.is_valid(error_code), expected_errors(error_names, api_names), False), False)
 
 
 def expected_errors(error_name: pa.Array, api_name: pa.Array) -> pa.Array:
