@@ -4,11 +4,13 @@ and the same page from an export folder and from a Spark-layout (Hive-partitione
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -99,36 +101,126 @@ _TRACES = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(
             ? Array.from(r, String) : String(r)) : null}))}))"""
 
 
-@pytest.fixture(scope="module")
-def browser_view(built, tmp_path_factory):
-    """The page opened in headless Chromium: its figures' data as plotted, console messages, a hover's text;
-    a screenshot is left in the test's temporary folder."""
+# What Chromium drew of each figure: every axis with its type, range, title and tick labels (the SVG texts, with
+# the value plotly placed each at: the datum bound to the text, in the axis' linear units, log10 on a log axis),
+# the legend's entries and swatch colours, the bars' drawn widths in pixels.
+_DRAWN = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(gd => ({
+    id: gd.id, section: gd.closest('section').id,
+    axes: Object.keys(gd._fullLayout).filter(k => /^[xy]axis\\d*$/.test(k)).map(k => {
+        const ax = gd._fullLayout[k], title = gd.querySelector('.g-' + ax._id + 'title text');
+        return {id: ax._id, type: ax.type, range: ax.range.map(String), title: title ? title.textContent : '',
+                ticks: Array.from(gd.querySelectorAll('.' + ax._id + 'tick text'),
+                                  e => [e.textContent, e.__data__.x])};
+    }),
+    legend: Array.from(gd.querySelectorAll('.legend .traces'), e => [
+        e.querySelector('.legendtext').textContent, e.querySelector('.legendpoints path').style.fill]),
+    colours: gd._fullData.map(t => [t.name, t.marker && typeof t.marker.color === 'string' ? t.marker.color : null]),
+    bar_widths: Array.from(gd.querySelectorAll('.barlayer .point path'), e => e.getBBox().width)}))"""
+
+_FACTS = """() => Object.fromEntries(Array.from(document.querySelectorAll('header dt'),
+                                           dt => [dt.textContent, dt.nextElementSibling.textContent]))"""
+
+# The client coordinates of the middle of a heatmap's cell (row i, column j), scrolled into view; from the cell's
+# edges as plotly computed them (calcdata: in data units, category bricks or latency edges alike).
+_CELL = """([id, i, j]) => {
+    const gd = document.getElementById(id), cd = gd.calcdata[0][0];
+    const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+    const x = xa.l2p((xa.c2l(cd.x[j]) + xa.c2l(cd.x[j + 1])) / 2) + xa._offset;
+    const y = ya.l2p((ya.c2l(cd.y[i]) + ya.c2l(cd.y[i + 1])) / 2) + ya._offset;
+    const box = gd.querySelector('.main-svg').getBoundingClientRect();
+    window.scrollTo(0, window.scrollY + box.top + y - window.innerHeight / 2);
+    const now = gd.querySelector('.main-svg').getBoundingClientRect();
+    return [now.left + x, now.top + y];
+}"""
+
+_HOVER_LINES = """(id) => Array.from(document.querySelectorAll('#' + id + ' .hoverlayer .hovertext text'),
+    t => t.querySelectorAll('tspan.line').length ? Array.from(t.querySelectorAll('tspan.line'), l => l.textContent)
+                                                 : [t.textContent]).flat()"""
+
+HOVERED_ROWS = ("JoinGroup", "SyncGroup", "Fetch (empty)", "Fetch (with records)", "Produce", "Metadata")
+
+
+def _hover_heatmap(page, figures: list[dict]) -> list[dict]:
+    """Moves the mouse over the first, the fullest and the last non-empty cell of each of the heatmap's
+    HOVERED_ROWS, as a user would, and reads the label plotly draws: its lines, with the row and column."""
+    heat = [f for f in figures if f["section"] == "latency"][2]
+    trace = heat["traces"][0]
+    out, last = [], None
+    for i, row in enumerate(trace["y"]):
+        if row not in HOVERED_ROWS:
+            continue
+        counts = [float(c) for c in trace["customdata"][i]]
+        filled = [j for j, c in enumerate(counts) if c > 0]
+        for j in sorted({filled[0], filled[-1], max(filled, key=lambda j: counts[j])}):
+            count = counts[j]
+            x, y = page.evaluate(_CELL, [heat["id"], i, j])
+            page.mouse.move(x, y)
+            page.wait_for_function("([id, row, last]) => { const t = document.querySelector('#' + id + "
+                                   "' .hoverlayer').textContent; return t.includes(row) && t !== last; }",
+                                   arg=[heat["id"], row, last])
+            last = page.locator(f"#{heat['id']} .hoverlayer").text_content()
+            out.append({"row": row, "column": j, "count": float(count), "lines": page.evaluate(_HOVER_LINES,
+                                                                                                heat["id"])})
+    page.mouse.move(0, 0)
+    return out
+
+
+def _open(path: Path, view: dict, heatmap: bool = False) -> None:
+    """The page in headless Chromium: fills ``view`` with its figures' data as plotted, what was drawn of them
+    (_DRAWN), the header's facts, console messages and, with ``heatmap``, the heatmap's hover labels."""
     if CHROMIUM is None:
         pytest.skip("chromium is not installed (apt-get install chromium)")
     sync_api = pytest.importorskip("playwright.sync_api")
-    shots = tmp_path_factory.mktemp("screenshots")
-    messages = []
+    messages = view.setdefault("messages", [])
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         try:
-            # Drawn at 0.6 device pixels per CSS pixel: a small screenshot (docs/report.png is one).
             page = browser.new_page(viewport={"width": 1280, "height": 1000}, device_scale_factor=0.6)
             page.on("console", lambda m: messages.append((m.type, m.text)))
             page.on("pageerror", lambda e: messages.append(("pageerror", str(e))))
-            page.goto(built["report"].as_uri())
+            page.goto(path.as_uri())
             page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= "
                                    "document.querySelectorAll('.js-plotly-plot').length")
-            figures = page.evaluate(_TRACES)
-            # Hover the first bar of the request-rate plot as a user would, and read the label plotly draws.
-            first = page.locator("#overview .js-plotly-plot").first
-            gd_id = first.get_attribute("id")
-            page.evaluate(f"Plotly.Fx.hover('{gd_id}', [{{curveNumber: 0, pointNumber: 0}}])")
-            hover = page.locator(f"#{gd_id} .hoverlayer").text_content()
-            page.screenshot(path=str(shots / "report.png"))
-            page.locator("#latency").screenshot(path=str(shots / "latency.png"))
+            view["figures"] = page.evaluate(_TRACES)
+            view["drawn"] = page.evaluate(_DRAWN)
+            view["facts"] = page.evaluate(_FACTS)
+            if heatmap:
+                view["heat_hovers"] = _hover_heatmap(page, view["figures"])
+            view.update(view.pop("then", lambda page: {})(page))
         finally:
             browser.close()
-    return {"figures": figures, "messages": messages, "hover": hover, "shots": shots}
+
+
+@pytest.fixture(scope="module")
+def browser_view(built, tmp_path_factory):
+    """The page of every sample opened in headless Chromium (_open), and a hover's text; a screenshot is left
+    in the test's temporary folder (drawn at 0.6 device pixels per CSS pixel: small, as docs/report.png is)."""
+    shots = tmp_path_factory.mktemp("screenshots")
+
+    def then(page) -> dict:
+        # Hover the first bar of the request-rate plot, and read the label plotly draws.
+        gd_id = page.locator("#overview .js-plotly-plot").first.get_attribute("id")
+        page.evaluate(f"Plotly.Fx.hover('{gd_id}', [{{curveNumber: 0, pointNumber: 0}}])")
+        hover = page.locator(f"#{gd_id} .hoverlayer").text_content()
+        page.screenshot(path=str(shots / "report.png"))
+        page.locator("#latency").screenshot(path=str(shots / "latency.png"))
+        return {"hover": hover}
+
+    view = {"then": then, "shots": shots}
+    _open(built["report"], view, heatmap=True)
+    return view
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory) -> dict:
+    """The page and tables of one capture with a single error (an expected MEMBER_ID_REQUIRED), as drawn."""
+    tmp = tmp_path_factory.mktemp("single")
+    capture = SAMPLES / "tansu_ipv6_confluent.pcapng"
+    invoke("report", capture, "--detect-ports", "--no-progress", "-o", tmp / "report.html")
+    invoke("export", capture, "--detect-ports", "--no-progress", "-o", tmp / "tables")
+    view = {"report": tmp / "report.html", "tables": tmp / "tables"}
+    _open(view["report"], view)
+    return view
 
 
 def _figure(view, section: str, index: int = 0) -> dict:
@@ -374,3 +466,186 @@ def test_group_timeline_is_the_groups_table(browser_view, built) -> None:
         generation = int(text.split(";")[0].split()[-1])
         drawn[y, generation, text.rsplit("waited ", 1)[1].removesuffix(" ms")] += 1
     assert drawn == expected
+
+
+# --- What is drawn, read back from Chromium and held to the tables -----------------------------------------------
+
+_DURATION = re.compile(r"^(\d[\d,]*(?:\.\d+)?) (µs|ms|s)$")
+_RANGE = re.compile(r"(\d[\d,]*(?:\.\d+)?)(?: (µs|ms|s))? to (\d[\d,]*(?:\.\d+)?) (µs|ms|s)")
+_MS = {"µs": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+def _ms(number: str, unit: str) -> float:
+    return float(number.replace(",", "")) * _MS[unit]
+
+
+def _drawn(view, section: str, index: int = 0) -> dict:
+    return [f for f in view["drawn"] if f["section"] == section][index]
+
+
+def _axis(figure: dict, axis_id: str) -> dict:
+    return next(a for a in figure["axes"] if a["id"] == axis_id)
+
+
+def _latency_values(tables: Path) -> pa.Table:
+    """series and value (ms) of each exchange as the latency section defines them: the waits (waited, or null: a
+    Fetch that brought records after a while) their latency_ms, the rest their service_ms (else latency_ms)."""
+    ex = pq.read_table(tables / "exchanges.parquet",
+                       columns=["api_name", "record_count", "latency_ms", "service_ms", "waited"])
+    ex = ex.filter(pc.is_valid(ex["latency_ms"]))
+    series = [("Fetch (with records)" if (r or 0) > 0 else "Fetch (empty)") if a == "Fetch" else a
+              for a, r in zip(ex["api_name"].to_pylist(), ex["record_count"].to_pylist(), strict=True)]
+    value = [lat if w is None or w else (svc if svc is not None else lat) for lat, svc, w in zip(
+        ex["latency_ms"].to_pylist(), ex["service_ms"].to_pylist(), ex["waited"].to_pylist(), strict=True)]
+    return pa.table({"series": series, "value": pa.array(value, pa.float64())})
+
+
+def test_log_axes_label_every_tick_with_its_value_in_full(browser_view) -> None:
+    """Every tick label drawn on a log axis (the latency plots) and on the heatmap's latency axis is a whole
+    value with its unit ("2 ms", "1 s"), never a bare digit, and it is the value at which plotly drew it."""
+    checked = 0
+    heat = _drawn(browser_view, "latency", 2)
+    for figure in browser_view["drawn"]:
+        for axis in figure["axes"]:
+            if axis["type"] != "log" and not (figure is heat and axis["id"] == "x"):
+                continue
+            assert len(axis["ticks"]) >= 2, (figure["id"], axis["id"], axis["ticks"])
+            for text, at in axis["ticks"]:
+                m = _DURATION.match(text)
+                assert m, (figure["id"], axis["id"], text)
+                assert axis["type"] == "log", (figure["id"], axis["id"], "a latency axis must be a log axis")
+                assert _ms(*m.groups()) == pytest.approx(10 ** at, rel=1e-6), (figure["id"], text, 10 ** at)
+                checked += 1
+    assert checked >= 10
+
+
+def test_heatmap_hovers_are_the_buckets_of_the_tables(browser_view, built) -> None:
+    """Hovered as a user would: the slowest JoinGroup, SyncGroup and Fetch of the exchanges table lie within the
+    bounds their row's last cell gives. The axis title says N buckets per factor of ten: the cells' edges as
+    plotted, and every hovered cell's bounds, are 10^(k/N) ms; each hovered count, and each cell's count as
+    plotted, is the exchanges of that API whose latency lies within the cell's bounds in the table."""
+    values = _latency_values(built["tables"])
+    cells = []
+    for h in browser_view["heat_hovers"]:
+        text = " ".join(h["lines"])
+        assert h["lines"][0] == h["row"], h
+        m = _RANGE.search(text)
+        assert m, text
+        count = int(re.search(r"([\d,]+) exchanges", text).group(1).replace(",", ""))
+        cells.append((h["row"], _ms(m.group(1), m.group(2) or m.group(4)), _ms(m.group(3), m.group(4)), count, text))
+    assert {c[0] for c in cells} >= {"JoinGroup", "SyncGroup", "Fetch (empty)", "Fetch (with records)"}
+    # The bounds are written to 3 significant digits: compared within half a unit of the last.
+    for row in ("JoinGroup", "SyncGroup", "Fetch (empty)", "Fetch (with records)"):
+        slowest = pc.max(values.filter(pc.equal(values["series"], row))["value"]).as_py()
+        _, low, high, _, text = max((c for c in cells if c[0] == row), key=lambda c: c[2])
+        assert low * (1 - 5e-3) <= slowest < high * (1 + 5e-3), (row, slowest, text)
+
+    title = _axis(_drawn(browser_view, "latency", 2), "x")["title"]
+    per_decade = int(re.search(r"(\d+) buckets per factor of ten", title).group(1))
+    edges = [float(x) for x in _figure(browser_view, "latency", 2)["traces"][0]["x"]]
+    step = 10 ** (1 / per_decade)
+    assert len(edges) >= 2
+    assert all(b / a == pytest.approx(step, rel=1e-9) for a, b in zip(edges, edges[1:], strict=False)), (title,
+                                                                                                        edges[:3])
+    for (row, low, high, count, text), h in zip(cells, browser_view["heat_hovers"], strict=True):
+        k = round(per_decade * math.log10(low))
+        lo, hi = 10 ** (k / per_decade), 10 ** ((k + 1) / per_decade)
+        assert low == pytest.approx(lo, rel=5e-3) and high == pytest.approx(hi, rel=5e-3), (text, lo, hi)
+        own = values.filter(pc.equal(values["series"], row))["value"]
+        inside = pc.sum(pc.and_(pc.greater_equal(own, lo), pc.less(own, hi))).as_py() or 0
+        assert count == h["count"] == inside, (text, inside)
+    trace = _figure(browser_view, "latency", 2)["traces"][0]
+    for row, counts in zip(trace["y"], trace["customdata"], strict=True):
+        own = values.filter(pc.equal(values["series"], row))["value"].to_numpy()
+        # Values below 1 µs are counted in the first bucket (the histograms' clip), above 10^9 ms in the last.
+        own = own.clip(1e-3, 1e9 * (1 - 1e-12))
+        assert [float(c) for c in counts] == np.histogram(own, edges)[0].tolist(), row
+
+
+def _rgb(colour: str) -> tuple[int, ...]:
+    if colour.startswith("#"):
+        return tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))
+    return tuple(int(v) for v in re.findall(r"\d+", colour)[:3])
+
+
+def _grey(colour: str) -> bool:
+    rgb = _rgb(colour)
+    return max(rgb) - min(rgb) <= 16
+
+
+def test_expected_errors_are_drawn_apart_from_failures(browser_view) -> None:
+    """In both error charts, the expected protocol steps are grey and stacked above the failures (drawn after
+    them), the failures in colour."""
+    for section, index in (("overview", 1), ("errors", 0)):
+        colours = _drawn(browser_view, section, index)["colours"]
+        expected = [i for i, (n, _) in enumerate(colours) if n.endswith(" (expected)")]
+        failures = [i for i, (n, _) in enumerate(colours) if not n.endswith(" (expected)") and n != "other"]
+        assert expected and failures, colours
+        assert all(_grey(colours[i][1]) for i in expected), (section, colours)
+        assert not any(_grey(colours[i][1]) for i in failures), (section, colours)
+        assert max(failures) < min(expected), (section, colours)
+
+
+def _exchange_errors(tables: Path) -> tuple[int, int]:
+    """(failures, expected protocol steps) among the exchanges with status error, by the table's error_expected."""
+    ex = pq.read_table(tables / "exchanges.parquet", columns=["status", "error_expected"])
+    error = ex.filter(pc.equal(ex["status"], "error"))
+    expected = pc.sum(pc.fill_null(error["error_expected"], False)).as_py() or 0
+    return error.num_rows - expected, expected
+
+
+@pytest.mark.parametrize("view_name", ["browser_view", "single"])
+def test_header_counts_failures_and_expected_steps_apart(view_name, request, built) -> None:
+    view = request.getfixturevalue(view_name)
+    tables = view["tables"] if "tables" in view else built["tables"]
+    failures, expected = _exchange_errors(tables)
+    text = view["facts"]["exchanges"]
+    got = re.search(r"([\d,]+) failed\b.*?([\d,]+) [^;)]*\bexpected\b", text)
+    assert got, text
+    assert (int(got.group(1).replace(",", "")), int(got.group(2).replace(",", ""))) == (failures, expected), text
+
+
+def test_errors_over_time_span_the_capture(single) -> None:
+    """A capture with one expected error: both error charts' time axes run over the capture (its files' first
+    to last packet, give or take an interval), not zoomed to the error's interval, and its bar is drawn a few
+    pixels wide rather than as a wall or a hairline."""
+    files = pq.read_table(single["tables"] / "files.parquet", columns=["first_ts", "last_ts"])
+    first = pc.min(files["first_ts"]).as_py().replace(tzinfo=None)
+    last = pc.max(files["last_ts"]).as_py().replace(tzinfo=None)
+    interval = float(re.match(r"(\d+) ms", single["facts"]["time interval of the plots"]).group(1)) / 1000
+    assert _exchange_errors(single["tables"]) == (0, 1)
+    for section, index in (("overview", 1), ("errors", 0)):
+        figure = _drawn(single, section, index)
+        lo, hi = (dt_parse(x) for x in _axis(figure, "x")["range"])
+        assert lo <= first and hi >= last, (section, lo, hi, first, last)
+        assert (hi - lo).total_seconds() <= (last - first).total_seconds() + 2 * interval, (section, lo, hi)
+        assert figure["bar_widths"] and all(3 <= w <= 60 for w in figure["bar_widths"]), figure["bar_widths"]
+
+
+def test_connection_charts_colour_each_ending_alike(browser_view) -> None:
+    """fin is one colour in both connection charts (legend swatches as drawn), and rst another."""
+    opened = dict(_drawn(browser_view, "connections", 0)["legend"])
+    timeline = dict(_drawn(browser_view, "connections", 1)["legend"])
+    for kind in ("fin", "rst"):
+        assert opened[f"closed: {kind}"] == timeline[kind], (kind, opened, timeline)
+    assert timeline["fin"] != timeline["rst"]
+
+
+def test_compression_axis_starts_at_zero_and_shows_the_ratio(browser_view, built) -> None:
+    """The compression chart's byte axis is linear from 0 (so the bars' heights compare as the sizes do), and
+    each codec's label gives the ratio of the Produce record bytes uncompressed to on the wire in the tables."""
+    p = pq.read_table(built["tables"] / "partitions.parquet",
+                      columns=["api_key", "codec", "request_record_bytes", "uncompressed_bytes"])
+    p = p.filter(pc.and_(pc.equal(p["api_key"], 0), pc.is_valid(p["codec"])))
+    sums = p.group_by("codec").aggregate([("request_record_bytes", "sum"), ("uncompressed_bytes", "sum")])
+    ratios = {c: u / w for c, w, u in zip(sums["codec"].to_pylist(), sums["request_record_bytes_sum"].to_pylist(),
+                                          sums["uncompressed_bytes_sum"].to_pylist(), strict=True) if w}
+    figure = _drawn(browser_view, "traffic", 2)
+    y = _axis(figure, "y")
+    assert y["type"] == "linear" and float(y["range"][0]) == 0, y
+    assert y["ticks"][0][0] == "0", y["ticks"]
+    labels = {m.group(1): float(m.group(2)) for text, _ in _axis(figure, "x")["ticks"]
+              if (m := re.match(r"(\w+)\s*ratio (\d+\.\d+)", text))}
+    assert set(labels) == set(ratios), (labels, ratios)
+    for codec, ratio in ratios.items():
+        assert labels[codec] == pytest.approx(ratio, abs=0.005), codec

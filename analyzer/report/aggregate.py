@@ -20,6 +20,7 @@ from dissectors.kafka.errors import EXPECTED_ERRORS as _EXPECTED
 MAX_BINS = 300  # intervals on a time axis, at most
 TOP_N = 8  # series drawn by name; the rest are summed as OTHER
 OTHER = "other"
+OPENED = "opened (SYN)"  # the series of the connections whose handshake is in the capture
 QUANTILES = (0.5, 0.99)
 MAX_SERIES_KEPT = 4096  # distinct series an accumulator keeps per interval before folding the smallest into OTHER
 MERGE_ROWS = 1 << 18  # buffered partial rows that trigger a merge
@@ -42,6 +43,7 @@ GROUP_APIS = ("FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGr
               "DescribeGroups", "ListGroups", "ConsumerGroupHeartbeat", "ConsumerGroupDescribe", "DeleteGroups")
 # Errors that are steps of the protocol rather than failures (dissectors.kafka.errors.EXPECTED_ERRORS).
 EXPECTED_ERRORS = {e.name: e.apis for e in _EXPECTED}
+EXPECTED_SUFFIX = " (expected)"  # on a series of errors that are protocol steps, so charts draw them apart
 
 _STEPS = [  # (seconds, multiple, unit for floor_temporal, label)
     (0.001, 1, "millisecond", "1 ms"), (0.01, 10, "millisecond", "10 ms"), (0.1, 100, "millisecond", "100 ms"),
@@ -421,3 +423,9 @@ def is_wait(series: pa.ChunkedArray) -> pa.ChunkedArray:
 def expected_error(error_name: pa.ChunkedArray, api_name: pa.ChunkedArray) -> pa.ChunkedArray:
     """Whether each (error, API) pair is a step of the protocol (the tables' classification)."""
     return expected_errors(error_name, api_name)
+
+
+def error_series(error_name: pa.ChunkedArray, expected: pa.ChunkedArray) -> pa.ChunkedArray:
+    """The series of each error: its name, with EXPECTED_SUFFIX when it is a protocol step."""
+    return pc.if_else(pc.fill_null(expected, False),
+                      pc.binary_join_element_wise(error_name, EXPECTED_SUFFIX, ""), error_name)

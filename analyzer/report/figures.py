@@ -4,16 +4,27 @@ values and the packet to open in Wireshark (``frame.number == N`` in that captur
 
 from __future__ import annotations
 
+import datetime as dt
+import math
+from collections.abc import Collection
+
 import numpy as np
 import plotly.graph_objects as go
 import pyarrow as pa
 import pyarrow.compute as pc
 from plotly.subplots import make_subplots
 
-from analyzer.report.aggregate import OTHER, Interval, bucket_edges
+from analyzer.report.aggregate import EXPECTED_SUFFIX, HEATMAP_PER_DECADE, OPENED, OTHER, Interval
 
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7", "#F0E442", "#000000")
 OTHER_COLOUR = "#999999"
+# Expected protocol steps are drawn in greys (and hatched), so that no colour of a failure is spent on them.
+EXPECTED_COLOURS = ("#BDBDBD", "#8F8F8F", "#DADADA", "#6E6E6E")
+# How a connection ended, one colour per kind in every chart that shows it (opened: the SYN seen).
+ENDED_COLOURS = {"fin": PALETTE[2], "rst": PALETTE[3], "reused": PALETTE[1], "evicted": PALETTE[5],
+                 "capture_end": PALETTE[4], "continued": PALETTE[6]}
+OPENED_COLOUR = PALETTE[0]
+MAX_LOG_TICKS = 12  # labelled ticks on a log axis before only the powers of ten are labelled
 TIME_AXIS = "time (UTC)"
 TIME_HOVER = "%{x|%Y-%m-%d %H:%M:%S.%L} UTC"
 HEIGHT = 380
@@ -31,12 +42,83 @@ def colours(names: list[str]) -> dict[str, str]:
     return out
 
 
+def error_colours(names: list[str]) -> dict[str, str]:
+    """Colours of error series in drawing order (the first at the bottom of a stack): failures, OTHER, then
+    the expected protocol steps in greys."""
+    failures = [n for n in names if n != OTHER and not n.endswith(EXPECTED_SUFFIX)]
+    expected = [n for n in names if n.endswith(EXPECTED_SUFFIX)]
+    out = colours(failures + ([OTHER] if OTHER in names else []))
+    out |= {n: EXPECTED_COLOURS[i % len(EXPECTED_COLOURS)] for i, n in enumerate(expected)}
+    return out
+
+
+def ended_colours(kinds: list[str], opened: bool = False) -> dict[str, str]:
+    """The colour of each way a connection ends (``closed: <kind>`` or ``<kind>``), the same in every chart."""
+    out = {OPENED: OPENED_COLOUR} if opened else {}
+    for k in kinds:
+        out[k] = ENDED_COLOURS.get(k.removeprefix("closed: "), PALETTE[7])
+    return out
+
+
+def duration(ms: float, digits: int = 3) -> str:
+    """A time in ms written in s from a second up, in µs below 10 µs, else in ms; ``digits`` significant."""
+    value, unit = (ms / 1000, "s") if ms >= 1000 else (ms * 1000, "µs") if 0 < ms < 0.01 else (ms, "ms")
+    text = f"{value:,.0f}" if value >= 10 ** digits else f"{value:.{digits}g}"
+    return f"{text} {unit}"
+
+
+def _nice(k: int, m: int) -> float:
+    return float(f"{m}e{k}")  # m * 10**k without the binary rounding of the product
+
+
+def log_axis(values: Collection[float]) -> dict:
+    """A log axis in ms whose every label is a full value ("2 ms", "1 s"): ticks at 1, 2 and 5 times a power of
+    ten (only the powers when there would be more than MAX_LOG_TICKS), the range widened to a tick on either
+    side of the data so at least two are labelled. Plotly's own log ticks label the 2 to 9 with bare digits."""
+    v = [x for x in values if x is not None and np.isfinite(x) and x > 0]
+    if not v:
+        return {"type": "log"}
+    lo, hi = min(v), max(v)
+    k0, k1 = math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1
+    for mantissas in ((1, 2, 5), (1,)):
+        ticks = [_nice(k, m) for k in range(k0, k1 + 1) for m in mantissas]
+        below = max(t for t in ticks if t <= lo * (1 + 1e-9))
+        above = min(t for t in ticks if t >= hi * (1 - 1e-9))
+        if below == above:
+            below, above = ticks[ticks.index(below) - 1], ticks[ticks.index(above) + 1]
+        shown = [t for t in ticks if below <= t <= above]
+        if len(shown) <= MAX_LOG_TICKS:
+            break
+    pad = 0.02 * (math.log10(above) - math.log10(below))
+    return {"type": "log", "tickvals": shown, "ticktext": [duration(t) for t in shown],
+            "range": [math.log10(below) - pad, math.log10(above) + pad]}
+
+
+def time_range(fig: go.Figure, interval: Interval) -> go.Figure:
+    """The time axes over the whole capture span (from its first interval's start to its last one's end), so that
+    a few rows in one interval are drawn where they happened rather than zoomed to a full-width wall."""
+    if interval.first_us is None or interval.last_us is None:
+        return fig
+    width = max(1, round(interval.seconds * 1e6))
+    epoch = dt.datetime(1970, 1, 1)
+    first = interval.first_us // width * width
+    last = interval.last_us // width * width + width
+    fig.update_xaxes(range=[str(epoch + dt.timedelta(microseconds=us)) for us in (first, last)])
+    return fig
+
+
 def _layout(fig: go.Figure, y_title: str, x_title: str = TIME_AXIS, height: int = HEIGHT, **extra) -> go.Figure:
     fig.update_layout(template="plotly_white", height=height, margin={"l": 70, "r": 20, "t": 30, "b": 50},
                       legend={"orientation": "v"}, hoverlabel={"namelength": -1}, **extra)
     fig.update_xaxes(title_text=x_title)
     fig.update_yaxes(title_text=y_title)
     return fig
+
+
+def _over(interval: Interval) -> dict:
+    """A bar over its interval (its left edge at the interval's start): set, since plotly's default width for a
+    lone bar on a time axis is a millisecond."""
+    return {"width": 0.9 * interval.seconds * 1000, "offset": 0}
 
 
 def _times(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
@@ -53,20 +135,29 @@ def _order(t: pa.Table, column: str = "series") -> list[str]:
     return names + ([OTHER] if OTHER in totals[column].to_pylist() else [])
 
 
-def stacked_counts(t: pa.Table, interval: Interval, what: str, frame_label: str) -> go.Figure:
-    """Bars of ``count`` per interval, stacked by series; hover: the count and the interval's first packet."""
+def stacked_counts(t: pa.Table, interval: Interval, what: str, frame_label: str,
+                   palette: dict[str, str] | None = None, hatched: Collection[str] = ()) -> go.Figure:
+    """Bars of ``count`` per interval, stacked by series (in ``palette``'s order and colours, else the largest
+    first) over the capture span; hover: the count and the interval's first packet."""
     fig = go.Figure()
     names = _order(t)
-    palette = colours(names)
+    if palette is None:
+        palette = colours(names)
+    else:
+        names = [n for n in palette if n in set(names)] + [n for n in names if n not in palette]
+        palette = palette | {n: PALETTE[7] for n in names if n not in palette}
     for name in names:
         s = t.filter(pc.equal(t["series"], name))
+        marker = {"color": palette[name]}
+        if name in hatched:
+            marker["pattern"] = {"shape": "/", "fgcolor": "#FFFFFF", "fgopacity": 0.6}
         fig.add_trace(go.Bar(
-            x=_times(s["bin"]), y=s["count"].to_numpy(), name=name, marker_color=palette[name],
+            x=_times(s["bin"]), y=s["count"].to_numpy(), name=name, marker=marker, **_over(interval),
             customdata=np.stack([s["capture_file"].to_numpy(zero_copy_only=False),
                                  s["frame"].to_numpy(zero_copy_only=False)], axis=1),
             hovertemplate=(f"{name}<br>{TIME_HOVER} (+{interval.label})<br>%{{y:,}} {what}<br>"
                            f"first {frame_label}: packet %{{customdata[1]}} of %{{customdata[0]}}<extra></extra>")))
-    return _layout(fig, f"{what} per {interval.label}", barmode="stack", bargap=0.1)
+    return time_range(_layout(fig, f"{what} per {interval.label}", barmode="stack"), interval)
 
 
 def latency_lines(t: pa.Table, interval: Interval) -> go.Figure:
@@ -87,27 +178,35 @@ def latency_lines(t: pa.Table, interval: Interval) -> go.Figure:
                 x=_times(s["bin"]), y=s[q].to_numpy(), name=f"{name} {q}", legendgroup=name, mode="lines+markers",
                 line={"color": palette[name], "dash": dash}, marker={"size": 4}, customdata=custom,
                 hovertemplate=hover))
-    return _layout(fig, "latency (ms, log scale)", yaxis_type="log")
+    _layout(fig, "latency (log scale)")
+    fig.update_yaxes(**log_axis([*t["p50"].to_pylist(), *t["p99"].to_pylist()]))
+    return time_range(fig, interval)
 
 
-def latency_heatmap(t: pa.Table) -> go.Figure:
-    """Exchanges per latency bucket (x, log-spaced) and series (y); colour: count (log-scaled)."""
+def latency_heatmap(t: pa.Table, per_decade: int = HEATMAP_PER_DECADE) -> go.Figure:
+    """Exchanges per latency bucket (x, on a log axis: bucket b spans 10^(b/per_decade) to 10^((b+1)/per_decade)
+    ms) and series (y); colour: count (log-scaled); hover: the bucket's bounds and its count."""
     names = sorted(set(t["series"].to_pylist()))
     lo, hi = pc.min(t["bucket"]).as_py(), pc.max(t["bucket"]).as_py()
-    buckets = list(range(lo, hi + 1))
-    z = np.zeros((len(names), len(buckets)))
+    edges = [10 ** (b / per_decade) for b in range(lo, hi + 2)]
+    z = np.zeros((len(names), hi - lo + 1))
     row = {n: i for i, n in enumerate(names)}
     for s, b, c in zip(t["series"].to_pylist(), t["bucket"].to_pylist(), t["count"].to_pylist(), strict=True):
         z[row[s], b - lo] = c
-    labels = [f"{bucket_edges(b)[0]:.3g}" for b in buckets]
-    text = [[f"{bucket_edges(b)[0]:.3g} to {bucket_edges(b)[1]:.3g} ms" for b in buckets] for _ in names]
+    bounds = [f"{duration(a)} to {duration(b)}" for a, b in zip(edges, edges[1:], strict=False)]
     fig = go.Figure(go.Heatmap(
-        x=labels, y=names, z=np.where(z > 0, np.log10(np.maximum(z, 1)) + 1, np.nan), customdata=z, text=text,
+        x=edges, y=names, z=np.where(z > 0, np.log10(np.maximum(z, 1)) + 1, np.nan), customdata=z,
+        text=[bounds for _ in names],
         colorscale="Cividis", colorbar={"title": {"text": "exchanges"}, "tickvals": [1, 2, 3, 4, 5, 6, 7],
                                         "ticktext": ["1", "10", "100", "1k", "10k", "100k", "1M"]},
-        hovertemplate="%{y}<br>%{text}<br>%{customdata:,} exchanges<extra></extra>", xgap=1, ygap=1))
-    return _layout(fig, "API", x_title="latency (ms, lower edge of each bucket; 10 buckets per factor of ten)",
-                   height=max(HEIGHT, 60 + 22 * len(names)))
+        hovertemplate="%{y}<br>latency %{text}<br>%{customdata:,} exchanges<extra></extra>", xgap=1, ygap=1))
+    _layout(fig, "API", x_title=f"latency (log scale; {per_decade} buckets per factor of ten)",
+            height=max(HEIGHT, 60 + 22 * len(names)))
+    axis = log_axis(edges)
+    if sum(edges[0] <= v <= edges[-1] for v in axis["tickvals"]) >= 2:  # else widened to two labelled ticks
+        axis["range"] = [math.log10(edges[0]), math.log10(edges[-1])]
+    fig.update_xaxes(**axis)
+    return fig
 
 
 def two_rows(top: go.Figure, bottom: go.Figure, titles: tuple[str, str], y_title: str) -> go.Figure:
@@ -121,7 +220,7 @@ def two_rows(top: go.Figure, bottom: go.Figure, titles: tuple[str, str], y_title
             trace.showlegend = trace.name not in seen
             seen.add(trace.name)
             fig.add_trace(trace, row=row, col=1)
-    _layout(fig, y_title, barmode="stack", bargap=0.1, height=2 * HEIGHT - 60)
+    _layout(fig, y_title, barmode="stack", height=2 * HEIGHT - 60)
     fig.update_xaxes(title_text="", row=1, col=1)
     return fig
 
@@ -135,6 +234,7 @@ def traffic_over_time(t: pa.Table, interval: Interval, palette: dict[str, str]) 
             continue
         fig.add_trace(go.Bar(
             x=_times(s["bin"]), y=s["bytes"].to_numpy(zero_copy_only=False), name=name, marker_color=palette[name],
+            **_over(interval),
             customdata=np.stack([s["records"].to_numpy(zero_copy_only=False), s["count"].to_numpy()], axis=1),
             hovertemplate=(f"{name}<br>{TIME_HOVER} (+{interval.label})<br>%{{y:,}} bytes, %{{customdata[0]:,}} "
                            "records in %{customdata[1]:,} partition entries<extra></extra>")))
@@ -156,20 +256,25 @@ def top_partitions(t: pa.Table) -> go.Figure:
 
 
 def compression(t: pa.Table) -> go.Figure:
-    """Per codec: bytes on the wire and uncompressed (grouped bars); hover: ratio, batches, records."""
+    """Per codec: bytes on the wire and uncompressed (grouped bars on an axis from zero, so their heights compare
+    as the sizes do) and the ratio under the codec's name; hover: ratio, batches, records."""
     codecs = t["codec"].to_pylist()
     wire = t["wire_bytes"].to_numpy(zero_copy_only=False)
     raw = t["uncompressed_bytes"].to_numpy(zero_copy_only=False)
     ratio = np.where(wire > 0, raw / np.maximum(wire, 1), np.nan)
+    labels = [f"{c}<br>ratio {r:.2f}" if np.isfinite(r) else c for c, r in zip(codecs, ratio, strict=True)]
     custom = np.stack([ratio, t["batches"].to_numpy(zero_copy_only=False),
-                       t["records"].to_numpy(zero_copy_only=False)], axis=1)
+                       t["records"].to_numpy(zero_copy_only=False), np.array(codecs, dtype=object)], axis=1)
     fig = go.Figure()
     for name, y, colour in (("on the wire", wire, PALETTE[0]), ("uncompressed", raw, PALETTE[1])):
         fig.add_trace(go.Bar(
-            x=codecs, y=y, name=name, marker_color=colour, customdata=custom,
-            hovertemplate=(f"%{{x}}: %{{y:,}} bytes {name}<br>ratio %{{customdata[0]:.2f}}, %{{customdata[1]:,}} "
-                           "batches, %{customdata[2]:,} records<extra></extra>")))
-    return _layout(fig, "bytes (Produce requests, log scale)", x_title="codec", barmode="group", yaxis_type="log")
+            x=labels, y=y, name=name, marker_color=colour, customdata=custom,
+            hovertemplate=(f"%{{customdata[3]}}: %{{y:,}} bytes {name}<br>ratio %{{customdata[0]:.2f}} "
+                           "(uncompressed / on the wire), %{customdata[1]:,} batches, %{customdata[2]:,} records"
+                           "<extra></extra>")))
+    fig.update_yaxes(rangemode="tozero")
+    return _layout(fig, "bytes (Produce requests)", x_title="codec (ratio: uncompressed / on the wire)",
+                   barmode="group")
 
 
 def group_events(t: pa.Table) -> go.Figure:
@@ -208,7 +313,7 @@ def lag_lines(t: pa.Table, interval: Interval) -> go.Figure:
             line={"color": palette[name]}, customdata=s["count"].to_numpy(),
             hovertemplate=(f"{name}<br>{TIME_HOVER} (+{interval.label})<br>largest lag %{{y:,}} records "
                            "(of %{customdata:,} Fetch partition entries)<extra></extra>")))
-    return _layout(fig, "consumer lag (records)")
+    return time_range(_layout(fig, "consumer lag (records)"), interval)
 
 
 def connection_timeline(t: pa.Table, palette: dict[str, str]) -> go.Figure:

@@ -138,7 +138,8 @@ def _facts(ex: scans.ExchangeAggregates, files, conns: scans.ConnectionAggregate
         ("brokers", f"{conns.brokers.text()} (address:port)"),
         ("clients", f"{ex.clients.text()} client ids from {conns.client_ips.text()} addresses"),
         ("connections", f"{conns.rows:,}"),
-        ("exchanges", f"{ex.rows:,} ({ex.errors:,} with an error)"),
+        ("exchanges", f"{ex.rows:,} ({ex.errors - ex.expected:,} failed; {ex.expected:,} more answered with an "
+                      "expected error, a protocol step such as MEMBER_ID_REQUIRED)"),
         ("time interval of the plots", interval.label),
     ]
     if ex.from_aggregates:
@@ -174,11 +175,20 @@ def _overview(ex: scans.ExchangeAggregates, interval: ag.Interval) -> Section:
         s.parts.append(Part(
             "Errors over time by name",
             f"Exchanges with a non-zero error code per {interval.label}, by the error's name (the top-level error, "
-            "else the first nested one). A steady trickle of one name is usually a misconfigured client; a burst "
+            "else the first nested one); names marked 'expected' (grey, hatched, stacked on top) are steps of the "
+            "protocol, not failures. A steady trickle of one name is usually a misconfigured client; a burst "
             "of many at once, a broker event. The Errors section breaks them down by client, topic and partition."
             + _folded(ex.failures),
-            fg.stacked_counts(_frame_of(failed, "response_frame"), interval, "failed exchanges", "failed response")))
+            _error_bars(_frame_of(failed, "response_frame"), interval, "exchanges with an error",
+                        "response with the error")))
     return s
+
+
+def _error_bars(t: pa.Table, interval: ag.Interval, what: str, frame_label: str):
+    """Errors per interval: failures in colour at the bottom of each bar, expected steps in grey above."""
+    palette = fg.error_colours(sorted(set(t["series"].to_pylist())))
+    return fg.stacked_counts(t, interval, what, frame_label, palette,
+                             hatched={n for n in palette if n.endswith(ag.EXPECTED_SUFFIX)})
 
 
 def _frame_of(t: pa.Table, column: str) -> pa.Table:
@@ -229,10 +239,11 @@ def _latency(ex: scans.ExchangeAggregates, interval: ag.Interval) -> Section:
         s.parts.append(Part("Waits over time", "", empty="No Fetch, JoinGroup or SyncGroup exchange has a latency."))
     s.parts.append(Part(
         "Latency distribution per API",
-        "How many exchanges of each API (Fetch split as above) fell in each latency bucket (log-spaced, colour on "
-        "a log scale): service time, or the whole latency for the waits. Two humps in one row are two "
-        "populations: e.g. cached and uncached reads, or two brokers.",
-        fg.latency_heatmap(ag.coarse_histogram(h, "series"))))
+        f"How many exchanges of each API (Fetch split as above) fell in each latency bucket ({ag.HEATMAP_PER_DECADE} "
+        "per factor of ten on a log axis, colour on a log scale; hover gives a bucket's bounds and count): service "
+        "time, or the whole latency for the waits. Two humps in one row are two populations: e.g. cached and "
+        "uncached reads, or two brokers.",
+        fg.latency_heatmap(ag.coarse_histogram(h, "series"), ag.HEATMAP_PER_DECADE)))
     return s
 
 
@@ -264,8 +275,9 @@ def _errors(source: TableSource, ex: scans.ExchangeAggregates, interval: ag.Inte
             f"Every non-zero error code in the responses (top-level, per topic and per partition: one response can "
             f"hold many) per {interval.label}, by name. Names marked 'expected' are steps of the group protocol, "
             "not failures: MEMBER_ID_REQUIRED answers a consumer's first JoinGroup by design, REBALANCE_IN_PROGRESS "
-            "tells members to rejoin. Hover gives the first failed response's packet." + _folded(errors.over_time),
-            fg.stacked_counts(counts, interval, "error codes", "response")))
+            "tells members to rejoin; they are drawn in grey, hatched, above the failures. Hover gives the first "
+            "response's packet." + _folded(errors.over_time),
+            _error_bars(counts, interval, "error codes", "response")))
     else:
         s.parts.append(Part("Errors over time", "", empty="No error row has a response time."))
     table = scans.attach_frames(table, frames, [("expected", "ascending"), ("count", "descending"),
@@ -307,10 +319,10 @@ def _traffic(source: TableSource, interval: ag.Interval) -> tuple[Section, scans
         "requests, top) and fetched (Fetch responses, bottom). Hover adds the records. A producer hammering one "
         "topic, or consumers re-reading far more than is produced, shows here." + _folded(tr.produce)
         + _folded(tr.fetch),
-        fg.two_rows(fg.traffic_over_time(parts[0], interval, palette),
-                    fg.traffic_over_time(parts[1], interval, palette),
-                    ("Produce (request record bytes)", "Fetch (response record bytes)"),
-                    f"bytes per {interval.label}")))
+        fg.time_range(fg.two_rows(fg.traffic_over_time(parts[0], interval, palette),
+                                  fg.traffic_over_time(parts[1], interval, palette),
+                                  ("Produce (request record bytes)", "Fetch (response record bytes)"),
+                                  f"bytes per {interval.label}"), interval)))
     per = []
     for kind in ("produced", "fetched"):
         g = tr.per_partition[kind].result()
@@ -341,8 +353,8 @@ def _traffic(source: TableSource, interval: ag.Interval) -> tuple[Section, scans
         s.parts.append(Part(
             "Compression per codec",
             "Record bytes producers sent per codec, on the wire and uncompressed (the size a batch's compressed "
-            "data declares, else measured by decompressing it within the limits). Fetch is left out: it returns "
-            "the same batches. "
+            "data declares, else measured by decompressing it within the limits), with the ratio of the two under "
+            "each codec. Fetch is left out: it returns the same batches. "
             "A codec with a ratio near 1 costs CPU for nothing; 'none' with large volume may be worth compressing.",
             fg.compression(g.sort_by([("wire_bytes", "descending")]))))
     return s, tr
@@ -437,6 +449,13 @@ def group_segments(groups: pa.Table) -> tuple[pa.Table, str]:
 ENDED_ORDER = ("fin", "rst", "reused", "evicted", "capture_end", "continued")
 
 
+def _ended_order(values: pa.ChunkedArray) -> list[str]:
+    """The ways connections ended among ``values`` (``closed: fin`` or ``fin``) in ENDED_ORDER, then the rest."""
+    present = set(values.to_pylist()) - {None, ag.OPENED}
+    known = [k for e in ENDED_ORDER for k in (e, f"closed: {e}") if k in present]
+    return known + sorted(present - set(known))
+
+
 def _connections(conns: scans.ConnectionAggregates, files: pa.Table, interval: ag.Interval) -> Section:
     s = Section("connections", "Connections and capture health")
     if conns.rows == 0:
@@ -454,7 +473,8 @@ def _connections(conns: scans.ConnectionAggregates, files: pa.Table, interval: a
             f"port reuse or eviction) per {interval.label}; those still open at the end are left out. Many resets, "
             "or opens and closes in lockstep, are clients reconnecting. Hover: the first such connection's "
             "connection_id (its first packet).",
-            fg.stacked_counts(counts, interval, "connections", "connection (first packet)"))
+            fg.stacked_counts(counts, interval, "connections", "connection (first packet)",
+                              fg.ended_colours(_ended_order(counts["series"]), opened=True)))
             if counts is not None and counts.num_rows else Part(
                 "Connections opened and closed", "", empty="No connection opened or closed inside the capture: all "
                 "were open before it started and after it ended."))
@@ -471,13 +491,12 @@ def _connections(conns: scans.ConnectionAggregates, files: pa.Table, interval: a
         if several:
             label = pc.binary_join_element_wise(label, " (", c["capture_file"], ")", "")
         c = c.append_column("label", label)
-        kinds = [k for k in ENDED_ORDER if k in set(c["ended"].to_pylist())]
-        kinds += sorted(set(c["ended"].to_pylist()) - set(kinds) - {None})
+        kinds = _ended_order(c["ended"])
         s.parts.append(Part(
             "Connection timeline",
             "Each connection from its first to its last packet, coloured by how it ended. Hover gives its "
             "retransmissions, gaps (bytes the capture lost) and framer resyncs; the number in the label is the "
-            "connection's first packet." + note, fg.connection_timeline(c, fg.colours(kinds))))
+            "connection's first packet." + note, fg.connection_timeline(c, fg.ended_colours(kinds))))
     if files.num_rows == 0:
         s.parts.append(Part("Capture health", "", empty="The files table is empty (the Spark job writes it; an "
                             "older export may lack it)."))

@@ -125,11 +125,12 @@ class ExchangeAggregates:
 
     interval: ag.Interval
     rows: int = 0
-    errors: int = 0
+    errors: int = 0  # exchanges with status error, failures and expected protocol steps alike
+    expected: int = 0  # of those, the protocol steps (ag.expected_error)
     unchecked: int = 0
     clients: ag.Distinct = field(default_factory=ag.Distinct)
     requests: ag.SeriesOverTime = None  # by api_name; first request packet per interval
-    failures: ag.SeriesOverTime = None  # status error, by error_name; first failed response packet
+    failures: ag.SeriesOverTime = None  # status error, by error_series; first failed response packet
     latency: ag.LatencyHistograms = field(default_factory=lambda: ag.LatencyHistograms(HIST_KEYS))
     groups: GroupEvents = field(default_factory=GroupEvents)
     from_aggregates: bool = False
@@ -148,7 +149,9 @@ class ExchangeAggregates:
         self.requests.add(t.append_column("series", t["api_name"]))
         failed = t.filter(error)
         if failed.num_rows:
-            self.failures.add(failed.append_column("series", failed["error_name"]))
+            expected = ag.expected_error(failed["error_name"], failed["api_name"])
+            self.expected += pc.sum(expected).as_py() or 0
+            self.failures.add(failed.append_column("series", ag.error_series(failed["error_name"], expected)))
         lat = latency_values(t, has_waited)
         self.latency.add(lat.append_column("bin", self.interval.floor(lat["ts"])))
         self.groups.add(t)
@@ -183,8 +186,11 @@ def read_exchange_aggregates(source: TableSource, interval: ag.Interval) -> Exch
             "bin": t["minute"], "series": t["api_name"], "count": t["exchanges"], "ts": t["first_ts"],
             "request_frame": t["request_frame"], "capture_file": t["request_capture_file"]}))
         failed = t.filter(error)
+        expected = ag.expected_error(failed["error_name"], failed["api_name"])
+        agg.expected += pc.sum(pc.if_else(expected, failed["exchanges"], 0)).as_py() or 0
         agg.failures.add_partial(pa.table({
-            "bin": failed["minute"], "series": failed["error_name"], "count": failed["exchanges"],
+            "bin": failed["minute"], "series": ag.error_series(failed["error_name"], expected),
+            "count": failed["exchanges"],
             "ts": failed["first_ts"], "response_frame": failed["response_frame"],
             "capture_file": failed["response_capture_file"]}))
     for t in source.scan("latency_histogram", ["minute", "series", "held", "bucket", "count", "min_ms", "max_ms",
@@ -222,8 +228,7 @@ class ErrorAggregates:
         self.rows += t.num_rows
         expected = ag.expected_error(t["error_name"], t["api_name"])
         t = t.append_column("expected", expected)
-        label = pc.if_else(expected, pc.binary_join_element_wise(t["error_name"], " (expected)", ""),
-                           t["error_name"])
+        label = ag.error_series(t["error_name"], expected)
         self.over_time.add(t.append_column("series", label).append_column("ts", t["response_last_ts"]))
         self.groups.add(t.select([*self.KEYS, *self.EXCHANGE]).append_column("ts", t["response_last_ts"])
                         .append_column("first_ts", t["response_last_ts"])
@@ -357,7 +362,7 @@ class ConnectionAggregates:
             self.totals[k] += pc.sum(c[k]).as_py() or 0
         opened = c.filter(pc.fill_null(c["syn_seen"], False))
         self.events.add(pa.table({"ts": opened["first_ts"],
-                                  "series": pa.repeat(pa.scalar("opened (SYN)"), opened.num_rows),
+                                  "series": pa.repeat(pa.scalar(ag.OPENED), opened.num_rows),
                                   "capture_file": opened["capture_file"], "frame": opened["connection_id"]}))
         closed = c.filter(pc.not_equal(c["ended"], "capture_end"))
         self.events.add(pa.table({"ts": closed["last_ts"],
