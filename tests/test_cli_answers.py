@@ -27,24 +27,32 @@ def run(*args: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def group_rows(tmp_path_factory) -> list[dict]:
+def exported(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("export") / "out"
     run("export", GROUP, "-o", str(out))
-    return pq.read_table(out / "exchanges.parquet").to_pylist()
+    return out
 
 
-def test_summary_json_holds_the_tables_figures(group_rows):
+@pytest.fixture(scope="module")
+def group_rows(exported) -> list[dict]:
+    return pq.read_table(exported / "exchanges.parquet").to_pylist()
+
+
+def test_summary_json_holds_the_tables_figures(group_rows, exported):
     doc = json.loads(run("summary", GROUP, "--json"))
-    assert doc["format"] == 1
+    assert doc["format"] == 2
     assert sum(a["requests"] for a in doc["apis"]) == len(group_rows)
     per_api: dict[tuple, int] = {}
     for r in group_rows:
         per_api[(r["api_name"], r["api_version"])] = per_api.get((r["api_name"], r["api_version"]), 0) + 1
     assert {(a["api_name"], a["api_version"]): a["requests"] for a in doc["apis"]} == per_api
+    # The capture's span is the file's first to last packet (the files table), which holds every exchange.
+    (f,) = pq.read_table(exported / "files.parquet").to_pylist()
     stamps = [r[c] for r in group_rows for c in ("request_first_ts", "response_last_ts") if r[c] is not None]
-    assert doc["capture"]["first"] == min(stamps).isoformat(timespec="microseconds")
-    assert doc["capture"]["last"] == max(stamps).isoformat(timespec="microseconds")
-    assert doc["capture"]["seconds"] == pytest.approx((max(stamps) - min(stamps)).total_seconds())
+    assert f["first_ts"] <= min(stamps) and max(stamps) <= f["last_ts"]
+    assert doc["capture"]["first"] == f["first_ts"].isoformat(timespec="microseconds")
+    assert doc["capture"]["last"] == f["last_ts"].isoformat(timespec="microseconds")
+    assert doc["capture"]["seconds"] == pytest.approx((f["last_ts"] - f["first_ts"]).total_seconds())
     # The slowest service times: answered, not held by design, slowest first; recomputed from the rows.
     served = sorted((r for r in group_rows if r["waited"] is False),
                     key=lambda r: (-r["service_ms"], r["request_frame"]))[:10]

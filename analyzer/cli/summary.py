@@ -15,7 +15,8 @@ from rich.text import Text
 
 from analyzer.cli.connection_problems import print_problems, problem_rows
 from analyzer.cli.ports import found_ports, port_hints, port_lines, ports_not_decoded
-from analyzer.cli.terminal import inert, inert_text
+from analyzer.cli.terminal import Col, inert, inert_text, print_table
+from analyzer.derived.span import Span, reports_span
 from analyzer.pipeline.analyze import FileReport
 from analyzer.pipeline.run import file_status
 from analyzer.tables.schemas import expected_errors
@@ -57,8 +58,9 @@ def print_summary(console: Console, exchanges: pa.Table, connections: pa.Table,
                                                                        detect_ports)), style="yellow"))
         print_problems(console, connections)
     else:
-        _capture(console, capture_span(exchanges))
-        _api_usage(console, exchanges)
+        span = reports_span(reports)
+        _capture(console, capture_span(exchanges, span))
+        _api_usage(console, exchanges, span)
         _slowest(console, slowest(exchanges))
         _errors(console, exchanges)
         print_problems(console, connections)
@@ -66,7 +68,7 @@ def print_summary(console: Console, exchanges: pa.Table, connections: pa.Table,
         _clients(console, exchanges)
         if partitions is not None and partitions.num_rows:
             _topics(console, partitions)
-            replication = replication_rows(partitions, capture_span(exchanges)["seconds"])
+            replication = replication_rows(partitions, span.seconds)
             if replication:
                 _replication(console, replication)
         if groups is not None and groups.num_rows:
@@ -96,21 +98,13 @@ def failure_mask(ex: pa.Table) -> pa.ChunkedArray:
     return pc.and_(pc.equal(pc.fill_null(ex["status"], ""), "error"), pc.invert(expected_mask(ex)))
 
 
-def capture_span(ex: pa.Table) -> dict:
-    """First and last capture time of any exchange, the span in seconds, and the request rate over it."""
-    lo = hi = None
-    for col in ("request_first_ts", "response_first_ts", "request_last_ts", "response_last_ts"):
-        c = ex[col]
-        if len(c) == c.null_count:
-            continue
-        mm = pc.min_max(c)
-        a, b = mm["min"].as_py(), mm["max"].as_py()
-        lo = a if lo is None or a < lo else lo
-        hi = b if hi is None or b > hi else hi
+def capture_span(ex: pa.Table, span: Span) -> dict:
+    """The capture's span (analyzer.derived.span: each capture set from its first to its last packet, captures
+    merged where they overlap), the seconds it covers, and the request rate over those seconds."""
     requests = len(ex) - ex["api_key"].null_count
-    span = (hi - lo).total_seconds() if lo is not None and hi is not None else None
-    return {"first": lo, "last": hi, "seconds": span, "exchanges": len(ex), "requests": requests,
-            "requests_per_second": requests / span if span else None}
+    return {"first": span.first, "last": span.last, "seconds": span.seconds,
+            "intervals": [{"first": a, "last": b, "seconds": (b - a).total_seconds()} for a, b in span.intervals],
+            "exchanges": len(ex), "requests": requests, "requests_per_second": span.rate(requests)}
 
 
 def served(ex: pa.Table) -> pa.Table:
@@ -194,43 +188,46 @@ def _capture(console: Console, span: dict) -> None:
     if span["first"] is None:
         return
     rate = span["requests_per_second"]
+    counts = f"{span['requests']:,} requests" + (f" ({rate:,.1f}/s)" if rate is not None else "")
+    if len(span["intervals"]) == 1:
+        console.print(Text.assemble(
+            ("Capture: ", "bold"), f"{span['first']:%Y-%m-%d %H:%M:%S.%f} to {span['last']:%Y-%m-%d %H:%M:%S.%f} UTC "
+            f"({span['seconds']:,.3f} s), {counts}"))
+        return
     console.print(Text.assemble(
-        ("Capture: ", "bold"), f"{span['first']:%Y-%m-%d %H:%M:%S.%f} to {span['last']:%Y-%m-%d %H:%M:%S.%f} UTC "
-        f"({span['seconds']:,.3f} s), {span['requests']:,} requests",
-        f" ({rate:,.1f}/s)" if rate is not None else ""))
+        ("Capture: ", "bold"), f"{span['seconds']:,.3f} s covered by {len(span['intervals'])} spans apart, {counts}: ",
+        "; ".join(f"{i['first']:%Y-%m-%d %H:%M:%S.%f} to {i['last']:%Y-%m-%d %H:%M:%S.%f} UTC ({i['seconds']:,.3f} s)"
+                  for i in span["intervals"])))
 
 
 def _slowest(console: Console, rows: list[dict]) -> None:
     if not rows:
         return
-    t = Table(title=f"Slowest service times (top {SLOWEST}; long polls and group joins the broker held by design "
-                    "are left out)", title_justify="left")
-    for col in ("service ms", "api", "client_id", "client", "broker", "topics", "file", "packets", "status"):
-        t.add_column(col, justify="right" if col == "service ms" else "left",
-                     overflow="ellipsis", no_wrap=col in ("client_id", "topics", "file"),
-                     max_width=30 if col in ("client_id", "topics", "file") else None)
+    columns = (Col("service ms", "right"), Col("api"), Col("client_id", priority=2, max_width=30), Col("client"),
+               Col("broker", under="client"), Col("topics", priority=1, max_width=30),
+               Col("file", hoist=True, under="packets"), Col("packets"), Col("status", under="api"))
+    cells = []
     for r in rows:
         topics = r["topics"] or []
-        t.add_row(_fmt_ms(r["service_ms"]), inert_text(f"{r['api_name']} v{r['api_version']}"),
-                  inert_text(r["client_id"], missing="(null)"), inert_text(_address(r["client_ip"], r["client_port"])),
-                  inert_text(_address(r["broker_ip"], r["broker_port"])),
-                  inert_text(", ".join(topics[:3]) + (f" +{len(topics) - 3}" if len(topics) > 3 else "")),
-                  inert_text(r["capture_file"]), f"{r['request_frame']}-{r['response_frame']}",
-                  inert_text(r["status"] if r["status"] != "error" else r["error_name"]))
-    console.print(t)
+        cells.append((_fmt_ms(r["service_ms"]), inert_text(f"{r['api_name']} v{r['api_version']}"),
+                      inert_text(r["client_id"], missing="(null)"),
+                      inert_text(_address(r["client_ip"], r["client_port"])),
+                      inert_text(_address(r["broker_ip"], r["broker_port"])),
+                      inert_text(", ".join(topics[:3]) + (f" +{len(topics) - 3}" if len(topics) > 3 else "")),
+                      inert_text(r["capture_file"]), f"{r['request_frame']}-{r['response_frame']}",
+                      inert_text(r["status"] if r["status"] != "error" else r["error_name"])))
+    print_table(console, f"Slowest service times (top {SLOWEST}; long polls and group joins the broker held by "
+                         "design are left out)", columns, cells)
 
 
 def _brokers(console: Console, rows: list[dict]) -> None:
     if len(rows) < 1:
         return
-    t = Table(title="Brokers (service time in ms, waits left out)", title_justify="left")
-    for col in ("broker", "requests", "failures", "client addresses", "p50", "p99"):
-        t.add_column(col, justify="left" if col == "broker" else "right")
-    for r in rows:
-        t.add_row(inert_text(_address(r["broker_ip"], r["broker_port"])), f"{r['requests']:,}",
-                  str(r["failures"] or ""), f"{r['client_addresses']:,}", _fmt_ms(r["service_p50_ms"]),
-                  _fmt_ms(r["service_p99_ms"]))
-    console.print(t)
+    columns = (Col("broker"), Col("requests", "right"), Col("failures", "right"),
+               Col("client addresses", "right", priority=1), Col("p50", "right"), Col("p99", "right"))
+    print_table(console, "Brokers (service time in ms, waits left out)", columns, [
+        (inert_text(_address(r["broker_ip"], r["broker_port"])), f"{r['requests']:,}", str(r["failures"] or ""),
+         f"{r['client_addresses']:,}", _fmt_ms(r["service_p50_ms"]), _fmt_ms(r["service_p99_ms"])) for r in rows])
 
 
 HEADERS_ONLY_NOTE = (
@@ -242,7 +239,11 @@ HEADERS_ONLY_NOTE = (
 
 
 def topic_rows(parts: pa.Table) -> list[dict]:
-    """Who sends what where: records and bytes produced and fetched per topic, codecs, producers, lag."""
+    """Who sends what where, per topic: the records producers attempted and how the brokers answered them
+    (``produced``: acknowledged without error; ``produce_failed``: in partition entries answered with an error;
+    ``produce_unacknowledged``: sent with acks=0 or never answered), the produced records' bytes, producers and
+    codecs; records in the consumers' Fetch responses (``fetched``, whole batches as returned: not the records
+    consumed), their bytes and the largest lag."""
     parts = parts.filter(pc.is_valid(parts["records"]))
     if not parts.num_rows:
         return []
@@ -250,22 +251,36 @@ def topic_rows(parts: pa.Table) -> list[dict]:
     fetch = parts.filter(pc.and_(pc.equal(parts["api_key"], 1), pc.invert(is_follower(parts))))
     rows: dict[str, dict] = {}
     if produce.num_rows:
-        for r in produce.group_by("topic").aggregate([
-            ("records", "sum"), ("request_record_bytes", "sum"), ("client_id", "count_distinct"),
-            ("codec", "distinct"),
+        code, records = produce["error_code"], produce["records"]
+        none = pa.scalar(None, records.type)
+        acked = pc.fill_null(pc.equal(code, 0), False)
+        w = pa.table({
+            "topic": produce["topic"], "records": records, "client_id": produce["client_id"], "codec": produce["codec"],
+            "produced": pc.if_else(acked, records, none),
+            "failed": pc.if_else(pc.fill_null(pc.not_equal(code, 0), False), records, none),
+            "unacknowledged": pc.if_else(pc.is_null(code), records, none),
+            "produced_bytes": pc.if_else(acked, produce["request_record_bytes"],
+                                         pa.scalar(None, produce["request_record_bytes"].type))})
+        for r in w.group_by("topic").aggregate([
+            ("records", "sum"), ("produced", "sum"), ("failed", "sum"), ("unacknowledged", "sum"),
+            ("produced_bytes", "sum"), ("client_id", "count_distinct"), ("codec", "distinct"),
         ]).to_pylist():
             rows.setdefault(r["topic"], {}).update(
-                produced=r["records_sum"], produced_bytes=r["request_record_bytes_sum"],
-                producers=r["client_id_count_distinct"], codecs=sorted(c for c in r["codec_distinct"] if c))
+                produce_attempted=r["records_sum"], produced=r["produced_sum"] or 0,
+                produce_failed=r["failed_sum"] or 0, produce_unacknowledged=r["unacknowledged_sum"] or 0,
+                produced_bytes=r["produced_bytes_sum"], producers=r["client_id_count_distinct"],
+                codecs=sorted(c for c in r["codec_distinct"] if c))
     if fetch.num_rows:
         for r in fetch.group_by("topic").aggregate([
             ("records", "sum"), ("response_record_bytes", "sum"), ("consumer_lag", "max"),
         ]).to_pylist():
             rows.setdefault(r["topic"], {}).update(
                 fetched=r["records_sum"], fetched_bytes=r["response_record_bytes_sum"], max_lag=r["consumer_lag_max"])
-    keys = ("produced", "produced_bytes", "producers", "codecs", "fetched", "fetched_bytes", "max_lag")
+    keys = ("produce_attempted", "produced", "produce_failed", "produce_unacknowledged", "produced_bytes", "producers",
+            "codecs", "fetched", "fetched_bytes", "max_lag")
     out = [{"topic": topic, **{k: r.get(k) for k in keys}} for topic, r in rows.items()]
-    out.sort(key=lambda r: (-(r["produced"] or 0), -(r["fetched"] or 0), r["topic"] or ""))
+    out.sort(key=lambda r: (-(r["produced"] or 0), -(r["produce_attempted"] or 0), -(r["fetched"] or 0),
+                            r["topic"] or ""))
     return out
 
 
@@ -301,52 +316,80 @@ def replication_rows(parts: pa.Table, seconds: float | None = None) -> list[dict
 
 
 def _replication(console: Console, rows: list[dict], top: int = 20) -> None:
-    t = Table(title=f"Replication: followers' fetches per partition (top {top} by lag; not consumers)",
-              title_justify="left")
-    for col in ("topic", "partition", "fetches", "per s", "followers", "records", "max lag", "last lag"):
-        t.add_column(col, justify="left" if col == "topic" else "right")
-
-    def num(v) -> str:
+    def num(v: int | None) -> str:
         return "-" if v is None else f"{v:,}"
 
-    for r in sorted(rows, key=lambda r: -(r["max_lag"] or 0))[:top]:
-        t.add_row(inert_text(r["topic"]), num(r["partition"]), num(r["fetches"]),
-                  "-" if r["per_second"] is None else f"{r['per_second']:.1f}", num(r["followers"]),
-                  num(r["records"]), num(r["max_lag"]), num(r["last_lag"]))
-    console.print(t)
+    columns = (Col("topic"), Col("partition", "right"), Col("fetches", "right"), Col("per s", "right", priority=2),
+               Col("followers", "right", priority=1), Col("records", "right", priority=1), Col("max lag", "right"),
+               Col("last lag", "right", priority=3))
+    print_table(console, f"Replication: followers' fetches per partition (top {top} by lag; not consumers)", columns, [
+        (inert_text(r["topic"]), num(r["partition"]), num(r["fetches"]),
+         "-" if r["per_second"] is None else f"{r['per_second']:.1f}", num(r["followers"]), num(r["records"]),
+         num(r["max_lag"]), num(r["last_lag"])) for r in sorted(rows, key=lambda r: -(r["max_lag"] or 0))[:top]])
+
+
+TOPIC_NOTE = (
+    "produced: records the broker acknowledged without error (bytes in: theirs); failed: records in partition "
+    "entries answered with an error; no ack: records sent with acks=0 or never answered; attempted: every record "
+    "sent. fetched: records in the Fetch responses to consumers (bytes out: theirs), whole batches as the broker "
+    "returned them, so a record fetched again counts again and records before the fetch offset count too: not the "
+    "records consumed. Followers' fetches are under Replication."
+)
 
 
 def _topics(console: Console, parts: pa.Table, top: int = 15) -> None:
     rows = topic_rows(parts)
     if not rows:
         return
-    t = Table(title=f"Topics (by records produced, top {top})", title_justify="left")
-    for col in ("topic", "produced", "bytes in", "producers", "codecs", "fetched", "bytes out", "max lag"):
-        t.add_column(col, justify="left" if col in ("topic", "codecs") else "right")
 
-    def num(v) -> str:
+    def num(v: int | None) -> str:
         return "-" if v is None else f"{v:,}"
 
+    failed = any(r["produce_failed"] for r in rows)
+    unacked = any(r["produce_unacknowledged"] for r in rows)
+    columns = [Col("topic"), Col("produced", "right")]
+    if failed:
+        columns.append(Col("failed", "right"))
+    if unacked:
+        columns.append(Col("no ack", "right"))
+    if failed or unacked:
+        columns.append(Col("attempted", "right"))
+    columns += [Col("bytes in", "right", priority=2), Col("producers", "right", priority=1),
+                Col("codecs", priority=1, max_width=24), Col("fetched", "right"), Col("bytes out", "right", priority=2),
+                Col("max lag", "right", priority=3)]
+    cells = []
     for r in rows[:top]:
-        t.add_row(inert_text(r["topic"]), num(r["produced"]), num(r["produced_bytes"]), num(r["producers"]),
-                  inert_text(",".join(r["codecs"] or []) or None), num(r["fetched"]), num(r["fetched_bytes"]),
-                  num(r["max_lag"]))
-    console.print(t)
+        cells.append((inert_text(r["topic"]), num(r["produced"]),
+                      *((num(r["produce_failed"]),) if failed else ()),
+                      *((num(r["produce_unacknowledged"]),) if unacked else ()),
+                      *((num(r["produce_attempted"]),) if failed or unacked else ()),
+                      num(r["produced_bytes"]), num(r["producers"]), inert_text(",".join(r["codecs"] or []) or None),
+                      num(r["fetched"]), num(r["fetched_bytes"]), num(r["max_lag"])))
+    print_table(console, f"Topics (by records produced, top {top})", columns, cells)
+    note = TOPIC_NOTE if failed or unacked else (
+        TOPIC_NOTE + " Every record sent was acknowledged without error (so no failed, no ack or attempted column).")
+    console.print(f"  {note}", style="dim", markup=False, highlight=False)
 
 
 def group_rows(groups: pa.Table) -> list[dict]:
     """Per consumer group (and capture): its generations, the rebalances that made them, and how long members
-    went without partitions, with one entry per generation."""
+    went without partitions, with one entry per generation; the groups table's names throughout."""
     out: dict[tuple, dict] = {}
+    previous: dict[tuple, dict] = {}  # (capture, group) -> its generation before, as the table has it
     for g in groups.sort_by([("capture_file", "ascending"), ("group_id", "ascending"),
                              ("generation_id", "ascending")]).to_pylist():
-        entry = out.setdefault((g["capture_file"], g["group_id"]), {
+        key = (g["capture_file"], g["group_id"])
+        entry = out.setdefault(key, {
             "capture_file": g["capture_file"], "group_id": g["group_id"], "generations": 0,
-            "rebalance_ms_total": 0.0, "stop_ms_total": 0.0, "stop_ms_max": None, "members_max": 0,
+            "rebalance_ms_total": 0.0, "waited_ms_total": 0.0, "stop_ms_max": None, "members_max": 0,
             "generation_rows": []})
+        before = previous.get(key)
+        if before is not None and g["left"] is not None and before["generation_id"] == g["generation_id"] - 1:
+            had = {m["member_id"] for m in before["members"]}
+            entry["waited_ms_total"] += sum(m["waited_ms"] or 0.0 for m in g["members"] if m["member_id"] in had)
+        previous[key] = g
         entry["generations"] += 1
         entry["rebalance_ms_total"] += g["rebalance_ms"] or 0.0
-        entry["stop_ms_total"] += g["stop_ms"] or 0.0
         if g["stop_ms"] is not None:
             entry["stop_ms_max"] = max(entry["stop_ms_max"] or 0.0, g["stop_ms"])
         entry["members_max"] = max(entry["members_max"], g["member_count"])
@@ -354,11 +397,12 @@ def group_rows(groups: pa.Table) -> list[dict]:
             "generation_id": g["generation_id"], "protocol_name": g["protocol_name"],
             "members": [m["client_id"] or m["member_id"] for m in g["members"]],
             "joined": g["joined"], "left": g["left"],
-            "left_group": [m["client_id"] or m["member_id"] for m in g["members"] if m["left_ts"] is not None],
+            "left_ts": {m["client_id"] or m["member_id"]: m["left_ts"] for m in g["members"]
+                        if m["left_ts"] is not None},
             "rebalance_start": g["rebalance_start"], "rebalance_ms": g["rebalance_ms"], "stop_ms": g["stop_ms"]})
     for entry in out.values():
         entry["rebalance_ms_total"] = round(entry["rebalance_ms_total"], 3)
-        entry["stop_ms_total"] = round(entry["stop_ms_total"], 3)
+        entry["waited_ms_total"] = round(entry["waited_ms_total"], 3)
     return list(out.values())
 
 
@@ -381,13 +425,11 @@ def delivery_rows(deliveries: pa.Table) -> list[dict]:
 
 
 def _deliveries(console: Console, rows: list[dict], top: int = 20) -> None:
-    t = Table(title="End-to-end: produce request to the consumer's fetch response (ms)", title_justify="left")
-    for col in ("topic", "consumer (group or client)", "batches", "p50", "p99", "max"):
-        t.add_column(col, justify="left" if col.startswith(("topic", "consumer")) else "right")
-    for r in rows[:top]:
-        t.add_row(inert_text(r["topic"]), inert_text(r["consumer"]), f"{r['batches']:,}",
-                  _fmt_ms(r["delivery_p50_ms"]), _fmt_ms(r["delivery_p99_ms"]), _fmt_ms(r["delivery_max_ms"]))
-    console.print(t)
+    columns = (Col("topic"), Col("consumer (group or client)"), Col("batches", "right"), Col("p50", "right"),
+               Col("p99", "right"), Col("max", "right", priority=1))
+    print_table(console, "End-to-end: produce request to the consumer's fetch response (ms)", columns, [
+        (inert_text(r["topic"]), inert_text(r["consumer"]), f"{r['batches']:,}", _fmt_ms(r["delivery_p50_ms"]),
+         _fmt_ms(r["delivery_p99_ms"]), _fmt_ms(r["delivery_max_ms"])) for r in rows[:top]])
     if len(rows) > top:
         console.print(f"  ... {len(rows) - top:,} more (kafkacap export: the deliveries table)")
 
@@ -395,43 +437,47 @@ def _deliveries(console: Console, rows: list[dict], top: int = 20) -> None:
 MAX_GENERATION_ROWS = 40
 
 
+GROUPS_NOTE = (
+    "  Columns of the groups table: joined / left: members new to / missing from the generation before (- when "
+    "it is not in the capture); left_ts: members that sent LeaveGroup in this generation; rebalance_ms: first "
+    "JoinGroup to the last member's assignment; stop_ms: the longest a member of the generation before went "
+    "without partitions (its waited_ms)."
+)
+
+
 def _groups(console: Console, rows: list[dict]) -> None:
-    t = Table(title="Consumer groups: generations and the rebalances that made them (times in ms)",
-              title_justify="left")
-    for col in ("group", "gen", "members", "joined", "gone", "left", "rebalance", "stop", "started"):
-        t.add_column(col, justify="right" if col in ("gen", "rebalance", "stop") else "left",
-                     overflow="fold")
-    shown = 0
+    columns = (Col("group_id"), Col("generation_id", "right", under="group_id"), Col("members", wrap=True),
+               Col("joined", "right"),
+               Col("left", "right", under="joined"), Col("left_ts", "right", under="joined"),
+               Col("rebalance_ms", "right"), Col("stop_ms", "right", under="rebalance_ms"),
+               Col("rebalance_start", priority=1))
+    cells = []
     for entry in rows:
-        for g in entry["generation_rows"]:
-            if shown >= MAX_GENERATION_ROWS:
-                break
-            t.add_row(inert_text(entry["group_id"]), str(g["generation_id"]),
-                      inert_text(", ".join(sorted(set(g["members"])))),
-                      "-" if g["joined"] is None else str(len(g["joined"])),
-                      "-" if g["left"] is None else str(len(g["left"])), str(len(g["left_group"])),
-                      _fmt_ms(g["rebalance_ms"]), _fmt_ms(g["stop_ms"]),
-                      g["rebalance_start"].strftime("%H:%M:%S.%f")[:-3] if g["rebalance_start"] else "-")
-            shown += 1
-    console.print(t)
-    console.print("  joined/gone: members new to / missing from the generation before (- when it is not in the "
-                  "capture); left: members that sent LeaveGroup; rebalance: first JoinGroup to the last member's "
-                  "assignment; stop: the longest a member of the generation before went without partitions")
+        for g in entry["generation_rows"][:MAX_GENERATION_ROWS - len(cells)]:
+            cells.append((inert_text(entry["group_id"]), str(g["generation_id"]),
+                          inert_text(", ".join(sorted(set(g["members"])))),
+                          "-" if g["joined"] is None else str(len(g["joined"])),
+                          "-" if g["left"] is None else str(len(g["left"])), str(len(g["left_ts"])),
+                          _fmt_ms(g["rebalance_ms"]), _fmt_ms(g["stop_ms"]),
+                          g["rebalance_start"].strftime("%H:%M:%S.%f")[:-3] if g["rebalance_start"] else "-"))
+    print_table(console, "Consumer groups: generations and the rebalances that made them (times in ms)", columns,
+                cells)
+    console.print(GROUPS_NOTE, style="dim", markup=False, highlight=False)
     total = sum(len(e["generation_rows"]) for e in rows)
-    if total > shown:
-        console.print(f"  ... {total - shown:,} more generations (kafkacap export: the groups table)")
+    if total > len(cells):
+        console.print(f"  ... {total - len(cells):,} more generations (kafkacap export: the groups table)")
     for entry in rows:
         console.print(Text(f"  {inert(entry['group_id'])}: {entry['generations']} generation"
-                           f"{'s' if entry['generations'] != 1 else ''}, up to {entry['members_max']} members, "
-                           f"members without partitions {_fmt_ms(entry['stop_ms_total'])} ms in all "
-                           f"(longest {_fmt_ms(entry['stop_ms_max'])} ms)"))
+                           f"{'s' if entry['generations'] != 1 else ''}, up to {entry['members_max']} members; "
+                           f"members of a generation before went without partitions "
+                           f"{_fmt_ms(entry['waited_ms_total'])} ms in all (their waited_ms summed; the longest "
+                           f"stop_ms {_fmt_ms(entry['stop_ms_max'])} ms)"))
 
 
 def _files(console: Console, reports: list[FileReport]) -> None:
-    t = Table(title="Capture files", title_justify="left")
-    for col, just in (("file", "left"), ("format", "left"), ("packets", "right"), ("connections", "right"),
-                      ("exchanges", "right"), ("seconds", "right"), ("status", "left")):
-        t.add_column(col, justify=just)
+    columns = (Col("file"), Col("format", priority=2), Col("packets", "right"), Col("connections", "right"),
+               Col("exchanges", "right"), Col("seconds", "right", priority=1), Col("status", wrap=True))
+    cells = []
     for r in reports:
         status, message = file_status(r)
         style = {"ok": "green", "damaged": "yellow"}.get(status, "red")
@@ -440,9 +486,9 @@ def _files(console: Console, reports: list[FileReport]) -> None:
         shown = Text(status, style=style)
         if message:
             shown.append(": " + inert(message))
-        t.add_row(inert_text(r.name), fmt, f"{s.packets:,}" if s else "-", f"{r.connections:,}",
-                  f"{r.exchanges:,}", f"{r.seconds:.2f}", shown)
-    console.print(t)
+        cells.append((inert_text(r.name), fmt, f"{s.packets:,}" if s else "-", f"{r.connections:,}",
+                      f"{r.exchanges:,}", f"{r.seconds:.2f}", shown))
+    print_table(console, "Capture files", columns, cells)
 
 
 def api_rows(ex: pa.Table, span_seconds: float | None = None) -> list[dict]:
@@ -476,23 +522,24 @@ def api_rows(ex: pa.Table, span_seconds: float | None = None) -> list[dict]:
     return rows
 
 
-def _api_usage(console: Console, ex: pa.Table) -> None:
-    rows = api_rows(ex, capture_span(ex)["seconds"])
-    t = Table(title="Requests by API and version (latency in ms; * waits by design: long polls, group joins)",
-              title_justify="left")
-    for col in ("api", "version", "requests", "per s", "failures", "expected", "no response", "p50", "p95", "p99",
-                "max"):
-        t.add_column(col, justify="left" if col == "api" else "right")
+def _api_usage(console: Console, ex: pa.Table, span: Span) -> None:
+    rows = api_rows(ex, span.seconds)
+    columns = (Col("api"), Col("version", "right"), Col("requests", "right"), Col("per s", "right", priority=4),
+               Col("failures", "right"), Col("expected", "right", priority=3),
+               Col("no response", "right", priority=3), Col("p50", "right"), Col("p95", "right", priority=1),
+               Col("p99", "right"), Col("max", "right", priority=2))
+    cells = []
     for r in rows:
         name = inert_text(r["api_name"], missing="(response without request)")
         if r["wait"]:
             name.append("*")
         lat = r["latency_ms"]
-        t.add_row(name, "-" if r["api_version"] is None else str(r["api_version"]), f"{r['requests']:,}",
-                  "-" if r["per_second"] is None else f"{r['per_second']:,.1f}", str(r["failures"] or ""),
-                  str(r["expected_errors"] or ""), str(r["no_response"] or ""),
-                  *(_fmt_ms(lat[f"p{round(p * 100)}"]) for p in PERCENTILES), _fmt_ms(lat["max"]))
-    console.print(t)
+        cells.append((name, "-" if r["api_version"] is None else str(r["api_version"]), f"{r['requests']:,}",
+                      "-" if r["per_second"] is None else f"{r['per_second']:,.1f}", str(r["failures"] or ""),
+                      str(r["expected_errors"] or ""), str(r["no_response"] or ""),
+                      *(_fmt_ms(lat[f"p{round(p * 100)}"]) for p in PERCENTILES), _fmt_ms(lat["max"])))
+    print_table(console, "Requests by API and version (latency in ms; * waits by design: long polls, group joins)",
+                columns, cells)
 
 
 def error_rows(ex: pa.Table) -> list[dict]:
@@ -511,15 +558,12 @@ def _errors(console: Console, ex: pa.Table) -> None:
     rows = error_rows(ex)
     if not rows:
         return
-    t = Table(title="Errors (expected: a step of the protocol, not a failure)",
-              title_justify="left")
-    for col in ("error", "code", "retriable", "expected", "api", "count"):
-        t.add_column(col, justify="right" if col in ("code", "count") else "left")
-    for row in rows:
-        t.add_row(inert_text(row["error_name"], style="dim" if row["expected"] else ""), str(row["error_code"]),
-                  {True: "yes", False: "no"}.get(row["retriable"], "?"), "yes" if row["expected"] else "",
-                  inert_text(row["api_name"]), f"{row['count']:,}")
-    console.print(t)
+    columns = (Col("error"), Col("code", "right", priority=1), Col("retriable", priority=2), Col("expected"),
+               Col("api"), Col("count", "right"))
+    print_table(console, "Errors (expected: a step of the protocol, not a failure)", columns, [
+        (inert_text(row["error_name"], style="dim" if row["expected"] else ""), str(row["error_code"]),
+         {True: "yes", False: "no"}.get(row["retriable"], "?"), "yes" if row["expected"] else "",
+         inert_text(row["api_name"]), f"{row['count']:,}") for row in rows])
 
 
 def client_rows(ex: pa.Table, top: int | None = 10) -> list[dict]:
@@ -548,14 +592,13 @@ def _clients(console: Console, ex: pa.Table, top: int = 10) -> None:
     rows = client_rows(ex, top)
     if not rows:
         return
-    t = Table(title=f"Top clients (by requests, top {top})", title_justify="left")
-    for col in ("client_id", "address", "requests", "request bytes", "failures", "throttled", "max throttle ms"):
-        t.add_column(col, justify="left" if col in ("client_id", "address") else "right")
-    for row in rows:
-        t.add_row(inert_text(row["client_id"], missing="(null)"), inert_text(row["client_ip"]),
-                  f"{row['requests']:,}", f"{row['request_bytes']:,}", str(row["failures"] or ""),
-                  str(row["throttled"] or ""), str(row["max_throttle_ms"] or ""))
-    console.print(t)
+    columns = (Col("client_id"), Col("address"), Col("requests", "right"), Col("request bytes", "right", priority=2),
+               Col("failures", "right"), Col("throttled", "right", priority=1),
+               Col("max throttle ms", "right", priority=1))
+    print_table(console, f"Top clients (by requests, top {top})", columns, [
+        (inert_text(row["client_id"], missing="(null)"), inert_text(row["client_ip"]), f"{row['requests']:,}",
+         f"{row['request_bytes']:,}", str(row["failures"] or ""), str(row["throttled"] or ""),
+         str(row["max_throttle_ms"] or "")) for row in rows])
 
 
 def unnamed_topic_ids(ex: pa.Table, parts: pa.Table | None = None) -> list[str]:
@@ -612,7 +655,7 @@ def crc_failure_rows(parts: pa.Table | None) -> list[dict]:
              "batches": r["crc_failures_sum"]} for r in per]
 
 
-SUMMARY_FORMAT = 1  # the version of summary_document's structure; raised when a key changes meaning or goes
+SUMMARY_FORMAT = 2  # the version of summary_document's structure; raised when a key changes meaning or goes
 
 
 def summary_document(exchanges: pa.Table, connections: pa.Table, reports: list[FileReport],
@@ -621,7 +664,7 @@ def summary_document(exchanges: pa.Table, connections: pa.Table, reports: list[F
                      verify_crc: bool = False) -> dict:
     """What the summary shows, as one JSON-ready structure (``kafkacap summary --json``, documented in
     docs/summary-json.md): the same figures as the terminal, every row in full (no top-N cut but ``slowest``)."""
-    span = capture_span(exchanges)
+    span = capture_span(exchanges, reports_span(reports))
     files = []
     for r in reports:
         status, message = file_status(r)
@@ -667,7 +710,7 @@ def _connections(console: Console, conns: pa.Table, ex: pa.Table, parts: pa.Tabl
     ended = {r["values"]: r["counts"] for r in pc.value_counts(conns["ended"]).to_pylist()}
     t = Table(title="Connections and anomalies", title_justify="left", show_header=False)
     t.add_column("what")
-    t.add_column("value", justify="right")
+    t.add_column("value", justify="right", overflow="fold")
     t.add_row("Kafka connections", f"{conns.num_rows:,}")
     t.add_row("ended by", ", ".join(f"{k} {v:,}" for k, v in sorted(ended.items())))
     t.add_row("with handshake in capture", f"{pc.sum(pc.cast(conns['syn_seen'], pa.int64())).as_py():,}")
