@@ -237,3 +237,12 @@ def test_the_recorded_groups_total_is_its_members_waits(tmp_path):
     doc = json.loads(kafkacap("summary", GROUP, "--json"))
     assert doc["groups"][0]["waited_ms_total"] == pytest.approx(waited_total(groups))
     assert "stop_ms_total" not in doc["groups"][0]
+
+
+def test_the_report_gives_the_span_the_summary_gives(tmp_path):
+    tables = exported(tmp_path, ERRORS, GROUP)
+    seconds, intervals = covered(tables["files"])
+    kafkacap("report", ERRORS, GROUP, "-o", tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text()
+    fact = page[page.index("capture span"):][:400]
+    assert f"{len(intervals)} captures that do not overlap, {seconds:,.3f} s in all" in fact

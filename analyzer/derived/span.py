@@ -14,6 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import pyarrow.compute as pc
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -70,7 +72,9 @@ def capture_span_of(files: Iterable[tuple[str | None, dt.datetime | None, dt.dat
 def files_span(files: pa.Table) -> Span:
     """The span of a files table (``FILES_SCHEMA``): first_ts and last_ts per file, grouped by capture_set
     (by capture_file when an older table has no capture_set)."""
-    sets = files["capture_set"] if "capture_set" in files.column_names else files["capture_file"]
+    sets = files["capture_file"]
+    if "capture_set" in files.column_names:  # null in a table written before it existed
+        sets = pc.coalesce(files["capture_set"], sets)
     return capture_span_of(zip(sets.to_pylist(), files["first_ts"].to_pylist(), files["last_ts"].to_pylist(),
                                strict=True))
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from analyzer.derived.span import files_span
 from analyzer.report import aggregate as ag
 from analyzer.report import figures as fg
 from analyzer.report import scans
@@ -109,7 +110,8 @@ def build(source: TableSource, title: str = "kafkacap report", use_aggregates: b
     interval = ag.choose_interval(start, end, at_least=max(min_interval_s, 60.0 if from_aggregates else 0.0))
     ex = (scans.read_exchange_aggregates if from_aggregates else scans.scan_exchanges)(source, interval)
     files = source.read("files", [
-        "capture_file", "format", "file_bytes", "packets", "first_ts", "last_ts", "exchanges", "connections",
+        "capture_file", "capture_set", "format", "file_bytes", "packets", "first_ts", "last_ts", "exchanges",
+        "connections",
         "status", "message", "kafka_packets", "tls_packets", "other_tcp_packets", "non_tcp_packets",
         "undecodable_packets", "damaged_places", "skipped_bytes"])
     conns = scans.scan_connections(source, interval)
@@ -129,7 +131,11 @@ def build(source: TableSource, title: str = "kafkacap report", use_aggregates: b
 def _facts(ex: scans.ExchangeAggregates, files, conns: scans.ConnectionAggregates, start, end,
            interval) -> list[tuple[str, str]]:
     span = "unknown"
-    if start is not None and end is not None:
+    covered = files_span(files) if files.num_rows else None
+    if covered is not None and len(covered.intervals) > 1:
+        span = (f"{_when(start)} to {_when(end)}: {len(covered.intervals)} captures that do not overlap, "
+                f"{covered.seconds:,.3f} s in all")
+    elif start is not None and end is not None:
         span = f"{_when(start)} to {_when(end)} ({(end.value - start.value) / 1e6:,.3f} s)"
     packets = pc.sum(files["packets"]).as_py() or 0 if files.num_rows else 0
     facts = [
