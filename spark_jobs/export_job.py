@@ -61,7 +61,7 @@ from spark_jobs.write_task import (
     write_rows,
 )
 
-ROW_TABLES = ("exchanges", "errors", "partitions", "connections")
+ROW_TABLES = ("exchanges", "errors", "partitions", "connections", "cluster")
 TARGET_TASK_MB = 64  # small files are grouped into tasks of about this much capture data
 TASKS_PER_CORE = 4  # at least this many tasks per core, so a slow file does not leave the others idle
 

@@ -23,6 +23,7 @@ DATE_SOURCES: dict[str, tuple[str, ...]] = {
     "connections": ("first_ts",),
     "files": ("first_ts",),
     "groups": ("rebalance_start", "ended"),
+    "cluster": ("first_seen",),
     "deliveries": ("produced_ts",),
 }
 

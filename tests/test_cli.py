@@ -261,7 +261,7 @@ def test_export_replaces_previous_tables_without_leftovers(tmp_path):
     out = tmp_path / "out"
     assert invoke("export", cap, "-o", out).exit_code == 0
     assert invoke("export", cap, "-o", out).exit_code == 0
-    tables = ("connections", "errors", "exchanges", "files", "groups", "partitions")
+    tables = ("cluster", "connections", "errors", "exchanges", "files", "groups", "partitions")
     assert sorted(os.listdir(out)) == ["_kafkacap.json", *(f"{t}.parquet" for t in tables)]
 
 

@@ -19,7 +19,7 @@ from analyzer.tables import writers as output
 from tests import craft
 from tests.test_far_timestamps import CAPTURE_START, conversation_with_records
 
-BASE_TABLES = ("connections", "errors", "exchanges", "files", "groups", "partitions")
+BASE_TABLES = ("cluster", "connections", "errors", "exchanges", "files", "groups", "partitions")
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ files, each written under a hidden name and renamed whole.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import os
 import queue
@@ -31,8 +32,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from analyzer.capture.files import Capture, CaptureError, open_capture
-from analyzer.capture.linklayer import ETHERNET, IPV4_TCP_HEADERS_LEN, RAW, Decoder, decoder, fast_path
+from analyzer.capture.files import Capture, CaptureError, CaptureStats, open_capture
+from analyzer.capture.linklayer import (
+    ETHERNET,
+    IPV4_TCP_HEADERS_LEN,
+    RAW,
+    REASONS,
+    Decoder,
+    decoder,
+    fast_path,
+    store_counts,
+)
 
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
@@ -65,6 +75,8 @@ class LiveSource(Protocol):
     def poll(self, timeout: float) -> list[tuple]: ...
 
     def health(self) -> LiveHealth: ...
+
+    def capture_stats(self) -> CaptureStats: ...
 
     def close(self) -> None: ...
 
@@ -147,7 +159,11 @@ class InterfaceSource:
             raise LiveError(f"{iface}: link type {hatype} is not supported live; capture with tcpdump -w - and "
                             "pipe it in (kafkacap live -r -)")
         self._loopback = hatype == ARPHRD_LOOPBACK
+        self._iface = iface
         self._decode = frame_decoder(self.linktype)
+        self._not_tcp = [0] * REASONS  # packets not handed on, by why (linklayer.NON_IP ...), for the files table
+        self._first_ts: int | None = None
+        self._last_ts: int | None = None
         self._health = LiveHealth(kernel_drops=0)
         for option, value in ((SO_RCVBUFFORCE, RECEIVE_BUFFER), (socket.SO_RCVBUF, RECEIVE_BUFFER)):
             try:
@@ -201,6 +217,7 @@ class InterfaceSource:
         loopback = self._loopback
         cmsg_space = self._cmsg_space
         deadline = None
+        ts_ns = None
         while len(out) < MAX_BATCH:
             try:
                 data, ancillary, _flags, address = sock.recvmsg(SNAPLEN, cmsg_space)
@@ -228,11 +245,23 @@ class InterfaceSource:
             health.packets += 1
             decoded = decode(data)
             if decoded.__class__ is int:
+                self._not_tcp[decoded] += 1
                 continue
             key, seq, ack, flags, start, stop, seg_len = decoded
             health.tcp_packets += 1
             out.append((self._frame, ts_ns, key, seq, ack, flags, memoryview(data)[start:stop], seg_len))
+        if ts_ns is not None:  # times for the files table, kept per poll (not per packet: the loop is hot)
+            if self._first_ts is None:
+                self._first_ts = out[0][1] if out else ts_ns
+            self._last_ts = ts_ns
         return out
+
+    def capture_stats(self) -> CaptureStats:
+        """What was read so far, as a file's reader counts it (the files table's row of a live run)."""
+        stats = CaptureStats(path=self._iface, format="live", link_types=[self.linktype],
+                             first_ts_ns=self._first_ts, last_ts_ns=self._last_ts)
+        store_counts(stats, self._frame, self._not_tcp)
+        return stats
 
     def health(self) -> LiveHealth:
         if self._sock.fileno() >= 0:  # once closed, the counts as they were
@@ -300,6 +329,15 @@ class StreamSource:
         if stats.damage and not self._health.error:
             self._health.error = stats.damage
         return self._health
+
+    def capture_stats(self) -> CaptureStats:
+        """The reader's figures: complete once it has read the whole stream; until then (it stores its counts
+        at the end) the packets handed on, and no last time."""
+        stats = copy.copy(self._capture.stats)
+        stats.on_tls_secrets = None
+        if self._thread.is_alive():
+            stats.packets = stats.tcp_packets = self._tcp_packets
+        return stats
 
     def close(self) -> None:
         self._stop.set()

@@ -392,6 +392,7 @@ def summary(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progr
     times, errors (protocol steps apart), brokers, clients, topics, connections."""
     from analyzer.cli.summary import Collector, print_summary, summary_document
     from analyzer.tables.schemas import (
+        CLUSTER_SCHEMA,
         CONNECTIONS_SCHEMA,
         DELIVERIES_SCHEMA,
         EXCHANGES_SCHEMA,
@@ -405,13 +406,15 @@ def summary(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progr
     tables = (sink.table("exchanges", EXCHANGES_SCHEMA), sink.table("connections", CONNECTIONS_SCHEMA), reports,
               sink.table("partitions", PARTITIONS_SCHEMA), sink.table("groups", GROUPS_SCHEMA),
               sink.table("deliveries", DELIVERIES_SCHEMA) if deliveries else None)
+    cluster = sink.table("cluster", CLUSTER_SCHEMA)
     if as_json:
         from analyzer.cli.jsonout import dumps
 
-        sys.stdout.write(dumps(summary_document(*tables, headers_only=headers_only, verify_crc=verify_crc),
-                               indent=2) + "\n")
+        sys.stdout.write(dumps(summary_document(*tables, headers_only=headers_only, verify_crc=verify_crc,
+                                                cluster=cluster), indent=2) + "\n")
     else:
-        print_summary(_out(), *tables, headers_only=headers_only, verify_crc=verify_crc, detect_ports=detect_ports)
+        print_summary(_out(), *tables, headers_only=headers_only, verify_crc=verify_crc, detect_ports=detect_ports,
+                      cluster=cluster)
 
 
 @main.command()
@@ -432,6 +435,7 @@ def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progre
            with_summary, records, max_batch_mb, max_decompressed_mb, deliveries) -> None:
     """Write the exchanges, connections and files tables to a folder."""
     from analyzer.tables.schemas import (
+        CLUSTER_SCHEMA,
         CONNECTIONS_SCHEMA,
         DELIVERIES_SCHEMA,
         EXCHANGES_SCHEMA,
@@ -478,7 +482,8 @@ def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progre
                       collector.table("connections", CONNECTIONS_SCHEMA), reports,
                       collector.table("partitions", PARTITIONS_SCHEMA), collector.table("groups", GROUPS_SCHEMA),
                       collector.table("deliveries", DELIVERIES_SCHEMA) if deliveries else None,
-                      headers_only=headers_only, verify_crc=verify_crc, detect_ports=detect_ports)
+                      headers_only=headers_only, verify_crc=verify_crc, detect_ports=detect_ports,
+                      cluster=collector.table("cluster", CLUSTER_SCHEMA))
     rows = sum(r.exchanges for r in reports)
     _note(wrote_line(rows, out_dir, written, replacing))
 

@@ -20,7 +20,8 @@ from analyzer.cli.tls import TLS_KEYS, tls_keylog_option
 @click.option("--detect-ports", is_flag=True, help="Also find Kafka on any other port (no kernel filter then).")
 @click.option("--headers-only", is_flag=True, help="Decode headers and top-level errors only.")
 @click.option("-w", "--write", "write_dir", type=click.Path(file_okay=False),
-              help="Rolling Parquet tables in this folder: DIR/<table>/part-*.parquet, one part per rotation.")
+              help="Rolling Parquet tables in this folder: DIR/<table>/part-*.parquet, one part per rotation; "
+                   "the groups and files tables (of the whole run) one file each, replaced at each rotation.")
 @click.option("--pcap", "pcap_path", type=click.Path(dir_okay=False),
               help="Also keep the raw packets (with -i): FILE-<UTC start>-<n>.pcap, one file per rotation, "
                    "which kafkacap export reads as one capture.")

@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import click
 import numpy as np
@@ -29,6 +30,9 @@ from rich.text import Text
 from analyzer.cli.summary import WAIT_APIS, _address, _fmt_ms
 from analyzer.cli.terminal import inert, inert_text
 from dissectors.kafka.errors import is_expected
+
+if TYPE_CHECKING:
+    from analyzer.pipeline.live import HeldConnections
 
 WINDOW_SECONDS = 60  # how far back "recent" reaches (slowest exchanges, failing clients)
 RECENT_MAX = 20_000  # exchanges kept for that window at most (the slowest and the failures are kept first)
@@ -54,6 +58,19 @@ def _quantile_from_histogram(hist: dict[int, int], q: float) -> float | None:
     return None
 
 
+OPEN_AT_THE_STOP = (None, "capture_end")  # a connection row's ended when it was open as the run stopped
+
+
+@dataclass(frozen=True)
+class ConnectionFigures:
+    """The screen's connection counts, header and footer alike."""
+
+    opened: int  # seen so far, from their SYN or from their middle: open + closed
+    handshakes: int  # of those, with the SYN in the capture
+    open: int  # not closed (on the final screen: open as the run stopped)
+    closed: collections.Counter  # how they ended -> how many
+
+
 @dataclass
 class ApiFigures:
     requests: int = 0
@@ -74,8 +91,11 @@ class LiveStats:
         self.current: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
         self.recent: collections.deque = collections.deque()  # (monotonic time, row) of slow or failed ones
         self.exchanges = 0
-        self.connections_opened = 0
-        self.connections_closed = collections.Counter()
+        # The connection rows handed on (a connection's row comes when it leaves the flow table; those still in
+        # it are counted from the table at each refresh: connection_figures).
+        self.connections_rows = 0
+        self.connections_handshakes = 0
+        self.connections_closed = collections.Counter()  # how they ended -> rows (open at the stop left out)
         self.gap_bytes = 0
         self.resyncs = 0
         self.interval_started = time.monotonic()
@@ -166,10 +186,20 @@ class LiveStats:
 
     def connections_batch(self, batch: pa.RecordBatch) -> None:
         t = pa.Table.from_batches([batch])
-        self.connections_opened += pc.sum(pc.cast(t["syn_seen"], pa.int64())).as_py() or 0
-        self.connections_closed.update(v for v in t["ended"].to_pylist() if v not in (None, "capture_end"))
+        self.connections_rows += t.num_rows
+        self.connections_handshakes += pc.sum(pc.cast(t["syn_seen"], pa.int64())).as_py() or 0
+        self.connections_closed.update(v for v in t["ended"].to_pylist() if v not in OPEN_AT_THE_STOP)
         self.gap_bytes += pc.sum(t["gap_bytes"]).as_py() or 0
         self.resyncs += pc.sum(t["resyncs"]).as_py() or 0
+
+    def connection_figures(self, held: HeldConnections) -> ConnectionFigures:
+        """The rows handed on and the connections the flow table still holds (``held``), together: the
+        header's open count and the footer's are the same number, and opened = open + closed."""
+        closed = self.connections_closed + held.closed
+        at_stop = self.connections_rows - sum(self.connections_closed.values())
+        return ConnectionFigures(opened=self.connections_rows + held.open + sum(held.closed.values()),
+                                 handshakes=self.connections_handshakes + held.handshakes,
+                                 open=held.open + at_stop, closed=closed)
 
     def tick(self) -> None:
         """Close the interval: its counts and latencies become the 'last interval' figures."""
@@ -198,7 +228,7 @@ class LiveStats:
         return [(key, count, last[key]) for key, count in counts.most_common(n)]
 
 
-def render(stats: LiveStats, *, source: str, health, open_connections: int, sort: str, started: float,
+def render(stats: LiveStats, *, source: str, health, connections: ConnectionFigures, sort: str, started: float,
            written_parts: int, rotating: str | None, pcap_files: int | None = None) -> Group:
     """One screen of the live view."""
     elapsed = time.monotonic() - started
@@ -209,7 +239,7 @@ def render(stats: LiveStats, *, source: str, health, open_connections: int, sort
                                                              else "") + f" ({rotating})"
     status = Text.assemble(
         ("kafkacap live ", "bold"), inert(source), f"  {elapsed:,.0f} s  packets {health.packets:,}  "
-        f"exchanges {stats.exchanges:,}  open connections {open_connections:,}  ",
+        f"exchanges {stats.exchanges:,}  open connections {connections.open:,}  ",
         ("kernel drops " + drops, "red" if health.kernel_drops else "dim"),
         f"  gaps {stats.gap_bytes:,} B  resyncs {stats.resyncs:,}",
         kept,
@@ -260,8 +290,9 @@ def render(stats: LiveStats, *, source: str, health, open_connections: int, sort
         groups.add_row(inert_text(group_id), "-" if g["generation"] is None else str(g["generation"]),
                        inert_text(", ".join(sorted(g["joining"])[:6]) + (" ..." if len(g["joining"]) > 6 else "")),
                        f"{g['generations']:,}")
-    closed = ", ".join(f"{k} {v:,}" for k, v in sorted(stats.connections_closed.items())) or "none"
-    conns = Text(f"connections: {stats.connections_opened:,} opened (SYN seen), closed: {closed}")
+    closed = ", ".join(f"{k} {v:,}" for k, v in sorted(connections.closed.items())) or "none"
+    conns = Text(f"connections: {connections.opened:,} opened ({connections.handshakes:,} with the SYN in the "
+                 f"capture), {connections.open:,} open, closed: {closed}")
     return Group(status, apis, slow, failing, groups, conns)
 
 
@@ -323,7 +354,14 @@ def run_live(source, options, *, name: str, label: str, duration: float | None, 
              rotate: str | None, snapshot: str | None, screen: bool, idle_seconds: float = 300.0,
              pcap=None) -> int:
     """The live loop: analysis, screen, rotation of the rolling tables and of the kept packets (``pcap``, a
-    ``RollingPcap`` fed by the source); returns the number of exchanges seen."""
+    ``RollingPcap`` fed by the source); returns the number of exchanges seen.
+
+    The groups and files tables describe the whole run (a generation's row needs its neighbours, the files row
+    counts everything), so at each rotation they are made again from the run so far, as ``export`` makes them
+    at its end, and each replaces its file of the run: a report of DIR then sees the rebalances so far. What
+    that keeps grows with the rebalances only: a few rows per member and rebalance, a count per member and
+    generation."""
+    from analyzer.derived.tables import DerivedTables
     from analyzer.pipeline.live import LiveAnalysis
     from analyzer.tables.writers import RollingTables
 
@@ -331,6 +369,7 @@ def run_live(source, options, *, name: str, label: str, duration: float | None, 
     if (write_dir is not None or pcap is not None) and rotate_s is None and rotate_bytes is None:
         rotate_s = 60.0
     rolling = RollingTables(write_dir) if write_dir is not None else None
+    derived = DerivedTables(deliveries=False) if rolling is not None else None
     if pcap is not None:
         source.keep = pcap.packet
     stats = LiveStats()
@@ -345,6 +384,8 @@ def run_live(source, options, *, name: str, label: str, duration: float | None, 
             stats.connections_batch(batch)
         if rolling is not None:
             rolling.write(table, batch)
+        if derived is not None:
+            derived.feed(table, batch)
 
     analysis = LiveAnalysis(source, options, sink, name, idle_seconds)
     started = time.monotonic()
@@ -358,12 +399,15 @@ def run_live(source, options, *, name: str, label: str, duration: float | None, 
         nonlocal part_started, part_clock
         if pcap is not None:
             pcap.rotate(part_started)
-        if rolling is not None:
+        if rolling is not None and derived is not None:
+            for table, batch in [*derived.finish(), ("files", analysis.files_batch())]:
+                rolling.replace(table, batch)
             written[0] += len(rolling.close(part_started) if last else rolling.rotate(part_started))
         part_started, part_clock = dt.datetime.now(dt.UTC), time.monotonic()
 
     def view():
-        return render(stats, source=label, health=source.health(), open_connections=analysis.open_connections,
+        return render(stats, source=label, health=source.health(),
+                      connections=stats.connection_figures(analysis.held_connections()),
                       sort=sort[0], started=started, written_parts=written[0], rotating=rotating,
                       pcap_files=pcap.parts if pcap is not None else None)
 

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from analyzer.cli.cluster_view import cluster_rows, print_cluster
 from analyzer.cli.connection_problems import print_problems, problem_rows
 from analyzer.cli.ports import found_ports, port_hints, port_lines, ports_not_decoded
 from analyzer.cli.terminal import Col, inert, inert_text, print_table
@@ -47,7 +48,7 @@ def _fmt_ms(v: float | None) -> str:
 def print_summary(console: Console, exchanges: pa.Table, connections: pa.Table,
                   reports: list[FileReport], partitions: pa.Table | None = None, groups: pa.Table | None = None,
                   deliveries: pa.Table | None = None, *, headers_only: bool = False,
-                  verify_crc: bool = False, detect_ports: bool = False) -> None:
+                  verify_crc: bool = False, detect_ports: bool = False, cluster: pa.Table | None = None) -> None:
     """The summary; ``headers_only``, ``verify_crc`` and ``detect_ports`` are the run's options, which decide
     what the figures can and cannot include (the summary says so)."""
     _files(console, reports)
@@ -65,6 +66,7 @@ def print_summary(console: Console, exchanges: pa.Table, connections: pa.Table,
         _errors(console, exchanges)
         print_problems(console, connections)
         _brokers(console, broker_rows(exchanges))
+        print_cluster(console, cluster)
         _clients(console, exchanges)
         if partitions is not None and partitions.num_rows:
             _topics(console, partitions)
@@ -661,7 +663,7 @@ SUMMARY_FORMAT = 2  # the version of summary_document's structure; raised when a
 def summary_document(exchanges: pa.Table, connections: pa.Table, reports: list[FileReport],
                      partitions: pa.Table | None = None, groups: pa.Table | None = None,
                      deliveries: pa.Table | None = None, *, headers_only: bool = False,
-                     verify_crc: bool = False) -> dict:
+                     verify_crc: bool = False, cluster: pa.Table | None = None) -> dict:
     """What the summary shows, as one JSON-ready structure (``kafkacap summary --json``, documented in
     docs/summary-json.md): the same figures as the terminal, every row in full (no top-N cut but ``slowest``)."""
     span = capture_span(exchanges, reports_span(reports))
@@ -689,6 +691,7 @@ def summary_document(exchanges: pa.Table, connections: pa.Table, reports: list[F
         "slowest_service": slowest(exchanges),
         "errors": error_rows(exchanges),
         "brokers": broker_rows(exchanges),
+        "cluster": cluster_rows(cluster),
         "clients": client_rows(exchanges, None),
         "topics": topic_rows(partitions) if partitions is not None and partitions.num_rows else [],
         "replication": (replication_rows(partitions, span["seconds"])

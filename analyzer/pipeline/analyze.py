@@ -23,6 +23,7 @@ from analyzer.pipeline.collector import collector_tuned
 from analyzer.session.matching import Outputs
 from analyzer.tables.schemas import (
     CONNECTION_ROW_FIELDS,
+    cluster_batch,
     connections_batch,
     errors_batch,
     exchanges_batch,
@@ -173,6 +174,7 @@ def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap,
         try:
             while True:
                 more = step()
+                table.out.cluster.settle()  # the next step's responses are all later than this one's
                 if len(rows) >= options.batch_rows or len(table.out.partitions) >= options.batch_rows or (
                         table.out.records is not None and len(table.out.records) >= options.batch_rows):
                     _emit_exchanges(table, name, sink, report)
@@ -199,17 +201,24 @@ def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap,
             table.connection_rows[:] = [_continued(r, snapshots[r[0]]) if r[0] in snapshots else r
                                         for r in table.connection_rows]
         _emit_exchanges(table, name, sink, report)
+        _emit_cluster(table, name, sink)
         _emit_connections(table, name, sink, report)
-        report.flows_not_kafka = table.probed_out
-        report.refused_batches = table.out.limits.refused
-        report.connections_evicted = table.evicted + table.probes_evicted
-        report.requests_dropped = table.out.requests_dropped
-        report.topic_names = dict(table.out.topic_names)
-        report.ports_found = dict(table.ports_found)
-        report.ports_not_decoded = {port: list(counts) for port, counts in table.ports_not_decoded.items()}
+        note_table(report, table)
         cap.stats.on_tls_secrets = None  # the stats travel back from worker processes: no closure in them
     report.seconds = time.perf_counter() - started
     return report
+
+
+def note_table(report: FileReport, table: FlowTable) -> None:
+    """Copy into ``report`` the flow table's counts the files table reports (what it refused, dropped, left
+    aside, found), as they stand now: a live run writes its files row before its end."""
+    report.flows_not_kafka = table.probed_out
+    report.refused_batches = table.out.limits.refused
+    report.connections_evicted = table.evicted + table.probes_evicted
+    report.requests_dropped = table.out.requests_dropped
+    report.topic_names = dict(table.out.topic_names)
+    report.ports_found = dict(table.ports_found)
+    report.ports_not_decoded = {port: list(counts) for port, counts in table.ports_not_decoded.items()}
 
 
 def _file_secrets(out: Outputs, run_keys: KeyLog | None) -> Callable[[bytes], None]:
@@ -345,6 +354,13 @@ def _emit_exchanges(table: FlowTable, name: str, sink: BatchSink, report: FileRe
         _emit_records(out, name, sink)
 
 
+def _emit_cluster(table: FlowTable, name: str, sink: BatchSink) -> None:
+    """The file ended: the cluster rows go out (only now: responses reach them out of capture order)."""
+    rows = table.out.cluster.drain()
+    if rows:
+        sink("cluster", cluster_batch(rows, name))
+
+
 def _emit_records(out: Outputs, name: str, sink: BatchSink) -> None:
     sink("records", records_batch(out.records, name, out.topic_names))
     out.records.clear()
@@ -378,8 +394,12 @@ def flow_table(options: Options) -> FlowTable:
     return table
 
 
-def drain(table: FlowTable, name: str, sink: BatchSink, report: FileReport) -> None:
-    """Hand every row the table holds to ``sink`` as batches now (exchanges and theirs, then connections)."""
+def drain(table: FlowTable, name: str, sink: BatchSink, report: FileReport, final: bool = False) -> None:
+    """Hand every row the table holds to ``sink`` as batches now (exchanges and theirs, then connections);
+    ``final``: the capture ended, so the cluster rows go too."""
     _emit_exchanges(table, name, sink, report)
+    table.out.cluster.settle()
+    if final:
+        _emit_cluster(table, name, sink)
     table.retire_closed()
     _emit_connections(table, name, sink, report)

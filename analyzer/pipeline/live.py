@@ -11,14 +11,27 @@ closed connections are retired, and rows leave within ``DRAIN_SECONDS``.
 
 from __future__ import annotations
 
+import collections
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pyarrow as pa
 
 from analyzer.capture.live import LiveHealth, LiveSource
-from analyzer.pipeline.analyze import BatchSink, FileReport, Options, drain, flow_table
+from analyzer.pipeline.analyze import BatchSink, FileReport, Options, drain, flow_table, note_table
 
 LIVE_NAME = "live"  # capture_file of live rows
 DRAIN_SECONDS = 0.25
+
+
+@dataclass
+class HeldConnections:
+    """The connections the flow table holds now (their rows are handed on only when they leave it)."""
+
+    open: int = 0
+    handshakes: int = 0  # with the SYN in the capture
+    closed: collections.Counter = field(default_factory=collections.Counter)  # how they ended -> how many
 
 
 class LiveAnalysis:
@@ -79,13 +92,37 @@ class LiveAnalysis:
             self.packets += len(packets)
             self.table.feed(packets)
         self.table.finish()
-        drain(self.table, self.name, self.sink, self.report)
+        drain(self.table, self.name, self.sink, self.report, final=True)
         health = self.source.health()
         self.source.close()
         return health
 
-    @property
-    def open_connections(self) -> int:
-        return len(self.table.open)
+    def held_connections(self) -> HeldConnections:
+        """The connections in the flow table: a closed one stays there, its row not handed on, until no more of
+        its packets can come (some 30 s), so the screen counts them here. One pass over the table (as
+        ``expire_idle`` makes at every tick)."""
+        held = HeldConnections()
+        for conn in self.table.open:
+            if conn.ended is None:
+                held.open += 1
+            else:
+                held.closed[conn.ended] += 1
+            held.handshakes += conn.syn_ts >= 0
+        return held
+
+    def files_batch(self) -> pa.RecordBatch:
+        """The run's row of the files table so far, as ``export`` writes a file's (one capture_set, its own)."""
+        from analyzer.pipeline.run import file_row
+        from analyzer.tables.schemas import files_batch
+
+        stats = self.source.capture_stats()
+        if stats.packets and stats.last_ts_ns is None:  # a reader still going: the last packet analysed
+            stats.last_ts_ns = self.table.now or None
+        report = self.report
+        report.stats, report.path = stats, stats.path
+        health = self.source.health()
+        report.error = health.error if health.error != stats.damage else None
+        note_table(report, self.table)
+        return files_batch([(*file_row(report), self.name, 1)])
 
 

@@ -163,7 +163,7 @@ class Stitcher:
         columns = dict(zip(batch.schema.names, batch.columns, strict=True))
         columns["capture_file"] = pa.array([plan.head] * batch.num_rows, pa.string())
         columns["connection_id"] = new_ids
-        for frame_col in ("request_frame", "response_frame"):
+        for frame_col in ("request_frame", "response_frame", "first_frame", "last_frame"):
             if frame_col in columns:
                 columns[frame_col] = pc.add(columns[frame_col], plan.offset)
         out = pa.RecordBatch.from_arrays(list(columns.values()), schema=batch.schema)

@@ -38,7 +38,7 @@ from analyzer.tables.schemas import id_text
 HOLD_BYTES = 64 << 20  # a table's held batches beyond this go to a temporary file
 UUID_FORM = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 _UUID = re.compile(UUID_FORM)
-SCALAR_TABLES = ("partitions", "errors", "records")  # a topic and a topic_id column
+SCALAR_TABLES = ("partitions", "errors", "records", "cluster")  # a topic and a topic_id column
 LIST_COLUMNS = {"exchanges": ("topics",)}  # lists of topic text (names, or unnamed ids' UUID form)
 # lists of structs with a topic field: a ConsumerGroupHeartbeat's assignment names its topics by id
 STRUCT_LIST_COLUMNS = {"exchanges": ("assignment",)}

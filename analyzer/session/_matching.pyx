@@ -88,7 +88,7 @@ _UNDEFINED = _m._UNDEFINED
 cdef dict _SETTING_NAMES = _m._SETTING_NAMES
 cdef frozenset _SETTINGS = _m._SETTINGS
 cdef int SASL_HANDSHAKE = 17, SASL_AUTHENTICATE = 36, FIND_COORDINATOR = 10, JOIN_GROUP = 11
-cdef int SYNC_GROUP = 14, CONSUMER_GROUP_HEARTBEAT = 68
+cdef int SYNC_GROUP = 14, CONSUMER_GROUP_HEARTBEAT = 68, METADATA = 3, DESCRIBE_TOPIC_PARTITIONS = 75
 # Extracted's fields by position (a NamedTuple: reading by index skips the attribute lookup and, on a tuple
 # subclass, Cython's generic indexing), checked by name below. Its partitions are compiled Entries.
 cdef Py_ssize_t X_TOPICS = 0, X_PARTITION_COUNT = 1, X_ERRORS = 2, X_TOP_ERROR = 3, X_THROTTLE = 4
@@ -807,6 +807,10 @@ cdef class ExchangeMatcher(FrameSink):
             topics = partition_count = None
         if req.group_body is not None and status is not MALFORMED and not lossy and end >= size + 4:
             out.group_details.add(self.rows.rows, key, ver, req.group_body, bytes(head[body:end]))
+        elif (key == METADATA or key == DESCRIBE_TOPIC_PARTITIONS) and self.bodies and status is not MALFORMED \
+                and not lossy and end >= size + 4:  # the cluster table: brokers, leaders, ISR (read in Python)
+            out.cluster.add(self.conn.connection_id, last_ts, last_no, self.conn.broker_ip, self.conn.broker_port,
+                            key, ver, head, body, end)
         slots = self.settings
         placed = fill_settings(key, rx, x, slots)
         try:

@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from itertools import islice
 
+from analyzer.session.cluster import ClusterView
 from analyzer.session.groups import GroupDetails
 from analyzer.tables._columns import ErrorColumns, ExchangeColumns, PartitionColumns
 from analyzer.tables.schemas import SETTING_FIELDS
@@ -170,7 +171,7 @@ class Outputs:
 
     __slots__ = ("exchanges", "errors", "partitions", "topic_names", "bodies", "tap", "limits", "verify_crc",
                  "records", "max_in_flight", "in_flight_note", "held_rows", "drain", "requests_dropped",
-                 "tls_keys", "group_details")
+                 "tls_keys", "group_details", "cluster")
 
     def __init__(self, bodies: bool = True, verify_crc: bool = False, records: bool = False,
                  limits: Limits | None = None, max_in_flight: int = MAX_IN_FLIGHT) -> None:
@@ -190,6 +191,7 @@ class Outputs:
         # topic id -> name, from Metadata-like responses (and the ids Kafka itself fixes)
         self.topic_names: dict[bytes, str] = dict(WELL_KNOWN_TOPIC_IDS)
         self.group_details = GroupDetails()  # the exchanges' subscription and assignment columns
+        self.cluster = ClusterView(self.topic_names)  # the cluster table's rows (Metadata and the like)
         # Requests held in flight per connection (checked once the queue outgrows a scan: never below that).
         self.max_in_flight = max(max_in_flight, SCAN_IN_FLIGHT)
         self.requests_dropped = 0  # over max_in_flight, all connections together (for the files table)

@@ -964,8 +964,68 @@ DELIVERIES_SCHEMA = pa.schema([
        "consumer had it (negative when the consumer got it first, as with acks=all and a fast follower)."),
 ])
 
+_NODES = pa.list_(pa.int32())
+
+CLUSTER_SCHEMA = pa.schema([
+    _f("capture_file", pa.string(), "Capture file (or rotated set) the responses were read from."),
+    _f("kind", pa.string(), "broker (a broker the Metadata response lists: node_id, host, port, rack) | "
+       "controller (the controller_id a Metadata response names; KRaft brokers name a live broker chosen at "
+       "random there, not the active controller, so it moves between responses) | partition (one "
+       "topic-partition of a Metadata or DescribeTopicPartitions response: leader, replicas, ISR)."),
+    _f("cluster_id", pa.string(), "Cluster id of the Metadata response (v2+); for DescribeTopicPartitions, the "
+       "one the same broker's last Metadata response gave (null if none did). Rows of different clusters "
+       "never replace each other."),
+    _f("node_id", pa.int32(), "broker: its node id; controller: the controller_id reported; null for partition."),
+    _f("host", pa.string(), "broker: the host it advertises to clients."),
+    _f("port", pa.int32(), "broker: the port it advertises."),
+    _f("rack", pa.string(), "broker: its rack (Metadata v1+; null when it has none)."),
+    _f("topic", pa.string(), "partition: the topic's name (from the response, else a Metadata response in "
+       "the capture that named its id, else the id in UUID form)."),
+    _f("topic_id", pa.string(), "partition: the topic id in UUID form (Metadata v10+, DescribeTopicPartitions)."),
+    _f("partition", pa.int32(), "partition: the partition index."),
+    _f("leader_id", pa.int32(), "partition: the leader's node id (-1: no leader)."),
+    _f("leader_epoch", pa.int32(), "partition: the leader epoch (Metadata v7+; null before)."),
+    _f("replicas", _NODES, "partition: the replica node ids, in the broker's (preferred leader first) order."),
+    _f("isr", _NODES, "partition: the in-sync replica node ids."),
+    _f("offline_replicas", _NODES, "partition: replicas on offline log dirs or brokers (Metadata v5+; null "
+       "before)."),
+    _f("error_code", pa.int16(), "partition: the partition's error code (0: none; LEADER_NOT_AVAILABLE while "
+       "there is no leader, for instance)."),
+    _f("error_name", pa.string(), "partition: name of error_code."),
+    _f("first_seen", TS, "When the first response reporting this state arrived (its last packet): a row "
+       "starts where the state of its broker, controller or partition differs from the row before it."),
+    _f("last_seen", TS, "When the last response reporting the same state arrived, before it changed (or a "
+       "broker was no longer listed) or the capture ended."),
+    _f("responses", pa.int64(), "Responses that reported this state between first_seen and last_seen."),
+    _f("connection_id", pa.int64(), "Connection of the first response reporting it (see connections)."),
+    _f("first_frame", pa.int64(), "Packet that completed the first response reporting it (its exchange's "
+       "response_frame)."),
+    _f("last_frame", pa.int64(), "Packet that completed the last response reporting it."),
+    _f("reported_by_ip", pa.string(), "Address of the broker whose response first reported it."),
+    _f("reported_by_port", pa.int32(), "Its port."),
+    _f("api_name", pa.string(), "API of that response: Metadata or DescribeTopicPartitions."),
+    _f("api_version", pa.int16(), "Its version."),
+    _f("note", pa.string(), "On the rows still current at the end of the file: responses not read (over the "
+       "size limit, or not decodable) and changes not recorded once the file reached its row limit."),
+])
+
+CLUSTER_ROW_FIELDS = tuple(CLUSTER_SCHEMA.names[1:])
+
+
+def cluster_batch(rows: list[tuple], capture_file: str) -> pa.RecordBatch:
+    """Rows in CLUSTER_ROW_FIELDS order (error_name null: named here; times as integer ns) to one batch."""
+    cols = list(zip(*rows, strict=True)) if rows else [()] * len(CLUSTER_ROW_FIELDS)
+    arrays = [pa.array([capture_file] * len(rows), pa.string())]
+    for f, values in zip(list(CLUSTER_SCHEMA)[1:], cols, strict=True):
+        arrays.append(_ts(values) if f.type == TS else pa.array(values, f.type))
+    i = CLUSTER_SCHEMA.names.index("error_name")
+    arrays[i] = _error_name_array(arrays[i - 1]) if rows else pa.array([], pa.string())
+    return pa.RecordBatch.from_arrays(arrays, schema=CLUSTER_SCHEMA)
+
+
 SCHEMAS = {"exchanges": EXCHANGES_SCHEMA, "errors": ERRORS_SCHEMA, "partitions": PARTITIONS_SCHEMA,
-           "connections": CONNECTIONS_SCHEMA, "files": FILES_SCHEMA, "groups": GROUPS_SCHEMA}
+           "connections": CONNECTIONS_SCHEMA, "files": FILES_SCHEMA, "groups": GROUPS_SCHEMA,
+           "cluster": CLUSTER_SCHEMA}
 # Written only when asked for (kafkacap export --records, --deliveries): each costs a good share of an analysis.
 OPTIONAL_SCHEMAS = {"records": RECORDS_SCHEMA, "deliveries": DELIVERIES_SCHEMA}
 

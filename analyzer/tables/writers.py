@@ -353,7 +353,8 @@ class RollingTables:
     must keep up with the link, does not wait for the compression. ``rotate`` (by time or size, the caller's
     choice) closes the parts and renames each into place as ``part-<UTC start>-<n>.parquet``: a folder per
     table, which pyarrow, Spark and ``kafkacap report DIR`` read as one table, and a reader never sees half a
-    file (hidden names, ``.*``, are passed over by those readers).
+    file (hidden names, ``.*``, are passed over by those readers). A table made from the whole run (groups,
+    files) is one file per run instead, replaced whole (``replace``).
     """
 
     def __init__(self, folder: str) -> None:
@@ -367,6 +368,7 @@ class RollingTables:
         self.pending_bytes = 0  # bytes of rows (in memory, as Arrow) in the current parts
         self.parts = 0
         self._token = uuid.uuid4().hex[:8]
+        self._started = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
         self._queue: queue.Queue[tuple[str, list[pa.RecordBatch]] | None] = queue.Queue(ROLLING_QUEUED_GROUPS)
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._drain, daemon=True, name="kafkacap rolling tables writer")
@@ -436,6 +438,21 @@ class RollingTables:
         self._open.clear()
         self.pending_bytes = 0
         return written
+
+    def replace(self, table: str, batch: pa.RecordBatch) -> str:
+        """Write ``table`` whole, as this run's one file of it, in place of the one written before: a table made
+        again from the whole run at each rotation (groups, files), whose parts would hold its rows twice. A
+        reader sees the old file or the new one, never both nor half of one."""
+        if self._failure is not None:
+            raise self._failure
+        schema = (SCHEMAS | OPTIONAL_SCHEMAS)[table]
+        folder = os.path.join(self.folder, table)
+        os.makedirs(folder, exist_ok=True)
+        hidden = os.path.join(folder, f".part-{self._token}-whole.parquet.tmp")
+        pq.write_table(pa.Table.from_batches([batch], schema=schema), hidden, **parquet_options(table, schema))
+        path = os.path.join(folder, f"part-{self._started}-{self._token}.parquet")
+        os.replace(hidden, path)
+        return path
 
     def close(self, started: dt.datetime) -> list[str]:
         """The last rotation, and the writer thread ends."""
