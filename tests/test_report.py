@@ -649,3 +649,69 @@ def test_compression_axis_starts_at_zero_and_shows_the_ratio(browser_view, built
     assert set(labels) == set(ratios), (labels, ratios)
     for codec, ratio in ratios.items():
         assert labels[codec] == pytest.approx(ratio, abs=0.005), codec
+
+
+# --- Consumer lag and failure triage ------------------------------------------------------------------------------
+
+def _lag_oracle(tables: Path) -> dict[tuple[str, str], int]:
+    """(series label, offset packet) -> lag, recomputed from the exported tables by a plain search: each
+    OffsetCommit's offset (its request's group) against the latest error-free Fetch high watermark of the same
+    capture file and topic-partition at or before its request time."""
+    p = pq.read_table(tables / "partitions.parquet").to_pylist()
+    ex = {(r["capture_file"], r["connection_id"], r["correlation_id"]): r for r in pq.read_table(
+        tables / "exchanges.parquet", columns=["capture_file", "connection_id", "correlation_id", "group_id",
+                                               "request_frame", "api_name"]).to_pylist()
+          if r["api_name"] == "OffsetCommit"}
+    marks: dict[tuple, list] = {}
+    for r in p:
+        if r["api_name"] == "Fetch" and r["error_code"] == 0 and (r["high_watermark"] or -1) >= 0:
+            marks.setdefault((r["capture_file"], r["topic"], r["partition"]), []).append(
+                (r["response_last_ts"], r["high_watermark"]))
+    out = {}
+    for r in p:
+        if r["api_name"] != "OffsetCommit" or r["error_code"] != 0 or (r["committed_offset"] or -1) < 0:
+            continue
+        x = ex[r["capture_file"], r["connection_id"], r["correlation_id"]]
+        seen = [m for m in marks.get((r["capture_file"], r["topic"], r["partition"]), [])
+                if m[0] <= r["request_last_ts"]]
+        if seen:
+            label = f"{x['group_id']}: {r['topic']}[{r['partition']}]"
+            out[label, str(x["request_frame"])] = max(seen)[1] - r["committed_offset"]
+    return out
+
+
+def test_lag_at_each_commit_is_the_tables(browser_view, built) -> None:
+    oracle = _lag_oracle(built["tables"])
+    assert oracle, "the samples' consumers commit"
+    drawn = {}
+    for t in _figure(browser_view, "lag", 0)["traces"]:
+        for y, custom in zip(t["y"], t["customdata"], strict=True):
+            if custom[0] == "OffsetCommit":
+                drawn[t["name"], custom[4]] = int(float(y))
+    from analyzer.report.page import TOP_LAG_SERIES
+
+    series = {name for name, _ in oracle}
+    assert len({name for name, _ in drawn}) == min(TOP_LAG_SERIES, len(series))
+    assert drawn == {k: v for k, v in oracle.items() if k[0] in {name for name, _ in drawn}}
+
+
+def test_triage_tables_are_the_tables(built) -> None:
+    """The unexpected-error table's counts per client, API and error are the exchanges with status error and
+    error_expected false, counted here with a Counter."""
+    page = built["report"].read_text(encoding="utf-8")
+    section = page.split('<section id="triage">')[1].split("</section>")[0]
+    first = section.split("<table>")[1].split("</table>")[0]
+    rows = re.findall(r"<tr>(.*?)</tr>", first)[1:]
+    drawn = Counter()
+    for row in rows:
+        cells = re.findall(r"<td>(.*?)</td>", row)
+        drawn[cells[0], cells[2], cells[3]] = int(cells[4].replace(",", ""))
+    ex = pq.read_table(built["tables"] / "exchanges.parquet",
+                       columns=["client_id", "api_name", "error_name", "status", "error_expected"]).to_pylist()
+    expected = Counter((r["client_id"] or "", r["api_name"], r["error_name"]) for r in ex
+                       if r["status"] == "error" and not r["error_expected"])
+    top = dict(sorted(expected.items(), key=lambda kv: -kv[1])[:len(drawn)])
+    assert len(drawn) == min(50, len(expected))
+    assert {k: expected[k] for k in drawn} == dict(drawn)
+    assert min(drawn.values()) >= min(top.values())
+    assert "Reconnect loops" in section and "10.77.0.2" in section  # the cluster sample's stopped node

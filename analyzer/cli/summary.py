@@ -15,8 +15,10 @@ from rich.text import Text
 
 from analyzer.cli.cluster_view import cluster_rows, print_cluster
 from analyzer.cli.connection_problems import print_problems, problem_rows
+from analyzer.cli.lag_view import lag_rows, print_lag
 from analyzer.cli.ports import found_ports, port_hints, port_lines, ports_not_decoded
 from analyzer.cli.terminal import Col, inert, inert_text, print_table
+from analyzer.cli.triage_view import print_triage, triage_rows
 from analyzer.derived.span import Span, reports_span
 from analyzer.pipeline.analyze import FileReport
 from analyzer.pipeline.run import file_status
@@ -65,6 +67,7 @@ def print_summary(console: Console, exchanges: pa.Table, connections: pa.Table,
         _slowest(console, slowest(exchanges))
         _errors(console, exchanges)
         print_problems(console, connections)
+        print_triage(console, exchanges, connections)
         _brokers(console, broker_rows(exchanges))
         print_cluster(console, cluster)
         _clients(console, exchanges)
@@ -75,6 +78,7 @@ def print_summary(console: Console, exchanges: pa.Table, connections: pa.Table,
                 _replication(console, replication)
         if groups is not None and groups.num_rows:
             _groups(console, group_rows(groups))
+        print_lag(console, partitions, exchanges)
         if deliveries is not None and deliveries.num_rows:
             _deliveries(console, delivery_rows(deliveries))
     crc = "not checked (--headers-only decodes no record batch)" if headers_only else (
@@ -691,6 +695,8 @@ def summary_document(exchanges: pa.Table, connections: pa.Table, reports: list[F
         "slowest_service": slowest(exchanges),
         "errors": error_rows(exchanges),
         "brokers": broker_rows(exchanges),
+        "triage": triage_rows(exchanges, connections),
+        "lag": lag_rows(partitions, exchanges),
         "cluster": cluster_rows(cluster),
         "clients": client_rows(exchanges, None),
         "topics": topic_rows(partitions) if partitions is not None and partitions.num_rows else [],

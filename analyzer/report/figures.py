@@ -377,3 +377,37 @@ def group_timeline(t: pa.Table) -> go.Figure:
                                  hovertemplate="%{y}<br>" + TIME_HOVER + "<br>%{text}<extra></extra>"))
     n = len(set(t["member"].to_pylist()))
     return _layout(fig, "member (group: client_id)", height=max(HEIGHT, 80 + 30 * n))
+
+
+def committed_lag(t: pa.Table) -> go.Figure:
+    """The lag at each committed offset, one line per group topic-partition (``series``); hover: the offset,
+    the high watermark it was held to and whose Fetch reported it, and the packet."""
+    fig = go.Figure()
+    names = sorted(set(t["series"].to_pylist()))
+    palette = colours(names)
+    for name in names:
+        s = t.filter(pc.equal(t["series"], name))
+        custom = np.stack([s[c].to_numpy(zero_copy_only=False).astype(object) for c in
+                           ("api_name", "committed_offset", "high_watermark", "hw_fetch_kind", "frame",
+                            "capture_file")], axis=1)
+        fig.add_trace(go.Scatter(
+            x=_times(s["ts"]), y=s["lag"].to_numpy(zero_copy_only=False), name=name, mode="lines+markers",
+            line={"color": palette[name], "shape": "hv"}, customdata=custom,
+            hovertemplate=(f"{name}<br>{TIME_HOVER}<br>lag %{{y:,}} records: %{{customdata[0]}} offset "
+                           "%{customdata[1]:,}, high watermark %{customdata[2]:,} (%{customdata[3]} Fetch)<br>"
+                           "packet %{customdata[4]} of %{customdata[5]}<extra></extra>")))
+    fig.update_yaxes(rangemode="tozero")
+    return _layout(fig, "lag at the commit (records)")
+
+
+def laggiest_partitions(t: pa.Table) -> go.Figure:
+    """The last known lag of the laggiest group topic-partitions, one bar each (``label``)."""
+    custom = np.stack([t[c].to_numpy(zero_copy_only=False).astype(object)
+                       for c in ("committed_offset", "high_watermark", "lag_at_commit")], axis=1)
+    fig = go.Figure(go.Bar(
+        x=t["label"].to_pylist(), y=t["lag"].to_numpy(zero_copy_only=False), marker_color=PALETTE[3],
+        customdata=custom, name="lag at the end",
+        hovertemplate=("%{x}<br>lag at the end %{y:,} records: committed %{customdata[0]:,}, last high watermark "
+                       "%{customdata[1]:,}; lag at the last commit %{customdata[2]:,}<extra></extra>")))
+    fig.update_yaxes(rangemode="tozero")
+    return _layout(fig, "lag (records)", x_title="group: topic[partition]")

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from analyzer.derived import triage as triage_rules
 from analyzer.derived.span import files_span
 from analyzer.report import aggregate as ag
 from analyzer.report import figures as fg
@@ -123,6 +124,8 @@ def build(source: TableSource, title: str = "kafkacap report", use_aggregates: b
         _errors(source, ex, interval),
         traffic,
         _groups(source, ex, interval, tr),
+        _consumer_lag(source),
+        _triage(source),
         _connections(conns, files, interval),
     ]
     return Report(title, facts, sections, interval)
@@ -411,6 +414,110 @@ def _groups(source: TableSource, ex: scans.ExchangeAggregates, interval: ag.Inte
             f"{interval.label} and topic, over all partitions and consumers. Lag that keeps rising means "
             "consumers fall behind; a saw-tooth is batching." + _folded(tr.lag),
             fg.lag_lines(lag.sort_by([("series", "ascending"), ("bin", "ascending")]), interval)))
+    return s
+
+
+TOP_LAG_SERIES = 20  # group topic-partitions drawn over time: the laggiest
+
+
+def _consumer_lag(source: TableSource) -> Section:
+    s = Section("lag", "Consumer lag", intro=(
+        "Each committed offset (OffsetCommit requests, OffsetFetch responses) against the latest high watermark a "
+        "Fetch response (a consumer's or a follower's) reported for its topic-partition at or before it, in the "
+        "same capture file: the records the group had yet to get past. OffsetFetch v8+ does not name its group in "
+        "the exchanges table; it is given the one group its client speaks for elsewhere."))
+    b = scans.scan_lag(source)
+    series = b.series()
+    if series.num_rows == 0:
+        why = ("No group committed or fetched an offset in the capture (no OffsetCommit or OffsetFetch with an "
+               "offset, or --headers-only).")
+        s.parts.append(Part("Lag at each commit", "", empty=why))
+        s.parts.append(Part("Laggiest partitions at the end", "", empty=why))
+        return s
+    series = series.filter(pc.is_valid(series["lag"]))
+    end = b.at_end()
+    label = pc.binary_join_element_wise(end["group_id"], ": ", end["topic"], "[",
+                                        end["partition"].cast(pa.string()), "]", "")
+    end = end.append_column("label", label)
+    if series.num_rows == 0:
+        s.parts.append(Part("Lag at each commit", "", empty="No Fetch response reported a high watermark for a "
+                            "committed topic-partition before its commit."))
+    else:
+        label = pc.binary_join_element_wise(series["group_id"], ": ", series["topic"], "[",
+                                            series["partition"].cast(pa.string()), "]", "")
+        series = series.append_column("series", label)
+        peak = series.group_by("series").aggregate([("lag", "max")]).sort_by(
+            [("lag_max", "descending"), ("series", "ascending")])
+        kept = peak["series"].slice(0, TOP_LAG_SERIES)
+        note = (f" The {TOP_LAG_SERIES} with the largest lag are drawn, of {peak.num_rows:,}."
+                if peak.num_rows > TOP_LAG_SERIES else "")
+        s.parts.append(Part(
+            "Lag at each commit",
+            "One line per group and topic-partition: the lag at each of its committed offsets. A line that keeps "
+            "rising is a group falling behind; one at 0 is caught up. Hover names the watermark's Fetch (consumer "
+            "or follower) and the offset's packet." + note,
+            fg.committed_lag(series.filter(pc.is_in(series["series"], kept)))))
+    known = end.filter(pc.is_valid(end["lag"]))
+    if known.num_rows == 0:
+        s.parts.append(Part("Laggiest partitions at the end", "", empty="No Fetch response reported a high "
+                            "watermark for a committed topic-partition."))
+    else:
+        top = known.sort_by([("lag", "descending"), ("label", "ascending")]).slice(0, TOP_PARTITIONS)
+        s.parts.append(Part(
+            "Laggiest partitions at the end",
+            f"The {top.num_rows} group topic-partitions with the largest last known lag (of {known.num_rows:,}): "
+            "the last high watermark of the capture minus the last committed offset. Hover also gives the lag at "
+            "that last commit.", fg.laggiest_partitions(top)))
+    return s
+
+
+def _triage(source: TableSource) -> Section:
+    s = Section("triage", "Failure triage", intro=(
+        "Failures only: the errors that are not steps of the protocol, clients retrying the same failing request "
+        f"({triage_rules.MIN_FAILURES} or more failures, each within {triage_rules.STORM_GAP_S:g} s of the one "
+        f"before), and clients reconnecting in a loop ({triage_rules.MIN_CONNECTIONS} or more connections shorter "
+        f"than {triage_rules.SHORT_S:g} s to one broker, one after another, at most {triage_rules.LOOP_GAP_S:g} s "
+        "apart)."))
+    errors, storms, loops = scans.scan_triage(source)
+    if errors.num_rows == 0:
+        s.parts.append(Part("Unexpected errors per client", "", empty="No exchange failed with an error other than "
+                            "the protocol's expected steps."))
+    else:
+        s.parts.append(Part(
+            "Unexpected errors per client", f"Failed exchanges per client, API and error, most first (the first "
+            f"{min(errors.num_rows, 50)} of {errors.num_rows:,}); packet: the first one's response.",
+            table_html=_html_table(errors.slice(0, 50), [
+                ("client_id", "client_id"), ("client_ip", "address"), ("api_name", "API"), ("error_name", "error"),
+                ("count", "count"), ("connections", "connections"), ("first_ts", "first (UTC)"),
+                ("last_ts", "last (UTC)"), ("capture_file", "capture file"), ("frame", "packet")])))
+    if storms.num_rows == 0:
+        s.parts.append(Part("Retry storms", "", empty="No client failed the same request with the same error "
+                            f"{triage_rules.MIN_FAILURES} times in a row."))
+    else:
+        storms = storms.append_column("rate", pc.round(storms["per_second"], 2))
+        s.parts.append(Part(
+            "Retry storms", "The same client, API, topics and error, failing again and again; rate: failures per "
+            "second after the first. More than one connection: the client reconnected between attempts too.",
+            table_html=_html_table(storms.slice(0, 50), [
+                ("client_id", "client_id"), ("client_ip", "address"), ("api_name", "API"), ("topics", "topics"),
+                ("error_name", "error"), ("failures", "failures"), ("rate", "per second"),
+                ("connections", "connections"), ("first_ts", "first (UTC)"), ("last_ts", "last (UTC)"),
+                ("capture_file", "capture file"), ("frame", "packet")])))
+    if loops.num_rows == 0:
+        s.parts.append(Part("Reconnect loops", "", empty="No client opened short connections to one broker one "
+                            "after another."))
+    else:
+        loops = loops.append_column("rate", pc.round(loops["per_minute"], 1))
+        s.parts.append(Part(
+            "Reconnect loops", "Short connections from one client to one broker, each opened after the one before "
+            "closed. Without exchange: refused or closed before any request (a broker down, a wrong port or "
+            "protocol); after a failure: the last exchange failed or SASL authentication did.",
+            table_html=_html_table(loops.slice(0, 50), [
+                ("client_id", "client_id"), ("client_ip", "client"), ("broker_ip", "broker"),
+                ("broker_port", "port"), ("connections", "connections"), ("rate", "per minute"),
+                ("resets", "resets"), ("without_exchange", "without exchange"), ("failed_last", "after a failure"),
+                ("last_errors", "errors"), ("first_ts", "first (UTC)"), ("last_ts", "last (UTC)"),
+                ("capture_file", "capture file"), ("connection_id", "first connection")])))
     return s
 
 

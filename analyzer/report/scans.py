@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from analyzer.derived import lag, triage
 from analyzer.report import aggregate as ag
 from analyzer.report.source import TableSource
 
@@ -377,3 +378,32 @@ def scan_connections(source: TableSource, interval: ag.Interval) -> ConnectionAg
     for t in source.scan("connections", CONNECTION_COLUMNS):
         agg.add(t)
     return agg
+
+
+def scan_lag(source: TableSource) -> lag.LagBuilder:
+    """The committed offsets (the offset APIs' partition rows and the group APIs' exchanges: a few per commit),
+    held to the high watermarks of the Fetch rows, read batch by batch."""
+    offset_apis = pa.array(lag.OFFSET_APIS)
+    parts = source.read("partitions", lag.PARTITION_COLUMNS, ds.field("api_name").isin(offset_apis))
+    ex = source.read("exchanges", lag.EXCHANGE_COLUMNS, ds.field("api_name").isin(pa.array(lag.GROUP_APIS)))
+    builder = lag.LagBuilder(lag.offsets(parts, ex))
+    if builder.offsets.num_rows:
+        fetch = (ds.field("api_name") == "Fetch") & ds.field("high_watermark").is_valid()
+        for batch in source.scan("partitions", lag.PARTITION_COLUMNS, fetch):
+            builder.add(batch)
+    return builder
+
+
+def scan_triage(source: TableSource) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """Unexpected errors, retry storms and reconnect loops: from the failed exchanges, and the closed connections
+    with the exchanges of the short ones only."""
+    failed = source.read("exchanges", triage.EXCHANGE_COLUMNS, ds.field("status") == "error")
+    conns = source.read("connections", triage.CONNECTION_COLUMNS, ds.field("ended").isin(pa.array(triage.CLOSED)))
+    short = pc.less(pc.subtract(conns["last_ts"].cast(pa.int64()), conns["first_ts"].cast(pa.int64())),
+                    int(triage.SHORT_S * 1e6))
+    conns = conns.filter(pc.fill_null(short, False))
+    on_short = source.read("exchanges", triage.EXCHANGE_COLUMNS,
+                           ds.field("connection_id").isin(pc.unique(conns["connection_id"])
+                                                          if conns.num_rows else pa.array([], pa.int64())))
+    return (triage.unexpected_errors(failed), triage.retry_storms(failed),
+            triage.reconnect_loops(conns, on_short))
