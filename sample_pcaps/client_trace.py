@@ -115,7 +115,7 @@ class ClientTrace:
             if entry.get("expects_response") is not False:
                 self._pending[key] = entry
 
-    def _received(self, key: tuple, error_code: int | None) -> None:
+    def _received(self, key: tuple, error_code: int | None, details: dict[str, Any] | None = None) -> None:
         with self._lock:
             entry = self._pending.pop(key, None)
             if entry is None:
@@ -124,6 +124,7 @@ class ClientTrace:
         entry["response_received"] = True
         entry["response_error_code"] = error_code
         entry["response_error_name"] = error_name(error_code)
+        entry.update(details or {})
 
     def _timed_out(self, key: tuple) -> None:
         with self._lock:
@@ -136,8 +137,10 @@ class ClientTrace:
         """A request another reader parsed; ``key`` (unique per client instance) pairs it with its response."""
         self._sent(key, entry)
 
-    def external_response(self, key: tuple, error_code: int | None) -> None:
-        self._received(key, error_code)
+    def external_response(self, key: tuple, error_code: int | None, details: dict[str, Any] | None = None) -> None:
+        """``details``: more the client read from the response, kept in the request's entry (an ApiVersions
+        answer's ranges, say)."""
+        self._received(key, error_code, details)
 
     def external_cancelled(self, key: tuple) -> None:
         """The client gave up a request in flight (it closed or lost the connection): no response will come."""
@@ -145,6 +148,20 @@ class ClientTrace:
             entry = self._pending.pop(key, None)
         if entry is not None:
             entry["cancelled"] = True
+
+    def external_timed_out(self, key: tuple) -> None:
+        """The client stopped waiting for this request's answer (``timed_out``), the connection still open."""
+        self._timed_out(key)
+
+    def external_closed(self, key: tuple, *, after_s: float | None = None) -> None:
+        """The broker closed the connection with this request unanswered (the client was still waiting): the
+        entry says ``connection_closed`` (and how many seconds after it was sent, when given)."""
+        with self._lock:
+            entry = self._pending.pop(key, None)
+        if entry is not None:
+            entry["connection_closed"] = True
+            if after_s is not None:
+                entry["closed_after_s"] = after_s
 
     # -- kafka-python --------------------------------------------------------------------------------------
     def _kafka_python(self, record: logging.LogRecord) -> None:

@@ -47,6 +47,8 @@ from .kcat_client import KcatError, kcat_problem, kcat_version
 from .scenarios import ON_DEMAND, SCENARIOS, Scenario, by_name
 from .scenarios_apache_tls import ListenerBroker
 from .scenarios_apache_tls import prepare as prepare_tls_clients
+from .scenarios_versions import RAW as RAW_CLIENT
+from .scenarios_versions import raw_client_version
 from .truth import ScenarioTruth
 
 HERE = Path(__file__).resolve().parent
@@ -96,6 +98,8 @@ def client_versions(names: tuple[str, ...], kafka_version: str | None = None) ->
             versions[name] = aiokafka.__version__
         elif name == KCAT:
             versions[name] = kcat_version()
+        elif name == RAW_CLIENT:
+            versions[name] = raw_client_version()
     return versions
 
 

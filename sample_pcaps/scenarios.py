@@ -15,6 +15,7 @@ from . import (
     scenarios_steady,
     scenarios_tls,
     scenarios_traffic,
+    scenarios_versions,
 )
 from .clients import Context
 
@@ -67,6 +68,7 @@ class Scenario:
 
 KP, CK, AK, JAVA = "kafka-python", "confluent-kafka", "aiokafka", "kafka-clients"
 FRANZ, SARAMA, KCAT = "franz-go", "sarama", "kcat"
+RAW = scenarios_versions.RAW  # a hand-written client on a plain socket
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("tansu_kafka_python_codecs", "kafka-python creates five topics, produces 6 records with each codec "
@@ -144,6 +146,12 @@ SCENARIOS: tuple[Scenario, ...] = (
              "with its keys not logged", scenarios_apache_tls.sasl_ssl_clients, (FRANZ, SARAMA, KP, JAVA, CK),
              broker="apache-kafka", port=scenarios_apache_tls.SASL_SSL_PORT, kafka_version="4.4.0",
              listener="SASL_SSL"),
+    Scenario("kafka44_unsupported_versions", "Apache Kafka 4.4.0 (KRaft) and a client newer than its broker, on "
+             "port 9092: the Java clients create a topic, produce 6 records and read them back; a raw-socket client "
+             "(too-new-client, flexible v2 headers, a connection per case) sends ApiVersions v99 (answered "
+             "UNSUPPORTED_VERSION in the v0 layout with the broker's ApiVersions range), Metadata v99 and Produce v99 "
+             "(the broker closes each connection unanswered), then a correct ApiVersions v3 and Metadata v12",
+             scenarios_versions.unsupported_versions, (JAVA, RAW), broker="apache-kafka", kafka_version="4.4.0"),
 )
 
 CI_SMOKE = Scenario("ci_smoke", "kafka-python: produce and read 5 gzip records, delete a missing topic, "

@@ -12,8 +12,9 @@ Layout of ``<name>.truth.json`` (all counts come from the clients' side, never f
 - ``groups``: per group id, the member client ids, committed offsets {topic: {partition: offset}}, and
   whether the members left.
 - ``errors``: deliberately triggered broker errors, each {api_name, error_name, level (``top`` for the
-  response's top-level error_code, ``nested`` for a per-topic/partition one), client, client_id, how}. Only
-  errors the client actually received are written.
+  response's top-level error_code, ``nested`` for a per-topic/partition one), client, client_id, how, and
+  api_version where a scenario names it (a request at a version the broker does not support)}. Only errors the
+  client actually received are written.
 - ``unanswered``: requests that deliberately get no response {client_id, api_name, expected_status}.
 - ``acks0``: whether any producer used acks=0.
 - ``expectations``: facts about the wire a scenario was built to produce: ``pipelined`` (some connection has
@@ -24,8 +25,16 @@ Layout of ``<name>.truth.json`` (all counts come from the clients' side, never f
   expects_response, response_received, response_error_code/response_error_name (top-level error code of the
   response, when the client exposes it), timed_out (only when librdkafka reported the request timed out),
   connection (librdkafka's broker handle; the Java clients' node id, ``node -1`` for the bootstrap
-  connection), cancelled (only when a Java or Go client gave up the request in flight, closing the connection)}.
+  connection), cancelled (only when a Java or Go client gave up the request in flight, closing the connection),
+  connection_closed with closed_after_s (only when the broker closed the connection with the request unanswered
+  while the client waited: the raw-socket client's too-new versions), header_version (the raw client's request
+  header version), response_layout_version and response_api_keys (an ApiVersions answer the raw client read in
+  another layout than it asked for: UNSUPPORTED_VERSION in v0, with the ranges it held), response_topics (the
+  topics' names and nested error codes of a Metadata answer the raw client read)}.
 - ``max_in_flight``: most requests outstanding on one connection, in the order the clients logged them.
+- ``expectations.unsupported_versions`` (kafka44_unsupported_versions): the raw client's id and, per request in
+  order, its local port, API, version, correlation id and outcome (answered, with the error name and the ranges
+  read, or the connection closed by the broker).
 - ``capture_stats``: tool, packets, kernel drops, size in bytes.
 - ``tls`` (TLS scenarios only): ``keylog`` (the key log file next to the capture) and ``withheld_clients`` (client
   ids whose session secrets are not in it: their requests cannot be decoded and are expected not to be).
@@ -122,11 +131,14 @@ class ScenarioTruth:
             _add(entry["left"], member)
 
     def error(self, api_name: str, error_name: str, *, client: str, client_id: str, level: str,
-              how: str) -> None:
+              how: str, api_version: int | None = None) -> None:
         if level not in ("top", "nested"):
             raise ValueError(level)
-        self.errors.append({"api_name": api_name, "error_name": error_name, "level": level,
-                            "client": client, "client_id": client_id, "how": how})
+        entry = {"api_name": api_name, "error_name": error_name, "level": level,
+                 "client": client, "client_id": client_id, "how": how}
+        if api_version is not None:
+            entry["api_version"] = api_version
+        self.errors.append(entry)
 
     def expect_unanswered(self, api_name: str, *, client_id: str, expected_status: str, why: str) -> None:
         self.unanswered.append({"api_name": api_name, "client_id": client_id,

@@ -90,7 +90,8 @@ def match_requests(truth: dict, rows: list[Row]) -> tuple[list[tuple[dict, Row]]
 
 def check_statuses(truth: dict, pairs: list[tuple[dict, Row]]) -> list[str]:
     """Answered requests are matched; where kafkacap reports a top-level error code it is the one the client
-    saw; requests owed no response are acks0; deliberately unanswered ones are no_response.
+    saw; requests owed no response are acks0; deliberately unanswered ones are no_response, and so are those
+    whose connection the broker closed while the client waited (``connection_closed``: a too-new version).
 
     kafkacap's exchange ``error_code`` is the top-level code when non-zero, else the first nested one: where the
     client saw top-level 0 and printed that nested code in the same response (truth ``nested_errors``), they
@@ -101,6 +102,8 @@ def check_statuses(truth: dict, pairs: list[tuple[dict, Row]]) -> list[str]:
     for request, row in pairs:
         label = f"{request['client_id']} {request['api_name']} corr {request['correlation_id']}"
         expected = unanswered.get((request["client_id"], request["api_name"]))
+        if request.get("connection_closed") and not request["response_received"]:
+            expected = expected or "no_response"  # the broker closed the connection, the client still waiting
         if request["expects_response"] is False or (expected and not request["response_received"]):
             want = "acks0" if request["expects_response"] is False else expected
             if row["status"] != want:
@@ -298,6 +301,36 @@ def check_expectations(truth: dict, rows: list[Row]) -> list[str]:
         sizes = [r.get("request_size") or 0 for r in rows if r.get("api_name") == "Produce"]
         if not sizes or max(sizes) < minimum:
             problems.append(f"largest Produce request is {max(sizes, default=0)} bytes, expected >= {minimum}")
+    problems += check_unsupported_versions(truth, rows)
+    return problems
+
+
+def check_unsupported_versions(truth: dict, rows: list[Row]) -> list[str]:
+    """A scenario of requests at versions the broker does not support (truth ``expectations.unsupported_versions``):
+    each of the raw client's requests is an exchange on its port with that API and version, unanswered
+    (no_response) where the broker closed the connection, else answered with the error the client read."""
+    expected = truth.get("expectations", {}).get("unsupported_versions")
+    if not expected:
+        return []
+    problems = []
+    client_id = expected["client_id"]
+    for request in expected["requests"]:
+        label = f"{client_id} {request['api_name']} v{request['api_version']} port {request['client_port']}"
+        found = [r for r in rows if r.get("client_id") == client_id and r.get("client_port") == request["client_port"]
+                 and r.get("correlation_id") == request["correlation_id"] and r.get("status") != "orphan_response"]
+        if len(found) != 1:
+            problems.append(f"{label}: {len(found)} exchanges, expected 1")
+            continue
+        row = found[0]
+        if (row["api_name"], row["api_version"]) != (request["api_name"], request["api_version"]):
+            problems.append(f"{label}: the exchange says {row['api_name']} v{row['api_version']}")
+        if request["outcome"] != "answered":
+            if row["status"] != "no_response":
+                problems.append(f"{label}: the broker closed the connection, yet the status is {row['status']}")
+        elif row["status"] not in ANSWERED:
+            problems.append(f"{label}: answered, yet the status is {row['status']}")
+        elif request.get("error_name") not in (None, "NONE") and row.get("error_name") != request["error_name"]:
+            problems.append(f"{label}: the client read {request['error_name']}, kafkacap {row.get('error_name')}")
     return problems
 
 

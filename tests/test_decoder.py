@@ -910,6 +910,8 @@ def test_every_sample_frame_decodes_with_the_topics_and_errors_of_its_truth(trut
         error_names.update((api_name(key), error_name(e.error_code)) for e in found.errors)
     assert topics >= set(facts["topics"])
     for wanted in facts["errors"]:  # the truth files may shorten a name (INVALID_TOPIC_EXCEPTION)
+        if "api_version" in wanted and not is_known(key_of_name(wanted["api_name"]), wanted["api_version"]):
+            continue  # answered at a version beyond the definitions (ApiVersions v99): test_sample_truth has it
         assert any(api == wanted["api_name"] and name.startswith(wanted["error_name"])
                    for api, name in error_names), wanted
 

@@ -143,3 +143,43 @@ def test_the_files_table_records_ports_found_and_left(tmp_path: Path) -> None:
     left = files[ssl.name]["tcp_ports_not_decoded"]
     assert [(p["port"], p["flows"] == p["tls_flows"] > 0) for p in left] == [(_truth(ssl.name)["broker"]["ssl_port"],
                                                                               True)]
+
+
+def _only_ports(src: Path, client_ports: set[int], dst: Path) -> None:
+    """The packets of the given client ports only: the capture an operator takes of the one misbehaving client."""
+    with src.open("rb") as f, dst.open("wb") as out:
+        reader = dpkt.pcap.Reader(f)
+        writer = dpkt.pcap.Writer(out, snaplen=reader.snaplen, linktype=reader.datalink())
+        for ts, buf in reader:
+            ip = dpkt.ethernet.Ethernet(buf).data if reader.datalink() == dpkt.pcap.DLT_EN10MB else None
+            if ip is None:
+                ip = dpkt.sll.SLL(buf).data if reader.datalink() == dpkt.pcap.DLT_LINUX_SLL else dpkt.ip.IP(buf[16:])
+            tcp = getattr(ip, "data", None)
+            if isinstance(tcp, dpkt.tcp.TCP) and {tcp.sport, tcp.dport} & client_ports:
+                writer.writepkt(buf, ts)
+
+
+def test_clients_sending_versions_no_release_defines_are_found() -> None:
+    """A client newer than its broker: ApiVersions v99 (answered UNSUPPORTED_VERSION), Metadata and Produce v99
+    (connections the broker closes unanswered), as the sample's raw client sent them (its truth)."""
+    name = "kafka44_unsupported_versions.pcap"
+    sent = _truth(name)["expectations"]["unsupported_versions"]["requests"]
+    found, report = _run(SAMPLES / name, Options(ports=NO_PORT, detect_ports=True))
+    decoded = {(row[1], row[4], row[6]) for row in found}  # client port, correlation id, version
+    for request in sent:
+        assert (request["client_port"], request["correlation_id"], request["api_version"]) in decoded, request
+    assert list(report.ports_found) == [_truth(name)["broker"]["port"]]
+
+
+def test_a_capture_of_only_the_too_new_client_is_found(tmp_path: Path) -> None:
+    name = "kafka44_unsupported_versions.pcap"
+    sent = _truth(name)["expectations"]["unsupported_versions"]["requests"]
+    too_new = [r for r in sent if r["api_version"] == 99]
+    only = tmp_path / "too_new.pcap"
+    _only_ports(SAMPLES / name, {r["client_port"] for r in too_new}, only)
+    port = _truth(name)["broker"]["port"]
+    given, _ = _run(only, Options(ports=(port,)))
+    found, report = _run(only, Options(ports=NO_PORT, detect_ports=True))
+    assert {(row[1], row[6]) for row in given} == {(r["client_port"], 99) for r in too_new}
+    assert found == given
+    assert "v99" in report.ports_found[port][0] and "its response" in report.ports_found[port][0]

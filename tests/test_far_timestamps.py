@@ -16,7 +16,8 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from analyzer.cli.commands import main
 from tests import craft
 
-TABLES = ("connections", "errors", "exchanges", "files", "groups", "partitions", "records")  # records: when some
+# records: when some
+TABLES = ("cluster", "connections", "errors", "exchanges", "files", "groups", "partitions", "records")
 CAPTURE_START = 1_700_000_000.0
 UTC = dt.UTC
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
