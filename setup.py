@@ -18,13 +18,16 @@ from pathlib import Path
 
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).parent
 SANITIZE = os.environ.get("KAFKACAP_ASAN") == "1"
+JOBS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def extensions() -> list[Extension]:
-    compile_args = ["-O2"]
+    # No debug information (-g0 overrides the interpreter's -g): it costs a third of the build and nobody reads it.
+    compile_args = ["-O2", "-g0"]
     link_args: list[str] = []
     if SANITIZE:
         flags = ["-fsanitize=address,fuzzer-no-link", "-fno-omit-frame-pointer", "-g"]
@@ -37,7 +40,16 @@ def extensions() -> list[Extension]:
         modules.append(Extension(name, [str(relative)], extra_compile_args=compile_args,
                                  extra_link_args=link_args))
     return cythonize(modules, language_level=3, annotate=os.environ.get("KAFKACAP_ANNOTATE") == "1",
-                     compiler_directives={"embedsignature": True}, quiet=True)
+                     compiler_directives={"embedsignature": True}, quiet=True, nthreads=JOBS)
 
 
-setup(ext_modules=extensions())
+class ParallelBuild(build_ext):
+    """Compile the modules side by side, one per core: a fresh clone's build is its first wait."""
+
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if not self.parallel:
+            self.parallel = JOBS
+
+
+setup(ext_modules=extensions(), cmdclass={"build_ext": ParallelBuild})
