@@ -1,7 +1,8 @@
 # cython: language_level=3
 """The body extraction of :mod:`dissectors.kafka.extract`, compiled: the runtime the generated functions
 (``_generated/extract_plans.pxi``, one per struct and scope, written by ``python -m dissectors.kafka.generate``
-from the schemas) share, and the Python entry point.
+from the schemas) share, and the Python entry point. The functions of the APIs outside ``HOT_APIS`` are built
+apart (``_extract_cold.pyx``, with the runtime from ``_extract.pxd``) and put in the same table at import.
 
 A generated function returns 0, or -1 after recording in the accumulator why it stopped: TRUNCATED (the bytes
 ended first: with ``partial`` the result keeps what was read) or MALFORMED (a negative length, a null where none
@@ -41,9 +42,6 @@ from dissectors.kafka.extract_rules import (
     PartitionEntry,
 )
 
-cdef extern from "Python.h":
-    object PyType_GenericAlloc(PyTypeObject* cls, Py_ssize_t nitems)
-
 cdef bytes ZERO_UUID = bytes(16)
 cdef Py_ssize_t max_topics = MAX_TOPICS
 cdef Py_ssize_t SEEN_FROM = 16  # topics in a body past which they are also kept as a set
@@ -52,17 +50,6 @@ cdef Py_ssize_t SEEN_FROM = 16  # topics in a body past which they are also kept
 @cython.freelist(8)  # one per body read: reused instead of allocated and freed each time
 cdef class Acc:
     """What the generated functions of one body write into, and why they stopped if they did."""
-    cdef list topics
-    cdef set seen  # the topics as a set, once there are SEEN_FROM of them (None before)
-    cdef Py_ssize_t partition_count
-    cdef list errors
-    cdef list partitions
-    cdef object error_code, throttle_time_ms, acks, transactional_id
-    cdef object topic_ids
-    cdef object left_out
-    cdef object fields
-    cdef int err
-    cdef object where
 
     def __cinit__(self):
         self.topics = []
@@ -103,26 +90,6 @@ cdef class Acc:
         if self.topic_ids is None:
             self.topic_ids = {}
         self.topic_ids[topic_id] = name
-
-
-cdef inline void fail(Acc acc, int err, where) noexcept:
-    """The first failure of a body sticks."""
-    if not acc.err:
-        acc.err = err
-        acc.where = where
-
-
-cdef inline object new_entry(type cls, tuple values):
-    """A named tuple of ``cls`` holding ``values``, as ``tuple.__new__(cls, values)`` makes it (tuple's
-    allocation for subclasses, each item referenced), without the call's argument parsing."""
-    cdef Py_ssize_t i, n = PyTuple_GET_SIZE(values)
-    cdef object entry = PyType_GenericAlloc(<PyTypeObject*>cls, n)
-    cdef object item
-    for i in range(n):
-        item = <object>PyTuple_GET_ITEM(values, i)
-        Py_INCREF(item)
-        PyTuple_SET_ITEM(entry, i, item)
-    return entry
 
 
 cdef inline void _put(object entry, Py_ssize_t i, object item) noexcept:
@@ -182,12 +149,6 @@ cdef Entry new_partition_entry(object topic, int64_t partition):
     entry.values[E_PARTITION] = partition
     entry.present = 1 << E_PARTITION
     return entry
-
-
-cdef inline object rd_uuid(Cursor* c):
-    """16 bytes (the caller checked they are in view)."""
-    c.pos += 16
-    return PyBytes_FromStringAndSize(<const char*>c.buf + c.pos - 16, 16)
 
 
 cdef enum:
@@ -350,9 +311,21 @@ cdef void partition_rows(Acc acc, Cursor* c, Py_ssize_t count, topic) except *:
         acc.partitions.append(new_partition_entry(topic, rd_i32(&rows)))
 
 
+cdef Py_ssize_t nothing(Acc acc, Cursor* c, object topic, object partition) except -2:
+    """A body kind of which nothing is needed."""
+    return 0
+
+
 include "_generated/extract_plans.pxi"
 
+
+cdef void set_plan(int is_response, int api_key, int api_version, plan_fn plan) noexcept:
+    """The function of one body kind, from the module of the APIs outside HOT_APIS (_extract_cold)."""
+    PLANS[is_response][api_key][api_version] = plan
+
+
 fill_plans()
+from dissectors.kafka import _extract_cold  # noqa: E402, F401 - puts the other APIs' functions in PLANS
 
 
 def extract(buf, Py_ssize_t off, Py_ssize_t end, int api_key, int api_version, bint is_response, *,

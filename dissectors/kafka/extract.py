@@ -10,7 +10,8 @@ that matter and skips the rest: a run of fixed-size fields is one bounds check; 
 payloads are skipped by their length; arrays of fixed-size elements by count times size; structs that hold
 nothing of interest by a generated skipper; tag buffers by their sizes. So the per-frame cost follows the
 fields the tables use, not the size of the body. Versions and APIs that share a struct share its function; a
-table indexed by API key, direction and version picks a body kind's top function. :func:`plan_source` shows
+table indexed by API key, direction and version picks a body kind's top function (those of the APIs outside
+``HOT_APIS`` are in ``_generated/extract_plans_cold.pxi``, compiled apart). :func:`plan_source` shows
 the generated code of a body kind.
 
 What counts as what (read from the schemas, so every API and version follows the same rules):
@@ -62,14 +63,19 @@ __all__ = [
     "ERRORS_NESTED", "ERRORS_UNDEFINED",
 ]
 
-PLANS_SOURCE = Path(__file__).resolve().parent / "_generated" / "extract_plans.pxi"
+PLANS_SOURCES = tuple(Path(__file__).resolve().parent / "_generated" / name
+                      for name in ("extract_plans.pxi", "extract_plans_cold.pxi"))
 
 
 def plan_source(api_key: int, api_version: int, is_response: bool) -> str:
     """The generated Cython of a body kind: its top function, then every function it calls (for reading)."""
-    text = PLANS_SOURCE.read_text(encoding="utf-8")
-    top = re.search(rf"^    PLANS\[{int(is_response)}\]\[{api_key}\]\[{api_version}\] = (\w+)$", text, re.M)
-    if top is None:
+    for path in PLANS_SOURCES:
+        text = path.read_text(encoding="utf-8")
+        top = re.search(rf"^    PLANS\[{int(is_response)}\]\[{api_key}\]\[{api_version}\] = (\w+)$", text, re.M) or \
+            re.search(rf"^    set_plan\({int(is_response)}, {api_key}, {api_version}, (\w+)\)$", text, re.M)
+        if top is not None:
+            break
+    else:
         raise KeyError(f"no extraction for API key {api_key} version {api_version}")
     functions: dict[str, str] = {}
     for match in re.finditer(r"^cdef Py_ssize_t (\w+)\(", text, re.M):

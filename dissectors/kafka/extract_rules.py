@@ -19,6 +19,14 @@ PARTITION_APIS = frozenset({0, 1, 2, 8, 9, 21, 23})
 """APIs with per-partition detail: Produce, Fetch, ListOffsets, OffsetCommit, OffsetFetch, DeleteRecords,
 OffsetForLeaderEpoch."""
 PRODUCE = 0
+HOT_APIS = frozenset({
+    0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 22, 23, 24, 25, 26, 28, 36, 56, 60, 62, 63, 68, 69, 75,
+    76, 78, 79, 88})
+"""APIs whose extraction is compiled with full optimisation (dissectors/kafka/_extract.pyx): the data path
+(Produce, Fetch, ListOffsets, Metadata, DescribeTopicPartitions), consumer groups (classic, KIP-848, share,
+streams), offsets, transactions, SASL, ApiVersions, and the inter-broker requests a KRaft cluster sends all the
+time (AlterPartition, DescribeCluster, BrokerRegistration, BrokerHeartbeat). The others (admin, ACLs, quotas,
+configs, Raft voters...) are rare in captures: their code is built with less optimisation (_extract_cold.pyx)."""
 # What one body may add to the tables, whatever its array counts claim (a 16 MB OffsetFetch response names 4 M
 # partitions, a Metadata request 8 M empty topics): past these the rest is counted, not kept. No real body
 # comes near them (a broker's whole partition count is rarely above a few hundred thousand).

@@ -980,11 +980,11 @@ def render_all(spec_dir: Path) -> dict[str, str]:
         "response_prefix.py": render_prefix(rows, commits),
         "schemas.py": render_schemas(build_schemas(rows), commits),
     }
-    files["extract_plans.pxi"] = render_extract_plans(files["schemas.py"], commits)
+    files["extract_plans.pxi"], files["extract_plans_cold.pxi"] = render_extract_plans(files["schemas.py"], commits)
     return files
 
 
-def render_extract_plans(schemas_source: str, commits: dict[str, str]) -> str:
+def render_extract_plans(schemas_source: str, commits: dict[str, str]) -> tuple[str, str]:
     """The extraction as Cython (generate_extract.py), from the schemas just rendered: run, so that the plans
     follow the tables written beside them rather than the ones last committed."""
     from dissectors.kafka.generate_extract import GenerateError, render_extract

@@ -16,7 +16,10 @@ accumulator and, when the bytes ran out, still reports the partition row and err
 
 The output is ``_generated/extract_plans.pxi``, included by ``dissectors/kafka/_extract.pyx`` (the runtime:
 accumulator, string reader, skippers of strings and tag buffers, and the Python entry point): the generated
-part is only what follows from the schemas.
+part is only what follows from the schemas. The APIs outside ``extract_rules.HOT_APIS`` (admin, inter-broker
+and rare ones: most of the code, little of the traffic) go to ``_generated/extract_plans_cold.pxi`` instead,
+compiled on its own (``_extract_cold.pyx``) with less optimisation, so the two build side by side and the
+build does not wait on the code of APIs a capture seldom holds.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 
 from dissectors.kafka.decoder import FIXED_TYPES
 from dissectors.kafka.extract_rules import (
+    HOT_APIS,
     MAX_ERROR_ROWS,
     MAX_PARTITION_ROWS,
     PARTITION_APIS,
@@ -278,8 +282,9 @@ class ExtractWriter:
                 pending += [n for n in re.findall(r"\b((?:x|skip)_\w+)\(acc", by_name[name]) if n in by_name]
         return [f for name, f in by_name.items() if name in seen]
 
-    def render(self, tables: dict[bool, dict[int, tuple[int, list]]], header: str) -> str:
-        """The module: every function, then the dispatch table's filling."""
+    def render(self, tables: dict[bool, dict[int, tuple[int, list]]], header: str) -> tuple[str, str]:
+        """The two modules: the APIs of HOT_APIS (every function they reach, then the dispatch table's filling
+        and its size), and the others (their functions, and the calls that put them in the table)."""
         entries: list[tuple[int, int, int, str]] = []  # (api_key, is_response, version, function)
         for is_response in (False, True):
             for api_key, (min_version, structs) in sorted(tables[is_response].items()):
@@ -287,21 +292,26 @@ class ExtractWriter:
                     scope = Scope(api_key, is_response, "", True, False, False)
                     function = self.plan(top, scope)
                     entries.append((api_key, is_response, min_version + index, function or "nothing"))
+        hot = [e for e in entries if e[0] in HOT_APIS]
+        cold = [e for e in entries if e[0] not in HOT_APIS]
         max_key = max(e[0] for e in entries)
         max_version = max(e[2] for e in entries)
         out = [header, ""]
         out.append(f"cdef enum:\n    N_KEYS = {max_key + 1}\n    N_VERSIONS = {max_version + 1}\n")
-        out.append("ctypedef Py_ssize_t (*plan_fn)" + SIGNATURE.replace(" except -2", "") + " except -2\n")
         out.append("cdef plan_fn PLANS[2][N_KEYS][N_VERSIONS]  # [is_response][api_key][api_version], NULL: unknown\n")
-        out.append("cdef Py_ssize_t nothing" + SIGNATURE + ":")
-        out.append('    """A body kind of which nothing is needed."""')
-        out.append("    return 0\n\n")
-        out.extend(f + "\n\n" for f in self.used({e[3] for e in entries}))
+        out.extend(f + "\n\n" for f in self.used({e[3] for e in hot}))
         out.append("cdef void fill_plans() noexcept:")
-        for api_key, is_response, version, function in entries:
+        for api_key, is_response, version, function in hot:
             out.append(f"    PLANS[{int(is_response)}][{api_key}][{version}] = {function}")
         out.append("")
-        return "\n".join(out)
+        rest = [header.replace("included by dissectors/kafka/_extract.pyx", "included by dissectors/kafka/"
+                               "_extract_cold.pyx (the APIs outside HOT_APIS)"), ""]
+        rest.extend(f + "\n\n" for f in self.used({e[3] for e in cold}))
+        rest.append("cdef void fill_cold_plans() noexcept:")
+        for api_key, is_response, version, function in cold:
+            rest.append(f"    set_plan({int(is_response)}, {api_key}, {version}, {function})")
+        rest.append("")
+        return "\n".join(out), "\n".join(rest)
 
 
 class _PlanWriter(StructRules):
@@ -664,8 +674,9 @@ class _PlanWriter(StructRules):
         return name
 
 
-def render_extract(namespace: dict[str, Any], header: str) -> str:
-    """The generated Cython of the extraction, from the namespace of a rendered schemas.py."""
+def render_extract(namespace: dict[str, Any], header: str) -> tuple[str, str]:
+    """The generated Cython of the extraction (the hot APIs' module, the others'), from the namespace of a
+    rendered schemas.py."""
     names = {id(value): key for key, value in namespace.items() if isinstance(value, tuple) and not key.startswith("_")}
     writer = ExtractWriter(names)
     return writer.render({False: namespace["REQUESTS"], True: namespace["RESPONSES"]}, header)
