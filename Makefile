@@ -1,7 +1,7 @@
 # Two entry points: `make run` (demo on the bundled captures) and `make test` (the whole suite).
 # The interpreter for .venv: the first Python >= 3.11 with venv support. The distribution's /usr/bin/python3
 # comes first: distributions build it with profile-guided optimisation, and on the benchmark capture it runs
-# the packet loop about 15% faster than a plain source build of the same version (benchmarks/README.md).
+# the packet loop about 15% faster than a plain source build of the same version (benchmarks/JOURNAL.md).
 PYTHON ?= $(shell for p in /usr/bin/python3 python3; do $$p -c 'import sys, ensurepip, venv; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && { echo $$p; break; }; done)
 ifeq ($(PYTHON),)
 $(error no Python >= 3.11 with the venv module found; set PYTHON=/path/to/python3.11+)

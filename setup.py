@@ -24,7 +24,7 @@ from setuptools.command.build_ext import build_ext
 HERE = Path(__file__).parent
 SANITIZE = os.environ.get("KAFKACAP_ASAN") == "1"
 # Modules built with less optimisation (the last -O wins): the extraction of the APIs a capture seldom holds is
-# half the generated code and costs a fraction of a percent of a run (benchmarks/README.md).
+# half the generated code and costs a fraction of a percent of a run (benchmarks/JOURNAL.md).
 LESS_OPTIMISED = {"dissectors.kafka._extract_cold": "-O1"}
 JOBS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 

@@ -3,7 +3,7 @@ them and writes them as Parquet files, one per capture date, returning a manifes
 
 Why the worker writes the files with pyarrow rather than handing rows to Spark's writer: the rows already
 are Arrow batches, and Spark's writer would turn each into JVM rows and encode them again. On the
-benchmark's 700 k exchanges pyarrow writes a table in about a tenth of the time (benchmarks/README.md).
+benchmark's 700 k exchanges pyarrow writes a table in about a tenth of the time (benchmarks/JOURNAL.md).
 
 Files are named by the task's partition number, so a retried task replaces its earlier attempt's file
 instead of adding a second copy (keep ``spark.speculation`` off, its default). Each attempt writes a hidden

@@ -1,6 +1,6 @@
 """Every case of the hostile corpus (tests/hostile.py), exported as a user would: no traceback, exit 0, and
 the canary exchanges before and after the hostile part both in the tables. Time and memory per case, at
-several scales, are benchmarks/bench_hostile.py's (figures in benchmarks/README.md)."""
+several scales, are benchmarks/bench_hostile.py's (figures in benchmarks/JOURNAL.md)."""
 
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ def _answer_pandas_probe() -> None:
 def _choose_arrow_pool() -> None:
     """Arrow's buffers from jemalloc (else malloc) rather than the wheel's default mimalloc, which hands the pages
     of each freed batch back to the kernel and faults in fresh zeroed ones for the next: with a batch drained
-    every few milliseconds that cost a tenth of the run's time (benchmarks/README.md). Parquet's encoders take
+    every few milliseconds that cost a tenth of the run's time (benchmarks/JOURNAL.md). Parquet's encoders take
     Arrow's C++ default pool, which only ARROW_DEFAULT_MEMORY_POOL chooses, read once as pyarrow loads: it is
     set for that moment when the installed build has jemalloc (its C++ configuration header says so), and
     pyarrow's own default is set otherwise. A pool the user chose with ARROW_DEFAULT_MEMORY_POOL stays; worker

@@ -6,7 +6,7 @@ one walks all the objects the imports made (numpy, pyarrow, the generated decode
 although none of them will ever be garbage. Here the objects that exist when the analysis starts are
 frozen out of the collector's view (``gc.freeze``: constant time, no object is touched), and the young
 generation holds more before it is collected: 4 % fewer instructions (callgrind: 5288 M to 5082 M for the
-200 MB benchmark capture, 973 M to 934 M for a warm analysis of its first 50 MB; benchmarks/README.md).
+200 MB benchmark capture, 973 M to 934 M for a warm analysis of its first 50 MB; benchmarks/JOURNAL.md).
 Cycles the analysis makes are still collected, so memory stays bounded.
 """
 

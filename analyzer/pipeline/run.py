@@ -40,7 +40,7 @@ PARENT_SHARD_WEIGHT = 0.8
 # A file on its own is split only when its traffic has at least this many frames per MiB. Each process reads
 # every byte of the file, which costs more than the split saves when most of the bytes are large frames: on two
 # cores, 171 frames a MiB (the synthetic 800 MB capture) ran 8 % slower split, 1,071 about as fast, 2,450 (real
-# clients' steady traffic) 20 % faster (benchmarks/README.md).
+# clients' steady traffic) 20 % faster (benchmarks/JOURNAL.md).
 SPLIT_MIN_FRAMES_PER_MIB = 800
 
 

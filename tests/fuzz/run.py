@@ -31,7 +31,7 @@ TIMEOUT_PER_INPUT = 30  # seconds one input may take before it counts as a findi
 RSS_LIMIT_MB = 2048
 # Inputs one fuzzer process runs before a fresh one takes over (on the grown corpus). Atheris's instrumentation
 # of the capture reader's modules makes the fuzzing process itself grow by about 40 KB per input (the same
-# inputs uninstrumented, in a plain loop, leave the memory flat; benchmarks/README.md): without restarts a long
+# inputs uninstrumented, in a plain loop, leave the memory flat; benchmarks/JOURNAL.md): without restarts a long
 # run would end in an out-of-memory report no input causes. An input that needs the memory still does.
 RUNS_PER_PROCESS = 20_000
 
