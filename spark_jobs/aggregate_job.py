@@ -210,7 +210,7 @@ def aggregate_output(spark, out: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from spark_jobs.export_job import JobError, _parse_conf
+    from spark_jobs.export_job import JobError, parse_conf
     from spark_jobs.session import build_session
 
     p = argparse.ArgumentParser(prog="aggregate_job.py", description=__doc__.split("\n\n")[0])
@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting")
     args = p.parse_args(argv)
     try:
-        spark = build_session(args.master, "kafkacap-aggregate", _parse_conf(args.conf))
+        spark = build_session(args.master, "kafkacap-aggregate", parse_conf(args.conf))
         aggregate_output(spark, args.output)
     except JobError as exc:
         print(f"error: {exc}", file=sys.stderr)

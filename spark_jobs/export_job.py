@@ -358,7 +358,7 @@ def write_table(df, table: str, staging: Staging) -> None:
         df.limit(0).write.mode("overwrite").parquet(staging.uri(table))
 
 
-def _parse_conf(pairs: list[str]) -> dict[str, str]:
+def parse_conf(pairs: list[str]) -> dict[str, str]:
     conf = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -397,10 +397,8 @@ def options_from(ports: list[int] | tuple[int, ...], detect_ports: bool, headers
                  tls_keys: KeyLog | None = None, deliveries: bool = False) -> Options:
     """The analysis options, as ``kafkacap export`` builds them from the same flags. The key log travels to
     the executors inside the options (as its text, never through a repr)."""
-    return Options(ports=tuple(ports) or (9092,), detect_ports=detect_ports, bodies=not headers_only,
-                   verify_crc=verify_crc, records=records, max_batch_mb=max_batch_mb,
-                   max_decompressed_mb=max_decompressed_mb, stitch=not separate_files, tls_keys=tls_keys,
-                   deliveries=deliveries)
+    return Options.from_flags(ports, detect_ports, headers_only, verify_crc, records, max_batch_mb,
+                              max_decompressed_mb, separate_files, deliveries, tls_keys)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -422,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
                                args.max_batch_mb, args.max_decompressed_mb, args.separate_files, keys,
                                args.deliveries)
         started = time.perf_counter()
-        spark = build_session(args.master, "kafkacap-export", _parse_conf(args.conf))
+        spark = build_session(args.master, "kafkacap-export", parse_conf(args.conf))
         say(f"Spark session: {time.perf_counter() - started:.1f} s")
         result = export(spark, args.inputs, args.output, options, aggregate=args.aggregate,
                         target_mb=args.target_mb, log=say)

@@ -206,10 +206,9 @@ def _options(ports: tuple[int, ...], detect_ports: bool, headers_only: bool = Fa
     from analyzer.pipeline.analyze import Options
 
     ctx = click.get_current_context(silent=True)
-    return Options(ports=tuple(ports) or (9092,), detect_ports=detect_ports, bodies=not headers_only,
-                   verify_crc=verify_crc, records=records, max_batch_mb=max_batch_mb,
-                   max_decompressed_mb=max_decompressed_mb, stitch=not separate_files, deliveries=deliveries,
-                   tls_keys=ctx.meta.get(TLS_KEYS) if ctx is not None else None)
+    return Options.from_flags(ports, detect_ports, headers_only, verify_crc, records, max_batch_mb,
+                              max_decompressed_mb, separate_files, deliveries,
+                              ctx.meta.get(TLS_KEYS) if ctx is not None else None)
 
 
 def _analyse(paths: tuple[str, ...], options: Options, jobs: int, sink, no_progress: bool,

@@ -50,8 +50,8 @@ def live(iface, read_path, ports, detect_ports, headers_only, write_dir, pcap_pa
         raise click.UsageError("--pcap keeps what -i captures; a stream read with -r is a capture already "
                                "(keep it with tee: tcpdump -w - -U | tee FILE | kafkacap live -r -)")
     parse_rotation(rotate)
-    options = Options(ports=tuple(ports) or (9092,), detect_ports=detect_ports, bodies=not headers_only,
-                      tls_keys=click.get_current_context().meta.get(TLS_KEYS))
+    options = Options.from_flags(ports, detect_ports, headers_only,
+                                 tls_keys=click.get_current_context().meta.get(TLS_KEYS))
     started = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     try:
         if iface is not None:

@@ -61,7 +61,7 @@ def spark_command(paths, out, master, aggregate, aggregate_only, ports, detect_p
     from rich.text import Text
 
     from spark_jobs.aggregate_job import aggregate_output
-    from spark_jobs.export_job import JobError, _parse_conf, export, options_from
+    from spark_jobs.export_job import JobError, export, options_from, parse_conf
     from spark_jobs.session import build_session
 
     err = Console(stderr=True, soft_wrap=True)
@@ -70,7 +70,7 @@ def spark_command(paths, out, master, aggregate, aggregate_only, ports, detect_p
         err.print(Text(inert(message)))
 
     try:
-        conf = _parse_conf(list(confs))
+        conf = parse_conf(list(confs))
         options = options_from(ports, detect_ports, headers_only, verify_crc, records, max_batch_mb,
                                max_decompressed_mb, separate_files, click.get_current_context().meta.get(TLS_KEYS),
                                deliveries)

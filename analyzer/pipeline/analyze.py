@@ -49,9 +49,13 @@ BatchSink = Callable[[str, pa.RecordBatch], None]
 HEADERS_ONLY_KEEP = 1024
 
 
+DEFAULT_PORTS = (9092,)
+"""Kafka's port when none is given (every command, the Spark job and live)."""
+
+
 @dataclass(frozen=True)
 class Options:
-    ports: tuple[int, ...] = (9092,)
+    ports: tuple[int, ...] = DEFAULT_PORTS
     detect_ports: bool = False
     keep: int | None = None  # frame bytes kept for decoding: whole frames up to DEFAULT_KEEP, or heads only
     max_frame: int = DEFAULT_MAX_FRAME
@@ -69,6 +73,16 @@ class Options:
     # TLS session secrets to decrypt TLS connections with (--tls-keylog; a pcapng's own Decryption Secrets
     # Blocks are added per file). Its repr names no secret.
     tls_keys: KeyLog | None = None
+
+    @classmethod
+    def from_flags(cls, ports=(), detect_ports: bool = False, headers_only: bool = False, verify_crc: bool = False,
+                   records: bool = False, max_batch_mb: int = 64, max_decompressed_mb: int = 4096,
+                   separate_files: bool = False, deliveries: bool = False, tls_keys: KeyLog | None = None) -> Options:
+        """The options as the command-line flags of every analysing command (and the Spark job's) say them."""
+        return cls(ports=tuple(ports) or DEFAULT_PORTS, detect_ports=detect_ports, bodies=not headers_only,
+                   verify_crc=verify_crc, records=records, max_batch_mb=max_batch_mb,
+                   max_decompressed_mb=max_decompressed_mb, stitch=not separate_files, deliveries=deliveries,
+                   tls_keys=tls_keys)
 
     @property
     def frame_keep(self) -> int:
