@@ -12,14 +12,22 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import pyarrow.compute as pc
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from analyzer.pipeline.analyze import FileReport
+    from analyzer.capture.files import CaptureStats
+
+
+class CaptureFile(Protocol):
+    """What a span reads of a file's report (the pipeline's FileReport, a later stage than this one)."""
+
+    name: str
+    continues_in: str | None
+    stats: CaptureStats | None
 
 
 @dataclass(frozen=True)
@@ -79,7 +87,7 @@ def files_span(files: pa.Table) -> Span:
                                strict=True))
 
 
-def reports_span(reports: Sequence[FileReport]) -> Span:
+def reports_span(reports: Sequence[CaptureFile]) -> Span:
     """The span of a run's file reports: their first and last packet times, a rotated set (the files linked by
     continues_in) counted as one capture."""
     head = {r.name: r.name for r in reports}
