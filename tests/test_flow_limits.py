@@ -9,6 +9,7 @@ import pytest
 
 from analyzer.tables.schemas import CONNECTION_ROW_FIELDS, connections_batch
 from analyzer.tcp.flows import EVICTED_NOTE, FlowTable
+from dissectors.kafka.detect import KafkaPortProbe
 from tests.craft import heartbeat_request, heartbeat_response
 
 SYN, FIN, PSH, ACK = 0x02, 0x01, 0x08, 0x10
@@ -131,7 +132,7 @@ def test_foreign_flows_are_forgotten_past_the_limit() -> None:
 
 
 def test_port_detection_holds_a_bounded_number_of_undecided_flows() -> None:
-    table = FlowTable(ports=(), detect_ports=True, max_probes=64)
+    table = FlowTable(ports=(), detect_ports=True, max_probes=64, probe=KafkaPortProbe())
     feed = Feeder(table)
     for i in range(3000):  # flows on unknown ports that say nothing: each would be held as a probe
         feed.send(struct.pack(">I", 0x0D000000 + i), 1024 + i, bytes([10, 0, 0, 4]), 5555, i, 0, SYN)

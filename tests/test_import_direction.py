@@ -27,7 +27,6 @@ KNOWN_BACKWARD = {
     ("analyzer/tcp/_bulk.pyx", "dissectors.kafka._framing"),
     ("analyzer/tcp/_flows.pyx", "analyzer.session.connection"),
     ("analyzer/tcp/_flows.pyx", "analyzer.session.matching"),
-    ("analyzer/tcp/_flows.pyx", "dissectors.kafka.detect"),
     ("analyzer/tcp/_flows.pyx", "dissectors.kafka.framing"),
     ("analyzer/tcp/shards.py", "analyzer.session.connection"),
 }

@@ -34,6 +34,7 @@ from analyzer.tables.schemas import (
 from analyzer.tcp.bulk import feed_chunk
 from analyzer.tcp.flows import FlowTable
 from analyzer.tls.keylog import KeyLog
+from dissectors.kafka.detect import KafkaPortProbe
 from dissectors.kafka.framing import DEFAULT_KEEP, DEFAULT_MAX_FRAME
 from dissectors.kafka.records import Limits
 
@@ -168,7 +169,8 @@ def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap,
         report.stats = cap.stats
         table = FlowTable(options.ports, options.detect_ports, shard, options.frame_keep, options.max_frame,
                           options.bodies, options.verify_crc, options.records and options.bodies,
-                          Limits(options.max_batch_mb << 20, options.max_decompressed_mb << 20), balance_shards)
+                          Limits(options.max_batch_mb << 20, options.max_decompressed_mb << 20), balance_shards,
+                          probe=KafkaPortProbe() if options.detect_ports else None)
         table.out.tap = tap
         table.out.tls_keys = options.tls_keys
         cap.stats.on_tls_secrets = _file_secrets(table.out, options.tls_keys)
@@ -403,7 +405,8 @@ def flow_table(options: Options) -> FlowTable:
     """A flow table set up as for a file, for a caller that feeds it packets itself (``kafkacap live``)."""
     table = FlowTable(options.ports, options.detect_ports, None, options.frame_keep, options.max_frame,
                       options.bodies, options.verify_crc, options.records and options.bodies,
-                      Limits(options.max_batch_mb << 20, options.max_decompressed_mb << 20))
+                      Limits(options.max_batch_mb << 20, options.max_decompressed_mb << 20),
+                      probe=KafkaPortProbe() if options.detect_ports else None)
     table.out.tls_keys = options.tls_keys
     return table
 

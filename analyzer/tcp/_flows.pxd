@@ -48,6 +48,7 @@ cdef class FlowTable:
     cdef readonly dict half_open
     cdef public Py_ssize_t probes, evicted, probes_evicted
     cdef readonly dict ports_found, ports_not_decoded
+    cdef readonly object probe
 
     # One packet through the per-packet path (``pkt``: its tuple when the caller has it, else None).
     cdef _one(self, int64_t no, object ts, object key, int64_t seq, int64_t ack, int flags, object payload,

@@ -12,7 +12,6 @@ from analyzer.session.connection import Connection, address_text, reverse_key, s
 from analyzer.session.matching import Outputs
 from analyzer.tcp.shards import ShardPlan
 from dissectors.kafka.framing import DEFAULT_KEEP, DEFAULT_MAX_FRAME
-from dissectors.kafka.detect import FlowEvidence, judge, judge_at_end
 
 cdef enum:
     FIN = 0x01
@@ -54,11 +53,11 @@ IDLE_NOTE = "connection state dropped: no packet for longer than the live run's 
 cdef class _Probe:
     """A flow on no known port, held (a few packets) until port detection decides (dissectors.kafka.detect)."""
 
-    def __init__(self, int sport, int dport, int server_port):
+    def __init__(self, int sport, int dport, int server_port, probe):
         self.packets = []
         self.sport = sport
         self.dport = dport
-        self.evidence = FlowEvidence(server_port)
+        self.evidence = probe.evidence(server_port)
 
     cdef int guess_server_port(self):
         """The handshake's server port, else the lower port (clients mostly send from ephemeral ports)."""
@@ -100,7 +99,10 @@ cdef class FlowTable:
                  Py_ssize_t max_frame=DEFAULT_MAX_FRAME, bint bodies=True, bint verify_crc=False,
                  bint records=False, limits=None, bint balance_shards=False,
                  Py_ssize_t max_connections=MAX_CONNECTIONS, Py_ssize_t max_probes=MAX_PROBES,
-                 Py_ssize_t max_half_open=MAX_HALF_OPEN, Py_ssize_t max_ignored=MAX_IGNORED):
+                 Py_ssize_t max_half_open=MAX_HALF_OPEN, Py_ssize_t max_ignored=MAX_IGNORED, probe=None):
+        if detect_ports and probe is None:
+            raise ValueError("port detection needs a probe (dissectors.kafka.detect.KafkaPortProbe)")
+        self.probe = probe  # judges the flows on no known port (port detection)
         self.ports = frozenset(ports)
         self.detect_ports = detect_ports
         self.shard = shard
@@ -185,7 +187,8 @@ cdef class FlowTable:
             first_key = probe.packets[0][2]
             if self.flows.get(first_key) is not probe:
                 continue  # taken with its port, by the flow before
-            verdict = judge_at_end(probe.evidence, {first_key: probe.dport, reverse_key(first_key): probe.sport})
+            verdict = self.probe.judge_at_end(probe.evidence, {first_key: probe.dport,
+                                                               reverse_key(first_key): probe.sport})
             if verdict is None:
                 self._not_decoded(probe)
                 self.probed_out += 1
@@ -378,7 +381,7 @@ cdef class FlowTable:
             if self.detect_ports:
                 if self.probes >= self.max_probes:
                     self._evict_probes()
-                probe = _Probe(sport, dport, server_port)
+                probe = _Probe(sport, dport, server_port, self.probe)
                 self.flows[key] = self.flows[rev] = probe
                 self.probes += 1
                 self._probe(probe, pkt)
@@ -433,7 +436,7 @@ cdef class FlowTable:
         verdict = None
         if len(payload):
             src, dst, sport, dport = split_key(key)
-            verdict = judge(probe.evidence, key, reverse_key(key), sport, dport, payload, self.max_frame,
+            verdict = self.probe.judge(probe.evidence, key, reverse_key(key), sport, dport, payload, self.max_frame,
                             self.out.tls_keys)
         if verdict is not None and verdict.kafka:
             self._take_probe(probe, verdict.client_key)

@@ -147,3 +147,12 @@ def _request_inside(payload, n: int, max_frame: int) -> int:
         if MIN_FRAME <= size <= max_frame and looks_like_request(data, at + 4, min(limit, at + 4 + size), size):
             return at
     return -1
+
+
+class KafkaPortProbe:
+    """What the flow table (``FlowTable(..., probe=)``) asks of port detection, without knowing Kafka itself:
+    a fresh record of a flow's evidence, a verdict per data packet, a verdict when the capture ends."""
+
+    evidence = FlowEvidence
+    judge = staticmethod(judge)
+    judge_at_end = staticmethod(judge_at_end)
