@@ -4,13 +4,12 @@ counters that become a row of the ``connections`` table. Pure: packets' fields i
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import struct
-from functools import lru_cache
 
 from analyzer.session.matching import ExchangeMatcher, Outputs
 from analyzer.session.sasl import SaslWatch
+from analyzer.tcp.keys import address_text, endpoint_text, reverse_key, split_key
 from analyzer.tcp.reassembly import HalfStream
 from analyzer.tls.layer import StreamStart, TlsDirection, TlsSession
 from dissectors.kafka.framing import FIND_SPAN, FrameSplitter
@@ -64,26 +63,6 @@ def request_plausible_for(m: ExchangeMatcher, buf, off: int, end: int, size: int
         length = _INT16.unpack_from(buf, off + 8)[0]
         return length == len(anchor) and buf[off + 10:off + 10 + length] == anchor
     return True
-
-
-def endpoint_text(raw: bytes) -> str:
-    return str(ipaddress.ip_address(raw))
-
-
-# Addresses a capture repeats (its brokers; a flood's sources) as one string each, converted once: the
-# connections to one broker share its text (a string fewer per connection).
-address_text = lru_cache(maxsize=1 << 16)(endpoint_text)
-
-
-def split_key(key: bytes) -> tuple[bytes, bytes, int, int]:
-    """A capture key (src addr + dst addr + ports, network order) into its parts."""
-    a = (len(key) - 4) // 2
-    return key[:a], key[a:2 * a], int.from_bytes(key[2 * a:2 * a + 2], "big"), int.from_bytes(key[-2:], "big")
-
-
-def reverse_key(key: bytes) -> bytes:
-    a = (len(key) - 4) // 2
-    return key[a:2 * a] + key[:a] + key[-2:] + key[2 * a:2 * a + 2]
 
 
 class Connection:

@@ -18,7 +18,7 @@ from dissectors.kafka._framing cimport FrameSplitter
 
 from analyzer.capture.chunks import number_keys
 from analyzer.capture.linklayer import NO_PAYLOAD
-from analyzer.session.connection import reverse_key
+from analyzer.tcp.keys import reverse_key
 from analyzer.tcp._flows import IGNORED
 from analyzer.tcp.shards import work_per_key
 

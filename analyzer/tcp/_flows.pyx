@@ -8,7 +8,8 @@ from libc.stdint cimport int64_t
 
 from analyzer.tcp._reassembly cimport SHORT, HalfStream
 
-from analyzer.session.connection import Connection, address_text, reverse_key, split_key
+from analyzer.session.connection import Connection
+from analyzer.tcp.keys import address_text, reverse_key, split_key
 from analyzer.session.matching import Outputs
 from analyzer.tcp.shards import ShardPlan
 from dissectors.kafka.framing import DEFAULT_KEEP, DEFAULT_MAX_FRAME

@@ -29,7 +29,7 @@ import zlib
 import numpy as np
 
 from analyzer.capture.chunks import number_keys
-from analyzer.session.connection import reverse_key, split_key
+from analyzer.tcp.keys import reverse_key, split_key
 
 # Work per frame against work per packet. Fitted to callgrind counts of one to four shards of the benchmark
 # capture (bodies decoded), the work beyond reading the records is about 120 k instructions a frame and nothing
