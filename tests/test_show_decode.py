@@ -316,6 +316,17 @@ def test_a_16_mib_batch_prints_a_page(tmp_path):
     assert all(r["value"]["size"] == size and r["value"]["shown"] == 1000 for r in b["records"])
 
 
+def test_max_batch_mb_refuses_a_batch_that_would_expand_beyond_it(tmp_path):
+    """The 16 MiB batch: past --max-batch-mb 8 it is reported, not expanded; the option the warning names exists."""
+    count, size = 1024, 16 << 10
+    batch = v2_batch([(b"key-%d" % i, bytes([65 + i % 26]) * size, []) for i in range(count)], codec=1)
+    cap = produce_capture(tmp_path / "big.pcap", batch)
+    refused = run("show", cap, "--connection", 1, "--max-batch-mb", 8)
+    assert "records not expanded" in refused and "record offset " not in refused
+    assert "--max-batch-mb" in refused
+    assert "record offset " in run("show", cap, "--connection", 1, "--max-batch-mb", 17)
+
+
 def join_group_v0(corr: int, protocol_type: str, metadata: bytes) -> bytes:
     body = (craft.kstring("g") + struct.pack(">i", 6000) + craft.kstring("") + craft.kstring(protocol_type)
             + struct.pack(">i", 1) + craft.kstring("range") + struct.pack(">i", len(metadata)) + metadata)

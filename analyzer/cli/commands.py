@@ -586,14 +586,17 @@ def exchanges(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_pro
 @click.option("--max-bytes", type=click.IntRange(0, 1 << 16), default=64, show_default=True,
               help="Bytes shown of each record key, value and header value (text as text, else hex; the full "
                    "size is always given).")
+@click.option("--max-batch-mb", type=click.IntRange(1), default=64, show_default=True,
+              help="A compressed batch that would expand beyond this is reported, not expanded.")
 @tls_keylog_option
-def show(path, packet, connection, ports, detect_ports, limit, as_json, max_bytes) -> None:
+def show(path, packet, connection, ports, detect_ports, limit, as_json, max_bytes, max_batch_mb) -> None:
     """Decode chosen exchanges in full and print them as trees."""
     if packet is None and connection is None:
         raise click.UsageError("give --frame N or --connection ID")
     from analyzer.cli.show import show as show_exchanges
 
-    shown, report = show_exchanges(_out(), path, _options(ports, detect_ports), connection, packet, limit,
+    shown, report = show_exchanges(_out(), path, _options(ports, detect_ports, max_batch_mb=max_batch_mb),
+                                   connection, packet, limit,
                                    as_json=as_json, max_bytes=max_bytes)
     report_files([report])
     if _read_nothing(report):

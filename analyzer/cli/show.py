@@ -805,7 +805,8 @@ def _batch_tree(parent: Tree, index: int, b: dict) -> None:
     if b.get("more_records"):
         node.add(Text(f"... and {b['more_records']} more records", style="dim"))
     if b.get("records_refused"):
-        node.add(Text("records not expanded: " + inert(b["records_error"]), style="yellow"))
+        node.add(Text("records not expanded: " + inert(b["records_error"]) + " (--max-batch-mb raises the limit)",
+                      style="yellow"))
     elif "records_error" in b:
         node.add(_cannot_decode(Exception(b["records_error"])))
 
