@@ -16,16 +16,10 @@ import pyarrow as pa
 from rich.console import Console
 from rich.table import Table
 
-from analyzer.cli.terminal import inert_text
+from analyzer.cli.terminal import address, inert_text
 
 SHOWN = 50  # rows per terminal table (the JSON document has them all)
 _PARTITION_STATE = ("leader_id", "leader_epoch", "replicas", "isr", "offline_replicas", "error_code")
-
-
-def _address(ip: str | None, port: int | None) -> str | None:
-    if ip is None:
-        return None
-    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
 def _same_partition(a: dict, b: dict) -> bool:
@@ -106,7 +100,7 @@ def cluster_rows(table: pa.Table | None) -> dict:
                 "last_seen_before": before["last_seen"], "leader_before": before["leader_id"],
                 "leader": after["leader_id"], "leader_epoch": after["leader_epoch"], "isr_before": before["isr"],
                 "isr": after["isr"], "offline_replicas": after["offline_replicas"], "error_name": after["error_name"],
-                "reported_by": _address(after["reported_by_ip"], after["reported_by_port"]),
+                "reported_by": address(after["reported_by_ip"], after["reported_by_port"], missing=None),
             })
         for r in line:
             isr, replicas, offline = r["isr"] or [], r["replicas"] or [], r["offline_replicas"] or []
@@ -133,7 +127,7 @@ def _print_brokers(console: Console, doc: dict) -> None:
     for b in doc["brokers"]:
         gaps = ", ".join(f"{_time(g['after'])}..{_time(g['until'])}" for g in b["unlisted"]) or "-"
         t.add_row(inert_text(b["cluster_id"] or "-"), str(b["node_id"]),
-                  inert_text(_address(b["host"], b["port"]) or "-"), inert_text(b["rack"] or "-"),
+                  inert_text(address(b["host"], b["port"])), inert_text(b["rack"] or "-"),
                   _time(b["first_seen"]), _time(b["last_seen"]), gaps)
     console.print(t)
     for c in doc["controllers"]:

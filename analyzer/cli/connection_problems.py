@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 from rich.console import Console
 from rich.table import Table
 
-from analyzer.cli.terminal import inert_text
+from analyzer.cli.terminal import address, inert_text
 
 EXAMPLES = 3  # connections named per row
 _ALERT = re.compile(r"(warning|fatal|level \d+) (\S+) from the (client|broker)")
@@ -32,8 +32,8 @@ def problem_rows(conns: pa.Table) -> list[dict]:
     picked = conns.filter(wanted).select(["connection_id", "client_ip", "client_port", "broker_ip", "broker_port",
                                           *names])
     for row in picked.to_pylist():
-        where = f"#{row['connection_id']} {_address(row['client_ip'], row['client_port'])} -> " \
-                f"{_address(row['broker_ip'], row['broker_port'])}"
+        where = f"#{row['connection_id']} {address(row['client_ip'], row['client_port'])} -> " \
+                f"{address(row['broker_ip'], row['broker_port'])}"
         for level, name, sender in _ALERT.findall(row.get("tls_alerts") or ""):
             if (level, name) != _ORDERLY:
                 groups.setdefault(("TLS alert", f"{level} {name} from the {sender}"), []).append(where)
@@ -59,12 +59,6 @@ def _problem_mask(conns: pa.Table) -> pa.ChunkedArray:
     for m in extra:
         mask = m if mask is None else pc.or_(mask, m)
     return mask if mask is not None else pa.chunked_array([pa.array([False] * conns.num_rows)])
-
-
-def _address(ip: str | None, port: int | None) -> str:
-    if ip is None:
-        return "-"
-    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
 def print_problems(console: Console, conns: pa.Table) -> None:

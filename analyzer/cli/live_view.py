@@ -27,8 +27,8 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from analyzer.cli.summary import WAIT_APIS, _address, _fmt_ms
-from analyzer.cli.terminal import inert, inert_text
+from analyzer.cli.summary import WAIT_APIS, _fmt_ms
+from analyzer.cli.terminal import address, inert, inert_text
 from dissectors.kafka.errors import is_expected
 
 if TYPE_CHECKING:
@@ -274,8 +274,8 @@ def render(stats: LiveStats, *, source: str, health, connections: ConnectionFigu
     for r in stats.slowest():
         slow.add_row(_fmt_ms(r["latency_ms"]), inert_text(f"{r['api_name']} v{r['api_version']}"),
                      inert_text(r["client_id"], missing="(null)"),
-                     inert_text(_address(r["client_ip"], r["client_port"])),
-                     inert_text(_address(r["broker_ip"], r["broker_port"])), inert_text(", ".join(r["topics"] or [])),
+                     inert_text(address(r["client_ip"], r["client_port"])),
+                     inert_text(address(r["broker_ip"], r["broker_port"])), inert_text(", ".join(r["topics"] or [])),
                      f"{r['request_frame']}-{r['response_frame']}")
     failing = Table(title=f"Failing clients (last {WINDOW_SECONDS} s)", title_justify="left")
     for col in ("client_id", "address", "failures", "last failure"):

@@ -17,7 +17,7 @@ from analyzer.cli.cluster_view import cluster_rows, print_cluster
 from analyzer.cli.connection_problems import print_problems, problem_rows
 from analyzer.cli.lag_view import lag_rows, print_lag
 from analyzer.cli.ports import found_ports, port_hints, port_lines, ports_not_decoded
-from analyzer.cli.terminal import Col, inert, inert_text, print_table
+from analyzer.cli.terminal import Col, address, inert, inert_text, print_table
 from analyzer.cli.triage_view import print_triage, triage_rows
 from analyzer.derived.span import Span, reports_span
 from analyzer.pipeline.analyze import FileReport
@@ -177,17 +177,10 @@ def hints(ex: pa.Table, conns: pa.Table, reports: list[FileReport], detect_ports
 
 
 def address_column(ips: pa.ChunkedArray, ports: pa.ChunkedArray) -> pa.ChunkedArray:
-    """ip:port per row, IPv6 as [ip]:port (as ``_address``)."""
+    """ip:port per row, IPv6 as [ip]:port (as ``terminal.address``)."""
     v6 = pc.fill_null(pc.match_substring(ips, ":"), False)
     host = pc.if_else(v6, pc.binary_join_element_wise("[", ips, "]", ""), ips)
     return pc.binary_join_element_wise(host, pc.cast(ports, pa.string()), ":")
-
-
-def _address(ip: str | None, port: int | None) -> str:
-    """host:port, IPv6 in brackets ([::1]:9092) so the port cannot be read as part of the address."""
-    if ip is None:
-        return "-"
-    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
 def _capture(console: Console, span: dict) -> None:
@@ -217,8 +210,8 @@ def _slowest(console: Console, rows: list[dict]) -> None:
         topics = r["topics"] or []
         cells.append((_fmt_ms(r["service_ms"]), inert_text(f"{r['api_name']} v{r['api_version']}"),
                       inert_text(r["client_id"], missing="(null)"),
-                      inert_text(_address(r["client_ip"], r["client_port"])),
-                      inert_text(_address(r["broker_ip"], r["broker_port"])),
+                      inert_text(address(r["client_ip"], r["client_port"])),
+                      inert_text(address(r["broker_ip"], r["broker_port"])),
                       inert_text(", ".join(topics[:3]) + (f" +{len(topics) - 3}" if len(topics) > 3 else "")),
                       inert_text(r["capture_file"]), f"{r['request_frame']}-{r['response_frame']}",
                       inert_text(r["status"] if r["status"] != "error" else r["error_name"])))
@@ -232,7 +225,7 @@ def _brokers(console: Console, rows: list[dict]) -> None:
     columns = (Col("broker"), Col("requests", "right"), Col("failures", "right"),
                Col("client addresses", "right", priority=1), Col("p50", "right"), Col("p99", "right"))
     print_table(console, "Brokers (service time in ms, waits left out)", columns, [
-        (inert_text(_address(r["broker_ip"], r["broker_port"])), f"{r['requests']:,}", str(r["failures"] or ""),
+        (inert_text(address(r["broker_ip"], r["broker_port"])), f"{r['requests']:,}", str(r["failures"] or ""),
          f"{r['client_addresses']:,}", _fmt_ms(r["service_p50_ms"]), _fmt_ms(r["service_p99_ms"])) for r in rows])
 
 
@@ -794,8 +787,8 @@ def print_exchanges(console: Console, ex: pa.Table, limit: int | None) -> None:
         topics = r["topics"]
         frames = "-".join(str(f) for f in (r["request_frame"], r["response_frame"]) if f is not None)
         t.add_row(ts.strftime("%Y-%m-%d %H:%M:%S.%f") if ts else "-",
-                  inert_text(_address(r["client_ip"], r["client_port"])), inert_text(r["client_id"], missing="(null)"),
-                  inert_text(_address(r["broker_ip"], r["broker_port"])), inert_text(api),
+                  inert_text(address(r["client_ip"], r["client_port"])), inert_text(r["client_id"], missing="(null)"),
+                  inert_text(address(r["broker_ip"], r["broker_port"])), inert_text(api),
                   "-" if r["correlation_id"] is None else str(r["correlation_id"]), _fmt_ms(r["latency_ms"]),
                   Text(inert(shown), style=style),
                   inert_text(None if topics is None else ", ".join(topics), missing=""), frames or "-")

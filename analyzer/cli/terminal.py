@@ -192,3 +192,10 @@ def print_table(console: Console, title: str, columns: Sequence[Col], rows: Sequ
     console.print(table)
     if note:
         console.print(note, style="dim", markup=False, highlight=False)
+
+
+def address(ip: str | None, port: int | None, missing: str | None = "-") -> str | None:
+    """host:port, IPv6 in brackets ([::1]:9092) so the port cannot be read as part of the address."""
+    if ip is None:
+        return missing
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
