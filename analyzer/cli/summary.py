@@ -55,7 +55,7 @@ def print_summary(console: Console, exchanges: pa.Table, connections: pa.Table,
     what the figures can and cannot include (the summary says so)."""
     _files(console, reports)
     for line in port_lines(reports, detect_ports):
-        console.print(Text(line))
+        console.print(inert_text(line))
     if exchanges.num_rows == 0:
         console.print(Text("No Kafka exchanges found. " + " ".join(hints(exchanges, connections, reports,
                                                                        detect_ports)), style="yellow"))
