@@ -21,6 +21,7 @@ import pytest
 from analyzer.cli.ports import port_hints, port_lines
 from analyzer.pipeline.analyze import FileReport, Options, analyze_file
 from analyzer.tls.keylog import read_keylog
+from dissectors.kafka.detect import KafkaPortProbe
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_pcaps"
 NO_PORT = (1,)  # a port nothing in the samples uses: detection alone must find Kafka
@@ -183,3 +184,33 @@ def test_a_capture_of_only_the_too_new_client_is_found(tmp_path: Path) -> None:
     assert {(row[1], row[6]) for row in given} == {(r["client_port"], 99) for r in too_new}
     assert found == given
     assert "v99" in report.ports_found[port][0] and "its response" in report.ports_found[port][0]
+
+
+def _payloads(src: Path, limit: int = 400) -> list[tuple[int, int, bytes]]:
+    """The first TCP payloads of a sample: (source port, destination port, bytes)."""
+    found = []
+    with src.open("rb") as f:
+        reader = dpkt.pcap.Reader(f)
+        for _ts, buf in reader:
+            ip = dpkt.ethernet.Ethernet(buf).data
+            tcp = getattr(ip, "data", None)
+            if isinstance(tcp, dpkt.tcp.TCP) and tcp.data:
+                found.append((tcp.sport, tcp.dport, bytes(tcp.data)))
+                if len(found) == limit:
+                    break
+    return found
+
+
+def test_segments_cut_short_anywhere_are_judged_without_error() -> None:
+    """Every real request and response start of the unsupported-versions sample, cut to each length up to 24
+    bytes (a segment that ends inside the header): undecided or judged, never an exception. A cut to 12 or 13
+    bytes once read the client_id length past the segment's end."""
+    probe = KafkaPortProbe()
+    judged = 0
+    for sport, dport, payload in _payloads(SAMPLES / "kafka44_unsupported_versions.pcap"):
+        for length in range(1, min(len(payload), 24) + 1):
+            evidence = probe.evidence()
+            probe.judge(evidence, b"a", b"b", sport, dport, payload[:length], 1 << 20)
+            probe.judge(evidence, b"a", b"b", sport, dport, memoryview(payload)[:length], 1 << 20)
+            judged += 1
+    assert judged > 1000

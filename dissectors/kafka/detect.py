@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from dissectors.kafka.apis import API_BY_KEY, API_KEY_LIMIT
 from dissectors.kafka.headers import MAX_CLIENT_ID, _printable_ish, looks_like_request
 
-_FRAME_START = struct.Struct(">ihhih")  # size, api_key, api_version, correlation_id, client_id length
+_FRAME_START = struct.Struct(">ihhi")  # size, api_key, api_version, correlation_id
+_CLIENT_ID_LENGTH = struct.Struct(">h")  # next in every request header but ControlledShutdown v0's
+_KEY_VERSION = struct.Struct(">hh")
 _RESPONSE_START = struct.Struct(">ii")  # size, correlation_id
 _SEARCH_SPAN = 4096  # bytes of a segment searched for a request header that does not start it
 MIN_FRAME = 8
@@ -72,7 +74,8 @@ def judge(evidence: FlowEvidence, key: bytes, rev: bytes, sport: int, dport: int
         return Verdict(False, None, dport, "TLS")
     if n < 12:
         return None
-    size, api_key, version, correlation, client_id_length = _FRAME_START.unpack_from(payload, 0)
+    size, api_key, version, correlation = _FRAME_START.unpack_from(payload, 0)
+    client_id_length = _CLIENT_ID_LENGTH.unpack_from(payload, 12)[0] if n >= 14 else None
     if MIN_FRAME <= size <= max_frame:
         asked = evidence.unanswered.get((rev, _RESPONSE_START.unpack_from(payload, 0)[1]))
         if asked is not None:
@@ -89,7 +92,7 @@ def judge(evidence: FlowEvidence, key: bytes, rev: bytes, sport: int, dport: int
     if _from_client(evidence, sport, dport):
         at = _request_inside(payload, n, max_frame)
         if at > 0:
-            api_key, version = _FRAME_START.unpack_from(payload, at)[1:3]
+            api_key, version = _KEY_VERSION.unpack_from(payload, at + 4)
             return Verdict(True, key, dport, f"a {_name(api_key)} v{version} request header inside a segment "
                                              "(a connection seen from its middle)")
     return None
@@ -123,7 +126,8 @@ def _name(api_key: int) -> str:
     return f"api key {api_key}" if info is None else info.name
 
 
-def _unknown_version_request(payload, n: int, size: int, api_key: int, version: int, client_id_length: int) -> bool:
+def _unknown_version_request(payload, n: int, size: int, api_key: int, version: int,
+                             client_id_length: int | None) -> bool:
     """A header of a known API at a version past every release's, with a well-formed client_id: what a client
     newer than its broker sends. Not enough alone; the answer's correlation id confirms it."""
     if not 0 <= api_key < API_KEY_LIMIT or API_BY_KEY[api_key] is None:
@@ -131,6 +135,8 @@ def _unknown_version_request(payload, n: int, size: int, api_key: int, version: 
     if version <= API_BY_KEY[api_key].max_version:
         return False
     end = min(n, size + 4)
+    if client_id_length is None:  # the segment ends before it
+        return False
     if client_id_length == -1:
         return True
     return 0 <= client_id_length <= MAX_CLIENT_ID and 14 + client_id_length <= end and _printable_ish(
