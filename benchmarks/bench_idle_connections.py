@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from analyzer.pipeline.analyze import Options, flow_table  # noqa: E402
 from analyzer.tcp.flows import FlowTable  # noqa: E402
 from tests.craft import heartbeat_request, heartbeat_response  # noqa: E402
 
@@ -54,16 +55,16 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=20_000)
     args = parser.parse_args()
     half = args.connections // 2
-    table = FlowTable(max_connections=args.connections + 200)
+    table = flow_table(Options(), max_connections=args.connections + 200)
     state = [0, 1_700_000_000 * 10**9]
     open_connections(table, 0, 100, state)  # first-use allocations (caches, plans) out of the way
-    table.out.exchanges.clear()
+    table.connections.out.exchanges.clear()
     tracemalloc.start()
     open_connections(table, 100, half, state)
-    table.out.exchanges.clear()
+    table.connections.out.exchanges.clear()
     at_half = tracemalloc.take_snapshot()
     open_connections(table, 100 + half, args.connections - half, state)
-    table.out.exchanges.clear()
+    table.connections.out.exchanges.clear()
     at_full = tracemalloc.take_snapshot()
     assert len(table.open) == args.connections + 100, len(table.open)
     added = args.connections - half

@@ -13,6 +13,15 @@ from libc.stdint cimport int64_t
 
 
 cdef class ByteSink:
+    # A sink that counts off (``counts_off``) lets a caller holding many packets skip its per-packet calls: of
+    # the bytes still to come, the next ``body_left`` it would only count (a frame body it does not keep), and
+    # the next ``head_missing`` it would only copy (a head in progress). The caller may then hand fewer than
+    # ``body_left`` bytes to skip_body() or fewer than ``head_missing`` to extend_head_raw() instead of data().
+    # A sink that does not count off leaves all three false and takes every byte through data().
+    cdef readonly bint counts_off
+    cdef readonly Py_ssize_t body_left
+    cdef readonly Py_ssize_t head_missing
+
     # The stream's first byte comes next (its SYN was seen): called before any data or gap, or not at all when
     # the capture joined the stream midway.
     cpdef begin(self)
@@ -23,6 +32,10 @@ cdef class ByteSink:
     cpdef gap(self, object ts, int64_t nbytes)
     # The stream ended at ``ts``: nothing more will come.
     cpdef finish(self, object ts)
+    # Count off n (0 <= n < body_left) bytes, as data() would.
+    cpdef skip_body(self, Py_ssize_t n)
+    # Append the n bytes at p (n < head_missing; read during the call only) to the head in progress.
+    cdef int extend_head_raw(self, const char* p, Py_ssize_t n) except -1
 
 
 cdef class FrameSink:

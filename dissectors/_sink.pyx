@@ -15,6 +15,12 @@ cdef class ByteSink:
     cpdef finish(self, object ts):
         pass
 
+    cpdef skip_body(self, Py_ssize_t n):
+        raise NotImplementedError(f"{type(self).__name__} does not count off")
+
+    cdef int extend_head_raw(self, const char* p, Py_ssize_t n) except -1:
+        raise NotImplementedError(f"{type(self).__name__} does not count off")
+
 
 cdef class FrameSink:
     cdef int frame(self, bint response, object first_ts, object first_no, object last_ts, object last_no,

@@ -205,12 +205,12 @@ def test_segments_cut_short_anywhere_are_judged_without_error() -> None:
     """Every real request and response start of the unsupported-versions sample, cut to each length up to 24
     bytes (a segment that ends inside the header): undecided or judged, never an exception. A cut to 12 or 13
     bytes once read the client_id length past the segment's end."""
-    probe = KafkaPortProbe()
+    probe = KafkaPortProbe(1 << 20)
     judged = 0
     for sport, dport, payload in _payloads(SAMPLES / "kafka44_unsupported_versions.pcap"):
         for length in range(1, min(len(payload), 24) + 1):
             evidence = probe.evidence()
-            probe.judge(evidence, b"a", b"b", sport, dport, payload[:length], 1 << 20)
-            probe.judge(evidence, b"a", b"b", sport, dport, memoryview(payload)[:length], 1 << 20)
+            probe.judge(evidence, b"a", b"b", sport, dport, payload[:length])
+            probe.judge(evidence, b"a", b"b", sport, dport, memoryview(payload)[:length])
             judged += 1
     assert judged > 1000

@@ -166,7 +166,7 @@ def captured_rows() -> dict[str, list[dict]]:
 
     def spy(table, *args):
         for name in seen:
-            seen[name].extend(getattr(table.out, name))
+            seen[name].extend(getattr(table.connections.out, name))
         return original(table, *args)
 
     analyze._emit_exchanges = spy

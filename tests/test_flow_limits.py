@@ -7,9 +7,9 @@ import struct
 
 import pytest
 
+from analyzer.pipeline.analyze import Options, flow_table
 from analyzer.tables.schemas import CONNECTION_ROW_FIELDS, connections_batch
 from analyzer.tcp.flows import EVICTED_NOTE, FlowTable
-from dissectors.kafka.detect import KafkaPortProbe
 from tests.craft import heartbeat_request, heartbeat_response
 
 SYN, FIN, PSH, ACK = 0x02, 0x01, 0x08, 0x10
@@ -56,11 +56,11 @@ class Client:
 def exchanges(table: FlowTable) -> list[tuple]:
     """(correlation_id, status, note) of every exchange row, after the capture ends."""
     table.finish()
-    return [(r["correlation_id"], r["status"], r["note"]) for r in table.rows]
+    return [(r["correlation_id"], r["status"], r["note"]) for r in table.connections.out.exchanges]
 
 
 def test_a_syn_flood_is_held_in_bounded_markers_and_spares_a_connection_in_flight() -> None:
-    table = FlowTable(max_connections=200, max_half_open=300)
+    table = flow_table(Options(), max_connections=200, max_half_open=300)
     feed = Feeder(table)
     real = Client(feed, bytes([10, 0, 0, 1]), 40000)
     real.request(heartbeat_request(7))
@@ -84,7 +84,7 @@ def test_a_syn_flood_is_held_in_bounded_markers_and_spares_a_connection_in_fligh
 def test_a_held_syn_becomes_the_same_connection_as_without_holding() -> None:
     """SYN, its retransmission, then the broker's SYN-ACK: the handshake time and packets are as if the
     connection had been built at the first SYN."""
-    table = FlowTable()
+    table = flow_table(Options())
     feed = Feeder(table)
     ip = bytes([10, 0, 0, 1])
     feed.send(ip, 40000, BROKER, 9092, 1000, 0, SYN)
@@ -104,7 +104,7 @@ def test_a_held_syn_becomes_the_same_connection_as_without_holding() -> None:
 
 
 def test_an_evicted_connection_reports_its_request_in_flight() -> None:
-    table = FlowTable(max_connections=16)
+    table = flow_table(Options(), max_connections=16)
     feed = Feeder(table)
     idle = Client(feed, bytes([10, 0, 0, 1]), 40000)
     idle.request(heartbeat_request(1))
@@ -118,7 +118,7 @@ def test_an_evicted_connection_reports_its_request_in_flight() -> None:
 
 
 def test_foreign_flows_are_forgotten_past_the_limit() -> None:
-    table = FlowTable(max_ignored=1000)
+    table = flow_table(Options(), max_ignored=1000)
     feed = Feeder(table)
     real = Client(feed, bytes([10, 0, 0, 1]), 40000)
     real.request(heartbeat_request(3))
@@ -132,7 +132,7 @@ def test_foreign_flows_are_forgotten_past_the_limit() -> None:
 
 
 def test_port_detection_holds_a_bounded_number_of_undecided_flows() -> None:
-    table = FlowTable(ports=(), detect_ports=True, max_probes=64, probe=KafkaPortProbe())
+    table = flow_table(Options(ports=(), detect_ports=True), max_probes=64)
     feed = Feeder(table)
     for i in range(3000):  # flows on unknown ports that say nothing: each would be held as a probe
         feed.send(struct.pack(">I", 0x0D000000 + i), 1024 + i, bytes([10, 0, 0, 4]), 5555, i, 0, SYN)
@@ -151,7 +151,7 @@ def test_the_row_of_a_held_syn_is_the_row_its_connection_would_give(repeats: int
     the same packets must give the same row."""
     rows = []
     for settle in (False, True):
-        table = FlowTable()
+        table = flow_table(Options())
         feed = Feeder(table)
         for _ in range(repeats):
             feed.send(bytes([10, 0, 0, 1]), 40000, BROKER, 9092, 1000, 0, SYN)
@@ -159,7 +159,6 @@ def test_the_row_of_a_held_syn_is_the_row_its_connection_would_give(repeats: int
             table.settle_half_open()
             assert len(table.open) == 1
         table.finish()
-        # As table rows: a marker's tuple leaves out the TLS columns a connection's fills with nulls.
         rows.append(connections_batch(table.connection_rows, "c").to_pylist())
     assert rows[0] == rows[1]
 
@@ -167,7 +166,7 @@ def test_the_row_of_a_held_syn_is_the_row_its_connection_would_give(repeats: int
 def test_a_head_in_progress_keeps_no_view_of_its_packets_buffers() -> None:
     """The per-packet loop appends the middle segments of a frame head itself: copied too, so the capture's
     buffers are not kept alive by a frame that never completes (a view blocks a bytearray's resizing)."""
-    table = FlowTable()
+    table = flow_table(Options())
     feed = Feeder(table)
     client = Client(feed, bytes([10, 0, 0, 1]), 40000)
     frame = heartbeat_request(1, "c" * 3000)
@@ -189,7 +188,7 @@ def test_connections_the_table_lets_go_are_freed_without_the_cyclic_collector() 
     def live_half_streams() -> int:
         return sum(1 for o in gc.get_objects() if type(o) is HalfStream)
 
-    table = FlowTable(max_connections=100)
+    table = flow_table(Options(), max_connections=100)
     feed = Feeder(table)
     before = live_half_streams()
     gc.disable()

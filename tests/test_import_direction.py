@@ -22,12 +22,7 @@ IMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+c?import\b|c?import\s+([\w.]+))",
 
 # The flow table builds connections and outputs itself, and judges ports with the Kafka framer's knowledge
 # (issue 38, item 1: a connection factory and a probe from the pipeline).
-KNOWN_BACKWARD = {
-    ("analyzer/tcp/_bulk.pyx", "dissectors.kafka._framing"),
-    ("analyzer/tcp/_flows.pyx", "analyzer.session.connection"),
-    ("analyzer/tcp/_flows.pyx", "analyzer.session.matching"),
-    ("analyzer/tcp/_flows.pyx", "dissectors.kafka.framing"),
-}
+KNOWN_BACKWARD: set[tuple[str, str]] = set()
 
 
 def stage(parts: tuple[str, ...] | list[str]) -> str | None:

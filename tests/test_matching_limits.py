@@ -170,10 +170,10 @@ def _bytes_per_idle_connection(count: int) -> float:
     import struct
     import tracemalloc
 
-    from analyzer.tcp.flows import FlowTable
+    from analyzer.pipeline.analyze import Options, flow_table
     from tests.test_flow_limits import Client, Feeder
 
-    table = FlowTable(max_connections=count + 1000)
+    table = flow_table(Options(), max_connections=count + 1000)
     feed = Feeder(table)
 
     def connect(i: int) -> None:
@@ -183,14 +183,14 @@ def _bytes_per_idle_connection(count: int) -> float:
 
     for i in range(100):  # first-use costs (caches, interned strings) outside the measurement
         connect(i)
-    table.rows.clear()
+    table.connections.out.exchanges.clear()
     gc.collect()
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
         for i in range(100, 100 + count):
             connect(i)
-        table.rows.clear()
+        table.connections.out.exchanges.clear()
         gc.collect()
         return (tracemalloc.get_traced_memory()[0] - before) / count
     finally:

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from analyzer.capture.files import STDIN, Capture, CaptureError, CaptureStats, open_capture
 from analyzer.pipeline.carry import Handoff, carried_connections, carry_over, continues
 from analyzer.pipeline.collector import collector_tuned
+from analyzer.session.connection import KafkaConnections
 from analyzer.session.matching import Outputs
 from analyzer.tables.schemas import (
     CONNECTION_ROW_FIELDS,
@@ -167,16 +168,13 @@ def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap,
         return report
     with cap:
         report.stats = cap.stats
-        table = FlowTable(options.ports, options.detect_ports, shard, options.frame_keep, options.max_frame,
-                          options.bodies, options.verify_crc, options.records and options.bodies,
-                          Limits(options.max_batch_mb << 20, options.max_decompressed_mb << 20), balance_shards,
-                          probe=KafkaPortProbe() if options.detect_ports else None)
-        table.out.tap = tap
-        table.out.tls_keys = options.tls_keys
-        cap.stats.on_tls_secrets = _file_secrets(table.out, options.tls_keys)
-        if table.out.records is not None:  # a batch of millions of records reaches the sink in slices
-            table.out.records.spill = lambda: _emit_records(table.out, name, sink)
-            table.out.records.spill_at = options.batch_rows
+        table = flow_table(options, shard, balance_shards)
+        out = table.connections.out
+        out.tap = tap
+        cap.stats.on_tls_secrets = _file_secrets(out, options.tls_keys)
+        if out.records is not None:  # a batch of millions of records reaches the sink in slices
+            out.records.spill = lambda: _emit_records(out, name, sink)
+            out.records.spill_at = options.batch_rows
         if table.shards is not None and table.shards.balance and options.bulk:
             if shard_weights:
                 table.shards.weigh(list(shard_weights))
@@ -184,15 +182,15 @@ def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap,
             if sample is not None:
                 table.shards.expect(*sample)
         step = _stepper(cap, table, options.bulk)
-        rows = table.rows
+        rows = out.exchanges
         # Rows are drained after each step, and also as soon as a table fills up within one.
-        table.out.drain_at(options.batch_rows, lambda: _emit_exchanges(table, name, sink, report))
+        out.drain_at(options.batch_rows, lambda: _emit_exchanges(table, name, sink, report))
         try:
             while True:
                 more = step()
-                table.out.cluster.settle()  # the next step's responses are all later than this one's
-                if len(rows) >= options.batch_rows or len(table.out.partitions) >= options.batch_rows or (
-                        table.out.records is not None and len(table.out.records) >= options.batch_rows):
+                out.cluster.settle()  # the next step's responses are all later than this one's
+                if len(rows) >= options.batch_rows or len(out.partitions) >= options.batch_rows or (
+                        out.records is not None and len(out.records) >= options.batch_rows):
                     _emit_exchanges(table, name, sink, report)
                 table.retire_closed()
                 if table.connection_rows:
@@ -206,9 +204,9 @@ def _analyze_file(path, options: Options, sink: BatchSink, shard, progress, tap,
         snapshots: dict[int, tuple] = {}
         if following and report.error is None and cap.stats.damage is None:
             table.settle_half_open()  # held SYNs become connections, to be followed into the next file too
-            table.out.drain_at(None, None)  # following the connections reads the rows they add
+            out.drain_at(None, None)  # following the connections reads the rows they add
             snapshots = _carry_into(following, table, cap.stats, report, name_of)
-            table.out.drain_at(options.batch_rows, lambda: _emit_exchanges(table, name, sink, report))
+            out.drain_at(options.batch_rows, lambda: _emit_exchanges(table, name, sink, report))
         try:
             table.finish()
         except Exception as exc:
@@ -229,10 +227,10 @@ def note_table(report: FileReport, table: FlowTable) -> None:
     """Copy into ``report`` the flow table's counts the files table reports (what it refused, dropped, left
     aside, found), as they stand now: a live run writes its files row before its end."""
     report.flows_not_kafka = table.probed_out
-    report.refused_batches = table.out.limits.refused
+    report.refused_batches = table.connections.out.limits.refused
     report.connections_evicted = table.evicted + table.probes_evicted
-    report.requests_dropped = table.out.requests_dropped
-    report.topic_names = dict(table.out.topic_names)
+    report.requests_dropped = table.connections.out.requests_dropped
+    report.topic_names = dict(table.connections.out.topic_names)
     report.ports_found = dict(table.ports_found)
     report.ports_not_decoded = {port: list(counts) for port, counts in table.ports_not_decoded.items()}
 
@@ -351,7 +349,7 @@ def _continued(final: tuple, at_end: tuple) -> tuple:
 
 def _emit_exchanges(table: FlowTable, name: str, sink: BatchSink, report: FileReport) -> None:
     """Drain the exchange rows, and the error and partition rows that belong to them, into batches."""
-    out = table.out
+    out = table.connections.out
     names = partial(topic_text, topic_names=out.topic_names)  # topic ids to text, at the end of the batch
     if out.exchanges:
         columns = out.exchanges.drain(names)
@@ -372,7 +370,7 @@ def _emit_exchanges(table: FlowTable, name: str, sink: BatchSink, report: FileRe
 
 def _emit_cluster(table: FlowTable, name: str, sink: BatchSink) -> None:
     """The file ended: the cluster rows go out (only now: responses reach them out of capture order)."""
-    rows = table.out.cluster.drain()
+    rows = table.connections.out.cluster.drain()
     if rows:
         sink("cluster", cluster_batch(rows, name))
 
@@ -401,21 +399,24 @@ def _emit_connections(table: FlowTable, name: str, sink: BatchSink, report: File
     sink("connections", batch)
 
 
-def flow_table(options: Options) -> FlowTable:
-    """A flow table set up as for a file, for a caller that feeds it packets itself (``kafkacap live``)."""
-    table = FlowTable(options.ports, options.detect_ports, None, options.frame_keep, options.max_frame,
-                      options.bodies, options.verify_crc, options.records and options.bodies,
-                      Limits(options.max_batch_mb << 20, options.max_decompressed_mb << 20),
-                      probe=KafkaPortProbe() if options.detect_ports else None)
-    table.out.tls_keys = options.tls_keys
-    return table
+def flow_table(options: Options, shard: tuple[int, int] | None = None, balance_shards: bool = False,
+               **limits: int) -> FlowTable:
+    """A flow table whose connections are Kafka connections as ``options`` say, their rows gathered in
+    ``table.connections.out``: for a file, or for a caller that feeds it packets itself (``kafkacap live``).
+    ``limits``: the table's own (``max_connections``, ``max_probes``, ``max_half_open``, ``max_ignored``)."""
+    out = Outputs(options.bodies, options.verify_crc, options.records and options.bodies,
+                  Limits(options.max_batch_mb << 20, options.max_decompressed_mb << 20))
+    out.tls_keys = options.tls_keys
+    probe = KafkaPortProbe(options.max_frame, lambda: out.tls_keys) if options.detect_ports else None
+    return FlowTable(KafkaConnections(out, options.frame_keep, options.max_frame), options.ports,
+                     options.detect_ports, shard, balance_shards, probe=probe, **limits)
 
 
 def drain(table: FlowTable, name: str, sink: BatchSink, report: FileReport, final: bool = False) -> None:
     """Hand every row the table holds to ``sink`` as batches now (exchanges and theirs, then connections);
     ``final``: the capture ended, so the cluster rows go too."""
     _emit_exchanges(table, name, sink, report)
-    table.out.cluster.settle()
+    table.connections.out.cluster.settle()
     if final:
         _emit_cluster(table, name, sink)
     table.retire_closed()

@@ -70,7 +70,7 @@ def carry_over(table: FlowTable, following: Iterable[FollowingFile], base: int,
     by_key = {}
     for conn in carried:
         by_key[conn.client_key] = by_key[conn.broker_key] = conn
-    rows = table.out.exchanges
+    rows = table.connections.out.exchanges
     start_rows = len(rows)
     deadline = None if last_ts is None else last_ts + CARRY_NS
     tail_ids = {c.conn_id for c in tails}

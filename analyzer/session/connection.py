@@ -9,6 +9,7 @@ import struct
 
 from analyzer.session.matching import ExchangeMatcher, Outputs
 from analyzer.session.sasl import SaslWatch
+from analyzer.tables.schemas import CONNECTION_ROW_FIELDS
 from analyzer.tcp.keys import address_text, endpoint_text, reverse_key, split_key
 from analyzer.tcp.reassembly import HalfStream
 from analyzer.tls.layer import StreamStart, TlsDirection, TlsSession
@@ -196,3 +197,45 @@ class Connection:
             *(self.sasl.row() if self.sasl is not None else NO_SASL),
             self.ended,
         )
+
+
+class KafkaConnections:
+    """The flow table's connection factory (``FlowTable(connections=...)``): each flow the table takes becomes a
+    Kafka connection writing its rows into ``out``, its frames kept up to ``keep`` bytes and ``max_frame`` long."""
+
+    __slots__ = ("out", "keep", "max_frame")
+
+    def __init__(self, out: Outputs, keep: int, max_frame: int) -> None:
+        self.out = out
+        self.keep = keep
+        self.max_frame = max_frame
+
+    def __call__(self, conn_id: int, client_key: bytes, ts: int) -> Connection:
+        return Connection(conn_id, client_key, ts, self.out, self.keep, self.max_frame)
+
+    @staticmethod
+    def syn_only_row(conn_id: int, client_key: bytes, first_ts: int, last_ts: int, packets: int,
+                     ended: str) -> tuple:
+        """The row of a client's SYN that nothing followed, made without a connection (some 40 us each, which a
+        flood multiplies): what ``Connection.row`` gives for one."""
+        src, dst, sport, dport = split_key(client_key)
+        return _row_of(connection_id=conn_id, client_ip=address_text(src), client_port=sport,
+                       broker_ip=address_text(dst), broker_port=dport, first_ts=first_ts, last_ts=last_ts,
+                       packets_to_broker=packets, syn_seen=True, tls=False, ended=ended)
+
+
+# A connection row's values before anything is counted: zero counters, the rest null.
+_COUNTERS = ("packets_to_broker", "packets_to_client", "bytes_to_broker", "bytes_to_client", "retransmissions",
+             "out_of_order", "gap_bytes", "gaps", "stream_bytes", "requests", "responses", "unanswered",
+             "orphan_responses", "malformed", "resyncs", "framed_bytes", "skipped_bytes", "truncated_frames")
+_EMPTY_ROW = {name: 0 if name in _COUNTERS else None for name in CONNECTION_ROW_FIELDS}
+
+
+def _row_of(**values) -> tuple:
+    """A connections row (CONNECTION_ROW_FIELDS order) from the values given by field name, the rest empty."""
+    unknown = values.keys() - _EMPTY_ROW.keys()
+    if unknown:
+        raise KeyError(f"not connections columns: {sorted(unknown)}")
+    row = dict(_EMPTY_ROW)
+    row.update(values)
+    return tuple(row.values())

@@ -4,7 +4,7 @@
 Everything is C over typed views of the chunk's columns (numpy arrays, from the capture layer): one pass in
 packet order decides which packets are regular and what each direction's sequence numbers would be; the walk
 over connections, runs and the packets a framer must read bisects on the running byte counts, counts bytes off
-or collects heads through the framers' declared interface (``dissectors/kafka/_framing.pxd``), and hands the
+or collects heads through the byte sinks' declared interface (``dissectors/_sink.pxd``), and hands the
 irregular packets to the flow table's per-packet step without building packet tuples."""
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
@@ -14,7 +14,7 @@ import numpy as np
 
 from analyzer.tcp._flows cimport FlowTable
 from analyzer.tcp._reassembly cimport HOLDING, HalfStream
-from dissectors.kafka._framing cimport FrameSplitter
+from dissectors._sink cimport ByteSink
 
 from analyzer.capture.chunks import number_keys
 from analyzer.capture.linklayer import NO_PAYLOAD
@@ -307,7 +307,7 @@ cdef class _Bulk:
             return False
         h = <HalfStream>obj
         other = h.peer
-        if other is None or not isinstance(h.sink, FrameSplitter) or not isinstance(other.sink, FrameSplitter):
+        if other is None or not h.sink.counts_off or not other.sink.counts_off:
             return False
         for k in ks:
             obj = flows.get(self.keys[k])
@@ -345,7 +345,7 @@ cdef class _Bulk:
 
     cdef _run(self, int64_t first, int64_t stop, list ks):
         """The regular packets of one connection with chunk indexes in [first, stop)."""
-        cdef FrameSplitter sb = None, sc = None
+        cdef ByteSink sb = None, sc = None
         cdef Py_ssize_t kb = 0, endb = 0, kc = 0, endc = 0, a, b, k, lo, hi
         cdef int64_t nbytes, ib, ic
         cdef HalfStream half
@@ -361,9 +361,9 @@ cdef class _Bulk:
             half.take_run(b - a, self.ts[order[b - 1]], nbytes, self.after[b - 1])
             if nbytes:
                 if sb is None:
-                    sb, kb, endb = <FrameSplitter>half.sink, a, b
+                    sb, kb, endb = <ByteSink>half.sink, a, b
                 else:
-                    sc, kc, endc = <FrameSplitter>half.sink, a, b
+                    sc, kc, endc = <ByteSink>half.sink, a, b
         if sb is None:
             return
         # The framers read their packets in packet order across both directions (requests before their
@@ -406,7 +406,7 @@ cdef class _Bulk:
                 bulk_prefetch(<const char*>self.view.buf + a)
                 a += 64
 
-    cdef Py_ssize_t _next_event(self, FrameSplitter s, Py_ssize_t k, Py_ssize_t end) except -1:
+    cdef Py_ssize_t _next_event(self, ByteSink s, Py_ssize_t k, Py_ssize_t end) except -1:
         """Count off (or append to the head in progress) the packets from sorted position k on that framer
         ``s`` need not read; return the position of the next one it must read (``end`` if none)."""
         cdef const int64_t[::1] cum = self.cum
@@ -429,7 +429,7 @@ cdef class _Bulk:
             self._extend_head(s, k, e)
         return e
 
-    cdef int _extend_head(self, FrameSplitter s, Py_ssize_t k, Py_ssize_t e) except -1:
+    cdef int _extend_head(self, ByteSink s, Py_ssize_t k, Py_ssize_t e) except -1:
         """Append the captured payloads of sorted positions k..e-1 to the head ``s`` collects, straight from the
         capture's buffer."""
         cdef Py_ssize_t p, a = 0, b = 0

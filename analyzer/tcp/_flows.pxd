@@ -33,14 +33,14 @@ cdef class FlowTable:
     cdef readonly frozenset ports
     cdef readonly bint detect_ports
     cdef readonly object shard, shards
-    cdef readonly Py_ssize_t keep, max_frame
+    # Makes the connection of each flow taken (the pipeline's; the table knows no protocol above TCP).
+    cdef readonly object connections
     # Flow key -> that direction's HalfStream, or a marker (the module's _Ignored, _Probe, _SynSent,
     # _AwaitHandshakeAck).
     cdef readonly dict flows
     # Keys of flows marked IGNORED: a reader given this set drops their packets before they get here.
     cdef readonly set ignored
     cdef public list open
-    cdef readonly object out, rows
     cdef public list connection_rows
     cdef public object now
     cdef public int64_t last_frame
@@ -63,6 +63,7 @@ cdef class FlowTable:
     cdef _replace(self, conn, ts)
     cdef HalfStream _new_flow(self, tuple pkt)
     cdef _hold_syn(self, bytes key, bytes rev, tuple syn)
+    cdef tuple _syn_only_row(self, _SynSent marker, str ended)
     cdef _promote(self, _SynSent marker, object pkt)
     cdef HalfStream _open(self, conn_id, ts, bytes client_key, bint sender_is_client)
     cdef _probe(self, _Probe probe, tuple pkt)

@@ -8,11 +8,8 @@ from libc.stdint cimport int64_t
 
 from analyzer.tcp._reassembly cimport SHORT, HalfStream
 
-from analyzer.session.connection import Connection
-from analyzer.tcp.keys import address_text, reverse_key, split_key
-from analyzer.session.matching import Outputs
+from analyzer.tcp.keys import reverse_key, split_key
 from analyzer.tcp.shards import ShardPlan
-from dissectors.kafka.framing import DEFAULT_KEEP, DEFAULT_MAX_FRAME
 
 cdef enum:
     FIN = 0x01
@@ -76,15 +73,6 @@ cdef class _SynSent:
         self.packets = [syn]
         self.last_ts = syn[1]
 
-    def row(self, str ended) -> tuple:
-        """The connection row (CONNECTION_ROW_FIELDS order) of a SYN nothing followed: what Connection.row
-        gives for one, without building a connection (some 40 us each, which a flood multiplies)."""
-        no, ts = self.packets[0][:2]
-        src, dst, sport, dport = split_key(self.client_key)
-        return (no, address_text(src), sport, address_text(dst), dport, ts, self.last_ts,
-                len(self.packets) + self.dropped, 0, 0, 0, 0, 0, 0, 0, 0, None, True, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                None, False, ended)
-
 
 cdef class _AwaitHandshakeAck:
     """The client's direction after a SYN-ACK: its next packet completes the handshake (RTT)."""
@@ -96,27 +84,25 @@ cdef class _AwaitHandshakeAck:
 cdef class FlowTable:
     """All connections of one capture file (or of one shard of it)."""
 
-    def __init__(self, ports=(9092,), bint detect_ports=False, shard=None, Py_ssize_t keep=DEFAULT_KEEP,
-                 Py_ssize_t max_frame=DEFAULT_MAX_FRAME, bint bodies=True, bint verify_crc=False,
-                 bint records=False, limits=None, bint balance_shards=False,
+    def __init__(self, connections, ports, bint detect_ports=False, shard=None, bint balance_shards=False,
                  Py_ssize_t max_connections=MAX_CONNECTIONS, Py_ssize_t max_probes=MAX_PROBES,
                  Py_ssize_t max_half_open=MAX_HALF_OPEN, Py_ssize_t max_ignored=MAX_IGNORED, probe=None):
+        """``connections(conn_id, client_key, ts)`` makes the connection of a flow the table takes (an object
+        with ``to_broker``/``to_client`` half-streams, ``broker_key``, ``start_handshake``... as
+        analyzer.session.connection.Connection has); the table knows no protocol beyond TCP, so whoever builds it
+        says what a connection is. ``probe`` judges the flows on no known port (port detection)."""
         if detect_ports and probe is None:
             raise ValueError("port detection needs a probe (dissectors.kafka.detect.KafkaPortProbe)")
-        self.probe = probe  # judges the flows on no known port (port detection)
+        self.connections = connections
+        self.probe = probe
         self.ports = frozenset(ports)
         self.detect_ports = detect_ports
         self.shard = shard
         # With a balanced plan, the bulk path calls plan_chunk at every chunk (analyzer.tcp.shards).
         self.shards = None if shard is None else ShardPlan(*shard, balance_shards, self.ports, detect_ports)
-        self.keep = keep
-        self.max_frame = max_frame
         self.flows = {}
         self.ignored = set()
         self.open = []
-        # Rows of the exchanges, errors, partitions (and records) tables, drained by the caller.
-        self.out = Outputs(bodies, verify_crc, records, limits)
-        self.rows = self.out.exchanges
         self.connection_rows = []
         self.now = 0
         self.last_frame = 0  # packet number of the last packet fed
@@ -181,7 +167,7 @@ cdef class FlowTable:
     def finish(self) -> None:
         """End of capture: close every connection and emit all connection rows."""
         cdef _Probe probe
-        self.connection_rows.extend(marker.row("capture_end") for marker in self.half_open.values())
+        self.connection_rows.extend(self._syn_only_row(marker, "capture_end") for marker in self.half_open.values())
         self.half_open.clear()
         for value in {id(v): v for v in self.flows.values() if type(v) is _Probe}.values():
             probe = <_Probe>value
@@ -406,6 +392,11 @@ cdef class FlowTable:
         self.flows[key] = self.flows[rev] = marker
         self.half_open[key] = marker
 
+    cdef tuple _syn_only_row(self, _SynSent marker, str ended):
+        no, ts = marker.packets[0][:2]
+        return self.connections.syn_only_row(no, marker.client_key, ts, marker.last_ts,
+                                             len(marker.packets) + marker.dropped, ended)
+
     cdef _promote(self, _SynSent marker, object pkt):
         """The flow of a held SYN shows more (or the file ends): build its connection and replay."""
         key = marker.client_key
@@ -421,7 +412,7 @@ cdef class FlowTable:
     cdef HalfStream _open(self, conn_id, ts, bytes client_key, bint sender_is_client):
         if len(self.open) >= self.max_connections:
             self._evict_connections()
-        conn = Connection(conn_id, client_key, ts, self.out, self.keep, self.max_frame)
+        conn = self.connections(conn_id, client_key, ts)
         self.flows[client_key] = conn.to_broker
         self.flows[conn.broker_key] = conn.to_client
         self.open.append(conn)
@@ -437,8 +428,7 @@ cdef class FlowTable:
         verdict = None
         if len(payload):
             src, dst, sport, dport = split_key(key)
-            verdict = self.probe.judge(probe.evidence, key, reverse_key(key), sport, dport, payload, self.max_frame,
-                            self.out.tls_keys)
+            verdict = self.probe.judge(probe.evidence, key, reverse_key(key), sport, dport, payload)
         if verdict is not None and verdict.kafka:
             self._take_probe(probe, verdict.client_key)
             self._take_port(verdict.server_port, verdict.reason, pkt[0])
@@ -530,7 +520,7 @@ cdef class FlowTable:
             del held[key]
             del flows[key]
             del flows[reverse_key(key)]
-            self.connection_rows.append(marker.row("evicted"))
+            self.connection_rows.append(self._syn_only_row(marker, "evicted"))
         self.evicted += cut
 
     cdef _evict_probes(self):

@@ -1,9 +1,8 @@
 # cython: language_level=3
 """Kafka framing as a byte sink (``dissectors/_sink.pxd``): the splitter's declared interface.
 
-Beyond the sink's methods, the layers around it use only what is declared public here: the counters
-(read-only), the two quantities the packet loops' bulk path bisects on (``body_left``, ``head_missing``, read-only)
-with the two methods that act on them, and the settings. Everything else is the state machine's own.
+Beyond the sink's methods (counting off included), the layers around it use only what is declared public here:
+the counters (read-only) and the settings. Everything else is the state machine's own.
 """
 
 from libc.stdint cimport int64_t, uint8_t
@@ -32,12 +31,8 @@ cdef class FrameSplitter(ByteSink):
     # skipped_bytes and the bytes lost in gaps it accounts for every byte of the stream.
     cdef readonly int64_t framed_bytes
 
-    # Bytes of the frame in progress that data() would only count off: a caller may instead count fewer than
-    # this many off with skip_body(). 0 when no frame body is being counted.
-    cdef readonly Py_ssize_t body_left
-    # Bytes of the head of the frame in progress still to come: a caller may hand fewer than this many to
-    # extend_head() instead of data(). 0 when no head is being collected.
-    cdef readonly Py_ssize_t head_missing
+    # body_left, head_missing (ByteSink's): the frame body in progress still to count off, the bytes of its head
+    # still to come; 0 when none.
 
     cdef int mode
     cdef bint fresh  # no frame accepted yet and the stream's start not seen: it may begin mid-frame
@@ -54,12 +49,9 @@ cdef class FrameSplitter(ByteSink):
     cdef object stash_ts
     cdef int64_t stash_no
 
-    # Count off n (0 <= n < body_left) bytes of the frame body in progress, as data() would.
-    cpdef skip_body(self, Py_ssize_t n)
-    # Append chunk (shorter than head_missing) to the head in progress, as data() would.
+    # Append chunk (shorter than head_missing) to the head in progress, as data() would (for Python callers;
+    # skip_body and extend_head_raw are ByteSink's).
     cpdef extend_head(self, chunk)
-    # The same for n bytes at p (a compiled caller's packet payload, read during the call only).
-    cdef int extend_head_raw(self, const char* p, Py_ssize_t n) except -1
     cpdef set_min_frame(self, Py_ssize_t n)
     # Whether the stream stands between frames with nothing held (no frame begun, no bytes stashed).
     cpdef bint at_boundary(self)

@@ -82,6 +82,7 @@ cdef class FrameSplitter(ByteSink):
         self.min_frame = MIN_FRAME
         self.mode = BOUNDARY
         self.fresh = True
+        self.counts_off = True
 
     cpdef set_min_frame(self, Py_ssize_t n):
         if not 0 <= n <= MIN_FRAME:

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dissectors.kafka.apis import API_BY_KEY, API_KEY_LIMIT
+from dissectors.kafka.framing import DEFAULT_MAX_FRAME
 from dissectors.kafka.headers import MAX_CLIENT_ID, _printable_ish, looks_like_request
 
 _FRAME_START = struct.Struct(">ihhi")  # size, api_key, api_version, correlation_id
@@ -157,8 +159,17 @@ def _request_inside(payload, n: int, max_frame: int) -> int:
 
 class KafkaPortProbe:
     """What the flow table (``FlowTable(..., probe=)``) asks of port detection, without knowing Kafka itself:
-    a fresh record of a flow's evidence, a verdict per data packet, a verdict when the capture ends."""
+    a fresh record of a flow's evidence, a verdict per data packet, a verdict when the capture ends. Frames up to
+    ``max_frame`` bytes count; ``tls_keys()`` gives the key log a ClientHello's client random is looked up in
+    (asked each time: a pcapng adds the secrets it carries as it is read)."""
 
     evidence = FlowEvidence
-    judge = staticmethod(judge)
     judge_at_end = staticmethod(judge_at_end)
+
+    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME, tls_keys: Callable[[], object] = lambda: None) -> None:
+        self.max_frame = max_frame
+        self.tls_keys = tls_keys
+
+    def judge(self, evidence: FlowEvidence, key: bytes, rev: bytes, sport: int, dport: int, payload) -> Verdict | None:
+        """One data packet of the flow (``key`` its direction, ``rev`` the other); None: undecided."""
+        return judge(evidence, key, rev, sport, dport, payload, self.max_frame, self.tls_keys())
