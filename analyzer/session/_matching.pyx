@@ -18,7 +18,7 @@ from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint64_t
 from libc.string cimport memcmp
 
 from analyzer.tables._columns cimport Endpoints, ErrorColumns, ExchangeColumns, PartitionColumns
-from dissectors._sink cimport FrameSink
+from dissectors.sink cimport FrameSink
 from dissectors.kafka._extract cimport E_PARTITION, E_RECORD_BYTES, E_RECORDS_OFFSET, Entry, extract_from
 from dissectors.kafka._records cimport RecordsSummary, records_summary_at
 from dissectors.kafka._wire cimport Cursor, cursor_init, rd_i16, rd_i32

@@ -4,7 +4,7 @@
 Everything is C over typed views of the chunk's columns (numpy arrays, from the capture layer): one pass in
 packet order decides which packets are regular and what each direction's sequence numbers would be; the walk
 over connections, runs and the packets a framer must read bisects on the running byte counts, counts bytes off
-or collects heads through the byte sinks' declared interface (``dissectors/_sink.pxd``), and hands the
+or collects heads through the byte sinks' declared interface (``dissectors/sink.pxd``), and hands the
 irregular packets to the flow table's per-packet step without building packet tuples."""
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
@@ -14,7 +14,7 @@ import numpy as np
 
 from analyzer.tcp._flows cimport FlowTable
 from analyzer.tcp._reassembly cimport HOLDING, HalfStream
-from dissectors._sink cimport ByteSink
+from dissectors.sink cimport ByteSink
 
 from analyzer.capture.chunks import number_keys
 from analyzer.capture.linklayer import NO_PAYLOAD

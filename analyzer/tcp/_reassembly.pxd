@@ -8,7 +8,7 @@ that changes the byte stream goes through the methods, which hand the sink its b
 
 from libc.stdint cimport int32_t, int64_t, uint8_t
 
-from dissectors._sink cimport ByteSink
+from dissectors.sink cimport ByteSink
 
 # Bits of HalfStream.state.
 cdef enum:

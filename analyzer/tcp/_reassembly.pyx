@@ -1,6 +1,6 @@
 # cython: language_level=3
 """TCP reassembly of one direction, compiled: the half-stream whose operations, goals and guarantees
-:mod:`analyzer.tcp.reassembly` states, with typed state, handing its byte sink (``dissectors/_sink.pxd``) bytes
+:mod:`analyzer.tcp.reassembly` states, with typed state, handing its byte sink (``dissectors/sink.pxd``) bytes
 and gaps through C calls. An ordinary stream holds sequence numbers, byte counts and times as C integers and
 nothing else: the counters of trouble (repeats, reordering, snaplen cuts, losses) and the out-of-order store
 live in a ``_Rare`` record allocated when the stream first meets some."""
@@ -8,7 +8,7 @@ live in a ``_Rare`` record allocated when the stream first meets some."""
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
 from libc.stdint cimport int32_t, int64_t
 
-from dissectors._sink cimport ByteSink
+from dissectors.sink cimport ByteSink
 
 cdef enum:
     FIN = 0x01

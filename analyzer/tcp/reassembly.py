@@ -10,7 +10,7 @@ Operations (``HalfStream``, compiled in ``_reassembly.pyx``):
 - ``flush(ts_ns)``: the capture or the connection ended; whatever is still buffered is delivered after a gap,
   and so is the hole before a FIN.
 
-Output goes to a byte sink (``dissectors/_sink.pxd``: the Kafka framer, later a decrypting layer before it)
+Output goes to a byte sink (``dissectors/sink.pxd``: the Kafka framer, later a decrypting layer before it)
 through ``data(ts_ns, frame_no, chunk)`` and ``gap(ts_ns, nbytes)``, called synchronously in C.
 
 Goals: in-order segments (nearly all of them) cost a few integer operations and hand the payload view on
@@ -23,7 +23,7 @@ holds no buffer: the out-of-order store exists only while something is held.
 
 from __future__ import annotations
 
-from dissectors._sink import ByteSink  # what a half-stream hands its bytes to (a Python sink subclasses it)
+from dissectors.sink import ByteSink  # what a half-stream hands its bytes to (a Python sink subclasses it)
 
 from analyzer.tcp._reassembly import DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_BUFFERED_SEGMENTS, HalfStream
 

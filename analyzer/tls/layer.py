@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dissectors._sink import ByteSink
+from dissectors.sink import ByteSink
 
 if TYPE_CHECKING:
     from analyzer.tls.protection import Protection

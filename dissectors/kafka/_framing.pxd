@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""Kafka framing as a byte sink (``dissectors/_sink.pxd``): the splitter's declared interface.
+"""Kafka framing as a byte sink (``dissectors/sink.pxd``): the splitter's declared interface.
 
 Beyond the sink's methods (counting off included), the layers around it use only what is declared public here:
 the counters (read-only) and the settings. Everything else is the state machine's own.
@@ -7,7 +7,7 @@ the counters (read-only) and the settings. Everything else is the state machine'
 
 from libc.stdint cimport int64_t, uint8_t
 
-from dissectors._sink cimport ByteSink, FrameSink
+from dissectors.sink cimport ByteSink, FrameSink
 
 
 cdef class FrameSplitter(ByteSink):

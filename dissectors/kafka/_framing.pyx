@@ -1,6 +1,6 @@
 # cython: language_level=3
 """Kafka framing, compiled: the splitter whose operations, goals and guarantees :mod:`dissectors.kafka.framing`
-states, as a byte sink (``dissectors/_sink.pxd``) with typed state. Size prefixes are read from the chunk's buffer
+states, as a byte sink (``dissectors/sink.pxd``) with typed state. Size prefixes are read from the chunk's buffer
 in place, positions, bounds and times are C integers; the validator, the finder and the frame callback are the
 caller's Python callables."""
 

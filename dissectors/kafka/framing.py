@@ -1,6 +1,6 @@
 """Kafka framing: split one direction's ordered byte stream into size-prefixed frames.
 
-Operations (the byte-sink interface, ``dissectors/_sink.pxd``):
+Operations (the byte-sink interface, ``dissectors/sink.pxd``):
 - ``begin()``: the stream's start was seen (SYN), so its first byte starts a frame and need not prove it.
 - ``data(ts_ns, frame_no, chunk)``: the next ordered bytes of the stream.
 - ``gap(ts_ns, nbytes)``: ``nbytes`` of the stream were lost from the capture.
@@ -13,7 +13,7 @@ timestamps and packet numbers of its first and last byte, the value of its size 
 a copy; valid only during the call) and whether part of its body fell in a gap. Given an ``owner``, the
 splitter calls ``on_frame``, the validator and the finder with it first: they can then be functions shared
 by every stream (a class's methods) instead of bound methods made for each, which an idle connection would
-otherwise carry. Given ``frames`` (a ``FrameSink``, ``dissectors/_sink.pxd``) instead of ``on_frame``, the
+otherwise carry. Given ``frames`` (a ``FrameSink``, ``dissectors/sink.pxd``) instead of ``on_frame``, the
 frames go to its ``frame(responses, ...)`` method, called in C (the exchange matcher takes them so).
 
 Goals: bytes inside a large frame cost one subtraction (no copies, no per-byte work), so the speed follows

@@ -19,7 +19,7 @@ import random
 import struct
 from pathlib import Path
 
-from dissectors._sink import ByteSink
+from dissectors.sink import ByteSink
 
 import analyzer.tls.protection  # noqa: F401 - loaded with the first key otherwise; imported here to be instrumented
 from analyzer.tls.handshake import MAX_KEPT_MESSAGE, HelloError, parse_client_hello, parse_server_hello

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""The byte-sink base class (the interface is documented in ``_sink.pxd``): a stream layer subclasses it."""
+"""The byte-sink base class (the interface is documented in ``sink.pxd``): a stream layer subclasses it."""
 
 
 cdef class ByteSink:
