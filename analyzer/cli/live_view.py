@@ -27,8 +27,9 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from analyzer.cli.summary import WAIT_APIS, _fmt_ms
+from analyzer.cli.summary import _fmt_ms
 from analyzer.cli.terminal import address, inert, inert_text
+from dissectors.kafka.apis import WAIT_APIS
 from dissectors.kafka.errors import is_expected
 
 if TYPE_CHECKING:

@@ -23,6 +23,7 @@ from analyzer.derived.span import Span, reports_span
 from analyzer.pipeline.analyze import FileReport
 from analyzer.pipeline.run import file_status
 from analyzer.tables.schemas import expected_errors
+from dissectors.kafka.apis import WAIT_APIS
 from dissectors.kafka.errors import is_expected, is_retriable
 
 PERCENTILES = (0.5, 0.95, 0.99)
@@ -88,10 +89,6 @@ def print_summary(console: Console, exchanges: pa.Table, connections: pa.Table,
         console.print(HEADERS_ONLY_NOTE, style="yellow", markup=False)
 
 
-# The APIs whose latency is mostly a wait the client asked for: a Fetch is held until data arrives or its
-# max_wait_ms passes (a long poll); JoinGroup until the group's members have joined (up to the rebalance
-# timeout); SyncGroup until the leader has sent the assignment. Their latency is not the broker's speed.
-WAIT_APIS = ("Fetch", "JoinGroup", "SyncGroup")
 SLOWEST = 10
 
 

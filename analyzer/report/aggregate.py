@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analyzer.tables.schemas import expected_errors
+from dissectors.kafka.apis import WAIT_APIS
 from dissectors.kafka.errors import EXPECTED_ERRORS as _EXPECTED
 
 MAX_BINS = 300  # intervals on a time axis, at most
@@ -36,9 +37,6 @@ HIST_EDGES = tuple(10 ** (b / HIST_PER_DECADE) for b in range(HIST_FIRST, HIST_L
 PERCENTILE_ERROR = 10 ** (0.5 / HIST_PER_DECADE) - 1  # largest relative error of a percentile (2.3 %)
 HEATMAP_PER_DECADE = 10  # the heatmap's coarser buckets: HIST_PER_DECADE / 5
 
-# Waits rather than service time: a Fetch is held by the broker until data arrives or max_wait_ms passes,
-# JoinGroup until the rebalance completes, SyncGroup until the leader sends the assignment.
-WAIT_APIS = ("Fetch", "JoinGroup", "SyncGroup")
 GROUP_APIS = ("FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit", "OffsetFetch",
               "DescribeGroups", "ListGroups", "ConsumerGroupHeartbeat", "ConsumerGroupDescribe", "DeleteGroups")
 # Errors that are steps of the protocol rather than failures (dissectors.kafka.errors.EXPECTED_ERRORS).

@@ -38,6 +38,11 @@ API_BY_KEY: tuple[ApiInfo | None, ...] = _index_by_key(_generated.APIS)
 API_KEY_LIMIT = len(API_BY_KEY)
 """One past the highest known api key: ``0 <= key < API_KEY_LIMIT`` guards an index."""
 
+# The APIs whose latency is mostly a wait the client asked for: a Fetch is held until data arrives or its
+# max_wait_ms passes (a long poll); JoinGroup until the group's members have joined (up to the rebalance
+# timeout); SyncGroup until the leader has sent the assignment. Their latency is not the broker's speed.
+WAIT_APIS = ("Fetch", "JoinGroup", "SyncGroup")
+
 NEVER = 1 << 16
 """A version above any int16, for "never flexible" in the threshold tables below."""
 
