@@ -25,7 +25,7 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -36,12 +36,12 @@ if __package__ in (None, ""):  # run as a file by spark-submit: make the package
 
 import pyarrow as pa
 
-from analyzer.pipeline.analyze import FileReport, Options, capture_names
+from analyzer.pipeline.analyze import FileReport, capture_names
+from analyzer.pipeline.options import Options, OptionSpec, analysis_specs, options_from
 from analyzer.pipeline.run import FOLLOW_FILES, InputError, file_row
 from analyzer.pipeline.stitch import Stitcher, capture_sets, merge_connections, next_files
 from analyzer.pipeline.topic_ids import known_names, merge_names
 from analyzer.tables.schemas import FILES_SCHEMA, files_batch
-from analyzer.tls.keylog import KeyLog, KeyLogError, read_keylog
 from spark_jobs.analyse_task import analyse_partition
 from spark_jobs.envelope import ENVELOPE_DDL, REPORT, unpack_batches, unpack_report
 from spark_jobs.inputs import CaptureInput, group_files, list_captures
@@ -375,30 +375,68 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="output folder (replaced as a whole)")
     p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
     p.add_argument("--aggregate", action="store_true", help="also the api_usage and latency tables")
-    p.add_argument("-p", "--port", dest="ports", type=int, action="append", default=[],
-                   help="Kafka broker port (repeatable; default 9092)")
-    p.add_argument("--detect-ports", action="store_true", help="also find Kafka on other ports")
-    p.add_argument("--headers-only", action="store_true", help="headers and top-level errors only")
-    p.add_argument("--verify-crc", action="store_true", help="check every record batch's CRC")
-    p.add_argument("--records", action="store_true", help="also the records table")
-    p.add_argument("--deliveries", action="store_true", help="also the deliveries table (end-to-end latency)")
-    p.add_argument("--max-batch-mb", type=int, default=64)
-    p.add_argument("--max-decompressed-mb", type=int, default=4096)
-    p.add_argument("--separate-files", action="store_true",
-                   help="analyse every file on its own, even the files of a rotated set (tcpdump -C/-G)")
+    add_to_argparse(p)  # every analysing option, as `kafkacap spark` takes them
     p.add_argument("--target-mb", type=int, default=TARGET_TASK_MB, help="capture MB per task for small files")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting")
-    p.add_argument("--tls-keylog", metavar="FILE", help="decrypt TLS connections with this NSS key log's secrets")
     return p
 
 
-def options_from(ports: list[int] | tuple[int, ...], detect_ports: bool, headers_only: bool, verify_crc: bool,
-                 records: bool, max_batch_mb: int, max_decompressed_mb: int, separate_files: bool,
-                 tls_keys: KeyLog | None = None, deliveries: bool = False) -> Options:
-    """The analysis options, as ``kafkacap export`` builds them from the same flags. The key log travels to
-    the executors inside the options (as its text, never through a repr)."""
-    return Options.from_flags(ports, detect_ports, headers_only, verify_crc, records, max_batch_mb,
-                              max_decompressed_mb, separate_files, deliveries, tls_keys)
+def add_to_argparse(parser: argparse.ArgumentParser, names: Iterable[str] = ()) -> None:
+    """The declared analysing options (``analyzer.pipeline.options``) named, all of them when none is, as
+    arguments of ``parser``: the flags, ranges, defaults and help of the ``kafkacap`` commands' click options.
+    ``options_from(vars(args))`` then makes the ``Options`` they say."""
+    for spec in analysis_specs(names):
+        text = spec.help.replace("%", "%%")  # argparse formats help with %
+        if spec.kind == "flag":
+            parser.add_argument(*spec.flags, dest=spec.name, action="store_true", help=text)
+        elif spec.kind == "int":
+            bounds = _bounds(spec)
+            if spec.repeatable:
+                parser.add_argument(*spec.flags, dest=spec.name, type=_whole_number(spec), action="append",
+                                    default=list(spec.default), help=f"{text} [{bounds}]" if bounds else text)
+            else:
+                shown = f"default: {spec.default}" + (f"; {bounds}" if bounds else "")
+                parser.add_argument(*spec.flags, dest=spec.name, type=_whole_number(spec), default=spec.default,
+                                    help=f"{text} [{shown}]")
+        else:
+            parser.add_argument(*spec.flags, dest=spec.name, type=_file_value(spec), default=spec.default,
+                                metavar=spec.metavar, help=text)
+
+
+def _bounds(spec: OptionSpec) -> str:
+    """The range as click's IntRange shows it: 1<=x<=65535, x>=1 (empty: unbounded)."""
+    if spec.low is not None and spec.high is not None:
+        return f"{spec.low}<=x<={spec.high}"
+    if spec.low is not None:
+        return f"x>={spec.low}"
+    return f"x<={spec.high}" if spec.high is not None else ""
+
+
+def _whole_number(spec: OptionSpec) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a valid integer") from None
+        if (spec.low is not None and value < spec.low) or (spec.high is not None and value > spec.high):
+            raise argparse.ArgumentTypeError(f"{value} is not in the range {_bounds(spec)}")
+        return value
+
+    return parse
+
+
+def _file_value(spec: OptionSpec) -> Callable[[str], object]:
+    """A file option's value, read as the command line is parsed (the key log: it then travels to the executors
+    inside the options, as its text, never through a repr)."""
+    def parse(text: str) -> object:
+        if spec.read is None:
+            return text
+        try:
+            return spec.read(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -410,15 +448,7 @@ def main(argv: list[str] | None = None) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     try:
-        keys = None
-        if args.tls_keylog:
-            try:
-                keys = read_keylog(args.tls_keylog)
-            except KeyLogError as exc:
-                raise JobError(str(exc)) from None
-        options = options_from(args.ports, args.detect_ports, args.headers_only, args.verify_crc, args.records,
-                               args.max_batch_mb, args.max_decompressed_mb, args.separate_files, keys,
-                               args.deliveries)
+        options = options_from(vars(args))
         started = time.perf_counter()
         spark = build_session(args.master, "kafkacap-export", parse_conf(args.conf))
         say(f"Spark session: {time.perf_counter() - started:.1f} s")

@@ -7,8 +7,8 @@ import tracemalloc
 import pyarrow.parquet as pq
 from rich.console import Console
 
-from analyzer.cli.commands import _options
 from analyzer.cli.show import show
+from analyzer.pipeline.options import options_from
 from tests import craft
 from tests.test_cli import invoke
 
@@ -32,7 +32,7 @@ def test_show_frame_holds_only_the_exchange_it_shows(tmp_path):
     with open(tmp_path / "shown.txt", "w") as shown_file:
         tracemalloc.start()
         try:
-            shown, _ = show(Console(file=shown_file, width=200), cap, _options((), False), None,
+            shown, _ = show(Console(file=shown_file, width=200), cap, options_from({}), None,
                             third["request_frame"], 20)  # how many were shown, and the file's report
             peak = tracemalloc.get_traced_memory()[1]
         finally:

@@ -26,15 +26,16 @@ from typing import TYPE_CHECKING
 
 import click
 
+from analyzer.cli.options import analysis_options
 from analyzer.cli.terminal import inert
-from analyzer.cli.tls import TLS_KEYS, tls_keylog_option
 from analyzer.tables.formats import FORMATS
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from rich.console import Console
 
-    from analyzer.pipeline.analyze import FileReport, Options
+    from analyzer.pipeline.analyze import FileReport
+    from analyzer.pipeline.options import Options
 
 STATUSES = ("ok", "error", "unchecked", "no_response", "acks0", "orphan_response", "malformed")
 # --status also takes these: the errors that are failures, and those that are steps of the protocol.
@@ -112,25 +113,22 @@ def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> 
     return value
 
 
-def _common(f: Callable) -> Callable:
-    f = tls_keylog_option(f)
-    f = click.option("--separate-files", is_flag=True,
-                     help="Analyse every file on its own, even the files of a rotated set (tcpdump -C/-G), "
-                          "which are otherwise stitched into one capture.")(f)
-    f = click.option("--no-progress", is_flag=True, help="No progress bar.")(f)
-    f = click.option("--verify-crc", is_flag=True, help="Check every record batch's CRC (counted per partition).")(f)
-    f = click.option("--headers-only", is_flag=True,
-                     help="Decode headers and top-level errors only: no topics, partitions or nested errors "
-                          "(about twice as fast on large captures).")(f)
-    f = click.option("-j", "--jobs", default="auto", show_default=True, callback=_jobs, metavar="N|auto",
-                     help="Processes: across files, and across the connections of one large file unless its "
-                          f"traffic is mostly large frames (auto: one per CPU, at most {AUTO_JOBS_MAX}).")(f)
-    f = click.option("--detect-ports", is_flag=True,
-                     help="Also find Kafka on any other port, by the shape of its request headers.")(f)
-    f = click.option("-p", "--port", "ports", type=click.IntRange(1, 65535), multiple=True,
-                     help="Kafka broker port (repeatable). Default: 9092.")(f)
-    f = click.argument("paths", nargs=-1, required=True, type=click.Path())(f)
-    return f
+# The analysing options (analyzer.pipeline.options) every command that analyses capture files takes.
+FILES_OPTIONS = ("ports", "detect_ports", "headers_only", "verify_crc", "separate_files", "tls_keylog")
+
+
+def _common(*more: str) -> Callable[[Callable], Callable]:
+    """PATHS, the analysing options of FILES_OPTIONS and ``more`` (the command then takes ``options``, as
+    ``analysis_options`` says), -j and --no-progress."""
+    def decorate(f: Callable) -> Callable:
+        f = click.option("--no-progress", is_flag=True, help="No progress bar.")(f)
+        f = click.option("-j", "--jobs", default="auto", show_default=True, callback=_jobs, metavar="N|auto",
+                         help="Processes: across files, and across the connections of one large file unless its "
+                              f"traffic is mostly large frames (auto: one per CPU, at most {AUTO_JOBS_MAX}).")(f)
+        f = analysis_options(*FILES_OPTIONS, *more)(f)
+        return click.argument("paths", nargs=-1, required=True, type=click.Path())(f)
+
+    return decorate
 
 
 def _out() -> Console:
@@ -198,17 +196,6 @@ def report_files(reports: list[FileReport]) -> None:
         if r.refused_batches:
             _say("warning", f"{r.name}: {r.refused_batches} compressed batches over the decompression "
                                  "limits were not expanded (--max-batch-mb, --max-decompressed-mb)")
-
-
-def _options(ports: tuple[int, ...], detect_ports: bool, headers_only: bool = False, verify_crc: bool = False,
-             records: bool = False, max_batch_mb: int = 64, max_decompressed_mb: int = 4096,
-             separate_files: bool = False, deliveries: bool = False) -> Options:
-    from analyzer.pipeline.analyze import Options
-
-    ctx = click.get_current_context(silent=True)
-    return Options.from_flags(ports, detect_ports, headers_only, verify_crc, records, max_batch_mb,
-                              max_decompressed_mb, separate_files, deliveries,
-                              ctx.meta.get(TLS_KEYS) if ctx is not None else None)
 
 
 def _analyse(paths: tuple[str, ...], options: Options, jobs: int, sink, no_progress: bool,
@@ -380,13 +367,10 @@ def main() -> None:
 
 
 @main.command()
-@_common
+@_common("deliveries")
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON document with the same figures (structure: docs/summary-json.md).")
-@click.option("--deliveries", is_flag=True, help="Also end-to-end latency: the deliveries table (one row per "
-              "produced batch and consumer that fetched it) and its summary lines. Slower.")
-def summary(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progress, separate_files,
-            as_json, deliveries) -> None:
+def summary(paths, options: Options, jobs, no_progress, as_json) -> None:
     """Summarise Kafka traffic: capture span and rates, API usage and latency percentiles, slowest service
     times, errors (protocol steps apart), brokers, clients, topics, connections."""
     from analyzer.cli.summary import Collector, print_summary, summary_document
@@ -400,38 +384,28 @@ def summary(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progr
     )
 
     sink = Collector()
-    reports = _analyse(paths, _options(ports, detect_ports, headers_only, verify_crc, separate_files=separate_files,
-                                       deliveries=deliveries), jobs, sink, no_progress)
+    reports = _analyse(paths, options, jobs, sink, no_progress)
     tables = (sink.table("exchanges", EXCHANGES_SCHEMA), sink.table("connections", CONNECTIONS_SCHEMA), reports,
               sink.table("partitions", PARTITIONS_SCHEMA), sink.table("groups", GROUPS_SCHEMA),
-              sink.table("deliveries", DELIVERIES_SCHEMA) if deliveries else None)
+              sink.table("deliveries", DELIVERIES_SCHEMA) if options.deliveries else None)
     cluster = sink.table("cluster", CLUSTER_SCHEMA)
     if as_json:
         from analyzer.cli.jsonout import dumps
 
-        sys.stdout.write(dumps(summary_document(*tables, headers_only=headers_only, verify_crc=verify_crc,
-                                                cluster=cluster), indent=2) + "\n")
+        sys.stdout.write(dumps(summary_document(*tables, headers_only=not options.bodies,
+                                                verify_crc=options.verify_crc, cluster=cluster), indent=2) + "\n")
     else:
-        print_summary(_out(), *tables, headers_only=headers_only, verify_crc=verify_crc, detect_ports=detect_ports,
-                      cluster=cluster)
+        print_summary(_out(), *tables, headers_only=not options.bodies, verify_crc=options.verify_crc,
+                      detect_ports=options.detect_ports, cluster=cluster)
 
 
 @main.command()
-@_common
+@_common("records", "deliveries", "max_batch_mb", "max_decompressed_mb")
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Folder for the tables (exchanges, connections, files); existing tables are replaced.")
 @click.option("-f", "--format", "fmt", type=click.Choice(FORMATS), default="parquet", show_default=True)
 @click.option("--summary", "with_summary", is_flag=True, help="Also print the summary.")
-@click.option("--records", is_flag=True, help="Also a records table: one row per record (offset, timestamp, "
-              "key/value sizes, header keys, trace header). Slower.")
-@click.option("--max-batch-mb", type=click.IntRange(1), default=64, show_default=True,
-              help="A compressed batch that would expand beyond this is reported, not expanded.")
-@click.option("--max-decompressed-mb", type=click.IntRange(1), default=4096, show_default=True,
-              help="Decompression budget per capture file.")
-@click.option("--deliveries", is_flag=True, help="Also end-to-end latency: the deliveries table (one row per "
-              "produced batch and consumer that fetched it) and its summary lines. Slower.")
-def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progress, separate_files, out_dir, fmt,
-           with_summary, records, max_batch_mb, max_decompressed_mb, deliveries) -> None:
+def export(paths, options: Options, jobs, no_progress, out_dir, fmt, with_summary) -> None:
     """Write the exchanges, connections and files tables to a folder."""
     from analyzer.tables.schemas import (
         CLUSTER_SCHEMA,
@@ -465,9 +439,7 @@ def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progre
             collector(table, batch)
 
     try:
-        reports = _analyse(paths, _options(ports, detect_ports, headers_only, verify_crc, records, max_batch_mb,
-                                           max_decompressed_mb, separate_files, deliveries), jobs, sink, no_progress,
-                           folder.settle)
+        reports = _analyse(paths, options, jobs, sink, no_progress, folder.settle)
     except BaseException:
         folder.abort()
         raise
@@ -480,9 +452,9 @@ def export(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progre
         print_summary(_out(), collector.table("exchanges", EXCHANGES_SCHEMA),
                       collector.table("connections", CONNECTIONS_SCHEMA), reports,
                       collector.table("partitions", PARTITIONS_SCHEMA), collector.table("groups", GROUPS_SCHEMA),
-                      collector.table("deliveries", DELIVERIES_SCHEMA) if deliveries else None,
-                      headers_only=headers_only, verify_crc=verify_crc, detect_ports=detect_ports,
-                      cluster=collector.table("cluster", CLUSTER_SCHEMA))
+                      collector.table("deliveries", DELIVERIES_SCHEMA) if options.deliveries else None,
+                      headers_only=not options.bodies, verify_crc=options.verify_crc,
+                      detect_ports=options.detect_ports, cluster=collector.table("cluster", CLUSTER_SCHEMA))
     rows = sum(r.exchanges for r in reports)
     _note(wrote_line(rows, out_dir, written, replacing))
 
@@ -529,7 +501,7 @@ SORTS = {"time": [("request_last_ts", "ascending"), ("response_last_ts", "ascend
 
 
 @main.command()
-@_common
+@_common()
 @click.option("--api", "apis", multiple=True, callback=_api_filter,
               help="Only these APIs (name like Produce, or key number).")
 @click.option("--status", "statuses", multiple=True, type=click.Choice(STATUSES + ERROR_KINDS),
@@ -549,15 +521,14 @@ SORTS = {"time": [("request_last_ts", "ascending"), ("response_last_ts", "ascend
 @click.option("--limit", type=click.IntRange(0), default=None,
               help="Rows to print, in every format (0: all). Default: 200 in the table, all with --json.")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines (the columns of the exchanges table).")
-def exchanges(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progress, separate_files, apis, statuses,
-              client, broker, topics, groups, since, until, min_latency, sort, limit, as_json) -> None:
+def exchanges(paths, options: Options, jobs, no_progress, apis, statuses, client, broker, topics, groups, since, until,
+              min_latency, sort, limit, as_json) -> None:
     """List exchanges, one per line, with filters."""
     from analyzer.cli.summary import Collector, print_exchanges
     from analyzer.tables.schemas import EXCHANGES_SCHEMA
 
     sink = Collector()
-    _analyse(paths, _options(ports, detect_ports, headers_only, verify_crc, separate_files=separate_files),
-             jobs, sink, no_progress)
+    _analyse(paths, options, jobs, sink, no_progress)
     every = sink.table("exchanges", EXCHANGES_SCHEMA)
     ex = filter_exchanges(every, apis, statuses, client, min_latency, broker, topics, since, until, groups)
     if ex.num_rows == 0 and every.num_rows and (since is not None or until is not None):
@@ -579,25 +550,20 @@ def exchanges(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_pro
 @click.argument("path", type=click.Path(exists=True, dir_okay=False))
 @click.option("--frame", "packet", type=int, help="The exchange whose request or response includes this packet.")
 @click.option("--connection", type=int, help="Every exchange of this connection (its connection_id).")
-@click.option("-p", "--port", "ports", type=click.IntRange(1, 65535), multiple=True, help="Kafka port(s).")
-@click.option("--detect-ports", is_flag=True, help="Also find Kafka on any other port.")
+@analysis_options("ports", "detect_ports", "max_batch_mb", "tls_keylog")
 @click.option("--limit", type=click.IntRange(0), default=20, show_default=True, help="Exchanges to show (0: all).")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines: per exchange its row and both frames decoded.")
 @click.option("--max-bytes", type=click.IntRange(0, 1 << 16), default=64, show_default=True,
               help="Bytes shown of each record key, value and header value (text as text, else hex; the full "
                    "size is always given).")
-@click.option("--max-batch-mb", type=click.IntRange(1), default=64, show_default=True,
-              help="A compressed batch that would expand beyond this is reported, not expanded.")
-@tls_keylog_option
-def show(path, packet, connection, ports, detect_ports, limit, as_json, max_bytes, max_batch_mb) -> None:
+def show(path, packet, connection, options: Options, limit, as_json, max_bytes) -> None:
     """Decode chosen exchanges in full and print them as trees."""
     if packet is None and connection is None:
         raise click.UsageError("give --frame N or --connection ID")
     from analyzer.cli.show import show as show_exchanges
 
-    shown, report = show_exchanges(_out(), path, _options(ports, detect_ports, max_batch_mb=max_batch_mb),
-                                   connection, packet, limit,
-                                   as_json=as_json, max_bytes=max_bytes)
+    shown, report = show_exchanges(_out(), path, options, connection, packet, limit, as_json=as_json,
+                                   max_bytes=max_bytes)
     report_files([report])
     if _read_nothing(report):
         raise click.ClickException("the capture file could not be read")

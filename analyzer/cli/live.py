@@ -8,17 +8,15 @@ import sys
 
 import click
 
-from analyzer.cli.tls import TLS_KEYS, tls_keylog_option
+from analyzer.cli.options import analysis_options
 
 
 @click.command("live")
 @click.option("-i", "--interface", "iface", help="Network interface to capture on (Linux; root or CAP_NET_RAW).")
 @click.option("-r", "--read", "read_path", help="Read a capture stream instead: '-' for standard input "
               "(tcpdump -w - -U | kafkacap live -r -), or a file.")
-@click.option("-p", "--port", "ports", type=click.IntRange(1, 65535), multiple=True,
-              help="Kafka broker port (repeatable). Default: 9092.")
-@click.option("--detect-ports", is_flag=True, help="Also find Kafka on any other port (no kernel filter then).")
-@click.option("--headers-only", is_flag=True, help="Decode headers and top-level errors only.")
+@analysis_options("ports", "detect_ports", "headers_only", "tls_keylog",
+                  notes={"detect_ports": "No kernel filter then."})
 @click.option("-w", "--write", "write_dir", type=click.Path(file_okay=False),
               help="Rolling Parquet tables in this folder: DIR/<table>/part-*.parquet, one part per rotation; "
                    "the groups and files tables (of the whole run) one file each, replaced at each rotation.")
@@ -33,13 +31,11 @@ from analyzer.cli.tls import TLS_KEYS, tls_keylog_option
                    "vanished, or a FIN the capture missed, holds no state for ever.")
 @click.option("--no-screen", is_flag=True, help="No live screen: only the final figures (for logs and scripts).")
 @click.option("--snapshot", type=click.Path(dir_okay=False), help="Also write the final screen as text here.")
-@tls_keylog_option
-def live(iface, read_path, ports, detect_ports, headers_only, write_dir, pcap_path, rotate, duration, idle_timeout,
-         no_screen, snapshot) -> None:
+def live(iface, read_path, options, write_dir, pcap_path, rotate, duration, idle_timeout, no_screen,
+         snapshot) -> None:
     """Watch Kafka traffic live: requests, errors and service times per API, refreshed every second."""
     from analyzer.capture.live import InterfaceSource, LiveError, RollingPcap, StreamSource, ports_filter
     from analyzer.cli.live_view import parse_rotation, run_live
-    from analyzer.pipeline.analyze import Options
 
     if (iface is None) == (read_path is None):
         raise click.UsageError("give -i IFACE (capture) or -r PATH|- (a capture stream), one of them")
@@ -50,12 +46,10 @@ def live(iface, read_path, ports, detect_ports, headers_only, write_dir, pcap_pa
         raise click.UsageError("--pcap keeps what -i captures; a stream read with -r is a capture already "
                                "(keep it with tee: tcpdump -w - -U | tee FILE | kafkacap live -r -)")
     parse_rotation(rotate)
-    options = Options.from_flags(ports, detect_ports, headers_only,
-                                 tls_keys=click.get_current_context().meta.get(TLS_KEYS))
     started = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     try:
         if iface is not None:
-            source = InterfaceSource(iface, ports_filter(options.ports, detect_ports))
+            source = InterfaceSource(iface, ports_filter(options.ports, options.detect_ports))
             label, name = f"on {iface}", f"live-{iface}-{started}"
         else:
             source = StreamSource(read_path)

@@ -16,22 +16,17 @@ from analyzer.cli.terminal import inert
 
 def _command() -> click.Command:
     """Built when registered: it shares the analysis options of ``commands``, which imports this module last."""
-    from analyzer.cli.commands import OutputError, _analyse, _common, _err, _options, _output_error
+    from analyzer.cli.commands import OutputError, _analyse, _common, _err, _output_error
 
     @click.command("report")
-    @_common
+    @_common("max_batch_mb", "max_decompressed_mb")
     @click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False),
                   help="The HTML file to write (one self-contained page; replaced if it exists).")
     @click.option("--title", default="kafkacap report", show_default=True, help="Title of the page.")
     @click.option("--from-rows", is_flag=True,
                   help="On a Spark output: read the exchange rows even where the job's aggregate tables are there "
                        "(they give intervals of a minute at least; the rows, finer ones for a short span).")
-    @click.option("--max-batch-mb", type=click.IntRange(1), default=64, show_default=True,
-                  help="A compressed batch that would expand beyond this is reported, not expanded.")
-    @click.option("--max-decompressed-mb", type=click.IntRange(1), default=4096, show_default=True,
-                  help="Decompression budget per capture file.")
-    def report(paths, ports, detect_ports, jobs, headers_only, verify_crc, no_progress, separate_files, out, title,
-               from_rows, max_batch_mb, max_decompressed_mb) -> None:
+    def report(paths, options, jobs, no_progress, out, title, from_rows) -> None:
         """Write one HTML page of plots (traffic, latency, errors, groups, connections): of capture files, or
         of a folder of tables written by `export` or by the Spark job (PATHS is then that one folder)."""
         try:
@@ -62,9 +57,7 @@ def _command() -> click.Command:
                         raise _output_error(folder_path, exc) from None
 
                 try:
-                    _analyse(paths, _options(ports, detect_ports, headers_only, verify_crc, False, max_batch_mb,
-                                             max_decompressed_mb, separate_files), jobs, sink, no_progress,
-                             folder.settle)
+                    _analyse(paths, options, jobs, sink, no_progress, folder.settle)
                 except BaseException:
                     folder.abort()
                     raise

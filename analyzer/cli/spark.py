@@ -10,8 +10,8 @@ import time
 
 import click
 
+from analyzer.cli.options import analysis_options
 from analyzer.cli.terminal import inert
-from analyzer.cli.tls import TLS_KEYS, tls_keylog_option
 
 
 @click.command("spark")
@@ -23,28 +23,14 @@ from analyzer.cli.tls import TLS_KEYS, tls_keylog_option
 @click.option("--aggregate", is_flag=True, help="Also the aggregate tables: api_usage and latency (per minute, "
               "API, client, broker), and exchange_counts and latency_histogram (what kafkacap report reads).")
 @click.option("--aggregate-only", is_flag=True, help="Only (re)compute the aggregate tables of an existing output.")
-@click.option("-p", "--port", "ports", type=click.IntRange(1, 65535), multiple=True,
-              help="Kafka broker port (repeatable). Default: 9092.")
-@click.option("--detect-ports", is_flag=True, help="Also find Kafka on any other port.")
-@click.option("--headers-only", is_flag=True, help="Decode headers and top-level errors only.")
-@click.option("--verify-crc", is_flag=True, help="Check every record batch's CRC.")
-@click.option("--records", is_flag=True, help="Also a records table: one row per record.")
-@click.option("--deliveries", is_flag=True, help="Also the deliveries table: end-to-end latency, produce to fetch.")
-@click.option("--max-batch-mb", type=click.IntRange(1), default=64, show_default=True)
-@click.option("--max-decompressed-mb", type=click.IntRange(1), default=4096, show_default=True)
-@click.option("--separate-files", is_flag=True,
-              help="Analyse every file on its own, even the files of a rotated set (tcpdump -C/-G), which are "
-                   "otherwise stitched into one capture.")
+@analysis_options()  # every one, as the Spark job's own command line (spark_jobs.export_job)
 @click.option("--target-mb", type=click.IntRange(1), default=64, show_default=True,
               help="Small capture files are grouped into tasks of about this many MB.")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Extra Spark setting (repeatable).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False),
               help="Also write the HTML report of the output (as `kafkacap report OUTPUT` would); needs a local "
                    "output folder.")
-@tls_keylog_option
-def spark_command(paths, out, master, aggregate, aggregate_only, ports, detect_ports, headers_only, verify_crc,
-                  records, deliveries, max_batch_mb, max_decompressed_mb, separate_files, target_mb, confs,
-                  report_path) -> None:
+def spark_command(paths, out, master, aggregate, aggregate_only, options, target_mb, confs, report_path) -> None:
     """Run the Spark job: capture files (local, hdfs://, s3://, gs://; folders and globs) to partitioned
     Parquet tables, the same rows as `export`."""
     if not paths and not aggregate_only:
@@ -61,7 +47,7 @@ def spark_command(paths, out, master, aggregate, aggregate_only, ports, detect_p
     from rich.text import Text
 
     from spark_jobs.aggregate_job import aggregate_output
-    from spark_jobs.export_job import JobError, export, options_from, parse_conf
+    from spark_jobs.export_job import JobError, export, parse_conf
     from spark_jobs.session import build_session
 
     err = Console(stderr=True, soft_wrap=True)
@@ -71,9 +57,6 @@ def spark_command(paths, out, master, aggregate, aggregate_only, ports, detect_p
 
     try:
         conf = parse_conf(list(confs))
-        options = options_from(ports, detect_ports, headers_only, verify_crc, records, max_batch_mb,
-                               max_decompressed_mb, separate_files, click.get_current_context().meta.get(TLS_KEYS),
-                               deliveries)
         started = time.perf_counter()
         with err.status("starting Spark"):
             spark = build_session(master, "kafkacap", conf)

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from analyzer.capture.files import STDIN, Capture, CaptureError, CaptureStats, open_capture
 from analyzer.pipeline.carry import Handoff, carried_connections, carry_over, continues
 from analyzer.pipeline.collector import collector_tuned
+from analyzer.pipeline.options import Options
 from analyzer.session.connection import KafkaConnections
 from analyzer.session.matching import Outputs
 from analyzer.tables.schemas import (
@@ -36,61 +37,12 @@ from analyzer.tcp.bulk import feed_chunk
 from analyzer.tcp.flows import FlowTable
 from analyzer.tls.keylog import KeyLog
 from dissectors.kafka.detect import KafkaPortProbe
-from dissectors.kafka.framing import DEFAULT_KEEP, DEFAULT_MAX_FRAME
 from dissectors.kafka.records import Limits
 
 STEP_PACKETS = 1 << 16
 
 BatchSink = Callable[[str, pa.RecordBatch], None]
 """sink(table_name, batch): receives every batch of every table as soon as it is built."""
-
-
-# Frame bytes kept with --headers-only: a request header (client_id, and a Produce request's transactional_id
-# before its acks) and the top of a response fit many times over, and most heads then lie in the packet that
-# starts the frame (a head collected over several packets costs as much as the rest of the frame's visits).
-HEADERS_ONLY_KEEP = 1024
-
-
-DEFAULT_PORTS = (9092,)
-"""Kafka's port when none is given (every command, the Spark job and live)."""
-
-
-@dataclass(frozen=True)
-class Options:
-    ports: tuple[int, ...] = DEFAULT_PORTS
-    detect_ports: bool = False
-    keep: int | None = None  # frame bytes kept for decoding: whole frames up to DEFAULT_KEEP, or heads only
-    max_frame: int = DEFAULT_MAX_FRAME
-    batch_rows: int = 1 << 14  # rows (as Python tuples) held before they become Arrow batches
-    bodies: bool = True  # decode request/response bodies (topics, partitions, nested errors)
-    verify_crc: bool = False  # check the CRC of every record batch
-    records: bool = False  # one row per record (the records table)
-    deliveries: bool = False  # the deliveries table (end-to-end latency, analyzer.derived.deliveries)
-    max_batch_mb: int = 64  # decompressed size a single batch may reach before it is refused
-    max_decompressed_mb: int = 4096  # decompressed bytes per capture file, all batches together
-    stitch: bool = True  # the files of a rotated set (tcpdump -C/-G) make one capture (analyzer.pipeline.stitch)
-    # Memory-mapped pcaps read in chunks, runs of ordinary packets handled in bulk (analyzer.tcp.bulk); False:
-    # packet by packet, the reference the bulk path is tested against.
-    bulk: bool = True
-    # TLS session secrets to decrypt TLS connections with (--tls-keylog; a pcapng's own Decryption Secrets
-    # Blocks are added per file). Its repr names no secret.
-    tls_keys: KeyLog | None = None
-
-    @classmethod
-    def from_flags(cls, ports=(), detect_ports: bool = False, headers_only: bool = False, verify_crc: bool = False,
-                   records: bool = False, max_batch_mb: int = 64, max_decompressed_mb: int = 4096,
-                   separate_files: bool = False, deliveries: bool = False, tls_keys: KeyLog | None = None) -> Options:
-        """The options as the command-line flags of every analysing command (and the Spark job's) say them."""
-        return cls(ports=tuple(ports) or DEFAULT_PORTS, detect_ports=detect_ports, bodies=not headers_only,
-                   verify_crc=verify_crc, records=records, max_batch_mb=max_batch_mb,
-                   max_decompressed_mb=max_decompressed_mb, stitch=not separate_files, deliveries=deliveries,
-                   tls_keys=tls_keys)
-
-    @property
-    def frame_keep(self) -> int:
-        if self.keep is not None:
-            return self.keep
-        return DEFAULT_KEEP if self.bodies else HEADERS_ONLY_KEEP
 
 
 @dataclass
