@@ -1,27 +1,29 @@
-"""The generated API and error tables against the protocol guides, which were written independently.
+"""The generator (``python -m tools.generate``) and the API and error tables it wrote, against the protocol guide.
 
-The tables are generated from the release jars' definitions (``tests/kafka_spec.py``); the guides are older text:
-- 001: the current protocol guide (3.9-era text: per-API grammars, the error-code table). Its API-key
-  table did not survive text extraction (only its introductory sentence did), but the guide lists the
-  APIs in key order, so names and order are checked against it.
-- 000: an OCR'd copy of the 3.x guide whose section headings still say "<Name> API (Key: N)".
-- 002: the 0.8-era guide with the first API-key table (keys 0-16) and error codes.
+The tables are generated from the release jars' JSON definitions (``tests/kafka_spec.py``). The guides they are
+checked against:
+- the pages of the protocol guide a release's kafka-clients jar prints (``tools/protocol_guide.py``): every API's
+  grammar per version, the error-code table and the API-key table, printed by Kafka's Java classes from its Java
+  message classes, not from anything generated here. 3.9.2's pages are the 3.9 guide line for line and still
+  list the versions Kafka 4 removed; 4.4.0's are the current guide.
+- 002 (../shared/spec): the 0.8-era guide with the first API-key table (keys 0-16) and error codes, a page of
+  the old wiki that no jar carries (its two tests skip without ../shared).
 """
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 import shutil
 import struct
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
+from setuptools import find_packages
 
-from dissectors.kafka import generate
 from dissectors.kafka.apis import (
     API_BY_KEY,
     FORMER_NAMES,
@@ -34,14 +36,12 @@ from dissectors.kafka.apis import (
 )
 from dissectors.kafka.errors import ERRORS, ErrorInfo, error_name, is_retriable
 from dissectors.kafka.headers import response_top_level
-from tests.kafka_spec import BEFORE_KIP_896, NEWEST, definitions
+from tests.kafka_spec import BEFORE_KIP_896, NEWEST, definitions, guide
+from tools.generate import tables
 
 REPO = Path(__file__).resolve().parents[1]
-SPEC = REPO.parent / "shared" / "spec"
-GUIDE = SPEC / "001_d9547f6ddd911abd.txt"
-OCR_GUIDE = SPEC / "000_f6a2f2c6395e65fa.txt"
-OLD_GUIDE = SPEC / "002_b327ac2fc02ede7e.txt"
-MESSAGES = SPEC / "kafka-messages"
+OLD_GUIDE = REPO.parent / "shared" / "spec" / "002_b327ac2fc02ede7e.txt"
+BOTH_GUIDES = pytest.mark.parametrize("release", [BEFORE_KIP_896, NEWEST])
 
 APIS = [info for info in API_BY_KEY if info is not None]
 BY_NAME = {info.name: info for info in APIS} | {  # the guide is older than key 74's rename
@@ -67,26 +67,68 @@ def strip_json_comments(text: str) -> dict:
 
 
 def test_generated_modules_are_up_to_date():
-    files = generate.render_all(definitions())
+    """What ``python -m tools.generate --check`` checks: the committed modules are what the definitions give."""
+    files = tables.render_all(definitions())
+    assert sorted(files) == sorted(path.name for path in tables.OUTPUT_DIR.iterdir() if path.is_file())
     for name, text in files.items():
-        assert (generate.OUTPUT_DIR / name).read_text(encoding="utf-8") == text, name
+        assert (tables.OUTPUT_DIR / name).read_text(encoding="utf-8") == text, name
 
 
-def test_generator_check_mode_runs_as_a_module():
+def test_generator_check_mode_runs_as_a_module(tmp_path):
     definitions()  # made (or found) here, so the module finds it in the cache
-    result = subprocess.run([sys.executable, "-m", "dissectors.kafka.generate", "--check"], cwd=REPO,
+    result = subprocess.run([sys.executable, "-m", "tools.generate", "--check"], cwd=REPO,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+    # and it says which module is stale when the definitions give another: a field renamed in the newest release
+    spec = copy_spec(tmp_path)
+    edit(spec / "kafka-messages" / NEWEST / "ExpireDelegationTokenRequest.json",
+         '{ "name": "ExpiryTimePeriodMs"', '{ "name": "ExpiryPeriodMs"')
+    result = subprocess.run([sys.executable, "-m", "tools.generate", "--check", "--spec", str(spec)], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and "out of date: _generated/schemas.py" in result.stderr, result.stderr
+    assert "apis.py" not in result.stderr
+
+
+def test_schemas_module_holds_the_structs_the_extraction_was_made_from():
+    """The generator makes the extraction plans from its in-memory schemas, never running what it wrote: the
+    written (and imported) schemas.py must hold the same structs, shared the same way, under the names the
+    plans were given."""
+    from dissectors.kafka._generated import schemas
+
+    table = tables.build_tables(definitions()).schemas
+    assert schemas.REQUESTS == table.requests and schemas.RESPONSES == table.responses
+    order, names = tables.struct_names(table)
+    written = {name: value for name, value in vars(schemas).items() if isinstance(value, tuple)}
+    assert sorted(written) == sorted(names.values())
+    for one in order:
+        assert written[names[id(one)]] == one, names[id(one)]
+    named = {id(value) for value in written.values()}
+    for per_key in (schemas.REQUESTS, schemas.RESPONSES):  # and the tables refer to those objects, not copies
+        for key, (_min_version, structs) in per_key.items():
+            assert all(id(one) in named for one in structs), key
+
+
+def test_the_generator_is_a_tool_not_part_of_the_package():
+    """The wheel carries analyzer, dissectors and spark_jobs; the generator lives in tools/, which it does not."""
+    found = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"]
+    packages = find_packages(str(REPO), include=found["find"]["include"])
+    assert {name.split(".")[0] for name in packages} == {"analyzer", "dissectors", "spark_jobs"}
+    assert not (REPO / "dissectors" / "kafka" / "generate.py").exists()
+    shipped = [path for name in packages for path in (REPO / name.replace(".", "/")).iterdir()
+               if path.suffix in (".py", ".pyx", ".pxd", ".pxi")]
+    assert len(shipped) > 100
+    assert not [path for path in shipped if re.search(r"^\s*(from|import) tools\b", path.read_text(encoding="utf-8"),
+                                                      re.M)], "the runtime does not import the tools"
 
 
 def test_definitions_come_from_the_release_jars():
     spec = definitions()
-    assert generate.find_releases(spec) == (BEFORE_KIP_896, NEWEST)
+    assert tables.find_releases(spec) == (BEFORE_KIP_896, NEWEST)
     for release in (BEFORE_KIP_896, NEWEST):
         source = json.loads((spec / "kafka-messages" / release / "source.json").read_text())
         assert source["version"] == release and source["artifact"] == "org.apache.kafka:kafka-clients"
-        assert f"Apache Kafka {release}:" in (generate.OUTPUT_DIR / "apis.py").read_text(encoding="utf-8")
-        assert f"commit {source['commit']}" in (generate.OUTPUT_DIR / "schemas.py").read_text(encoding="utf-8")
+        assert f"Apache Kafka {release}:" in (tables.OUTPUT_DIR / "apis.py").read_text(encoding="utf-8")
+        assert f"commit {source['commit']}" in (tables.OUTPUT_DIR / "schemas.py").read_text(encoding="utf-8")
 
 
 def copy_spec(tmp_path: Path) -> Path:
@@ -118,19 +160,19 @@ def test_generator_fails_loudly(tmp_path, files, old, new, message):
     spec = copy_spec(tmp_path)
     for name in files:
         edit(spec / "kafka-messages" / NEWEST / name, old, new)
-    with pytest.raises(generate.GeneratorError, match=message):
-        generate.render_all(spec)
+    with pytest.raises(tables.GeneratorError, match=message):
+        tables.render_all(spec)
     result = subprocess.run(
-        [sys.executable, "-m", "dissectors.kafka.generate", "--check", "--spec", str(spec)],
+        [sys.executable, "-m", "tools.generate", "--check", "--spec", str(spec)],
         cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and message.split(":")[0] in result.stderr
 
 
 def test_generator_stops_at_a_rename_it_was_not_told_of(monkeypatch):
-    monkeypatch.setattr(generate, "RENAMED_APIS", {})
-    with pytest.raises(generate.GeneratorError, match="api key 74: ListConfigResources in one release, "
+    monkeypatch.setattr(tables, "RENAMED_APIS", {})
+    with pytest.raises(tables.GeneratorError, match="api key 74: ListConfigResources in one release, "
                                                       "ListClientMetricsResources in 3.9"):
-        generate.render_all(definitions())
+        tables.render_all(definitions())
 
 
 def test_generator_stops_when_a_release_changes_a_shared_response_layout(tmp_path):
@@ -139,13 +181,13 @@ def test_generator_stops_when_a_release_changes_a_shared_response_layout(tmp_pat
     edit(spec / "kafka-messages" / NEWEST / "FetchResponse.json",
          '"name": "ErrorCode", "type": "int16", "versions": "7+"',
          '"name": "ErrorCode", "type": "int16", "versions": "8+"')
-    with pytest.raises(generate.GeneratorError, match="Fetch v7: .* disagree on the response prefix"):
-        generate.render_all(spec)
+    with pytest.raises(tables.GeneratorError, match="Fetch v7: .* disagree on the response prefix"):
+        tables.render_all(spec)
 
 
 def test_generated_modules_read_as_data():
     for name in ("apis.py", "errors.py", "response_prefix.py"):
-        text = (generate.OUTPUT_DIR / name).read_text(encoding="utf-8")
+        text = (tables.OUTPUT_DIR / name).read_text(encoding="utf-8")
         assert "Do not edit by hand" in text.split('"""')[1]
         assert not re.search(r"^\s*(def|class|import|from|for|if|while)\b", text, re.M), name
         assert "/work/" not in text and "/home/" not in text and "/root/" not in text and "/.cache/" not in text
@@ -155,9 +197,13 @@ def test_generated_modules_read_as_data():
 # Names and keys
 
 
-def guide_headings(kind: str) -> list[tuple[str, int, str, list[str]]]:
-    """(name, version, heading line, grammar lines) for every "<Name> <kind> (Version: N)" in the guide."""
-    lines = read(GUIDE).splitlines()
+def guide_headings(kind: str, release: str = BEFORE_KIP_896) -> list[tuple[str, int, str, list[str]]]:
+    """(name, version, heading line, grammar lines) for every "<Name> <kind> (Version: N)" in the guide, in the
+    3.9 guide's notation. 4.x prints a struct's fields in braces, a nullable array as ``?[name]`` and a compact one
+    as ``(name)``, read here as ``[name]``; it prints no TAG_BUFFER, so its flexible versions are not told."""
+    lines = [" ".join(re.sub(r"^\??[\[(](\w+)[\])]$", r"[\1]", token) for token in line.split(" ")
+                      if token not in ("{", "}"))
+             for line in guide(release).messages.splitlines()]
     headings = []
     for i, line in enumerate(lines):
         match = re.match(rf"^(\w+) {kind} \(Version: (\d+)\) =>(.*)$", line)
@@ -171,13 +217,14 @@ def guide_headings(kind: str) -> list[tuple[str, int, str, list[str]]]:
     return headings
 
 
-def test_guide_api_names_are_ours_and_in_key_order():
-    names = list(dict.fromkeys(name for name, *_ in guide_headings("Request")))
+@BOTH_GUIDES
+def test_guide_api_names_are_ours_and_in_key_order(release):
+    names = list(dict.fromkeys(name for name, *_ in guide_headings("Request", release)))
     assert len(names) >= 75
     assert set(names) <= set(BY_NAME)
     keys = [BY_NAME[name].key for name in names]
     assert keys == sorted(keys), "the guide lists APIs by key"
-    assert names == list(dict.fromkeys(name for name, *_ in guide_headings("Response")))
+    assert names == list(dict.fromkeys(name for name, *_ in guide_headings("Response", release)))
 
 
 def test_apis_absent_from_the_guide_are_controller_only_or_newer():
@@ -192,24 +239,20 @@ def test_apis_absent_from_the_guide_are_controller_only_or_newer():
         assert listeners == ["controller"], info.name  # the guide documents client-facing APIs only
 
 
-def test_keys_agree_with_the_ocr_guide_headings():
-    ours = {info.name.lower(): info for info in APIS}
-    matched = unmatched = 0
-    for prefix, key in re.findall(r"([^\n(]*?) API \(Key: (\d+)", read(OCR_GUIDE)):
-        words = re.findall(r"[A-Za-z]+", prefix)[-3:]
-        best, score = None, 0.0
-        for i in range(len(words)):
-            candidate = "".join(words[i:]).lower()
-            for name in difflib.get_close_matches(candidate, ours, n=1, cutoff=0.8):
-                ratio = difflib.SequenceMatcher(None, candidate, name).ratio()
-                if ratio > score:
-                    best, score = ours[name], ratio
-        if best is None:
-            unmatched += 1  # OCR noise beyond recognition ("Fovelone" for Envelope)
-            continue
-        assert best.key == int(key), (prefix, key, best)
-        matched += 1
-    assert matched >= 39 and unmatched <= 1
+@BOTH_GUIDES
+def test_keys_agree_with_the_guides_api_key_table_and_headings(release):
+    """The guide's API-key table (the APIs a release calls stable) and its "<Name> API (Key: N):" headings (those
+    and the unstable ones) name, for each key, the API we have under it (or its former name)."""
+    pages = guide(release)
+    rows = pages.api_keys.splitlines()
+    assert rows[0] == "Name | Key |"
+    table = [re.fullmatch(r"(\w+) \| (\d+) \|", row) for row in rows[1:]]
+    assert all(table), rows
+    headings = re.findall(r"^(\w+) API \(Key: (\d+)\):$", pages.messages, re.M)
+    assert {(m[1], m[2]) for m in table} <= set(headings) and len(table) >= 70
+    for name, key in headings:
+        assert BY_NAME[name].key == int(key), (name, key)
+    assert [key for _name, key in headings] == sorted({key for _name, key in headings}, key=int)
 
 
 def test_keys_agree_with_the_first_api_key_table():
@@ -289,10 +332,11 @@ def guide_prefix(top: str, grammar: list[str]) -> tuple[int | None, int | None]:
     return found.get("error_code"), found.get("throttle_time_ms")
 
 
-def test_response_prefix_matches_the_guide_grammars():
+@BOTH_GUIDES
+def test_response_prefix_matches_the_guide_grammars(release):
     body = bytes(range(1, 64))  # every offset reads a distinct value
     checked = 0
-    for name, version, top, grammar in guide_headings("Response"):
+    for name, version, top, grammar in guide_headings("Response", release):
         error_offset, throttle_offset = guide_prefix(top, grammar)
         want = (None if error_offset is None else struct.unpack_from(">h", body, error_offset)[0],
                 None if throttle_offset is None else struct.unpack_from(">i", body, throttle_offset)[0])
@@ -349,22 +393,26 @@ def test_header_versions_follow_flexibility():
 # Error codes
 
 
-def error_table_lines() -> list[str]:
-    text = read(GUIDE)
-    header = "Error |\nCode |\nRetriable |\nDescription |\n"
-    start = text.index(header) + len(header)
-    stop = text.index("The following are the numeric codes that the stable ApiKey")
-    return text[start:stop].strip("\n").split("\n")
+def error_table_lines(release: str = BEFORE_KIP_896) -> list[str]:
+    header, *rows = guide(release).errors.splitlines()
+    assert header == "Error | Code | Retriable | Description |"
+    return rows
 
 
 def test_error_table_size_and_retriable_flags():
-    """The 3.9-era guide's table (-1 .. 127) is a prefix of 4.4's: every code keeps its name and flag."""
+    """The 3.9 guide's table (-1 .. 127) is a prefix of 4.4's: every code keeps its name and flag."""
     rows = error_table_lines()
     assert len(rows) == 129 and len(ERRORS) == 138  # -1 .. 127, then 4.4's -1 .. 136
     assert sorted(ERRORS) == list(range(-1, 137))
     for row in rows:
         name, code, retriable = (cell.strip() for cell in row.split("|")[:3])
         assert ERRORS[int(code)][:3] == (int(code), name, retriable == "True"), row
+
+
+def test_error_table_is_the_newest_guides():
+    rows = [[cell.strip() for cell in row.split("|")[:4]] for row in error_table_lines(NEWEST)]
+    assert [(int(code), name, retriable == "True", description) for name, code, retriable, description in rows] == [
+        tuple(ERRORS[code]) for code in sorted(ERRORS)]
 
 
 def test_error_spot_values():

@@ -9,7 +9,7 @@ fresh clone can regenerate the tables from nothing but Maven Central:
 - the last 3.x release (``BEFORE_KIP_896``) for the old versions Kafka 4 removed (KIP-896), which older clients
   still send.
 
-The folder, laid out as ``dissectors/kafka/generate.py`` reads it::
+The folder, laid out as ``tools/generate/`` reads it::
 
     kafka-messages/<version>/*Request.json, *Response.json, RequestHeader.json, ResponseHeader.json
     kafka-messages/<version>/source.json      {"artifact", "version", "commit", "jar_sha256"}

@@ -1,6 +1,6 @@
 # cython: language_level=3
 """The body extraction of :mod:`dissectors.kafka.extract`, compiled: the runtime the generated functions
-(``_generated/extract_plans.pxi``, one per struct and scope, written by ``python -m dissectors.kafka.generate``
+(``_generated/extract_plans.pxi``, one per struct and scope, written by ``python -m tools.generate``
 from the schemas) share, and the Python entry point. The functions of the APIs outside ``HOT_APIS`` are built
 apart (``_extract_cold.pyx``, with the runtime from ``_extract.pxd``) and put in the same table at import.
 

@@ -3,7 +3,7 @@
 ``extract(buf, off, end, api_key, api_version, is_response)`` walks the same generated schemas as
 :mod:`dissectors.kafka.decoder`, but builds nothing it does not return.
 
-How: ``python -m dissectors.kafka.generate`` writes, from the schemas and the rules below
+How: ``python -m tools.generate`` writes, from the schemas and the rules below
 (:mod:`dissectors.kafka.extract_rules`), one Cython function per struct and scope
 (``_generated/extract_plans.pxi``, compiled into :mod:`dissectors.kafka._extract`). A function reads the fields
 that matter and skips the rest: a run of fixed-size fields is one bounds check; strings, bytes and record

@@ -1,5 +1,5 @@
 """Write the body extraction as Cython, from the generated schemas and the rules of
-:mod:`dissectors.kafka.extract_rules` (part of ``python -m dissectors.kafka.generate``).
+:mod:`dissectors.kafka.extract_rules` (part of ``python -m tools.generate``, see :mod:`tools.generate.tables`).
 
 Each struct, in each scope where something in it is needed, becomes one ``cdef`` function reading the bytes
 through a :mod:`dissectors.kafka._wire` cursor: runs of fixed-size fields as one bounds check and the reads of
@@ -674,10 +674,8 @@ class _PlanWriter(StructRules):
         return name
 
 
-def render_extract(namespace: dict[str, Any], header: str) -> tuple[str, str]:
-    """The generated Cython of the extraction (the hot APIs' module, the others'), from the namespace of a
-    rendered schemas.py."""
-    names = {id(value): key for key, value in namespace.items() if isinstance(value, tuple) and not key.startswith("_")}
-    writer = ExtractWriter(names)
-    return writer.render({False: namespace["REQUESTS"], True: namespace["RESPONSES"]}, header)
-
+def render_extract(requests: dict[int, tuple[int, tuple]], responses: dict[int, tuple[int, tuple]],
+                   names: dict[int, str], header: str) -> tuple[str, str]:
+    """The generated Cython of the extraction (the hot APIs' module, the others'): ``requests`` and ``responses``
+    as ``schemas.py``'s REQUESTS and RESPONSES, ``names`` the name each struct has there (by ``id``)."""
+    return ExtractWriter(names).render({False: requests, True: responses}, header)

@@ -1,0 +1,5 @@
+import sys
+
+from tools.generate.tables import main
+
+sys.exit(main())
