@@ -34,9 +34,7 @@ from typing import NamedTuple
 REPO_ROOT = Path(__file__).resolve().parents[2]
 OUTPUT_DIR = REPO_ROOT / "dissectors" / "kafka" / "_generated"
 
-# What the generated modules' banners say made them. The words predate the generator's move out of the package;
-# changing them rewrites every generated file, the .pxi the compiled extraction includes among them (a rebuild of
-# the compiled core), so they are to change with a regeneration that rewrites those files anyway.
+# What the generated modules' banners say made them.
 MADE_BY = "python -m tools.generate"
 MADE_BY_FILE = "tools/generate/"
 
