@@ -337,7 +337,7 @@ def _emit_connections(table: FlowTable, name: str, sink: BatchSink, report: File
     if not rows:
         return
     for row in rows:
-        if row[_TLS] and not (len(row) == len(CONNECTION_ROW_FIELDS) and row[_DECRYPTED]):  # TLS only counted
+        if row[_TLS] and not row[_DECRYPTED]:  # TLS only counted
             report.tls_packets += row[_TO_BROKER] + row[_TO_CLIENT]
         else:
             report.kafka_packets += row[_TO_BROKER] + row[_TO_CLIENT]

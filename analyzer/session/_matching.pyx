@@ -583,8 +583,12 @@ cdef class ExchangeMatcher(FrameSink):
         self.malformed += 1
         key = _m._unpack_int16(head, 4)[0] if end >= 6 else None
         ver = _m._unpack_int16(head, 6)[0] if end >= 8 else None
-        self._row(key, ver, None, None, first_ts, last_ts, None, None, size + 4, None, None, None,
-                  MALFORMED, first_no, None, note, None, None, None)
+        self.rows.add(self.conn, api_key=key, api_version=ver, correlation_id=None, client_id=None,
+                      request_first_ts=first_ts, request_last_ts=last_ts, response_first_ts=None,
+                      response_last_ts=None, request_size=size + 4, response_size=None, error_code=None,
+                      throttle_time_ms=None, status=MALFORMED, request_frame=first_no, response_frame=None, note=note,
+                      topics=None, partition_count=None, error_count=None, record_count=None, record_bytes=None,
+                      api_name=None, settings=None)
 
     def _undefined_request(self, first_ts, first_no, last_ts, last_no, Py_ssize_t size, key, ver, corr,
                            client_id, note):
@@ -721,9 +725,13 @@ cdef class ExchangeMatcher(FrameSink):
                 self._settle(req, None)
         else:
             self.orphans += 1
-            self._row(None, None, corr, None, None, None, first_ts, last_ts, None, size + 4, None, None,
-                      ORPHAN, None, last_no, ORPHAN_AFTER_DROPS_NOTE if self.dropped else ORPHAN_NOTE,
-                      None, None, None)
+            self.rows.add(self.conn, api_key=None, api_version=None, correlation_id=corr, client_id=None,
+                          request_first_ts=None, request_last_ts=None, response_first_ts=first_ts,
+                          response_last_ts=last_ts, request_size=None, response_size=size + 4, error_code=None,
+                          throttle_time_ms=None, status=ORPHAN, request_frame=None, response_frame=last_no,
+                          note=ORPHAN_AFTER_DROPS_NOTE if self.dropped else ORPHAN_NOTE, topics=None,
+                          partition_count=None, error_count=None, record_count=None, record_bytes=None,
+                          api_name=None, settings=None)
             return
         key, ver, client_id, note = req.api_key, req.api_version, req.client_id, req.note
         rx, recs = req.body, req.records
@@ -814,9 +822,13 @@ cdef class ExchangeMatcher(FrameSink):
         slots = self.settings
         placed = fill_settings(key, rx, x, slots)
         try:
-            self.rows.add(self.conn, key, ver, corr, client_id, req.first_ts, req.last_ts, first_ts, last_ts,
-                          req.size, size + 4, error_code, throttle, status, req.first_no, last_no, note, topics,
-                          partition_count, error_count, record_count, record_bytes, None, slots if placed else None)
+            self.rows.add(self.conn, api_key=key, api_version=ver, correlation_id=corr, client_id=client_id,
+                          request_first_ts=req.first_ts, request_last_ts=req.last_ts, response_first_ts=first_ts,
+                          response_last_ts=last_ts, request_size=req.size, response_size=size + 4,
+                          error_code=error_code, throttle_time_ms=throttle, status=status, request_frame=req.first_no,
+                          response_frame=last_no, note=note, topics=topics, partition_count=partition_count,
+                          error_count=error_count, record_count=record_count, record_bytes=record_bytes,
+                          api_name=None, settings=slots if placed else None)
         finally:
             clear_settings(slots, placed)
         if xf(x, X_ERRORS):
@@ -862,9 +874,13 @@ cdef class ExchangeMatcher(FrameSink):
             self.malformed += 1
         if lossy:
             note = _join(note, "response bytes lost in capture")
-        self._row(key, ver, req.correlation_id, req.client_id, req.first_ts, req.last_ts, first_ts, last_ts, req.size,
-                  size + 4, error_code, None, status, req.first_no, last_no, note, topics, partition_count,
-                  error_count)
+        self.rows.add(self.conn, api_key=key, api_version=ver, correlation_id=req.correlation_id,
+                      client_id=req.client_id, request_first_ts=req.first_ts, request_last_ts=req.last_ts,
+                      response_first_ts=first_ts, response_last_ts=last_ts, request_size=req.size,
+                      response_size=size + 4, error_code=error_code, throttle_time_ms=None, status=status,
+                      request_frame=req.first_no, response_frame=last_no, note=note, topics=topics,
+                      partition_count=partition_count, error_count=error_count, record_count=None, record_bytes=None,
+                      api_name=None, settings=None)
         if x.errors:
             self._emit_errors(req, last_ts, x)
 
@@ -957,9 +973,13 @@ cdef class ExchangeMatcher(FrameSink):
         slots = self.settings
         placed = fill_settings(req.api_key, rx, None, slots)
         try:
-            self._row(req.api_key, req.api_version, req.correlation_id, req.client_id, req.first_ts, req.last_ts,
-                      None, None, req.size, None, None, None, status, req.first_no, None, note, topics,
-                      partition_count, 0, totals[0], totals[1], None, slots if placed else None)
+            self.rows.add(self.conn, api_key=req.api_key, api_version=req.api_version,
+                          correlation_id=req.correlation_id, client_id=req.client_id, request_first_ts=req.first_ts,
+                          request_last_ts=req.last_ts, response_first_ts=None, response_last_ts=None,
+                          request_size=req.size, response_size=None, error_code=None, throttle_time_ms=None,
+                          status=status, request_frame=req.first_no, response_frame=None, note=note, topics=topics,
+                          partition_count=partition_count, error_count=0, record_count=totals[0],
+                          record_bytes=totals[1], api_name=None, settings=slots if placed else None)
         finally:
             clear_settings(slots, placed)
         if rx.partitions and req.api_key in PARTITION_APIS:
@@ -970,20 +990,18 @@ cdef class ExchangeMatcher(FrameSink):
         return (self.rows.rows >= held_rows or self.partitions.rows >= held_rows or self.errors.rows >= held_rows
                 or self.rows.full() or self.partitions.full() or self.errors.full())
 
-    cdef _row(self, api_key, api_version, corr, client_id, rq_first, rq_last, rs_first, rs_last, rq_size,
-              rs_size, error_code, throttle, str status, rq_frame, rs_frame, note, topics, partition_count,
-              error_count, record_count=None, record_bytes=None, api_name=None, list settings=None):
-        self.rows.add(self.conn, api_key, api_version, corr, client_id, rq_first, rq_last, rs_first, rs_last,
-                      rq_size, rs_size, error_code, throttle, status, rq_frame, rs_frame, note, topics,
-                      partition_count, error_count, record_count, record_bytes, api_name, settings)
-
     def emit(self, *, api_name, request_first_ts, request_last_ts, response_first_ts, response_last_ts,
              request_size, response_size, status, request_frame, response_frame, note, topics, partition_count,
              error_code=None, error_count=0):
         """An exchange row of a connection that speaks Kafka 0.7 (no api key, version or correlation id)."""
-        self._row(None, None, None, None, request_first_ts, request_last_ts, response_first_ts, response_last_ts,
-                  request_size, response_size, error_code, None, status, request_frame, response_frame, note,
-                  topics, partition_count, error_count, None, None, api_name)
+        self.rows.add(self.conn, api_key=None, api_version=None, correlation_id=None, client_id=None,
+                      request_first_ts=request_first_ts, request_last_ts=request_last_ts,
+                      response_first_ts=response_first_ts, response_last_ts=response_last_ts,
+                      request_size=request_size, response_size=response_size, error_code=error_code,
+                      throttle_time_ms=None, status=status, request_frame=request_frame,
+                      response_frame=response_frame, note=note, topics=topics, partition_count=partition_count,
+                      error_count=error_count, record_count=None, record_bytes=None, api_name=api_name,
+                      settings=None)
 
     def _crc_note(self, recs):
         return _m.crc_note(recs, self.out.topic_names)
@@ -1013,7 +1031,8 @@ cdef class ExchangeMatcher(FrameSink):
         cdef int64_t connection_id = self.conn.connection_id
         corr, key, ver, client_id = req.correlation_id, req.api_key, req.api_version, req.client_id
         for e in x.errors:
-            errors.add(connection_id, corr, key, ver, client_id, rs_last, e)
+            errors.add(connection_id=connection_id, correlation_id=corr, api_key=key, api_version=ver,
+                       client_id=client_id, response_last_ts=rs_last, error=e)
         out = self.out
         if self._room_wanted(out.held_rows):
             out.make_room()
@@ -1029,8 +1048,10 @@ cdef class ExchangeMatcher(FrameSink):
         for i in range(na if na else nr):
             rq = asked[i] if na else None
             rs = answered[i] if nr else None
-            partitions.add(connection_id, corr, key, ver, client_id, rq_last, rs_last, rq, rs,
-                           summaries.get(where_of(rs if rq is None else rq)) if summaries else None, replica)
+            summary = summaries.get(where_of(rs if rq is None else rq)) if summaries else None
+            partitions.add(connection_id=connection_id, correlation_id=corr, api_key=key, api_version=ver,
+                           client_id=client_id, request_last_ts=rq_last, response_last_ts=rs_last, asked=rq,
+                           answered=rs, summary=summary, replica_id=replica)
 
     cdef _emit_partitions(self, Request req, rs_last, list answered, recs):
         """One row per topic-partition, the request's and the response's entries of it paired, with the
@@ -1048,8 +1069,10 @@ cdef class ExchangeMatcher(FrameSink):
             if same_place(rq, rs):
                 # the common case: one partition, asked and answered; a summary there is of its records field
                 # (the summaries are keyed by the entries of one side, and each side has only this one)
-                partitions.add(connection_id, corr, key, ver, client_id, rq_last, rs_last, rq, rs,
-                               _only_value(summaries) if summaries else None, replica)
+                partitions.add(connection_id=connection_id, correlation_id=corr, api_key=key, api_version=ver,
+                               client_id=client_id, request_last_ts=rq_last, response_last_ts=rs_last, asked=rq,
+                               answered=rs, summary=_only_value(summaries) if summaries else None,
+                               replica_id=replica)
                 return
         if _in_step(asked, answered):  # entry i of each names the same topic-partition, each once
             self._emit_in_step(req, rs_last, asked, answered, summaries)
@@ -1064,7 +1087,8 @@ cdef class ExchangeMatcher(FrameSink):
             if slot[1] is None:
                 slot[1] = p
         for where, (rq, rs) in merged.items():
-            partitions.add(connection_id, corr, key, ver, client_id, rq_last, rs_last, rq, rs,
-                           summaries.get(where) if summaries else None, replica)
+            partitions.add(connection_id=connection_id, correlation_id=corr, api_key=key, api_version=ver,
+                           client_id=client_id, request_last_ts=rq_last, response_last_ts=rs_last, asked=rq,
+                           answered=rs, summary=summaries.get(where) if summaries else None, replica_id=replica)
         if self._room_wanted(out.held_rows):
             out.make_room()

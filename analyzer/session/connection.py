@@ -26,7 +26,6 @@ _REQUEST_CANDIDATE = re.compile(rb"\x00[\x00-\xff]{3}\x00[\x00-\x7f]\x00[\x00-\x
 _INT32 = struct.Struct(">i")
 _INT16 = struct.Struct(">h")
 CORRELATION_WINDOW = 1 << 20  # how far past the last seen correlation id a client may have gone
-_NO_TLS = (None,) * 7  # the TLS columns of a plaintext connection's row
 
 
 def find_request(buf, start: int, end: int) -> int:
@@ -178,25 +177,29 @@ class Connection:
 
     def row(self) -> tuple:
         """The connections-table row (CONNECTION_ROW_FIELDS order)."""
-        b, c, m, tls = self.to_broker, self.to_client, self.matcher, self.tls
+        b, c, m, tls, rq, rs = self.to_broker, self.to_client, self.matcher, self.tls, self.requests, self.responses
         rtt = (self.handshake_ts - self.syn_ts) / 1e6 if self.syn_ts >= 0 and self.handshake_ts >= 0 else None
-        return (
-            self.conn_id, self.client_ip, self.client_port, self.broker_ip, self.broker_port,
-            self.first_ts, max(b.last_ts, c.last_ts, self.first_ts), b.packets, c.packets, b.wire_bytes, c.wire_bytes,
-            b.retransmitted + c.retransmitted, b.out_of_order + c.out_of_order, b.gap_bytes + c.gap_bytes,
-            b.gaps + c.gaps, b.payload_bytes + b.gap_bytes + c.payload_bytes + c.gap_bytes, rtt, self.syn_ts >= 0,
-            self.requests.frames, self.responses.frames,
-            m.unanswered, m.orphans, m.malformed, self.requests.resyncs + self.responses.resyncs,
-            self.requests.framed_bytes + self.responses.framed_bytes,
-            self.requests.skipped_bytes + self.responses.skipped_bytes,
-            self.requests.truncated_frames + self.responses.truncated_frames,
-            ",".join(sorted(c for c in m.client_ids if c is not None)) or None,
-            tls is not None or self.requests.tls or self.responses.tls,
-            *(_NO_TLS if tls is None else (tls.version_text, tls.cipher_text, tls.sni, tls.decrypted, tls.why_not,
-                                           tls.skipped_bytes(), tls.alerts_text)),
-            *(self.sasl.row() if self.sasl is not None else NO_SASL),
-            self.ended,
-        )
+        mechanism, principal, outcome = self.sasl.row() if self.sasl is not None else NO_SASL
+        values = {}
+        if tls is not None:
+            values = {"tls_version": tls.version_text, "tls_cipher": tls.cipher_text, "tls_sni": tls.sni,
+                      "tls_decrypted": tls.decrypted, "tls_note": tls.why_not, "tls_record_bytes": tls.skipped_bytes(),
+                      "tls_alerts": tls.alerts_text}
+        return _row_of(
+            connection_id=self.conn_id, client_ip=self.client_ip, client_port=self.client_port,
+            broker_ip=self.broker_ip, broker_port=self.broker_port, first_ts=self.first_ts,
+            last_ts=max(b.last_ts, c.last_ts, self.first_ts), packets_to_broker=b.packets, packets_to_client=c.packets,
+            bytes_to_broker=b.wire_bytes, bytes_to_client=c.wire_bytes,
+            retransmissions=b.retransmitted + c.retransmitted, out_of_order=b.out_of_order + c.out_of_order,
+            gap_bytes=b.gap_bytes + c.gap_bytes, gaps=b.gaps + c.gaps,
+            stream_bytes=b.payload_bytes + b.gap_bytes + c.payload_bytes + c.gap_bytes, handshake_rtt_ms=rtt,
+            syn_seen=self.syn_ts >= 0, requests=rq.frames, responses=rs.frames, unanswered=m.unanswered,
+            orphan_responses=m.orphans, malformed=m.malformed, resyncs=rq.resyncs + rs.resyncs,
+            framed_bytes=rq.framed_bytes + rs.framed_bytes, skipped_bytes=rq.skipped_bytes + rs.skipped_bytes,
+            truncated_frames=rq.truncated_frames + rs.truncated_frames,
+            client_ids=",".join(sorted(c for c in m.client_ids if c is not None)) or None,
+            tls=tls is not None or rq.tls or rs.tls, sasl_mechanism=mechanism, sasl_principal=principal,
+            sasl_outcome=outcome, ended=self.ended, **values)
 
 
 class KafkaConnections:

@@ -229,12 +229,6 @@ CONNECTIONS_SCHEMA = pa.schema([
        "for longer than its --idle-timeout)."),
 ])
 
-# Columns a row may leave out, just before its last (rows of connections that never carried a byte): null.
-_CONN_OPTIONAL = ("tls_version", "tls_cipher", "tls_sni", "tls_decrypted", "tls_note", "tls_record_bytes",
-                  "tls_alerts", "sasl_mechanism",
-                  "sasl_principal", "sasl_outcome")
-_NO_TLS = (None,) * len(_CONN_OPTIONAL)
-
 CONNECTION_ROW_FIELDS = tuple(f.name for f in CONNECTIONS_SCHEMA)[1:]
 
 _EXCHANGE_KEYS = [
@@ -819,8 +813,6 @@ def connections_batch(rows: list[tuple], capture_file: str) -> pa.RecordBatch:
     """Rows in CONNECTION_ROW_FIELDS order (timestamps as integer ns) to a batch of CONNECTIONS_SCHEMA."""
     n = len(rows)
     width = len(CONNECTION_ROW_FIELDS)
-    short = width - len(_CONN_OPTIONAL)
-    rows = [(*r[:-1], *_NO_TLS, r[-1]) if len(r) == short else r for r in rows]
     cols = list(zip(*rows, strict=True)) if rows else [()] * width
     arrays = [pa.array([capture_file] * n, pa.string())]
     for name, values in zip(CONNECTION_ROW_FIELDS, cols, strict=True):
