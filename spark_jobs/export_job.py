@@ -41,7 +41,7 @@ from analyzer.pipeline.options import Options, OptionSpec, analysis_specs, optio
 from analyzer.pipeline.run import FOLLOW_FILES, InputError, file_row
 from analyzer.pipeline.stitch import Stitcher, capture_sets, merge_connections, next_files
 from analyzer.pipeline.topic_ids import known_names, merge_names
-from analyzer.tables.schemas import FILES_SCHEMA, files_batch
+from analyzer.tables.schemas import FILES_SCHEMA, TABLES, files_batch
 from spark_jobs.analyse_task import analyse_partition
 from spark_jobs.envelope import ENVELOPE_DDL, REPORT, unpack_batches, unpack_report
 from spark_jobs.inputs import CaptureInput, group_files, list_captures
@@ -61,7 +61,7 @@ from spark_jobs.write_task import (
     write_rows,
 )
 
-ROW_TABLES = ("exchanges", "errors", "partitions", "connections", "cluster")
+ROW_TABLES = tuple(name for name, spec in TABLES.items() if spec.per_file and not spec.optional)
 TARGET_TASK_MB = 64  # small files are grouped into tasks of about this much capture data
 TASKS_PER_CORE = 4  # at least this many tasks per core, so a slow file does not leave the others idle
 

@@ -10,26 +10,16 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analyzer.tables.schemas import OPTIONAL_SCHEMAS, SCHEMAS
+from analyzer.tables.schemas import TABLES
 
 PARTITION_COLUMN = "capture_date"
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 
-DATE_SOURCES: dict[str, tuple[str, ...]] = {
-    "exchanges": ("request_first_ts", "response_first_ts"),
-    "errors": ("response_last_ts",),
-    "partitions": ("request_last_ts", "response_last_ts"),
-    "records": ("frame_ts",),
-    "connections": ("first_ts",),
-    "files": ("first_ts",),
-    "groups": ("rebalance_start", "ended"),
-    "cluster": ("first_seen",),
-    "deliveries": ("produced_ts",),
-}
+DATE_SOURCES: dict[str, tuple[str, ...]] = {name: spec.dated_by for name, spec in TABLES.items()}
 
 
 def base_schema(table: str) -> pa.Schema:
-    return SCHEMAS.get(table) or OPTIONAL_SCHEMAS[table]
+    return TABLES[table].schema
 
 
 def table_schema(table: str) -> pa.Schema:

@@ -33,12 +33,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from analyzer.tables.schemas import id_text
+from analyzer.tables.schemas import TABLES, id_text
 
 HOLD_BYTES = 64 << 20  # a table's held batches beyond this go to a temporary file
 UUID_FORM = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 _UUID = re.compile(UUID_FORM)
-SCALAR_TABLES = ("partitions", "errors", "records", "cluster")  # a topic and a topic_id column
+SCALAR_TABLES = tuple(name for name, spec in TABLES.items() if spec.names_topics)  # a topic and a topic_id column
 LIST_COLUMNS = {"exchanges": ("topics",)}  # lists of topic text (names, or unnamed ids' UUID form)
 # lists of structs with a topic field: a ConsumerGroupHeartbeat's assignment names its topics by id
 STRUCT_LIST_COLUMNS = {"exchanges": ("assignment",)}

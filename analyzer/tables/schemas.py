@@ -10,6 +10,7 @@ Timestamps are ``timestamp[us, UTC]`` because Spark cannot read nanosecond Parqu
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from functools import partial
 from itertools import chain, repeat
 from operator import itemgetter
@@ -1015,11 +1016,43 @@ def cluster_batch(rows: list[tuple], capture_file: str) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=CLUSTER_SCHEMA)
 
 
-SCHEMAS = {"exchanges": EXCHANGES_SCHEMA, "errors": ERRORS_SCHEMA, "partitions": PARTITIONS_SCHEMA,
-           "connections": CONNECTIONS_SCHEMA, "files": FILES_SCHEMA, "groups": GROUPS_SCHEMA,
-           "cluster": CLUSTER_SCHEMA}
-# Written only when asked for (kafkacap export --records, --deliveries): each costs a good share of an analysis.
-OPTIONAL_SCHEMAS = {"records": RECORDS_SCHEMA, "deliveries": DELIVERIES_SCHEMA}
+@dataclass(frozen=True)
+class TableSpec:
+    """One output table: its columns (the schema: names, Arrow types, documentation) and how the stages treat
+    it. The lists the writers, the Spark job and the topic-id naming use are made from these, so a new table is
+    one entry here plus the code that fills it."""
+
+    name: str
+    schema: pa.Schema
+    # Its rows come from the analysis of each file (or file shard), as the packets are read; otherwise it is
+    # made afterwards, from other tables (groups, deliveries) or from the files' reports (files).
+    per_file: bool
+    # Written only when asked for (kafkacap export --records, --deliveries): each costs a good share of a run.
+    optional: bool
+    # The capture time a row's date is taken from, for the Spark output's capture_date partitions (the first
+    # non-null one).
+    dated_by: tuple[str, ...]
+
+    @property
+    def names_topics(self) -> bool:
+        """A topic column with a topic_id beside it: unnamed ids are named from the whole run's names."""
+        return "topic" in self.schema.names and "topic_id" in self.schema.names
+
+
+TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (
+    TableSpec("exchanges", EXCHANGES_SCHEMA, True, False, ("request_first_ts", "response_first_ts")),
+    TableSpec("errors", ERRORS_SCHEMA, True, False, ("response_last_ts",)),
+    TableSpec("partitions", PARTITIONS_SCHEMA, True, False, ("request_last_ts", "response_last_ts")),
+    TableSpec("connections", CONNECTIONS_SCHEMA, True, False, ("first_ts",)),
+    TableSpec("files", FILES_SCHEMA, False, False, ("first_ts",)),
+    TableSpec("groups", GROUPS_SCHEMA, False, False, ("rebalance_start", "ended")),
+    TableSpec("cluster", CLUSTER_SCHEMA, True, False, ("first_seen",)),
+    TableSpec("records", RECORDS_SCHEMA, True, True, ("frame_ts",)),
+    TableSpec("deliveries", DELIVERIES_SCHEMA, False, True, ("produced_ts",)),
+)}
+
+SCHEMAS = {name: spec.schema for name, spec in TABLES.items() if not spec.optional}
+OPTIONAL_SCHEMAS = {name: spec.schema for name, spec in TABLES.items() if spec.optional}
 
 
 def files_batch(rows: list[tuple]) -> pa.RecordBatch:

@@ -1,4 +1,4 @@
-"""The compiled row writers say each field by the name the table declares it under.
+"""Each table declared once, and the compiled row writers say each field by the name it is declared under.
 
 A table's columns are declared once (``analyzer.tables.schemas``: name, Arrow type, documentation); the column
 buffers are made from that declaration, and the writers the core calls in C (``_columns.pxd``'s ``add``) take one
@@ -82,3 +82,23 @@ def test_the_connection_row_is_built_by_field() -> None:
     assert values["connection_id"] == 7 and values["client_ip"] == "10.0.0.1" and values["broker_port"] == 9092
     assert values["packets_to_broker"] == 3 and values["packets_to_client"] == 0 and values["tls_note"] is None
     assert values["syn_seen"] is True and values["ended"] == "fin" and values["last_ts"] == 9
+
+
+def test_each_table_is_declared_once_with_what_the_stages_need() -> None:
+    """The registry the writers, the Spark job and the topic naming read: every table's date columns are capture
+    times of its own schema, and the tables named as carrying topic ids are those with both columns."""
+    import pyarrow as pa
+
+    from analyzer.pipeline.topic_ids import SCALAR_TABLES
+    from analyzer.tables.schemas import OPTIONAL_SCHEMAS, SCHEMAS, TABLES
+    from spark_jobs.export_job import ROW_TABLES
+    from spark_jobs.schemas import DATE_SOURCES
+
+    assert set(TABLES) == set(SCHEMAS) | set(OPTIONAL_SCHEMAS) and not set(SCHEMAS) & set(OPTIONAL_SCHEMAS)
+    for name, spec in TABLES.items():
+        assert spec.name == name and spec.dated_by, name
+        for column in spec.dated_by:
+            assert pa.types.is_timestamp(spec.schema.field(column).type), (name, column)
+    assert DATE_SOURCES == {name: spec.dated_by for name, spec in TABLES.items()}
+    assert set(SCALAR_TABLES) == {"partitions", "errors", "records", "cluster"}
+    assert set(ROW_TABLES) == {"exchanges", "errors", "partitions", "connections", "cluster"}
