@@ -11,7 +11,6 @@ budget, none of which may raise out of a summary.
 from __future__ import annotations
 
 import gzip
-import json
 import random
 import struct
 import zlib
@@ -19,27 +18,23 @@ from functools import cache
 
 import cramjam
 import lz4.frame
-import pyarrow as pa
 import pytest
 import xxhash
 import zstandard
+from dissectors.kafka.records_summary import summary_at
 
-from analyzer.pipeline.analyze import Options, analyze_file
 from dissectors.kafka import codecs
 from dissectors.kafka.decoder import RecordsRef, decode
-from dissectors.kafka.records import Limits, batches, payload_size, records, summarize, summary_at
+from dissectors.kafka.records import Limits, batches, payload_size, records, summarize
+from tests.helpers import SAMPLES, analyze_tables, broker_port
 from tests.test_decoder import kafka_frames
-from tests.test_records import SAMPLES, v2_batch
+from tests.test_records import v2_batch
 
 CODEC_SAMPLES = ("tansu_confluent_codecs", "tansu_kafka_python_codecs", "tansu_aiokafka_codecs")
 LEGACY_SAMPLES = ("kafka09_legacy",)
 PRODUCE, FETCH = 0, 1
 V2_HEADER = 61
 CODECS = {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
-
-
-def port_of(name: str) -> int:
-    return json.loads((SAMPLES / f"{name}.truth.json").read_text())["broker"]["port"]
 
 
 def _walk(value, topic, out: list) -> None:
@@ -63,7 +58,7 @@ def records_fields(name: str) -> tuple:
     response partition with records, as the full decoder locates them."""
     out = []
     for response, key, version, corr, port, frame, body in kafka_frames(SAMPLES / f"{name}.pcap",
-                                                                         (port_of(name),)):
+                                                                         (broker_port(name),)):
         if (key, response) not in ((PRODUCE, False), (FETCH, True)):
             continue
         found: list = []
@@ -136,10 +131,8 @@ def expected_uncompressed(data: bytes) -> int | None:
 
 
 def analysed(name: str, records: bool) -> dict[str, list[dict]]:
-    tables: dict[str, list] = {}
-    analyze_file(str(SAMPLES / f"{name}.pcap"), Options(ports=(port_of(name),), records=records),
-                 lambda table, batch: tables.setdefault(table, []).append(batch))
-    return {t: pa.Table.from_batches(b).to_pylist() for t, b in tables.items()}
+    tables = analyze_tables(SAMPLES / f"{name}.pcap", ports=(broker_port(name),), records=records)
+    return {t: table.to_pylist() for t, table in tables.items()}
 
 
 @cache
@@ -497,11 +490,11 @@ def test_the_compiled_lz4_and_gzip_readings_equal_the_reference_on_random_frames
 
 def test_lz4_and_gzip_sizes_are_read_in_c(monkeypatch):
     """The compiled summary asks the Python reading for nothing when an lz4 or gzip size is plausible."""
-    from dissectors.kafka import _records
+    from dissectors.kafka import records_summary
 
     def refuse(*args):
         raise AssertionError("called the Python reading")
-    monkeypatch.setattr(_records, "_payload_size", refuse)
+    monkeypatch.setattr(records_summary, "_payload_size", refuse)
     for codec, payload in ((3, lz4_undeclared(RAW)), (3, lz4.frame.compress(RAW, store_size=True)),
                            (1, gzip.compress(RAW))):
         data = v2_batch(codec, payload, 5)

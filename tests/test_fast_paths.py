@@ -1,6 +1,6 @@
 """The export's fast paths give exactly what the general code gives.
 
-- ``records.summary_at`` (one pass over v2 batch headers) against ``summarize(batches(...))`` on every records
+- ``records_summary.summary_at`` (one pass over v2 batch headers) against ``summarize(batches(...))`` on every records
   field of the sample and public captures, whole, cut at every kind of place, and with bytes damaged;
 - the batch builders (rows written into column buffers, drained as Arrow arrays, offsets coalesced per column)
   against a plain column-by-column build written here, on the rows of real captures, with topic ids mixed in;
@@ -19,7 +19,7 @@ from functools import partial
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from dissectors.kafka._records import held_summary_at
+from dissectors.kafka.records_summary import held_summary_at, summary_at
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,7 +28,7 @@ from analyzer.session.matching import RecordRows
 from analyzer.tables import schemas as tables
 from analyzer.tables._columns import ErrorColumns, ExchangeColumns, PartitionColumns
 from dissectors.kafka.extract import PartitionEntry
-from dissectors.kafka.records import NO_SUMMARY, Limits, RecordsError, batches, summarize, summary_at
+from dissectors.kafka.records import NO_SUMMARY, Limits, RecordsError, batches, summarize
 from tests import craft
 from tests.test_records import FETCH, PRODUCE, PUBLIC, SAMPLES, public_spans, record_spans
 

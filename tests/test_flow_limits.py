@@ -6,10 +6,10 @@ from __future__ import annotations
 import struct
 
 import pytest
+from analyzer.tcp.flows import EVICTED_NOTE, FlowTable
 
 from analyzer.pipeline.analyze import Options, flow_table
 from analyzer.tables.schemas import CONNECTION_ROW_FIELDS, connections_batch
-from analyzer.tcp.flows import EVICTED_NOTE, FlowTable
 from tests.craft import heartbeat_request, heartbeat_response
 
 SYN, FIN, PSH, ACK = 0x02, 0x01, 0x08, 0x10

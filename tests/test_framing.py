@@ -7,11 +7,11 @@ import random
 import struct
 
 import pytest
+from dissectors.kafka.framing import SCAN_WINDOW, FrameSplitter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analyzer.session.connection import find_request
-from dissectors.kafka.framing import SCAN_WINDOW, FrameSplitter
 from dissectors.kafka.headers import looks_like_request
 from tests import craft
 

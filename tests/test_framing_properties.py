@@ -11,14 +11,14 @@ import struct
 from pathlib import Path
 
 import pytest
+from dissectors.kafka.framing import DEFAULT_KEEP, DEFAULT_MAX_FRAME, SCAN_WINDOW, FrameSplitter
+from dissectors.sink import ByteSink
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import analyzer.session.connection as connection
 from analyzer.pipeline.analyze import Options, analyze_file
 from analyzer.session.connection import find_request
-from analyzer.tcp.reassembly import ByteSink
-from dissectors.kafka.framing import DEFAULT_KEEP, DEFAULT_MAX_FRAME, SCAN_WINDOW, FrameSplitter
 from dissectors.kafka.headers import looks_like_request
 from tests import craft, hostile
 

@@ -18,10 +18,11 @@ from functools import cache
 
 import cramjam
 import pytest
+from analyzer.tcp.reassembly import HalfStream
+from dissectors.sink import ByteSink
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analyzer.tcp.reassembly import MASK32, ByteSink, HalfStream
 from dissectors.kafka import codecs
 from dissectors.kafka.codecs import DecompressionRefused
 from dissectors.kafka.decoder import decode
@@ -41,6 +42,7 @@ from tests.test_roundtrip import (
     snake,
 )
 
+MASK32 = 0xFFFFFFFF  # sequence numbers wrap at 2**32
 QUICK = settings(max_examples=40, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 
 

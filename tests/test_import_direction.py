@@ -31,10 +31,8 @@ KNOWN_BACKWARD: set[tuple[str, str]] = set()
 KNOWN_PRIVATE = {
     ("analyzer/session/_matching.pyx", "analyzer.tables._columns"),
     ("analyzer/session/_matching.pyx", "dissectors.kafka._extract"),
-    ("analyzer/session/_matching.pyx", "dissectors.kafka._records"),
     ("analyzer/session/_matching.pyx", "dissectors.kafka._wire"),
     ("analyzer/session/matching.py", "analyzer.tables._columns"),
-    ("analyzer/tables/_columns.pxd", "dissectors.kafka._records"),
     ("analyzer/tables/_columns.pyx", "dissectors.kafka._extract"),
 }
 PACKAGES = ("analyzer", "dissectors", "spark_jobs")

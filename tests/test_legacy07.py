@@ -23,11 +23,11 @@ from pathlib import Path
 
 import dpkt
 import pytest
+from dissectors.kafka.framing import FrameSplitter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dissectors.kafka.errors import error_name
-from dissectors.kafka.framing import FrameSplitter
 from dissectors.kafka.headers import looks_like_request
 from dissectors.kafka.legacy07 import (
     ERROR_NAMES_07,

@@ -20,7 +20,7 @@ from libc.string cimport memcmp
 from analyzer.tables._columns cimport Endpoints, ErrorColumns, ExchangeColumns, PartitionColumns
 from dissectors.sink cimport FrameSink
 from dissectors.kafka._extract cimport E_PARTITION, E_RECORD_BYTES, E_RECORDS_OFFSET, Entry, extract_from
-from dissectors.kafka._records cimport RecordsSummary, records_summary_at
+from dissectors.kafka.records_summary cimport RecordsSummary, records_summary_at
 from dissectors.kafka._wire cimport Cursor, cursor_init, rd_i16, rd_i32
 
 from analyzer.session import matching as _m

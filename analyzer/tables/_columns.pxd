@@ -13,7 +13,7 @@ cimport cython
 from cpython.ref cimport PyObject
 from libc.stdint cimport int32_t, int64_t, uint8_t
 
-from dissectors.kafka._records cimport RecordsSummary
+from dissectors.kafka.records_summary cimport RecordsSummary
 
 cdef enum:
     MAX_OFFSETS = 16  # room for PARTITION_OFFSET_FIELDS

@@ -15,6 +15,11 @@ The last batch of a Fetch response is often cut at the fetch size limit; that is
 ``truncated=True``, not an error. Malformed data raises :class:`RecordsError`; decompression past the
 :class:`Limits` raises (or, in :func:`batches`, reports) :class:`DecompressionRefused`. No other exception
 type escapes.
+
+The summary of a records field that the partition rows carry, ``summarize(batches(...))``, has a compiled fast
+path for plain v2 batches, :mod:`dissectors.kafka.records_summary`, which hands everything else back to this
+module. This module imports nothing from it: it is the general path, and the reference the compiled one is
+tested against.
 """
 
 from __future__ import annotations
@@ -37,7 +42,6 @@ from dissectors.kafka.codecs import (
 )
 
 __all__ = ["BatchInfo", "RecordInfo", "Limits", "batches", "records", "summarize", "NO_SUMMARY",
-           "summary_at",  # noqa: F822 - given by the module's __getattr__ (the compiled summary)
            "RecordsError", "CorruptData", "DecompressionRefused", "TRACE_HEADERS"]
 
 # RecordBatch v2: baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
@@ -669,12 +673,3 @@ def _legacy_records(buf, message: _Message, limits: Limits) -> Iterator[RecordIn
         timestamp = message.timestamp if log_append else m.timestamp
         yield _new(RecordInfo, (m.offset + shift, timestamp, m.key_size, m.value_size, [], None))
 
-
-def __getattr__(name: str):
-    """``summary_at``, the compiled summary (it calls back into this module), imported when first asked for: the
-    compiled modules that read its summaries import it first, and it imports this module."""
-    if name == "summary_at":
-        from dissectors.kafka._records import summary_at
-
-        return summary_at
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,8 +12,9 @@ from __future__ import annotations
 import random
 import struct
 
-from analyzer.session.connection import find_request
 from dissectors.kafka.framing import SCAN_WINDOW, FrameSplitter
+
+from analyzer.session.connection import find_request
 from dissectors.kafka.headers import looks_like_request
 
 

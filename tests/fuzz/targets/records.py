@@ -10,7 +10,9 @@ once.
 
 from __future__ import annotations
 
-from dissectors.kafka.records import Limits, RecordsError, batches, records, summary_at
+from dissectors.kafka.records_summary import summary_at
+
+from dissectors.kafka.records import Limits, RecordsError, batches, records
 
 ALLOWED = (RecordsError,)
 

@@ -8,10 +8,12 @@ out-of-order buffer stays within its bounds.
 
 from __future__ import annotations
 
-from analyzer.tcp.reassembly import MASK32, ByteSink, HalfStream
+from analyzer.tcp.reassembly import HalfStream
+from dissectors.sink import ByteSink
 
 ALLOWED: tuple[type[BaseException], ...] = ()
 
+MASK32 = 0xFFFFFFFF  # sequence numbers wrap at 2**32
 MAX_BYTES = 4096
 MAX_SEGMENTS = 16
 PATTERN = bytes((i * 131 + 7) & 0xFF for i in range(512))  # byte at sequence number s: PATTERN[s % 256]

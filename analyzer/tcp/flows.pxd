@@ -1,9 +1,9 @@
 # cython: language_level=3
-"""The flow table (``_flows.pyx``): what the bulk path uses of it besides its Python attributes."""
+"""The flow table (``flows.pyx``): what the bulk path uses of it besides its Python attributes."""
 
 from libc.stdint cimport int64_t
 
-from analyzer.tcp._reassembly cimport HalfStream
+from analyzer.tcp.reassembly cimport HalfStream
 
 
 # Markers the table holds for flows that have no half-stream (yet).

@@ -2,14 +2,14 @@
 """The records summary of one partition's ``records`` field, compiled: the common case of v2 batches whose
 headers are all in view, read header by header straight into the totals.
 
-``records_summary_at`` is the entry point for compiled callers, over a buffer they hold: the v2 path answers a
-``RecordsSummary`` (C fields, read as the summary tuple where Python reads it). ``summary_at`` is the Python
-one, which returns the tuple of :func:`dissectors.kafka.records.summarize` (``RECORD_SUMMARY_FIELDS`` in
-analyzer/tables). Both hand anything else (legacy message sets, a header cut short, a malformed length) to
-the general path in ``dissectors.kafka.records``, which stays the reference. Uncompressed batches stay in C;
-the payload size of a compressed one comes from ``records.payload_size``, called once the whole field is known
-to be plain v2 (so that a field handed to the general path is not measured, and charged to the decompression
-budget, twice).
+``records_summary_at`` is the entry point for compiled callers (``records_summary.pxd``), over a buffer they
+hold: the v2 path answers a ``RecordsSummary`` (C fields, read as the summary tuple where Python reads it).
+``summary_at`` is the Python one, which returns the tuple of :func:`dissectors.kafka.records.summarize`
+(``RECORD_SUMMARY_FIELDS`` in analyzer/tables). Both hand anything else (legacy message sets, a header cut short,
+a malformed length) to the general path in :mod:`dissectors.kafka.records`, which stays the reference and which
+this module calls one way (it imports nothing from here). Uncompressed batches stay in C; the payload size of a
+compressed one comes from ``records.payload_size``, called once the whole field is known to be plain v2 (so
+that a field handed to the general path is not measured, and charged to the decompression budget, twice).
 """
 
 cimport cython

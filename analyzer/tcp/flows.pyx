@@ -1,21 +1,37 @@
 # cython: language_level=3
-"""The flow table, compiled: the per-packet loop and the handshake, close and marker handling of
-:mod:`analyzer.tcp.flows` (which states what the table does and why), with the half-streams driven in C."""
+"""The flow table: routes each captured TCP packet to its connection's half-stream.
+
+The table maps the capture key of each direction (src addr + dst addr + ports) straight to that direction's
+``HalfStream``, so the common packet costs one dict lookup and a few integer operations in C; every other kind
+of entry (flows to ignore, flows being probed for Kafka, a handshake waiting for its last ACK) is a small marker
+object handled off the fast path. Connections are created when a flow is first seen on a Kafka port (or, with
+port detection, once a request-shaped frame is seen on it), replaced when a new SYN reuses the same ports, and
+retired some time after they close so memory follows the open connections, not the length of the capture.
+
+Hostile or broken traffic can open connections without end (a SYN flood, a scan, a capture that misses every
+FIN). A client's SYN is held as a small marker until anything else is seen on its flow, when the connection
+is built and the SYN replayed into it (a flood of unanswered SYNs costs a marker each, not a connection); the
+table holds at most ``max_half_open`` such markers, ``max_connections`` connections and ``max_probes`` flows
+under port detection.
+Past the limit the least valuable state goes first (connections that never carried a byte, then the longest
+idle), closed as ``evicted`` with their requests in flight reported, and counted in ``evicted``; packets that
+come later for an evicted flow start a new connection mid-stream, as at the start of a capture.
+
+Compiled: the per-packet loop and the handshake, close and marker handling, with the half-streams driven in C;
+``flows.pxd`` declares what the bulk path uses of the table besides its Python attributes.
+"""
 
 import struct
 
 from libc.stdint cimport int64_t
 
-from analyzer.tcp._reassembly cimport SHORT, HalfStream
+from analyzer.tcp.reassembly cimport ACK, FIN, RST, SHORT, SYN, HalfStream
 
 from analyzer.tcp.keys import reverse_key, split_key
 from analyzer.tcp.shards import ShardPlan
 
-cdef enum:
-    FIN = 0x01
-    SYN = 0x02
-    RST = 0x04
-    ACK = 0x10
+__all__ = ["EVICTED_NOTE", "EVICT_SHARE", "IGNORED", "MAX_CONNECTIONS", "MAX_HALF_OPEN", "MAX_IGNORED", "MAX_PROBES",
+           "MAX_SYN_REPEATS", "PROBE_DATA_PACKETS", "PROBE_PACKETS", "RETIRE_AFTER_NS", "FlowTable"]
 
 cdef int64_t MASK32 = 0xFFFFFFFF
 cdef int64_t HALF32 = 0x80000000

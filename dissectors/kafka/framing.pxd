@@ -12,7 +12,7 @@ from dissectors.sink cimport ByteSink, FrameSink
 
 cdef class FrameSplitter(ByteSink):
     # Callbacks: on_frame(first_ts, first_no, last_ts, last_no, size, head, lossy); validate(buf, off, end, size,
-    # fresh) -> bool; find(buf, start, end) -> candidate index or -1 (dissectors.kafka.framing documents them),
+    # fresh) -> bool; find(buf, start, end) -> candidate index or -1 (framing.pyx documents them),
     # each called with ``owner`` first when there is one.
     cdef object on_frame, validate, find, owner
     # Or, instead of on_frame, a frame sink called in C, told whether this stream carries responses.

@@ -1,29 +1,52 @@
 # cython: language_level=3
-"""The flow table's bulk path, compiled: :mod:`analyzer.tcp.bulk` states what it does and why.
+"""The flow table's bulk path: a chunk of packets in columns, handled a connection at a time.
 
-Everything is C over typed views of the chunk's columns (numpy arrays, from the capture layer): one pass in
-packet order decides which packets are regular and what each direction's sequence numbers would be; the walk
-over connections, runs and the packets a framer must read bisects on the running byte counts, counts bytes off
-or collects heads through the byte sinks' declared interface (``dissectors/sink.pxd``), and hands the
-irregular packets to the flow table's per-packet step without building packet tuples."""
+Most packets of a Kafka capture change nothing but counters: an ACK for bytes already seen, a segment in
+the middle of a frame body or of a frame head being collected. Here one pass over a chunk's columns finds
+that out for all its packets, and the walk over them only visits the packets that matter:
+
+- a packet is *regular* when it has no SYN, FIN or RST, carries its whole payload, continues its direction's
+  byte stream exactly, and acknowledges no byte the capture has not shown of the other direction. Whether
+  it does is decided for the whole chunk at once, against the sequence numbers the flows would have if
+  every packet before it were regular; a run of regular packets is taken in bulk only when the flows'
+  actual state matches that prediction where the run starts. A run changes the TCP state by sums
+  (packets, bytes, next sequence number);
+- within such a run, the framers see only the packets where a frame body ends or a head is complete
+  (found by bisecting the running byte count); the segments between are counted off, or appended to the
+  head in progress, in bulk; the two directions' frames are handed on in packet order, so requests and
+  responses reach the matcher as they would packet by packet;
+- any other packet (loss, reordering, a handshake, a new flow, a flow being probed) goes through the
+  ordinary per-packet loop (``FlowTable.feed``) and the bulk path resumes after it.
+
+Connections are independent, so they are taken one after another within a chunk; the rows come out
+grouped by connection within each chunk instead of interleaved (the tables' row order is not part of their
+meaning). The result is otherwise exactly what the per-packet loop gives (tests compare the two).
+
+Compiled: everything is C over typed views of the chunk's columns (numpy arrays, from the capture layer): one
+pass in packet order decides which packets are regular and what each direction's sequence numbers would be; the
+walk over connections, runs and the packets a framer must read bisects on the running byte counts, counts bytes
+off or collects heads through the byte sinks' declared interface (``dissectors/sink.pxd``), and hands the
+irregular packets to the flow table's per-packet step without building packet tuples.
+"""
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport int64_t, uint8_t
 
 import numpy as np
 
-from analyzer.tcp._flows cimport FlowTable
-from analyzer.tcp._reassembly cimport HOLDING, HalfStream
+from analyzer.tcp.flows cimport FlowTable
+from analyzer.tcp.reassembly cimport ACK, HOLDING, HalfStream
 from dissectors.sink cimport ByteSink
 
 from analyzer.capture.chunks import number_keys
 from analyzer.capture.linklayer import NO_PAYLOAD
+from analyzer.tcp.flows import IGNORED
 from analyzer.tcp.keys import reverse_key
-from analyzer.tcp._flows import IGNORED
 from analyzer.tcp.shards import work_per_key
 
+__all__ = ["feed_chunk"]
+
 cdef enum:
-    ACK = 0x10
     PER_PACKET_STEP = 8  # packets fed one by one before checking again whether a connection can go back to bulk
     PREFETCH_BYTES = 512  # of a payload, asked for ahead of its read: a request's header and the start of its body
 

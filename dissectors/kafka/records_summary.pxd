@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""What compiled callers take from the records summary (see _records.pyx)."""
+"""What compiled callers take from the records summary (``records_summary.pyx`` states what it does)."""
 
 from libc.stdint cimport int64_t, uint8_t, uint32_t
 

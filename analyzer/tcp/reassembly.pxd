@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""One direction's TCP reassembly (``_reassembly.pyx``): what the flow table and the bulk path use of it.
+"""One direction's TCP reassembly (``reassembly.pyx``): what the flow table and the bulk path use of it.
 
 Within the TCP layer the flow table and the bulk path read the sequence state (``next_seq``, ``fin_seq``,
 ``isn``, ``state``) and count whole packets in (``packets``, ``set_last_ts``, ``take``/``take_run``); everything
@@ -9,6 +9,13 @@ that changes the byte stream goes through the methods, which hand the sink its b
 from libc.stdint cimport int32_t, int64_t, uint8_t
 
 from dissectors.sink cimport ByteSink
+
+# TCP header flags (cpdef: Python callers read them from the module too).
+cpdef enum:
+    FIN = 0x01
+    SYN = 0x02
+    RST = 0x04
+    ACK = 0x10
 
 # Bits of HalfStream.state.
 cdef enum:
