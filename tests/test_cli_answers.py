@@ -6,39 +6,26 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 
-from analyzer.cli.commands import main
 from dissectors.kafka.errors import ERRORS, EXPECTED_ERRORS
+from tests.helpers import GROUP, SAMPLES, broker_port, invoke, kafkacap, truth
 
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_pcaps"
-GROUP = str(SAMPLES / "tansu_consumer_group.pcap")
 WAITS = {"Fetch", "JoinGroup", "SyncGroup"}
 
 
-def run(*args: str) -> str:
-    result = CliRunner().invoke(main, [*args, "--no-progress"] if args[0] != "apis" else list(args))
-    assert result.exit_code == 0, result.output
-    return result.stdout
+def run(*args: object) -> str:
+    return kafkacap(*args, "--no-progress") if args[0] != "apis" else kafkacap(*args)
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("export") / "out"
-    run("export", GROUP, "-o", str(out))
-    return out
+def group_rows(group_export) -> list[dict]:
+    return pq.read_table(group_export / "exchanges.parquet").to_pylist()
 
 
-@pytest.fixture(scope="module")
-def group_rows(exported) -> list[dict]:
-    return pq.read_table(exported / "exchanges.parquet").to_pylist()
-
-
-def test_summary_json_holds_the_tables_figures(group_rows, exported):
+def test_summary_json_holds_the_tables_figures(group_rows, group_export):
     doc = json.loads(run("summary", GROUP, "--json"))
     assert doc["format"] == 2
     assert sum(a["requests"] for a in doc["apis"]) == len(group_rows)
@@ -47,7 +34,7 @@ def test_summary_json_holds_the_tables_figures(group_rows, exported):
         per_api[(r["api_name"], r["api_version"])] = per_api.get((r["api_name"], r["api_version"]), 0) + 1
     assert {(a["api_name"], a["api_version"]): a["requests"] for a in doc["apis"]} == per_api
     # The capture's span is the file's first to last packet (the files table), which holds every exchange.
-    (f,) = pq.read_table(exported / "files.parquet").to_pylist()
+    (f,) = pq.read_table(group_export / "files.parquet").to_pylist()
     stamps = [r[c] for r in group_rows for c in ("request_first_ts", "response_last_ts") if r[c] is not None]
     assert f["first_ts"] <= min(stamps) and max(stamps) <= f["last_ts"]
     assert doc["capture"]["first"] == f["first_ts"].isoformat(timespec="microseconds")
@@ -66,9 +53,9 @@ def test_rebalance_steps_are_not_failures(group_rows):
     """Each member of the recorded group joins first with KIP-394's MEMBER_ID_REQUIRED, and the first member
     is told to rejoin by Heartbeat's REBALANCE_IN_PROGRESS when the second joins: protocol steps, counted
     apart; no JoinGroup failed, and the clients logged no deliberate error."""
-    truth = json.loads(Path(GROUP).with_suffix(".truth.json").read_text())
-    members = len(truth["groups"]["billing"]["members"])
-    assert not truth["errors"]
+    told = truth(GROUP)
+    members = len(told["groups"]["billing"]["members"])
+    assert not told["errors"]
     steps = [(r["api_name"], r["error_name"]) for r in group_rows if r["status"] == "error"]
     assert steps.count(("JoinGroup", "MEMBER_ID_REQUIRED")) == members
     assert ("Heartbeat", "REBALANCE_IN_PROGRESS") in steps
@@ -123,8 +110,7 @@ def test_one_timestamp_form_in_exports_and_listings(tmp_path, group_rows):
 
 def test_ipv6_addresses_are_bracketed():
     capture = str(SAMPLES / "tansu_ipv6_confluent.pcapng")
-    truth = json.loads((SAMPLES / "tansu_ipv6_confluent.truth.json").read_text())
-    port = str(truth["broker"]["port"])
+    port = str(broker_port(capture))
     text = run("exchanges", capture, "--port", port, "--limit", "0")
     assert f"[::1]:{port}" in text
     assert json.loads(run("summary", capture, "--port", port, "--json"))["brokers"][0]["broker_ip"] == "::1"
@@ -132,7 +118,7 @@ def test_ipv6_addresses_are_bracketed():
 
 
 def test_an_unknown_api_name_is_refused_with_a_suggestion():
-    result = CliRunner().invoke(main, ["exchanges", GROUP, "--api", "Fetchh"])
+    result = invoke("exchanges", GROUP, "--api", "Fetchh")
     assert result.exit_code == 2
     assert "did you mean Fetch" in result.output
 

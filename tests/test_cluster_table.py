@@ -5,31 +5,25 @@ tshark's reading of the same Metadata responses."""
 from __future__ import annotations
 
 import datetime as dt
-import json
-import shutil
 import subprocess
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 
 from analyzer.cli.cluster_view import cluster_rows
-from analyzer.cli.commands import main as cli
-from analyzer.pipeline.analyze import Options, analyze_file
 from analyzer.tables.schemas import CLUSTER_SCHEMA, SCHEMAS
+from tests.helpers import SAMPLES, analyze_tables, kafkacap, needs_tshark, pcap_records, split_capture, truth
 
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_pcaps"
 CLUSTER = SAMPLES / "kafka44_cluster.pcap"
-TRUTH = json.loads(CLUSTER.with_suffix(".truth.json").read_text())["cluster"]
+TRUTH = truth(CLUSTER)["cluster"]
 
 
 def _table(path: Path) -> pa.Table:
-    got: dict[str, list] = {}
-    report = analyze_file(str(path), Options(), lambda t, b: got.setdefault(t, []).append(b))
-    assert report.error is None
-    return pa.Table.from_batches(got.get("cluster", []), CLUSTER_SCHEMA)
+    tables = analyze_tables(path, all_tables=True)
+    assert tables.report.error is None
+    return tables["cluster"]
 
 
 @pytest.fixture(scope="module")
@@ -113,10 +107,10 @@ def test_summary_section_reports_the_moves(cluster):
 
 
 def test_single_broker_leads_everything():
-    truth = json.loads((SAMPLES / "kafka44_java_clients.truth.json").read_text())["broker"]
+    broker = truth("kafka44_java_clients")["broker"]
     rows = _table(SAMPLES / "kafka44_java_clients.pcap").to_pylist()
     brokers = [r for r in rows if r["kind"] == "broker"]
-    assert {(r["host"], r["port"]) for r in brokers} == {(truth["host"], truth["port"])}
+    assert {(r["host"], r["port"]) for r in brokers} == {(broker["host"], broker["port"])}
     node = {r["node_id"] for r in brokers}
     assert len(node) == 1
     parts = [r for r in rows if r["kind"] == "partition"]
@@ -140,7 +134,7 @@ def _tshark_responses(path: Path) -> list[tuple[int, str, list[int], list[int]]]
     return found
 
 
-@pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark not installed")
+@needs_tshark
 @pytest.mark.parametrize("sample", ["kafka44_kcat.pcap", "tansu_admin.pcap", "kafka09_legacy.pcap"])
 def test_leaders_agree_with_tshark(sample):
     responses = _tshark_responses(SAMPLES / sample)
@@ -155,19 +149,11 @@ def test_leaders_agree_with_tshark(sample):
 
 def test_rotated_set_keeps_the_rows(tmp_path):
     """The capture cut in three files as tcpdump -C names them: one capture_set, frames counted across it."""
-    data = CLUSTER.read_bytes()
-    header, pos, records = data[:24], 24, []
-    while pos + 16 <= len(data):
-        caplen = int.from_bytes(data[pos + 8:pos + 12], "little")
-        records.append(data[pos:pos + 16 + caplen])
-        pos += 16 + caplen
+    _, records = pcap_records(CLUSTER)
     folder = tmp_path / "set"
-    folder.mkdir()
     third = len(records) // 3
-    for i, part in enumerate((records[:third], records[third:2 * third], records[2 * third:])):
-        (folder / ("cap.pcap" + (str(i) if i else ""))).write_bytes(header + b"".join(part))
-    result = CliRunner().invoke(cli, ["export", str(folder), "-o", str(tmp_path / "out"), "--no-progress"])
-    assert result.exit_code == 0, result.output
+    split_capture(CLUSTER, folder, [third, 2 * third])
+    kafkacap("export", folder, "-o", tmp_path / "out", "--no-progress")
     rows = pq.read_table(tmp_path / "out" / "cluster.parquet").to_pylist()
     assert {r["capture_file"] for r in rows} == {"cap.pcap"}
     assert max(r["last_frame"] for r in rows) <= len(records)

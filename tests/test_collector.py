@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import gc
 import weakref
-from pathlib import Path
 
 import pytest
 
 from analyzer.pipeline.analyze import Options, analyze_file
 from analyzer.pipeline.collector import YOUNG_THRESHOLD, collector_tuned
-
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_pcaps"
+from tests.helpers import SAMPLES
 
 
 class _Node:

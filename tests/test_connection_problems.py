@@ -8,40 +8,28 @@ which packet), and the samples' truth (which client was refused, whose keys were
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from analyzer.cli.connection_problems import problem_rows
-from analyzer.pipeline.analyze import Options, analyze_file
-from analyzer.tls.keylog import read_keylog
+from tests.helpers import SAMPLES, TSHARK, analyze_tables, broker_port, needs_tshark, run_cli, sample_keylog
+from tests.helpers import truth as _truth
 
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_pcaps"
 TLS_SAMPLES = ["tansu_tls", "tansu_tls_resume", "kafka44_ssl", "kafka44_sasl_ssl"]
-TSHARK = shutil.which("tshark")
 _LEVELS = {1: "warning", 2: "fatal"}
 _NAMES = {0: "close_notify", 50: "decode_error", 40: "handshake_failure", 48: "unknown_ca", 80: "internal_error"}
 
 
-def _truth(name: str) -> dict:
-    return json.loads((SAMPLES / f"{name}.truth.json").read_text())
-
-
 def _connections(name: str) -> pa.Table:
-    port = _truth(name)["broker"]["port"]
-    batches: list[pa.RecordBatch] = []
-    analyze_file(SAMPLES / f"{name}.pcap", Options(ports=(port,), tls_keys=read_keylog(SAMPLES / f"{name}.keys.log")),
-                 lambda table, batch: batches.append(batch) if table == "connections" else None)
-    return pa.Table.from_batches(batches)
+    capture = SAMPLES / f"{name}.pcap"
+    return analyze_tables(capture, ports=(broker_port(name),), tls_keys=sample_keylog(capture))["connections"]
 
 
 def _tshark_alerts(name: str) -> set[tuple[int, str, str, str]]:
     """(packet, level, description, sender) of every alert tshark reads, decrypting with the same key log."""
-    port = _truth(name)["broker"]["port"]
+    port = broker_port(name)
     out = subprocess.run(
         [TSHARK, "-n", "-r", str(SAMPLES / f"{name}.pcap"), "-o", f"tls.keylog_file:{SAMPLES / f'{name}.keys.log'}",
          "-d", f"tcp.port=={port},tls", "-Y", "tls.alert_message", "-T", "fields", "-e", "frame.number",
@@ -56,7 +44,7 @@ def _tshark_alerts(name: str) -> set[tuple[int, str, str, str]]:
     return alerts
 
 
-@pytest.mark.skipif(TSHARK is None, reason="tshark is not installed")
+@needs_tshark
 @pytest.mark.parametrize("name", TLS_SAMPLES)
 def test_tls_alerts_are_the_ones_tshark_reads(name: str) -> None:
     conns = _connections(name)
@@ -100,9 +88,8 @@ def test_the_refused_client_and_the_withheld_keys_are_named_with_the_errors() ->
 
 def test_the_summary_shows_the_alerts_and_counts_no_tls_bytes_as_skipped() -> None:
     name = "tansu_tls"
-    out = subprocess.run([sys.executable, "-m", "analyzer.cli", "summary", "--json", "--port",
-                          str(_truth(name)["broker"]["port"]), "--tls-keylog", str(SAMPLES / f"{name}.keys.log"),
-                          str(SAMPLES / f"{name}.pcap")], capture_output=True, text=True, check=True, timeout=300)
+    out = run_cli("summary", "--json", "--port", broker_port(name), "--tls-keylog", SAMPLES / f"{name}.keys.log",
+                  SAMPLES / f"{name}.pcap", check=True)
     doc = json.loads(out.stdout)
     assert doc["connections"]["skipped_bytes"] == 0
     alerts = [r for r in doc["connection_failures"] if r["kind"] == "TLS alert"]

@@ -18,22 +18,17 @@ from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
 
 from analyzer.capture import files as capture_module
-from analyzer.cli.summary import Collector
-from analyzer.pipeline.analyze import Options
-from analyzer.pipeline.run import run
+from tests.helpers import GROUP, SAMPLES, run_tables, sample_captures
 from tests.test_bulk import sorted_rows
 
-ROOT = Path(__file__).resolve().parents[1]
-PCAPS = sorted((ROOT / "sample_pcaps").glob("*.pcap"))
-PCAPNG = ROOT / "sample_pcaps" / "tansu_ipv6_confluent.pcapng"
+PCAPS = sample_captures((".pcap",))
+PCAPNG = SAMPLES / "tansu_ipv6_confluent.pcapng"
 ROW_TABLES = ("exchanges", "errors", "partitions", "connections")
 
 
 def export(path: Path, bulk: bool = True) -> tuple[dict[str, pa.Table], dict]:
     """The tables of one file as the CLI exports them, and its files row."""
-    sink = Collector()
-    run([str(path)], Options(bulk=bulk), sink)
-    tables = {name: pa.Table.from_batches(batches) for name, batches in sink.batches.items()}
+    tables = dict(run_tables(path, bulk=bulk))
     files = tables.pop("files").to_pylist()
     assert len(files) == 1
     return tables, files[0]
@@ -107,7 +102,7 @@ def test_damage_in_a_gzip_stream_is_passed_over_too(tmp_path, monkeypatch, chunk
     """Decompressed in chunks smaller than the records and the search (refills while resynchronising)."""
     monkeypatch.setattr(capture_module, "CHUNK_SIZE", chunk_size)
     monkeypatch.setattr(capture_module, "READ_AHEAD_CHUNKS", read_ahead)
-    path = ROOT / "sample_pcaps" / "tansu_consumer_group.pcap"
+    path = GROUP
     damaged, expected, hit, hit_bytes = damage_headers(path.read_bytes(), 9, "length")
     damaged = put(tmp_path, "damaged", "cap.pcap.gz", gzip.compress(damaged))
     expected = put(tmp_path, "expected", "cap.pcap.gz", gzip.compress(expected))
@@ -122,7 +117,7 @@ def test_damage_in_a_gzip_stream_is_passed_over_too(tmp_path, monkeypatch, chunk
 def test_caplen_over_the_snaplen_and_over_the_file(tmp_path, bulk):
     """A captured length over the snaplen is damage; one running past the end of the file is damage when
     records follow (the file goes on), and a file cut short only when none do."""
-    content = (ROOT / "sample_pcaps" / "tansu_admin.pcap").read_bytes()
+    content = (SAMPLES / "tansu_admin.pcap").read_bytes()
     _, order, records = pcap_records(content)
     snaplen, = struct.unpack_from(order + "I", content, 16)
     damaged = bytearray(content)
@@ -274,7 +269,7 @@ def test_every_packet_is_accounted_for(tmp_path):
         (tmp_path / "d.pcapng").write_bytes(damaged)
         assert_accounted(*export(tmp_path / "d.pcapng"))
 
-    base = ROOT / "sample_pcaps" / "tansu_admin.pcap"
+    base = SAMPLES / "tansu_admin.pcap"
     content = base.read_bytes()
     eth = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
     web = IP(src="10.9.0.1", dst="10.9.0.2")
@@ -304,7 +299,7 @@ def test_record_like_garbage_is_passed_over_as_one_place(tmp_path, bulk):
     """Half a megabyte of empty record headers dated three days apart in turn (each looks like a record,
     none makes a chain) between the file header and the sample's records: the search goes through them
     (in bulk, see RecordScan) and every record after them is read."""
-    content = (ROOT / "sample_pcaps" / "tansu_admin.pcap").read_bytes()
+    content = (SAMPLES / "tansu_admin.pcap").read_bytes()
     sec, = struct.unpack_from("<I", content, 24)
     decoys = b"".join(struct.pack("<IIII", sec + i % 2 * 3 * 86400, 0, 0, 0) for i in range(1 << 15))
     got, row = export(put(tmp_path, "damaged", "cap.pcap", content[:24] + decoys + content[24:]), bulk)
@@ -320,7 +315,7 @@ def test_damage_near_the_end_of_a_gzip_stream(tmp_path, monkeypatch, chunk_size)
     stream is read as the plain file is (the data a refill came short of is kept; the last record's time is
     judged at the end of the data, not of a chunk)."""
     monkeypatch.setattr(capture_module, "CHUNK_SIZE", chunk_size)
-    content = (ROOT / "sample_pcaps" / "tansu_admin.pcap").read_bytes()
+    content = (SAMPLES / "tansu_admin.pcap").read_bytes()
     _, order, records = pcap_records(content)
     damaged = bytearray(content)
     eighth_last = records[-8][0]

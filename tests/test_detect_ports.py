@@ -8,64 +8,49 @@ session secrets the key log holds.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import dpkt
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from analyzer.cli.ports import port_hints, port_lines
-from analyzer.pipeline.analyze import FileReport, Options, analyze_file
-from analyzer.tls.keylog import read_keylog
+from analyzer.pipeline.analyze import FileReport, Options
 from dissectors.kafka.detect import KafkaPortProbe
+from tests.helpers import SAMPLES, analyze_tables, run_cli, sample_captures, sample_keylog, truth
 
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_pcaps"
 NO_PORT = (1,)  # a port nothing in the samples uses: detection alone must find Kafka
 KEY_COLUMNS = ("client_ip", "client_port", "broker_ip", "broker_port", "correlation_id", "api_key", "api_version",
                "status", "request_frame", "response_frame")
 
 
-def _truth(name: str) -> dict:
-    return json.loads((SAMPLES / name).with_suffix(".truth.json").read_text())
-
-
 def _broker_ports(name: str) -> set[int]:
-    broker = _truth(name)["broker"]
+    broker = truth(name)["broker"]
     return {broker["port"], *([broker["controller_port"]] if "controller_port" in broker else [])}
 
 
-def _keys(path: Path):
-    keys = path.with_suffix(".keys.log")
-    return read_keylog(keys) if keys.exists() else None
-
-
 def _run(path: Path, options: Options) -> tuple[set[tuple], FileReport]:
-    batches: list[pa.RecordBatch] = []
-    report = analyze_file(path, options, lambda table, batch: batches.append(batch) if table == "exchanges" else None)
-    if not batches:
-        return set(), report
-    t = pa.Table.from_batches(batches)
-    return set(zip(*(t.column(c).to_pylist() for c in KEY_COLUMNS), strict=True)), report
+    tables = analyze_tables(path, options)
+    if "exchanges" not in tables:
+        return set(), tables.report
+    t = tables["exchanges"]
+    return set(zip(*(t.column(c).to_pylist() for c in KEY_COLUMNS), strict=True)), tables.report
 
 
-SAMPLE_FILES = sorted(p.name for p in SAMPLES.iterdir() if p.suffix in (".pcap", ".pcapng"))
+SAMPLE_FILES = [p.name for p in sample_captures()]
 
 
 @pytest.mark.parametrize("name", SAMPLE_FILES)
 def test_detection_decodes_what_the_brokers_ports_decode(name: str) -> None:
     path = SAMPLES / name
     ports = _broker_ports(name)
-    keys = _keys(path)
+    keys = sample_keylog(path)
     given, _ = _run(path, Options(ports=tuple(sorted(ports)), tls_keys=keys))
     found, report = _run(path, Options(ports=NO_PORT, detect_ports=True, tls_keys=keys))
     assert given, "the sample decodes nothing on its broker's ports"
     assert found == given
     assert set(report.ports_found) <= ports
-    assert _truth(name)["broker"]["port"] in report.ports_found
+    assert truth(name)["broker"]["port"] in report.ports_found
     assert not report.ports_not_decoded, report.ports_not_decoded
 
 
@@ -85,7 +70,7 @@ def test_a_capture_started_mid_stream_loses_no_connection(name: str, tmp_path: P
     src = SAMPLES / name
     with src.open("rb") as f:
         total = sum(1 for _ in dpkt.pcap.Reader(f))
-    port = _truth(name)["broker"]["port"]
+    port = truth(name)["broker"]["port"]
     checked = 0
     for first in range(5, total, max(1, total // 10)):
         cut = tmp_path / f"from{first}.pcap"
@@ -101,7 +86,7 @@ def test_a_capture_started_mid_stream_loses_no_connection(name: str, tmp_path: P
 
 def test_a_tls_listener_without_keys_is_named_with_what_decodes_it() -> None:
     path = SAMPLES / "kafka44_ssl.pcap"
-    port = _truth(path.name)["broker"]["ssl_port"]
+    port = truth(path.name)["broker"]["ssl_port"]
     found, report = _run(path, Options(ports=NO_PORT, detect_ports=True))
     assert not found
     flows, packets, nbytes, tls = report.ports_not_decoded[port]
@@ -113,7 +98,7 @@ def test_a_tls_listener_without_keys_is_named_with_what_decodes_it() -> None:
 
 def test_ports_left_aside_are_listed_without_detection() -> None:
     path = SAMPLES / "kafka44_cluster.pcap"
-    controller = _truth(path.name)["broker"]["controller_port"]
+    controller = truth(path.name)["broker"]["controller_port"]
     _, report = _run(path, Options())
     assert set(report.ports_not_decoded) == {controller}
     hints = " ".join(port_hints([report], False))
@@ -122,27 +107,25 @@ def test_ports_left_aside_are_listed_without_detection() -> None:
 
 def test_the_summary_names_the_ports_chosen_and_the_tls_port_left(tmp_path: Path) -> None:
     cluster, ssl = SAMPLES / "kafka44_cluster.pcap", SAMPLES / "kafka44_ssl.pcap"
-    out = subprocess.run([sys.executable, "-m", "analyzer.cli", "summary", "--detect-ports", "--port", "1",
-                          str(cluster), str(ssl)], capture_output=True, text=True, timeout=300,
-                         env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+    out = run_cli("summary", "--detect-ports", "--port", "1", cluster, ssl,
+                  env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
     text = " ".join(out.stdout.split())
     for port in sorted(_broker_ports(cluster.name)):
         assert f"Kafka found on port {port}:" in text
-    assert f"port {_truth(ssl.name)['broker']['ssl_port']} (31 connections, TLS)" in text
+    assert f"port {truth(ssl.name)['broker']['ssl_port']} (31 connections, TLS)" in text
 
 
 def test_the_files_table_records_ports_found_and_left(tmp_path: Path) -> None:
     cluster, ssl = SAMPLES / "kafka44_cluster.pcap", SAMPLES / "kafka44_ssl.pcap"
-    subprocess.run([sys.executable, "-m", "analyzer.cli", "export", "--detect-ports", str(cluster), str(ssl),
-                    "-o", str(tmp_path / "out")], check=True, capture_output=True, timeout=300)
+    run_cli("export", "--detect-ports", cluster, ssl, "-o", tmp_path / "out", check=True)
     files = {r["capture_file"]: r for r in pq.read_table(tmp_path / "out" / "files.parquet").to_pylist()}
-    assert [p["port"] for p in files[cluster.name]["kafka_ports_found"]] == [_truth(cluster.name)["broker"]
+    assert [p["port"] for p in files[cluster.name]["kafka_ports_found"]] == [truth(cluster.name)["broker"]
                                                                                ["controller_port"]]
     assert files[cluster.name]["tcp_ports_not_decoded"] == []
     assert files[ssl.name]["kafka_ports_found"] == []
     left = files[ssl.name]["tcp_ports_not_decoded"]
-    assert [(p["port"], p["flows"] == p["tls_flows"] > 0) for p in left] == [(_truth(ssl.name)["broker"]["ssl_port"],
+    assert [(p["port"], p["flows"] == p["tls_flows"] > 0) for p in left] == [(truth(ssl.name)["broker"]["ssl_port"],
                                                                               True)]
 
 
@@ -164,21 +147,21 @@ def test_clients_sending_versions_no_release_defines_are_found() -> None:
     """A client newer than its broker: ApiVersions v99 (answered UNSUPPORTED_VERSION), Metadata and Produce v99
     (connections the broker closes unanswered), as the sample's raw client sent them (its truth)."""
     name = "kafka44_unsupported_versions.pcap"
-    sent = _truth(name)["expectations"]["unsupported_versions"]["requests"]
+    sent = truth(name)["expectations"]["unsupported_versions"]["requests"]
     found, report = _run(SAMPLES / name, Options(ports=NO_PORT, detect_ports=True))
     decoded = {(row[1], row[4], row[6]) for row in found}  # client port, correlation id, version
     for request in sent:
         assert (request["client_port"], request["correlation_id"], request["api_version"]) in decoded, request
-    assert list(report.ports_found) == [_truth(name)["broker"]["port"]]
+    assert list(report.ports_found) == [truth(name)["broker"]["port"]]
 
 
 def test_a_capture_of_only_the_too_new_client_is_found(tmp_path: Path) -> None:
     name = "kafka44_unsupported_versions.pcap"
-    sent = _truth(name)["expectations"]["unsupported_versions"]["requests"]
+    sent = truth(name)["expectations"]["unsupported_versions"]["requests"]
     too_new = [r for r in sent if r["api_version"] == 99]
     only = tmp_path / "too_new.pcap"
     _only_ports(SAMPLES / name, {r["client_port"] for r in too_new}, only)
-    port = _truth(name)["broker"]["port"]
+    port = truth(name)["broker"]["port"]
     given, _ = _run(only, Options(ports=(port,)))
     found, report = _run(only, Options(ports=NO_PORT, detect_ports=True))
     assert {(row[1], row[6]) for row in given} == {(r["client_port"], 99) for r in too_new}

@@ -8,13 +8,11 @@ import datetime as dt
 import struct
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from analyzer.cli.commands import main
 from tests import craft
+from tests.helpers import export_tables, kafkacap
 
 # records: when some
 TABLES = ("cluster", "connections", "errors", "exchanges", "files", "groups", "partitions", "records")
@@ -71,13 +69,9 @@ def conversation_with_records(timestamp_ms: int) -> list:
 
 def export(capture: Path, out: Path) -> dict[str, list[dict]]:
     """``kafkacap export --records``: every table must be written; their rows, by table."""
-    result = CliRunner().invoke(main, ["export", str(capture), "-o", str(out), "--records", "--no-progress"])
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    assert result.exit_code == 0, result.output
-    written = sorted(p.name for p in out.iterdir() if p.suffix == ".parquet")
-    assert written in ([f"{t}.parquet" for t in TABLES], [f"{t}.parquet" for t in TABLES if t != "records"])
-    return {t: pq.read_table(out / f"{t}.parquet").to_pylist() if (out / f"{t}.parquet").exists() else []
-            for t in TABLES}
+    tables = export_tables(capture, out, "--records")
+    assert sorted(tables) in (list(TABLES), [t for t in TABLES if t != "records"])
+    return {t: tables[t].to_pylist() if t in tables else [] for t in TABLES}
 
 
 def by_correlation(rows: list[dict]) -> dict[int, dict]:
@@ -249,10 +243,7 @@ def test_text_exports_write_years_past_9999_as_they_are(tmp_path, fmt):
     34001-01-01 must read so in CSV and JSON lines, the capture's own times as usual."""
     cap = craft.write(tmp_path / "far.pcap", conversation_with_records(YEAR_34001_MS))
     out = tmp_path / "out"
-    result = CliRunner().invoke(main, ["export", str(cap), "-o", str(out), "--records", "--format", fmt,
-                                       "--no-progress"])
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    assert result.exit_code == 0, result.output
+    kafkacap("export", cap, "-o", out, "--records", "--format", fmt, "--no-progress")
     text = (out / f"records.{fmt}").read_text()
     stamp = "34001-01-01T00:00:00.000000+00:00" if fmt == "jsonl" else "34001-01-01 00:00:00.000000Z"
     assert text.count(stamp) == 4

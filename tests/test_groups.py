@@ -7,32 +7,23 @@ sample_pcaps/scenarios_traffic.py). Capture times and the listener's clock are t
 
 from __future__ import annotations
 
-import json
 import struct
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 
-from analyzer.cli.commands import main as cli
 from dissectors.kafka import consumer_protocol
+from tests.helpers import GROUP, export_tables, read_tables, truth
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLE = ROOT / "sample_pcaps" / "tansu_consumer_group.pcap"
-TRUTH = json.loads(SAMPLE.with_suffix(".truth.json").read_text())
+TRUTH = truth(GROUP)
 # The listener runs right after the SyncGroup answer is read, and the revoke right before the JoinGroup is sent.
 LISTENER_SLACK_S = 0.25
 
 
 @pytest.fixture(scope="module")
-def tables(tmp_path_factory):
-    out = tmp_path_factory.mktemp("groups") / "out"
-    result = CliRunner().invoke(cli, ["export", str(SAMPLE), "-o", str(out)])
-    assert result.exit_code == 0, result.output
-    return {t: pq.read_table(out / f"{t}.parquet") for t in ("groups", "exchanges")}
+def tables(group_export):
+    return read_tables(group_export, ("groups", "exchanges"))
 
 
 def _events(kind: str) -> list[dict]:
@@ -140,10 +131,8 @@ def test_an_assignment_cut_in_its_partitions_is_refused() -> None:
 
 @pytest.fixture(scope="module")
 def with_records(tmp_path_factory):
-    out = tmp_path_factory.mktemp("deliveries") / "out"
-    result = CliRunner().invoke(cli, ["export", str(SAMPLE), "--records", "--deliveries", "-o", str(out)])
-    assert result.exit_code == 0, result.output
-    return {t: pq.read_table(out / f"{t}.parquet") for t in ("deliveries", "records", "exchanges", "partitions")}
+    return export_tables(GROUP, tmp_path_factory.mktemp("deliveries") / "out", "--records", "--deliveries",
+                         tables=("deliveries", "records", "exchanges", "partitions"))
 
 
 def test_every_produced_batch_reaches_the_group(with_records) -> None:

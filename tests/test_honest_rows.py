@@ -4,30 +4,25 @@ and do not call an exchange ok whose nested errors were not read; --verify-crc f
 
 from __future__ import annotations
 
-import json
 import struct
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
 from analyzer.pipeline.analyze import Options, analyze_file
-from analyzer.tls.keylog import KeyLog
 from dissectors.kafka.apis import API_BY_KEY
 from dissectors.kafka.extract import extract
 from dissectors.kafka.headers import decode_request_header
 from tests import craft
+from tests.helpers import SAMPLES, analyze_tables, sample_keylog, truth
 
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_pcaps"
 UNSUPPORTED_VERSION = 35
 API_VERSIONS = 18
 
 
 def analyse(path, **options) -> dict[str, list[dict]]:
     """Every table of one capture, as lists of row dicts."""
-    batches: dict[str, list] = {}
-    analyze_file(str(path), Options(**options), lambda table, batch: batches.setdefault(table, []).append(batch))
-    return {table: pa.Table.from_batches(found).to_pylist() for table, found in batches.items()}
+    return {table: found.to_pylist() for table, found in analyze_tables(path, **options).items()}
 
 
 def newest(api_key: int) -> int:
@@ -176,8 +171,7 @@ def test_undefined_request_headers_take_a_client_id_only_when_it_reads_cleanly(t
 # Headers only: unknown is null, and nested errors unread are not "ok"
 
 def full_and_headers_only(path) -> list[tuple[dict, dict]]:
-    keylog = path.with_name(path.name.split(".")[0] + ".keys.log")  # a TLS sample's own key log
-    keys = KeyLog.from_file(keylog) if keylog.exists() else None
+    keys = sample_keylog(path)  # a TLS sample's own key log
     full = analyse(path, ports=(9092, 9093, 19092, 9094, 9096, 9193, 9194), tls_keys=keys)["exchanges"]
     fast = analyse(path, ports=(9092, 9093, 19092, 9094, 9096, 9193, 9194), bodies=False, tls_keys=keys)["exchanges"]
 
@@ -207,9 +201,8 @@ def test_headers_only_never_claims_ok_where_the_full_decode_finds_an_error():
 def test_headers_only_rows_match_the_truth_of_deliberate_errors():
     """The truth file (written from the clients' side) says which errors were top-level and which nested:
     a top-level one is known to headers-only analysis, a nested one leaves its exchange unchecked."""
-    truth = json.loads((SAMPLES / "tansu_broker_errors.truth.json").read_text())
     rows = analyse(SAMPLES / "tansu_broker_errors.pcap", bodies=False)["exchanges"]
-    for error in truth["errors"]:
+    for error in truth("tansu_broker_errors")["errors"]:
         mine = [r for r in rows if (r["api_name"], r["client_id"]) == (error["api_name"], error["client_id"])]
         assert mine, error
         assert not [r for r in mine if r["status"] == "ok" and error["level"] == "nested"], error

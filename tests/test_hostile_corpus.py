@@ -5,21 +5,18 @@ several scales, are benchmarks/bench_hostile.py's (figures in benchmarks/JOURNAL
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
+from tests.helpers import run_cli
 from tests.hostile import CANARY_CLIENT, CASES, RECORD_CASES, write_case, write_gz_cases
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def export(capture: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-c", "from analyzer.cli.console import script; script()", "export", str(capture), "-o",
-         str(out), "--jobs", "1", "--no-progress", *extra], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    """``kafkacap export`` as its own process, as a user runs it: its exit code and output are the test's."""
+    return run_cli("export", capture, "-o", out, "--jobs", "1", "--no-progress", *extra)
 
 
 def canaries(out: Path) -> list[str]:

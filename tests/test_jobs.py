@@ -23,14 +23,12 @@ from analyzer.cli.summary import Collector
 from analyzer.pipeline import run
 from analyzer.pipeline.analyze import FileReport, Options
 from tests import craft
+from tests.helpers import run_tables
 from tests.test_bulk import interleaved
 
 
 def rows(path: str, jobs: int, **options) -> dict[str, list[str]]:
-    sink = Collector()
-    run.run([path], Options(**options), sink, jobs=jobs)
-    return {name: sorted(map(str, (r for b in batches for r in b.to_pylist())))
-            for name, batches in sink.batches.items()}
+    return {name: sorted(map(str, table.to_pylist())) for name, table in run_tables(path, jobs=jobs, **options).items()}
 
 
 @pytest.mark.parametrize(("seed", "jobs", "hold"), [(0, 2, None), (1, 2, None), (2, 2, 0), (3, 3, None), (4, 3, 0)])

@@ -11,40 +11,31 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 
-from analyzer.cli.commands import main
 from analyzer.cli.lag_view import lag_rows
 from analyzer.derived import lag
+from tests.helpers import SAMPLES, export_tables, needs_tshark
+from tests.helpers import truth as _truth
 
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_pcaps"
 WITH_COMMITS = ["kafka44_java_clients", "kafka39_java_clients", "tansu_consumer_group", "kafka44_cluster",
                 "kafka44_sasl_ssl", "kafka09_legacy"]
-
-
-def _truth(name: str) -> dict:
-    return json.loads((SAMPLES / f"{name}.truth.json").read_text())
 
 
 def _export(name: str, out: Path) -> dict[str, pa.Table]:
     truth = _truth(name)
     capture = SAMPLES / truth["capture"]
-    args = ["export", str(capture), "--no-progress", "-o", str(out), "--port", str(truth["broker"]["port"])]
+    args = ["--port", str(truth["broker"]["port"])]
     if truth.get("tls"):
         args += ["--tls-keylog", str(SAMPLES / truth["tls"]["keylog"])]
     if truth["broker"].get("nodes"):
         args += ["--detect-ports"]
-    result = CliRunner().invoke(main, args)
-    assert result.exit_code == 0, result.output
-    return {t: pq.read_table(out / f"{t}.parquet") for t in ("partitions", "exchanges")}
+    return export_tables(capture, out, *args, tables=("partitions", "exchanges"))
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +87,7 @@ def _tshark(capture: Path, filter_: str, fields: list[str]) -> list[list[str]]:
     return [line.split("\t") for line in out.stdout.splitlines()]
 
 
-@pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed")
+@needs_tshark
 def test_lag_at_each_commit_is_tsharks(tables) -> None:
     """kafka09_legacy: each OffsetCommit (group, topic, partition, offset, packet) and the high watermark of the
     last single-partition Fetch response before it for that partition, as tshark reads them."""

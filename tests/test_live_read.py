@@ -11,16 +11,15 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 from rich.console import Console
 
 from analyzer.capture.live import LiveHealth, StreamSource
 from analyzer.cli import live_view
-from analyzer.cli.commands import main
 from analyzer.pipeline.analyze import Options
 from analyzer.pipeline.live import LiveAnalysis
+from tests.helpers import GROUP as SAMPLE
+from tests.helpers import kafkacap
 
-SAMPLE = Path(__file__).resolve().parents[1] / "sample_pcaps" / "tansu_consumer_group.pcap"
 pytestmark = pytest.mark.filterwarnings(r"ignore:(read|open)_text is deprecated:DeprecationWarning")
 
 
@@ -51,13 +50,6 @@ class _Slowly:
         return getattr(self.source, name)
 
 
-def _export(tmp_path: Path) -> Path:
-    out = tmp_path / "export"
-    result = CliRunner().invoke(main, ["export", str(SAMPLE), "-o", str(out), "--no-progress"])
-    assert result.exit_code == 0, result.output
-    return out
-
-
 def _as_text(group) -> str:
     console = Console(record=True, width=400, file=io.StringIO())
     console.print(group)
@@ -75,10 +67,10 @@ def _refresh_after_every_step(monkeypatch) -> None:
     monkeypatch.setattr(LiveAnalysis, "run", lambda self, until, tick=None, every=1.0: run(self, until, tick, 0))
 
 
-def test_the_footer_counts_agree_with_the_header_at_every_refresh(tmp_path, monkeypatch):
+def test_the_footer_counts_agree_with_the_header_at_every_refresh(group_export, monkeypatch):
     """At each refresh the footer's connections opened are at least the header's open ones, open plus closed
     make the opened, and the opened are the connections the capture shows up to the packets handed on."""
-    conns = pq.read_table(_export(tmp_path) / "connections.parquet").to_pylist()
+    conns = pq.read_table(group_export / "connections.parquet").to_pylist()
     source = _Slowly(SAMPLE, per_poll=7)
     screens: list[tuple[int | None, str]] = []
     render = live_view.render
@@ -126,12 +118,11 @@ def _groups(folder: Path) -> list[dict]:
 
 
 @pytest.mark.parametrize("rotate", [None, "1s"])
-def test_write_leaves_the_groups_and_files_tables_export_writes(tmp_path, rotate):
-    exported = _export(tmp_path)
+def test_write_leaves_the_groups_and_files_tables_export_writes(tmp_path, rotate, group_export):
+    exported = group_export
     out = tmp_path / "live"
     args = ["live", "--read", str(SAMPLE), "--write", str(out), "--no-screen"]
-    result = CliRunner().invoke(main, args + (["--rotate", rotate] if rotate else []))
-    assert result.exit_code == 0, result.output
+    kafkacap(*args, *(["--rotate", rotate] if rotate else []))
     expected = _groups(exported)
     assert len(expected) == 2 and _groups(out) == expected
     _same_files_row(exported, out)
@@ -155,17 +146,16 @@ def _report_shows_the_generations(tmp_path: Path, out: Path) -> None:
     groups = open_folder(str(out)).read("groups", ["group_id", "generation_id", "member_count"])
     assert sum(groups["member_count"].to_pylist()) == 3  # the JoinGroups answered: 1, then 2 members
     page = tmp_path / "page.html"
-    result = CliRunner().invoke(main, ["report", str(out), "-o", str(page)])
-    assert result.exit_code == 0, result.output
+    kafkacap("report", out, "-o", page)
     text = page.read_text()
     assert "Generations and rebalances" in text and "No consumer group generation" not in text
 
 
-def test_rotated_parts_keep_one_whole_groups_and_files_table(tmp_path, monkeypatch):
+def test_rotated_parts_keep_one_whole_groups_and_files_table(tmp_path, monkeypatch, group_export):
     """Rotated at every refresh: the exchanges in many parts, the groups and files tables one file each,
     replaced whole at each rotation, so that a report of the folder read while the run goes on counts nothing
     twice; at the end they are the export's."""
-    exported = _export(tmp_path)
+    exported = group_export
     out = tmp_path / "live"
     seen: list[tuple[int, int]] = []
     source = _Slowly(SAMPLE, per_poll=11)

@@ -26,12 +26,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests import craft
+from tests.helpers import ROOT, SAMPLES, TRUTH_FILES, export_tables
+from tests.helpers import truth as read_truth
 
 nbformat = pytest.importorskip("nbformat")
 
-REPO = Path(__file__).resolve().parents[1]
-NOTEBOOK = REPO / "notebooks" / "kafkacap_tables.ipynb"
-SAMPLES = REPO / "sample_pcaps"
+NOTEBOOK = ROOT / "notebooks" / "kafkacap_tables.ipynb"
 TABLES = ("exchanges", "errors", "partitions", "connections", "files", "groups", "deliveries")
 # The column that names a row's capture file: the partitioned copy spreads the files over several dates.
 FILE_COLUMN = {"deliveries": "produce_capture_file"}
@@ -76,7 +76,7 @@ def test_spark_cells_are_tagged_and_the_others_do_not_need_spark(notebook):
 
 def test_outputs_hold_no_machine_paths(notebook):
     text = json.dumps([cell.outputs for cell in _code_cells(notebook)])
-    assert str(REPO) not in text
+    assert str(ROOT) not in text
     assert not re.search(r"(?<![\w.])/(home|root|tmp|work|Users|var|private|opt|mnt)/", text)
     assert not re.search(r"[A-Za-z]:\\\\", text)
 
@@ -116,15 +116,9 @@ def _troubled_capture(path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def export_dir(tmp_path_factory) -> Path:
-    from click.testing import CliRunner
-
-    from analyzer.cli.commands import main
-
     out = tmp_path_factory.mktemp("notebook") / "out"
     troubled = _troubled_capture(out.parent / "troubled.pcap")
-    result = CliRunner().invoke(main, ["export", str(SAMPLES), troubled, "-o", str(out), "--detect-ports",
-                                       "--no-progress", "--deliveries"])
-    assert result.exit_code == 0, result.output
+    export_tables([SAMPLES, troubled], out, "--detect-ports", "--deliveries", tables=())
     return out
 
 
@@ -516,8 +510,8 @@ def test_groups_agree_with_the_clients_own_record(answers):
     members, departures = _records(answers["members"]), _records(answers["departures"])
     timeline = _records(answers["timeline"])
     checked = revocations = 0
-    for truth_file in sorted(SAMPLES.glob("*.truth.json")):
-        truth = json.loads(truth_file.read_text())
+    for truth_file in TRUTH_FILES:
+        truth = read_truth(truth_file)
         for group_id, group in (truth.get("groups") or {}).items():
             seen = [r for r in members if (r["group_id"], r["capture_file"]) == (group_id, truth["capture"])]
             if not seen:  # a group behind TLS without its key log
@@ -592,8 +586,8 @@ def test_deliveries_agree_with_what_the_clients_consumed(answers, rows):
     groups = {(r["topic"], r["group_id"]) for r in _records(answers["delivery_by_group"])}
     unread = {f["capture_file"] for f in rows["files"] if not f["kafka_packets"]}  # TLS, with no key log given
     checked = 0
-    for truth_file in sorted(SAMPLES.glob("*.truth.json")):
-        truth = json.loads(truth_file.read_text())
+    for truth_file in TRUTH_FILES:
+        truth = read_truth(truth_file)
         if truth["capture"] in unread:
             continue
         failover = (truth.get("cluster") or {}).get("stopped_node")
@@ -620,14 +614,8 @@ def test_delivery_plot_holds_the_busiest_topics(answers, rows):
 
 def test_cells_run_on_a_capture_without_groups_or_deliveries(notebook, tmp_path):
     """Admin traffic only: the group and delivery sections answer with empty tables and draw nothing."""
-    from click.testing import CliRunner
-
-    from analyzer.cli.commands import main
-
     out = tmp_path / "out"
-    result = CliRunner().invoke(main, ["export", str(SAMPLES / "tansu_admin.pcap"), "-o", str(out), "--no-progress",
-                                       "--deliveries"])
-    assert result.exit_code == 0, result.output
+    export_tables(SAMPLES / "tansu_admin.pcap", out, "--deliveries", tables=())
     answers = _run_notebook_cells(notebook, out)
     assert (answers["row_counts"]["groups"], answers["row_counts"]["deliveries"]) == (0, 0)
     assert answers["row_counts"]["exchanges"] > 0

@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 
-from analyzer.cli.commands import main
 from analyzer.tables import writers as output
 from tests import craft
+from tests.helpers import GROUP, invoke
 from tests.test_far_timestamps import CAPTURE_START, conversation_with_records
 
 BASE_TABLES = ("cluster", "connections", "errors", "exchanges", "files", "groups", "partitions")
@@ -31,10 +30,7 @@ def capture(tmp_path_factory) -> Path:
 
 def export(*args, failing: bool = False):
     """``kafkacap export``; ``failing``: the export is made to fail (how it reports that is not tested here)."""
-    result = CliRunner().invoke(main, ["export", *map(str, args), "--no-progress", "--jobs", "1"])
-    if not failing:
-        assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    return result
+    return invoke("export", *args, "--no-progress", "--jobs", "1", any_exception=failing)
 
 
 def listing(folder: Path) -> list[str]:
@@ -148,8 +144,7 @@ def test_tables_settled_before_the_end_read_back_whole_and_in_order(tmp_path):
         order.append("<analysed>")
         folder.settle()
 
-    sample = Path(__file__).resolve().parents[1] / "sample_pcaps" / "tansu_consumer_group.pcap"
-    run([str(sample)], Options(records=True), sink, on_analysed=analysed)
+    run([str(GROUP)], Options(records=True), sink, on_analysed=analysed)
     settled = order.index("<analysed>")
     assert {"exchanges", "partitions", "records", "connections"} <= set(order[:settled])
     assert set(order[settled + 1:]) == {"groups", "files"}

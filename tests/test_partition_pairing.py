@@ -8,10 +8,8 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-import pyarrow as pa
-
-from analyzer.pipeline.analyze import Options, analyze_file
 from tests.craft import Conversation, kstring, request, response, write
+from tests.helpers import analyze_tables
 
 OFFSET_COMMIT = 8
 
@@ -61,9 +59,7 @@ def test_entries_pair_by_topic_partition_in_any_order(tmp_path: Path) -> None:
         conversation.send(False, commit_response(corr, answered))
     conversation.fin()
     path = write(tmp_path / "pairing.pcap", conversation.packets)
-    batches: list[pa.RecordBatch] = []
-    analyze_file(path, Options(), lambda table, batch: batches.append(batch) if table == "partitions" else None)
-    rows = pa.Table.from_batches(batches).to_pylist()
+    rows = analyze_tables(path)["partitions"].to_pylist()
     got: dict[int, list[tuple]] = {}
     for r in rows:
         got.setdefault(r["correlation_id"], []).append((r["topic"], r["partition"], r["committed_offset"],

@@ -17,10 +17,10 @@ import pyarrow as pa
 import pytest
 
 import dissectors.kafka.records as records_module
-from analyzer.pipeline.analyze import Options, analyze_file
 from dissectors.kafka.codecs import GZIP, LZ4, SNAPPY, ZSTD, CorruptData, decompress
 from dissectors.kafka.records import Limits, batches, records
 from tests.craft import kstring, request, response
+from tests.helpers import analyze_tables
 from tests.hostile import (
     Conn,
     PcapWriter,
@@ -159,11 +159,9 @@ def fetch_v4(corr: int, topic: str, records: bytes) -> tuple[bytes, bytes]:
 
 
 def export(path: Path, **options) -> tuple[dict[str, list[pa.RecordBatch]], object]:
-    tables: dict[str, list[pa.RecordBatch]] = {}
-    report = analyze_file(str(path), Options(records=True, **options),
-                          lambda name, batch: tables.setdefault(name, []).append(batch))
-    assert report.error is None, report.error
-    return tables, report
+    tables = analyze_tables(path, records=True, **options)
+    assert tables.report.error is None, tables.report.error
+    return tables.batches, tables.report
 
 
 def test_a_flood_of_tiny_records_reaches_the_table_in_slices(tmp_path: Path) -> None:

@@ -15,29 +15,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 
 pytest.importorskip("plotly")
 
-from analyzer.cli.commands import main  # noqa: E402
 from spark_jobs.schemas import capture_dates  # noqa: E402
+from tests.helpers import SAMPLES, invoke, kafkacap  # noqa: E402
 
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_pcaps"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SECTIONS = ("overview", "latency", "errors", "traffic", "groups", "connections")
-
-
-def invoke(*args) -> None:
-    result = CliRunner().invoke(main, [*map(str, args)])
-    assert result.exit_code == 0, (result.output, result.exception)
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> dict[str, Path]:
     """The report of the sample captures, and their tables exported the ordinary way (the reference)."""
     tmp = tmp_path_factory.mktemp("report")
-    invoke("report", SAMPLES, "--detect-ports", "--no-progress", "-o", tmp / "report.html")
-    invoke("export", SAMPLES, "--detect-ports", "--no-progress", "-o", tmp / "tables")
+    kafkacap("report", SAMPLES, "--detect-ports", "--no-progress", "-o", tmp / "report.html")
+    kafkacap("export", SAMPLES, "--detect-ports", "--no-progress", "-o", tmp / "tables")
     return {"report": tmp / "report.html", "tables": tmp / "tables"}
 
 
@@ -55,7 +48,7 @@ def test_page_is_self_contained_and_small(built) -> None:
 
 
 def test_report_of_an_export_folder_is_the_same_page(built, tmp_path) -> None:
-    invoke("report", built["tables"], "-o", tmp_path / "from_tables.html")
+    kafkacap("report", built["tables"], "-o", tmp_path / "from_tables.html")
     assert _comparable((tmp_path / "from_tables.html").read_text(encoding="utf-8")) == _comparable(
         built["report"].read_text(encoding="utf-8"))
 
@@ -69,14 +62,14 @@ def test_report_of_a_spark_layout_folder_is_the_same_page(built, tmp_path) -> No
         pq.write_to_dataset(table.append_column("capture_date", dates), out / name, partition_cols=["capture_date"])
     (out / "_SUCCESS").write_text("")
     assert all(d.name.startswith("capture_date=") for d in (out / "exchanges").iterdir())
-    invoke("report", out, "-o", tmp_path / "from_spark.html")
+    kafkacap("report", out, "-o", tmp_path / "from_spark.html")
     assert _comparable((tmp_path / "from_spark.html").read_text(encoding="utf-8")) == _comparable(
         built["report"].read_text(encoding="utf-8"))
 
 
 def test_empty_tables_say_why(tmp_path) -> None:
     """No Kafka on the port asked for: every section says why it is empty instead of drawing nothing."""
-    invoke("report", SAMPLES / "tansu_admin.pcap", "--port", "1", "--no-progress", "-o", tmp_path / "r.html")
+    kafkacap("report", SAMPLES / "tansu_admin.pcap", "--port", "1", "--no-progress", "-o", tmp_path / "r.html")
     page = (tmp_path / "r.html").read_text(encoding="utf-8")
     assert "js-plotly-plot" not in page.split("<main>")[1].split('id="connections"')[0]
     assert page.count('class="empty"') >= 10
@@ -84,8 +77,8 @@ def test_empty_tables_say_why(tmp_path) -> None:
 
 
 def test_a_csv_export_is_refused(tmp_path) -> None:
-    invoke("export", SAMPLES / "tansu_admin.pcap", "--no-progress", "-f", "csv", "-o", tmp_path / "t")
-    result = CliRunner().invoke(main, ["report", str(tmp_path / "t"), "-o", str(tmp_path / "r.html")])
+    kafkacap("export", SAMPLES / "tansu_admin.pcap", "--no-progress", "-f", "csv", "-o", tmp_path / "t")
+    result = invoke("report", tmp_path / "t", "-o", tmp_path / "r.html", any_exception=True)
     assert result.exit_code == 1
     assert not (tmp_path / "r.html").exists()
 
@@ -216,8 +209,8 @@ def single(tmp_path_factory) -> dict:
     """The page and tables of one capture with a single error (an expected MEMBER_ID_REQUIRED), as drawn."""
     tmp = tmp_path_factory.mktemp("single")
     capture = SAMPLES / "tansu_ipv6_confluent.pcapng"
-    invoke("report", capture, "--detect-ports", "--no-progress", "-o", tmp / "report.html")
-    invoke("export", capture, "--detect-ports", "--no-progress", "-o", tmp / "tables")
+    kafkacap("report", capture, "--detect-ports", "--no-progress", "-o", tmp / "report.html")
+    kafkacap("export", capture, "--detect-ports", "--no-progress", "-o", tmp / "tables")
     view = {"report": tmp / "report.html", "tables": tmp / "tables"}
     _open(view["report"], view)
     return view

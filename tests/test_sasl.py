@@ -13,10 +13,8 @@ import struct
 import subprocess
 from pathlib import Path
 
-import pyarrow as pa
-
-from analyzer.pipeline.analyze import Options, analyze_file
 from tests import craft
+from tests.helpers import analyze_tables
 
 PASSWORD = b"s3cret-Passw0rd"
 PROOF = b"v0rPUfG3cjQkLmsY2DaxSGHzKy3qF1lYWvRAzQ8KDrA="
@@ -53,9 +51,7 @@ def then_kafka(c: craft.Conversation, corr: int) -> None:
 
 
 def analyse(path: str) -> tuple[list[dict], list[dict]]:
-    batches: dict[str, list] = {}
-    analyze_file(path, Options(), lambda name, b: batches.setdefault(name, []).append(b))
-    tables = {name: pa.Table.from_batches(b).to_pylist() for name, b in batches.items()}
+    tables = {name: table.to_pylist() for name, table in analyze_tables(path).items()}
     return tables.get("exchanges", []), tables["connections"]
 
 

@@ -5,30 +5,21 @@ and the full Python decoder (``kafkacap show --json``) for every exchange of the
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 
-from analyzer.cli.commands import main
 from dissectors.kafka.extract_rules import ANY_REQUEST_FIELDS, BODY_FIELDS
-
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_pcaps"
-GROUP = SAMPLES / "tansu_consumer_group.pcap"
+from tests.helpers import GROUP, SAMPLES, broker_port, export_tables, kafkacap, needs_tshark
 
 
 @pytest.fixture(scope="module")
-def rows(tmp_path_factory) -> list[dict]:
-    out = tmp_path_factory.mktemp("export") / "out"
-    result = CliRunner().invoke(main, ["export", str(GROUP), "-o", str(out), "--no-progress"])
-    assert result.exit_code == 0, result.output
-    return pq.read_table(out / "exchanges.parquet").to_pylist()
+def rows(group_export) -> list[dict]:
+    return pq.read_table(group_export / "exchanges.parquet").to_pylist()
 
 
-@pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed")
+@needs_tshark
 def test_group_fields_equal_tsharks(rows):
     """tshark 4.0 decodes the sample's JoinGroup v7, SyncGroup v5, Heartbeat v4 and OffsetCommit v8 requests:
     their group id, and the generation and member they name (its first member_id is the request's own)."""
@@ -55,21 +46,15 @@ def test_group_fields_equal_tsharks(rows):
 def test_settings_equal_the_full_decoders(tmp_path, capture):
     """Every request's settings columns say what the full decoder reads in its body."""
     path = SAMPLES / capture
-    port = json.loads((SAMPLES / (capture.split(".")[0] + ".truth.json")).read_text())["broker"]["port"]
-    out = tmp_path / "out"
-    assert CliRunner().invoke(main, ["export", str(path), "-o", str(out), "--no-progress", "--port",
-                                     str(port)]).exit_code == 0
-    table = pq.read_table(out / "exchanges.parquet").to_pylist()
+    port = broker_port(capture)
+    table = export_tables(path, tmp_path / "out", "--port", port, tables=("exchanges",))["exchanges"].to_pylist()
     names = {"timeout_ms": "timeout_ms", "max_wait_ms": "max_wait_ms", "min_bytes": "min_bytes",
              "isolation_level": "isolation_level", "session_id": "session_id", "session_epoch": "session_epoch",
              "client_software_name": "client_software_name", "acks": "acks",
              "rebalance_timeout_ms": "rebalance_timeout_ms", "session_timeout_ms": "session_timeout_ms"}
     compared = 0
     for conn in sorted({r["connection_id"] for r in table if r["api_key"] in (0, 1, 11, 18)})[:6]:
-        result = CliRunner().invoke(main, ["show", str(path), "--connection", str(conn), "--limit", "0", "--json",
-                                           "--port", str(port)])
-        assert result.exit_code == 0, result.output
-        for line in result.stdout.splitlines():
+        for line in kafkacap("show", path, "--connection", conn, "--limit", "0", "--json", "--port", port).splitlines():
             doc = json.loads(line)
             body = (doc["request"] or {}).get("body") or {}
             row = next(r for r in table if r["connection_id"] == conn

@@ -19,21 +19,18 @@ import pytest
 from analyzer.capture import chunks as _pcap_chunks
 from analyzer.capture.files import open_capture
 from analyzer.capture.pcap import parse_header
-from analyzer.cli.summary import Collector
 from analyzer.pipeline import run
-from analyzer.pipeline.analyze import Options, analyze_file
 from tests import craft
+from tests.helpers import PUBLIC, ROOT, analyze_tables
 from tests.test_bulk import impaired_capture, interleaved, sorted_rows
 
-ROOT = Path(__file__).resolve().parents[1]
-PUBLIC = sorted((ROOT.parent / "shared" / "pcaps" / "public").glob("*.pcap"))
+PUBLIC_PCAPS = sorted(PUBLIC.glob("*.pcap"))
 
 
 def tables(path, shard=None, balance=False, weights=()) -> dict[str, pa.Table]:
-    sink = Collector()
-    report = analyze_file(str(path), Options(), sink, shard, balance_shards=balance, shard_weights=weights)
-    assert report.error is None
-    return {name: pa.Table.from_batches(batches) for name, batches in sink.batches.items()}
+    analysed = analyze_tables(path, shard=shard, balance_shards=balance, shard_weights=weights)
+    assert analysed.report.error is None
+    return analysed
 
 
 def assert_shards_add_up(path, count: int, weights=()) -> list[dict[str, pa.Table]]:
@@ -75,9 +72,9 @@ def test_balanced_shards_handle_every_connection_once(tmp_path, monkeypatch, see
 
 
 def test_balanced_shards_of_the_public_captures():
-    if not PUBLIC:
+    if not PUBLIC_PCAPS:
         pytest.skip("../shared/pcaps/public is not present")
-    for path in PUBLIC:
+    for path in PUBLIC_PCAPS:
         assert_shards_add_up(path, 2)
 
 
@@ -105,9 +102,9 @@ def test_the_sample_starts_its_stretches_at_records(tmp_path):
 
 def test_the_sample_of_a_real_capture(tmp_path):
     """The sampled packets are the file's: every sampled key is a flow of the capture."""
-    if not PUBLIC:
+    if not PUBLIC_PCAPS:
         pytest.skip("../shared/pcaps/public is not present")
-    for path in PUBLIC:
+    for path in PUBLIC_PCAPS:
         with open_capture(path) as cap:
             sample = cap.flow_sample()
             if sample is None:

@@ -5,20 +5,19 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_pcaps"
+from tests.helpers import GROUP, SAMPLES, run_cli, truth
+
 ERRORS = SAMPLES / "tansu_broker_errors.pcap"
-GROUP = SAMPLES / "tansu_consumer_group.pcap"
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "analyzer.cli", *args], capture_output=True, text=True,
-                          timeout=300, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+    """kafkacap as its own process, with nothing of the environment but COLUMNS=200 and a bare PATH."""
+    return run_cli(*args, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
 
 
 def _rows(*args: str) -> list[dict]:
@@ -29,8 +28,7 @@ def _rows(*args: str) -> list[dict]:
 
 def test_status_failure_is_what_the_scenario_broke_and_expected_is_the_rest() -> None:
     for capture in (ERRORS, GROUP):
-        caused = {(e["api_name"], e["error_name"]) for e in json.loads(
-            capture.with_suffix(".truth.json").read_text())["errors"]}
+        caused = {(e["api_name"], e["error_name"]) for e in truth(capture)["errors"]}
         errors = _rows(str(capture), "--status", "error")
         failures = _rows(str(capture), "--status", "failure")
         expected = _rows(str(capture), "--status", "expected")

@@ -11,7 +11,6 @@ import datetime as dt
 import math
 import os
 import shutil
-import struct
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -22,13 +21,23 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+from tests.helpers import (
+    GROUP,
+    SAMPLES,
+    analyze_tables,
+    canonical_rows,
+    export_tables,
+    kafkacap,
+    pcap_records,
+    split_capture,
+)
+
 pytest.importorskip("pyspark")
 pytest.importorskip("pandas", reason="pyspark 4.0 checks for pandas before any mapInArrow")
 if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
     pytest.skip("no Java for Spark", allow_module_level=True)
 
-from analyzer.cli.commands import main as cli  # noqa: E402
-from analyzer.pipeline.analyze import Options, analyze_file  # noqa: E402
+from analyzer.pipeline.analyze import Options  # noqa: E402
 from analyzer.pipeline.run import InputError, expand_paths  # noqa: E402
 from analyzer.tables.schemas import SCHEMAS  # noqa: E402
 from spark_jobs import export_job  # noqa: E402
@@ -36,8 +45,7 @@ from spark_jobs.analyse_task import analyse_file  # noqa: E402
 from spark_jobs.export_job import JobError, export  # noqa: E402
 from spark_jobs.inputs import CaptureInput, group_files, list_captures  # noqa: E402
 
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_pcaps"
-SPLIT_SOURCE = SAMPLES / "tansu_consumer_group.pcap"
+SPLIT_SOURCE = GROUP
 TABLES = (*SCHEMAS, "deliveries")  # the row tables, groups, and deliveries (asked for: --deliveries)
 
 
@@ -50,44 +58,22 @@ def spark():
     session.stop()
 
 
-def _pcap_records(path: Path) -> tuple[bytes, list[bytes]]:
-    """A little-endian classic pcap as its file header and packet records (headers included)."""
-    data = path.read_bytes()
-    assert data[:4] == b"\xd4\xc3\xb2\xa1"
-    records, pos = [], 24
-    while pos + 16 <= len(data):
-        caplen = struct.unpack_from("<I", data, pos + 8)[0]
-        records.append(data[pos:pos + 16 + caplen])
-        pos += 16 + caplen
-    return data[:24], records
-
-
 def _rotate(src: Path, folder: Path, pieces: int) -> list[Path]:
-    """The capture cut into ``pieces`` files named as tcpdump -C names them (cap.pcap, cap.pcap1, ...)."""
-    header, records = _pcap_records(src)
-    folder.mkdir(parents=True)
-    bounds = [len(records) * i // pieces for i in range(pieces + 1)]
-    paths = []
-    for i in range(pieces):
-        path = folder / ("cap.pcap" + (str(i) if i else ""))
-        path.write_bytes(header + b"".join(records[bounds[i]:bounds[i + 1]]))
-        paths.append(path)
-    return paths
+    """The capture cut into ``pieces`` files of about as many packets, named as tcpdump -C names them (cap.pcap,
+    cap.pcap1, ...)."""
+    _, records = pcap_records(src)
+    return split_capture(src, folder, [len(records) * i // pieces for i in range(1, pieces)])
 
 
 def _cli_export(paths: list[str], out: Path) -> dict[str, pa.Table]:
-    result = CliRunner().invoke(cli, ["export", *paths, "-o", str(out), "--detect-ports", "--no-progress",
-                                      "--deliveries"])
-    assert result.exit_code == 0, result.output
-    return {t: pq.read_table(out / f"{t}.parquet") for t in TABLES}
+    return export_tables(paths, out, "--detect-ports", "--deliveries", tables=TABLES)
 
 
 def _dataset(folder: Path) -> pa.Table:
     return ds.dataset(folder, format="parquet", partitioning="hive").to_table()
 
 
-def _rows(table: pa.Table) -> list[dict]:
-    return sorted(table.to_pylist(), key=lambda r: repr(sorted(r.items())))
+_rows = canonical_rows
 
 
 @pytest.fixture(scope="module")
@@ -151,10 +137,7 @@ def test_rotated_set_pairs_crossing_files_are_stitched(samples_run) -> None:
     whole = base / "whole"
     whole.mkdir()
     shutil.copy(SPLIT_SOURCE, whole / "cap.pcap")
-    reference: list[pa.RecordBatch] = []
-    analyze_file(str(whole / "cap.pcap"), Options(detect_ports=True),
-                 lambda t, b: reference.append(b) if t == "exchanges" else None)
-    assert _rows(pa.Table.from_batches(reference).drop_columns(["capture_file"])) == \
+    assert _rows(_exchanges(whole / "cap.pcap").drop_columns(["capture_file"])) == \
         _rows(pa.Table.from_pylist(exchanges).drop_columns(["capture_file", "capture_date"]))
 
 
@@ -323,7 +306,6 @@ def test_aggregate_only_on_an_existing_output(spark, samples_run) -> None:
 
 
 def test_the_cli_command_runs_the_job(spark, tmp_path) -> None:
-    from analyzer.cli.commands import main as cli
     from analyzer.cli.spark import spark_command
     from tests.test_report import _comparable
 
@@ -335,8 +317,7 @@ def test_the_cli_command_runs_the_job(spark, tmp_path) -> None:
     expected = _cli_export([capture], tmp_path / "cli")["exchanges"]
     assert _rows(_dataset(tmp_path / "out" / "exchanges").drop_columns(["capture_date"])) == _rows(expected)
     # --report: the page `kafkacap report` makes of the same output folder
-    again = CliRunner().invoke(cli, ["report", str(tmp_path / "out"), "-o", str(tmp_path / "again.html")])
-    assert again.exit_code == 0, again.output
+    kafkacap("report", tmp_path / "out", "-o", tmp_path / "again.html")
     assert _comparable(page.read_text(encoding="utf-8")) == _comparable(
         (tmp_path / "again.html").read_text(encoding="utf-8"))
     assert "tansu_admin.pcap" in page.read_text(encoding="utf-8")
@@ -405,9 +386,7 @@ def test_publish_on_a_non_local_filesystem(tmp_path, monkeypatch) -> None:
 
 
 def _exchanges(capture: Path) -> pa.Table:
-    got: list[pa.RecordBatch] = []
-    analyze_file(str(capture), Options(detect_ports=True), lambda t, b: got.append(b) if t == "exchanges" else None)
-    return pa.Table.from_batches(got)
+    return analyze_tables(capture, detect_ports=True)["exchanges"]
 
 
 def test_an_attempt_that_dies_mid_write_spoils_nothing(tmp_path, monkeypatch) -> None:
@@ -418,7 +397,7 @@ def test_an_attempt_that_dies_mid_write_spoils_nothing(tmp_path, monkeypatch) ->
     from spark_jobs import write_task
 
     monkeypatch.setattr(write_task, "ROW_GROUP_ROWS", 1)  # every batch reaches the file when written
-    rows = _exchanges(SAMPLES / "tansu_consumer_group.pcap")
+    rows = _exchanges(GROUP)
     root = str(tmp_path / "exchanges")
 
     def attempt() -> write_task.TableWriter:
@@ -448,9 +427,7 @@ def test_the_job_decrypts_tls_with_the_key_log(spark, tmp_path) -> None:
     result = CliRunner().invoke(spark_command, [capture, "-o", str(tmp_path / "out"), "--port", "9094",
                                                 "--tls-keylog", keylog])
     assert result.exit_code == 0, result.output
-    cli_run = CliRunner().invoke(cli, ["export", capture, "-o", str(tmp_path / "cli"), "--port", "9094",
-                                       "--tls-keylog", keylog, "--no-progress"])
-    assert cli_run.exit_code == 0, cli_run.output
+    kafkacap("export", capture, "-o", tmp_path / "cli", "--port", "9094", "--tls-keylog", keylog, "--no-progress")
     for table in ("exchanges", "connections"):
         expected = pq.read_table(tmp_path / "cli" / f"{table}.parquet")
         assert _rows(_dataset(tmp_path / "out" / table).drop_columns(["capture_date"])) == _rows(expected)
@@ -502,8 +479,5 @@ def test_topic_ids_named_by_another_files_response(spark, tmp_path) -> None:
     tables = {name: _dataset(tmp_path / "out" / name).drop_columns(["capture_date"])
               for name in ("exchanges", "partitions")}
     check_named(tables)
-    cli_out = tmp_path / "cli"
-    result = CliRunner().invoke(cli, ["export", str(first), str(second), "-o", str(cli_out), "--no-progress"])
-    assert result.exit_code == 0, result.output
-    cli_rows = pq.read_table(cli_out / "partitions.parquet")
+    cli_rows = export_tables([first, second], tmp_path / "cli", tables=("partitions",))["partitions"]
     assert _rows(tables["partitions"].select(cli_rows.column_names)) == _rows(cli_rows)

@@ -4,59 +4,21 @@ whole capture analysed in one pass (what `tcpdump -C` / `-G` users need)."""
 from __future__ import annotations
 
 import random
-import struct
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
-from analyzer.pipeline.analyze import Options
-from analyzer.pipeline.run import run
 from analyzer.pipeline.stitch import capture_sets, merge_connections, set_key
-from analyzer.tables.schemas import SCHEMAS
-
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_pcaps"
+from tests.helpers import GROUP, SAMPLES, Paths, canonical_rows, pcap_records, run_tables, split_capture
 
 # Captures with many connections, pipelining, long-polling fetches and frames over many segments.
 SPLIT_CASES = ["tansu_consumer_group.pcap", "tansu_large_messages.pcap", "tansu_pipelined_producer.pcap",
                "tansu_confluent_codecs.pcap", "kafka09_legacy.pcap"]
 
 
-def _records(path: Path) -> tuple[bytes, list[bytes]]:
-    """A classic pcap file as its global header and its packet records, as tcpdump -C writes them out."""
-    data = path.read_bytes()
-    order = "<" if data[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
-    records, pos = [], 24
-    while pos + 16 <= len(data):
-        caplen = struct.unpack_from(order + "I", data, pos + 8)[0]
-        records.append(data[pos:pos + 16 + caplen])
-        pos += 16 + caplen
-    return data[:24], records
-
-
-def _split(src: Path, folder: Path, cuts: list[int], name: str = "cap.pcap") -> list[str]:
-    """Write the packets of ``src`` as name, name1, name2, ... cut before the given packet indexes."""
-    header, records = _records(src)
-    folder.mkdir(parents=True, exist_ok=True)
-    bounds = [0, *cuts, len(records)]
-    paths = []
-    for i in range(len(bounds) - 1):
-        p = folder / (name + (str(i) if i else ""))
-        p.write_bytes(header + b"".join(records[bounds[i]:bounds[i + 1]]))
-        paths.append(str(p))
-    return paths
-
-
-def _export(paths: list[str], jobs: int = 1, stitch: bool = True) -> dict[str, pa.Table]:
-    got: dict[str, list[pa.RecordBatch]] = {}
-    run(paths, Options(detect_ports=True), lambda t, b: got.setdefault(t, []).append(b), jobs=jobs, stitch=stitch)
-    return {t: pa.Table.from_batches(got.get(t, []), schema) for t, schema in SCHEMAS.items()}
-
-
-def _sorted_rows(table: pa.Table, drop: tuple[str, ...] = ()) -> list[dict]:
-    keep = [c for c in table.column_names if c not in drop]
-    rows = table.select(keep).to_pylist()
-    return sorted(rows, key=lambda r: repr(sorted(r.items())))
+def _export(paths: Paths, jobs: int = 1, stitch: bool = True) -> dict[str, pa.Table]:
+    return run_tables(paths, detect_ports=True, jobs=jobs, stitch=stitch, all_tables=True)
 
 
 def _whole(src: Path, tmp: Path) -> dict[str, pa.Table]:
@@ -71,20 +33,20 @@ def _whole(src: Path, tmp: Path) -> dict[str, pa.Table]:
 def test_split_capture_gives_the_rows_of_the_whole(capture: str, tmp_path: Path) -> None:
     src = SAMPLES / capture
     whole = _whole(src, tmp_path)
-    n = len(_records(src)[1])
+    n = len(pcap_records(src)[1])
     rng = random.Random(capture)
     for attempt in range(4):  # cuts anywhere: inside frames, between a request and its response
         cuts = sorted(rng.sample(range(1, n), 3))
-        paths = _split(src, tmp_path / f"split{attempt}", cuts)
+        paths = split_capture(src, tmp_path / f"split{attempt}", cuts)
         parts = _export(list(reversed(paths)), jobs=1 + attempt % 2)  # any order given; shards with --jobs 2
         for table in ("exchanges", "errors", "partitions"):
-            assert _sorted_rows(parts[table]) == _sorted_rows(whole[table]), (table, cuts)
+            assert canonical_rows(parts[table]) == canonical_rows(whole[table]), (table, cuts)
         # Connections: one row per connection; the packet and byte counters add up exactly.
         counters = ("capture_file", "connection_id", "client_ip", "client_port", "broker_ip", "broker_port",
                     "first_ts", "last_ts", "packets_to_broker", "packets_to_client", "bytes_to_broker",
                     "bytes_to_client", "handshake_rtt_ms", "syn_seen")
-        assert _sorted_rows(parts["connections"].select(counters)) == \
-            _sorted_rows(whole["connections"].select(counters)), cuts
+        assert canonical_rows(parts["connections"].select(counters)) == \
+            canonical_rows(whole["connections"].select(counters)), cuts
         # How it ended: the same, except that a FIN pair split over two files reads as capture_end.
         ends = {(r["connection_id"]): r["ended"] for r in parts["connections"].to_pylist()}
         for r in whole["connections"].to_pylist():
@@ -96,9 +58,9 @@ def test_split_capture_gives_the_rows_of_the_whole(capture: str, tmp_path: Path)
 
 def test_unstitched_files_stay_apart(tmp_path: Path) -> None:
     """--no-stitch: each file on its own (mid-stream starts, orphans), numbering restarting per file."""
-    src = SAMPLES / "tansu_consumer_group.pcap"
-    n = len(_records(src)[1])
-    paths = _split(src, tmp_path, [n // 2])
+    src = GROUP
+    n = len(pcap_records(src)[1])
+    paths = split_capture(src, tmp_path, [n // 2])
     apart = _export(paths, stitch=False)
     whole = _whole(src, tmp_path)
     statuses = apart["exchanges"].column("status").to_pylist()
@@ -115,7 +77,7 @@ def test_files_alike_in_name_but_unrelated_are_not_stitched(tmp_path: Path) -> N
     apart = {name: _export([str(tmp_path / name)]) for name in ("broker1.pcap", "broker2.pcap")}
     for table in ("exchanges", "errors", "partitions", "connections"):
         expected = pa.concat_tables([apart[n][table] for n in apart])
-        assert _sorted_rows(together[table]) == _sorted_rows(expected), table
+        assert canonical_rows(together[table]) == canonical_rows(expected), table
     assert together["files"].column("continues_in").to_pylist() == [None, None]
 
 

@@ -15,18 +15,10 @@ from collections import defaultdict
 from pathlib import Path
 
 import dpkt
-import pyarrow as pa
 import pytest
 
-from analyzer.cli.summary import Collector
-from analyzer.pipeline.analyze import Options
-from analyzer.pipeline.run import run
-from analyzer.tls.keylog import KeyLog
+from tests.helpers import PUBLIC_CAPTURES, SAMPLES, run_tables, sample_captures, sample_keylog
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = sorted(p for p in (ROOT / "sample_pcaps").iterdir() if p.suffix in (".pcap", ".pcapng"))
-PUBLIC_DIR = ROOT.parent / "shared" / "pcaps" / "public"
-PUBLIC = sorted(p for p in PUBLIC_DIR.glob("*.pcap*")) if PUBLIC_DIR.is_dir() else []
 PUBLIC_PORTS = (9092, 36333, 9093, 9094, 29092)
 MASK32 = 0xFFFFFFFF
 SYN, FIN, RST, ACK = 0x02, 0x01, 0x04, 0x10
@@ -36,11 +28,7 @@ SAMPLE_PORTS = (9092, 9093, 19092, 9094, 9096, 9193, 9194)  # every sample broke
 
 
 def export(path: Path, ports: tuple[int, ...] = SAMPLE_PORTS, bulk: bool = True) -> tuple[list[dict], dict]:
-    keylog = path.with_name(path.name.split(".")[0] + ".keys.log")  # a TLS sample's own key log
-    sink = Collector()
-    run([str(path)], Options(ports=ports, bulk=bulk, tls_keys=KeyLog.from_file(keylog) if keylog.exists() else None),
-        sink)
-    tables = {name: pa.Table.from_batches(batches) for name, batches in sink.batches.items()}
+    tables = run_tables(path, ports=ports, bulk=bulk, tls_keys=sample_keylog(path))  # a TLS sample's own key log
     (files_row,) = tables["files"].to_pylist()
     conns = tables["connections"].to_pylist() if "connections" in tables else []
     return conns, files_row
@@ -151,7 +139,7 @@ def assert_accounted(path: Path, conns: list[dict], files_row: dict, exact_oracl
             c["connection_id"]: oracle.get(c["connection_id"], 0) for c in conns}, path.name
 
 
-@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sample_captures(), ids=lambda p: p.name)
 def test_sample_streams_are_accounted_for(path):
     conns, files_row = export(path)
     assert_accounted(path, conns, files_row)
@@ -160,8 +148,8 @@ def test_sample_streams_are_accounted_for(path):
     assert sum(c["framed_bytes"] for c in conns) > 0
 
 
-@pytest.mark.skipif(not PUBLIC, reason="public captures (../shared/pcaps/public) not present")
-@pytest.mark.parametrize("path", PUBLIC, ids=lambda p: p.name)
+@pytest.mark.skipif(not PUBLIC_CAPTURES, reason="public captures (../shared/pcaps/public) not present")
+@pytest.mark.parametrize("path", PUBLIC_CAPTURES, ids=lambda p: p.name)
 def test_public_streams_are_accounted_for(path):
     conns, files_row = export(path, PUBLIC_PORTS)
     if conns:
@@ -200,7 +188,7 @@ def _damaged(source: Path, out: Path, how: str, seed: int) -> Path:
 @pytest.mark.parametrize("how", ["loss", "repeat", "snaplen", "reorder"])
 @pytest.mark.parametrize("name", ["tansu_consumer_group.pcap", "tansu_confluent_codecs.pcap"])
 def test_damaged_streams_are_accounted_for(tmp_path, how, name):
-    path = _damaged(ROOT / "sample_pcaps" / name, tmp_path / name, how, seed=len(how))
+    path = _damaged(SAMPLES / name, tmp_path / name, how, seed=len(how))
     for bulk in (True, False):
         conns, files_row = export(path, bulk=bulk)
         assert_accounted(path, conns, files_row)

@@ -8,32 +8,22 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 
-from analyzer.cli.commands import main
+from tests import helpers
+from tests.helpers import GROUP, SAMPLES, export_tables, read_tables, truth
 
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_pcaps"
+# GROUP (tansu_consumer_group): a group through a rebalance, members sending LeaveGroup
 CLUSTER = SAMPLES / "kafka44_cluster.pcap"  # Produce partitions answered NOT_LEADER_OR_FOLLOWER
 ACKS0 = SAMPLES / "kafka09_acks0.pcap"  # acks=0: records sent, never acknowledged
-GROUP = SAMPLES / "tansu_consumer_group.pcap"  # a group through a rebalance, members sending LeaveGroup
 ERRORS = SAMPLES / "tansu_broker_errors.pcap"  # days before GROUP: a second, unrelated capture
 
 
 def kafkacap(*args: object) -> str:
-    result = CliRunner().invoke(main, [*map(str, args), "--no-progress"])
-    assert result.exit_code == 0, result.output
-    return result.stdout
-
-
-def exported(tmp_path: Path, *paths: Path) -> dict[str, pa.Table]:
-    out = tmp_path / "out"
-    kafkacap("export", *paths, "-o", out)
-    return {name: pq.read_table(out / f"{name}.parquet") for name in ("files", "partitions", "groups", "exchanges")}
+    return helpers.kafkacap(*args, "--no-progress")
 
 
 def table(text: str, title: str) -> tuple[list[str], list[list[str]]]:
@@ -75,24 +65,24 @@ def produce_figures(parts: pa.Table) -> dict[str, dict[str, int]]:
 
 
 def test_rejected_records_are_not_counted_as_produced(tmp_path):
-    truth = json.loads(CLUSTER.with_suffix(".truth.json").read_text())["topics"]["cluster44"]
-    figures = produce_figures(exported(tmp_path, CLUSTER)["partitions"])["cluster44"]
-    assert figures["produced"] == truth["produced"] and figures["failed"] > 0  # the clients' own count agrees
+    told = truth(CLUSTER)["topics"]["cluster44"]
+    figures = produce_figures(export_tables(CLUSTER, tmp_path / "out")["partitions"])["cluster44"]
+    assert figures["produced"] == told["produced"] and figures["failed"] > 0  # the clients' own count agrees
     doc = json.loads(kafkacap("summary", CLUSTER, "--json"))
     row = next(t for t in doc["topics"] if t["topic"] == "cluster44")
     assert (row["produced"], row["produce_failed"], row["produce_attempted"], row["produce_unacknowledged"]) == (
         figures["produced"], figures["failed"], figures["attempted"], figures["unacknowledged"])
     head, rows = table(kafkacap("summary", CLUSTER), "Topics")
     cells = dict(zip(head, next(r for r in rows if r[0] == "cluster44"), strict=True))
-    assert number(cells["produced"]) == truth["produced"]
+    assert number(cells["produced"]) == told["produced"]
     assert number(cells["failed"]) == figures["failed"] and number(cells["attempted"]) == figures["attempted"]
 
 
 def test_records_sent_with_acks0_are_attempted_not_produced(tmp_path):
-    truth = json.loads(ACKS0.with_suffix(".truth.json").read_text())["topics"]
-    figures = produce_figures(exported(tmp_path, ACKS0)["partitions"])
+    told = truth(ACKS0)["topics"]
+    figures = produce_figures(export_tables(ACKS0, tmp_path / "out")["partitions"])
     doc = {t["topic"]: t for t in json.loads(kafkacap("summary", ACKS0, "--json"))["topics"]}
-    for topic, entry in truth.items():
+    for topic, entry in told.items():
         assert figures[topic]["unacknowledged"] == entry["produced_acks0"] > 0
         assert (doc[topic]["produced"] or 0) == entry["produced"] == 0
         assert doc[topic]["produce_unacknowledged"] == entry["produced_acks0"]
@@ -120,8 +110,8 @@ def covered(files: pa.Table) -> tuple[float, list[tuple[dt.datetime, dt.datetime
     return sum((b - a).total_seconds() for a, b in merged), [(a, b) for a, b in merged]
 
 
-def test_rates_divide_by_the_time_the_captures_cover(tmp_path):
-    tables = exported(tmp_path, ERRORS, GROUP)
+def test_rates_divide_by_the_time_the_captures_cover(export_once):
+    tables = read_tables(export_once([ERRORS, GROUP]))
     seconds, intervals = covered(tables["files"])
     assert len(intervals) == 2  # days apart
     doc = json.loads(kafkacap("summary", ERRORS, GROUP, "--json"))
@@ -136,8 +126,8 @@ def test_rates_divide_by_the_time_the_captures_cover(tmp_path):
     assert f"{seconds:,.3f} s" in line and f"({requests / seconds:,.1f}/s)" in line, line
 
 
-def test_the_span_line_is_the_files_first_and_last_packet(tmp_path):
-    files = exported(tmp_path, GROUP)["files"].to_pylist()
+def test_the_span_line_is_the_files_first_and_last_packet(group_export):
+    files = read_tables(group_export)["files"].to_pylist()
     doc = json.loads(kafkacap("summary", GROUP, "--json"))
     assert doc["capture"]["first"] == files[0]["first_ts"].isoformat(timespec="microseconds")
     assert doc["capture"]["last"] == files[0]["last_ts"].isoformat(timespec="microseconds")
@@ -146,12 +136,12 @@ def test_the_span_line_is_the_files_first_and_last_packet(tmp_path):
     assert f"{files[0]['first_ts']:%Y-%m-%d %H:%M:%S.%f}" in line, line
 
 
-def test_overlapping_captures_count_once_and_a_rotated_set_is_one_capture(tmp_path):
+def test_overlapping_captures_count_once_and_a_rotated_set_is_one_capture(group_export):
     """Two captures of the same traffic (one file's span, and the same shifted by half) cover their union;
     the files of one rotated set cover their set's whole span, the moments between its files included."""
     from analyzer.derived.span import capture_span_of, files_span
 
-    row = exported(tmp_path, GROUP)["files"].to_pylist()[0]
+    row = read_tables(group_export)["files"].to_pylist()[0]
     first, last = row["first_ts"], row["last_ts"]
     half = (last - first) / 2
     two = pa.table({"capture_file": ["a", "b"], "capture_set": ["a", "b"], "first_ts": [first, first + half],
@@ -170,8 +160,8 @@ def test_overlapping_captures_count_once_and_a_rotated_set_is_one_capture(tmp_pa
 
 # Finding 5: the groups table's vocabulary, totals true to their labels.
 
-def test_group_columns_use_the_groups_tables_names(tmp_path):
-    groups = exported(tmp_path, GROUP)["groups"].to_pylist()
+def test_group_columns_use_the_groups_tables_names(group_export):
+    groups = read_tables(group_export)["groups"].to_pylist()
     head, rows = table(kafkacap("summary", GROUP), "Consumer groups")
     assert "gone" not in head
     shown = {int(r[head.index("generation_id")]): dict(zip(head, r, strict=True)) for r in rows}
@@ -203,7 +193,7 @@ def waited_total(groups: list[dict]) -> float:
     return total
 
 
-def test_the_group_total_sums_every_members_wait(tmp_path):
+def test_the_group_total_sums_every_members_wait(group_export):
     """The recorded group, with its second member already in the first generation: the second rebalance
     stops both, and the total is both waits (the generation's stop_ms is only the longer one)."""
     import io
@@ -212,7 +202,7 @@ def test_the_group_total_sums_every_members_wait(tmp_path):
 
     from analyzer.cli.summary import _groups, group_rows
 
-    groups = exported(tmp_path, GROUP)["groups"].to_pylist()
+    groups = read_tables(group_export)["groups"].to_pylist()
     first, second = sorted(groups, key=lambda g: g["generation_id"])
     newcomer = [m for m in second["members"] if m["member_id"] in second["joined"]]
     assert newcomer
@@ -220,7 +210,7 @@ def test_the_group_total_sums_every_members_wait(tmp_path):
     first["member_count"] = len(first["members"])
     second["joined"] = []
     second["stop_ms"] = max(m["waited_ms"] for m in second["members"])
-    both = pa.Table.from_pylist([first, second], schema=pq.read_schema(tmp_path / "out" / "groups.parquet"))
+    both = pa.Table.from_pylist([first, second], schema=pq.read_schema(group_export / "groups.parquet"))
     total = waited_total(both.to_pylist())
     assert total > second["stop_ms"]
     entry = group_rows(both)[0]
@@ -232,15 +222,15 @@ def test_the_group_total_sums_every_members_wait(tmp_path):
     assert f"{total:.1f} ms in all" in summary_line and f"{second['stop_ms']:.1f}" in summary_line, summary_line
 
 
-def test_the_recorded_groups_total_is_its_members_waits(tmp_path):
-    groups = exported(tmp_path, GROUP)["groups"].to_pylist()
+def test_the_recorded_groups_total_is_its_members_waits(group_export):
+    groups = read_tables(group_export)["groups"].to_pylist()
     doc = json.loads(kafkacap("summary", GROUP, "--json"))
     assert doc["groups"][0]["waited_ms_total"] == pytest.approx(waited_total(groups))
     assert "stop_ms_total" not in doc["groups"][0]
 
 
-def test_the_report_gives_the_span_the_summary_gives(tmp_path):
-    tables = exported(tmp_path, ERRORS, GROUP)
+def test_the_report_gives_the_span_the_summary_gives(tmp_path, export_once):
+    tables = read_tables(export_once([ERRORS, GROUP]))
     seconds, intervals = covered(tables["files"])
     kafkacap("report", ERRORS, GROUP, "-o", tmp_path / "r.html")
     page = (tmp_path / "r.html").read_text()

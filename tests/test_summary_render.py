@@ -8,21 +8,14 @@ from __future__ import annotations
 
 import io
 import re
-from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 from rich.console import Console
 from rich.text import Text
 
-from analyzer.cli.commands import main
-from analyzer.cli.summary import Collector, print_summary
-from analyzer.pipeline.analyze import Options
-from analyzer.pipeline.run import run
-from analyzer.tables.schemas import CONNECTIONS_SCHEMA, EXCHANGES_SCHEMA, GROUPS_SCHEMA, PARTITIONS_SCHEMA
+from analyzer.cli.summary import print_summary
+from tests.helpers import SAMPLES, export_tables, run_tables
 
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_pcaps"
 CAPTURES = ("tansu_broker_errors.pcap", "tansu_consumer_group.pcap", "kafka44_cluster.pcap")
 WIDTHS = (80, 100, 120, 200)
 WAITS = {"Fetch", "JoinGroup", "SyncGroup"}
@@ -40,21 +33,17 @@ def ms(v: float) -> str:
 def capture(request, tmp_path_factory) -> dict:
     """The sample's exported tables, and the tables and reports of an analysis in this process to render."""
     path = SAMPLES / request.param
-    out = tmp_path_factory.mktemp("export") / "out"
-    result = CliRunner().invoke(main, ["export", str(path), "-o", str(out), "--no-progress"])
-    assert result.exit_code == 0, result.output
-    sink = Collector()
-    reports = run([str(path)], Options(), sink)
-    return {"name": request.param, "reports": reports, "sink": sink,
-            **{t: pq.read_table(out / f"{t}.parquet").to_pylist()
-               for t in ("exchanges", "partitions", "groups", "connections")}}
+    exported = export_tables(path, tmp_path_factory.mktemp("export") / "out",
+                             tables=("exchanges", "partitions", "groups", "connections"))
+    return {"name": request.param, "analysed": run_tables(path, all_tables=True),
+            **{t: table.to_pylist() for t, table in exported.items()}}
 
 
 def render(capture: dict, width: int) -> str:
     console = Console(width=width, record=True, file=io.StringIO())
-    sink = capture["sink"]
-    print_summary(console, sink.table("exchanges", EXCHANGES_SCHEMA), sink.table("connections", CONNECTIONS_SCHEMA),
-                  capture["reports"], sink.table("partitions", PARTITIONS_SCHEMA), sink.table("groups", GROUPS_SCHEMA))
+    analysed = capture["analysed"]
+    print_summary(console, analysed["exchanges"], analysed["connections"], analysed.reports, analysed["partitions"],
+                  analysed["groups"])
     return console.export_text()
 
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from analyzer.pipeline.analyze import Options, analyze_file
+from analyzer.pipeline.analyze import Options
 from analyzer.tls.keylog import KeyLog
+from tests.helpers import SAMPLES, analyze_tables, needs_tshark, run_tables
 
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_pcaps"
 CAPTURE = SAMPLES / "tansu_tls.pcap"
 KEYLOG = SAMPLES / "tansu_tls.keys.log"
 PORT = 9094
@@ -30,10 +30,8 @@ TLS_SAMPLES = [(CAPTURE, KEYLOG, PORT), (RESUME, RESUME_KEYLOG, RESUME_PORT)]
 
 
 def analyse(path: Path, keys: KeyLog | None, port: int = PORT, **options) -> tuple[dict[str, pa.Table], object]:
-    batches: dict[str, list] = {}
-    report = analyze_file(str(path), Options(ports=(port,), tls_keys=keys, **options),
-                          lambda name, batch: batches.setdefault(name, []).append(batch))
-    return {name: pa.Table.from_batches(b) for name, b in batches.items()}, report
+    tables = analyze_tables(path, ports=(port,), tls_keys=keys, **options)
+    return tables, tables.report
 
 
 def tshark_pdus(path: Path, keylog: Path, port: int = PORT) -> tuple[dict[tuple[int, int], tuple[int, int]],
@@ -66,7 +64,7 @@ def tshark_pdus(path: Path, keylog: Path, port: int = PORT) -> tuple[dict[tuple[
     return requests, responses, times, handshakes
 
 
-@pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed")
+@needs_tshark
 @pytest.mark.parametrize(("capture", "keylog", "port"), TLS_SAMPLES, ids=lambda v: getattr(v, "stem", v))
 def test_every_pdu_tshark_decrypts_is_an_exchange_with_its_times(capture: Path, keylog: Path, port: int) -> None:
     requests, responses, times, handshakes = tshark_pdus(capture, keylog, port)
@@ -175,8 +173,6 @@ def test_no_output_shows_a_tls_secret(tmp_path: Path) -> None:
 def test_pcapng_decryption_secrets_blocks_decrypt_without_the_flag(tmp_path: Path) -> None:
     """``editcap --inject-secrets`` puts the key log into the capture: the same exchanges as with --tls-keylog,
     in one process and across shard processes."""
-    from analyzer.pipeline.run import run
-
     injected = tmp_path / "tls.pcapng"
     subprocess.run(["editcap", "--inject-secrets", f"tls,{KEYLOG}", str(CAPTURE), str(injected)], check=True,
                    capture_output=True, timeout=60)
@@ -186,9 +182,7 @@ def test_pcapng_decryption_secrets_blocks_decrypt_without_the_flag(tmp_path: Pat
     columns = ["client_port", "correlation_id", "api_key", "status", "latency_ms", "record_count"]
     assert own["exchanges"].select(columns).sort_by(key).equals(flagged["exchanges"].select(columns).sort_by(key))
     assert report.stats.tls_secret_blocks == 1 and report.stats.on_tls_secrets is None
-    batches: dict[str, list] = {}
-    run([str(injected)], Options(ports=(PORT,)), lambda name, b: batches.setdefault(name, []).append(b), jobs=2)
-    sharded = pa.Table.from_batches(batches["exchanges"])
+    sharded = run_tables(injected, ports=(PORT,), jobs=2)["exchanges"]
     assert sharded.select(columns).sort_by(key).equals(flagged["exchanges"].select(columns).sort_by(key))
 
 

@@ -9,27 +9,19 @@ the name is in another file (and, with --jobs 2, another process) than the rows 
 
 from __future__ import annotations
 
-import json
 import uuid
 from pathlib import Path
 
 import dpkt
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 
-from analyzer.cli.commands import main as cli
-from analyzer.cli.summary import Collector, unnamed_topic_ids
+from analyzer.cli.summary import unnamed_topic_ids
 from analyzer.pipeline import topic_ids
-from analyzer.pipeline.analyze import Options
-from analyzer.pipeline.run import run
 from analyzer.pipeline.topic_ids import TopicIdResolver, name_batch
-from analyzer.tables.schemas import EXCHANGES_SCHEMA, PARTITIONS_SCHEMA
+from tests.helpers import SAMPLES, export_tables, run_tables, truth
 
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_pcaps"
 CAPTURE = SAMPLES / "kafka44_java_clients.pcap"
-TRUTH = SAMPLES / "kafka44_java_clients.truth.json"
 FIRST_PRODUCE = 55  # packet of java44-producer-none's first Produce v13, after its Metadata (packets 40-41)
 CONSUMER_START = 178  # the consumer's first packet; its Metadata (packets 182-183) names all five topics
 
@@ -46,18 +38,13 @@ def cut(source: Path, target: Path, first: int, last: int | None = None) -> Path
 
 
 def export(tmp_path: Path, *paths: Path, jobs: int = 1) -> dict[str, pa.Table]:
-    out = tmp_path / f"out-{jobs}"
-    res = CliRunner().invoke(cli, ["export", *map(str, paths), "-o", str(out), "--jobs", str(jobs),
-                                   "--no-progress"])
-    assert res.exit_code == 0, res.output
-    return {name: pq.read_table(out / f"{name}.parquet") for name in ("exchanges", "partitions")}
+    return export_tables(paths, tmp_path / f"out-{jobs}", "--jobs", jobs, tables=("exchanges", "partitions"))
 
 
 def producers_topics() -> dict[str, set[str]]:
     """client id -> the topics it produced to, as the clients' truth says."""
-    truth = json.loads(TRUTH.read_text())
     out: dict[str, set[str]] = {}
-    for topic, entry in truth["topics"].items():
+    for topic, entry in truth(CAPTURE)["topics"].items():
         for client in entry["producers"]:
             out.setdefault(client, set()).add(topic)
     return out
@@ -89,10 +76,7 @@ def test_produce_v13_topics_named_in_the_whole_capture(tmp_path):
 def test_a_name_from_a_later_metadata_response(tmp_path, batch_rows):
     """With batches of two rows, the Produce rows leave the analysis long before the Metadata that names them."""
     late = cut(CAPTURE, tmp_path / "late-start.pcap", FIRST_PRODUCE)
-    sink = Collector()
-    run([str(late)], Options(batch_rows=batch_rows), sink)
-    tables = {name: sink.table(name, schema) for name, schema in (("exchanges", EXCHANGES_SCHEMA),
-                                                                  ("partitions", PARTITIONS_SCHEMA))}
+    tables = run_tables(late, batch_rows=batch_rows, all_tables=True)
     check_named(tables)
     none_rows = [r for r in tables["partitions"].to_pylist() if r["client_id"] == "java44-producer-none"]
     assert none_rows and all(r["topic"] == "java44-none" for r in none_rows)

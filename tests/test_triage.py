@@ -11,53 +11,38 @@ the failures it saw is the oracle.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import time
 from collections import Counter
-from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 
-from analyzer.cli.commands import main
 from analyzer.cli.triage_view import triage_rows
 from analyzer.derived import triage
+from tests.helpers import GROUP, SAMPLES, export_tables, read_tables
+from tests.helpers import truth as _truth
 
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_pcaps"
 # kafka-python 3.0 loads its protocol schemas through importlib.resources' legacy functions.
 pytestmark = pytest.mark.filterwarnings(r"ignore:(read|open)_text is deprecated:DeprecationWarning")
 EXPECTED_STEPS = {"MEMBER_ID_REQUIRED", "REBALANCE_IN_PROGRESS"}
 
 
-def _export(capture: Path, out: Path, *args: str) -> dict[str, pa.Table]:
-    result = CliRunner().invoke(main, ["export", str(capture), "--no-progress", "-o", str(out), *args])
-    assert result.exit_code == 0, result.output
-    return {t: pq.read_table(out / f"{t}.parquet") for t in ("exchanges", "connections")}
-
-
-def _truth(name: str) -> dict:
-    return json.loads((SAMPLES / f"{name}.truth.json").read_text())
-
-
-def test_a_capture_without_failures_shows_nothing(tmp_path) -> None:
-    t = _export(SAMPLES / "tansu_consumer_group.pcap", tmp_path / "t")
-    assert _truth("tansu_consumer_group")["errors"] == []
+def test_a_capture_without_failures_shows_nothing(group_export) -> None:
+    t = read_tables(group_export)
+    assert _truth(GROUP)["errors"] == []
     assert triage_rows(t["exchanges"], t["connections"]) == {
         "unexpected_errors": [], "retry_storms": [], "reconnect_loops": []}
 
 
 def test_concurrent_connections_of_healthy_clients_are_no_loop(tmp_path) -> None:
     """The Java clients open two or three connections each to the one broker, side by side: no loop, no storm."""
-    t = _export(SAMPLES / "kafka44_java_clients.pcap", tmp_path / "t")
+    t = export_tables(SAMPLES / "kafka44_java_clients.pcap", tmp_path / "t")
     assert triage.reconnect_loops(t["connections"], t["exchanges"]).num_rows == 0
     assert triage.retry_storms(t["exchanges"]).num_rows == 0
 
 
 def test_the_errors_samples_deliberate_failures_and_nothing_expected(tmp_path) -> None:
     truth = _truth("tansu_broker_errors")
-    t = _export(SAMPLES / "tansu_broker_errors.pcap", tmp_path / "t")
+    t = export_tables(SAMPLES / "tansu_broker_errors.pcap", tmp_path / "t")
     errors = triage.unexpected_errors(t["exchanges"])
     got = Counter({(r["client_id"], r["api_name"], r["error_name"]): r["count"] for r in errors.to_pylist()})
     expected = Counter((e["client_id"], e["api_name"], e["error_name"]) for e in truth["errors"]
@@ -70,7 +55,7 @@ def test_the_errors_samples_deliberate_failures_and_nothing_expected(tmp_path) -
 
 def test_the_sasl_refused_client_is_an_unexpected_error(tmp_path) -> None:
     truth = _truth("kafka44_sasl_ssl")
-    t = _export(SAMPLES / "kafka44_sasl_ssl.pcap", tmp_path / "t", "--port", "9194", "--tls-keylog",
+    t = export_tables(SAMPLES / "kafka44_sasl_ssl.pcap", tmp_path / "t", "--port", "9194", "--tls-keylog",
                 str(SAMPLES / truth["tls"]["keylog"]))
     rows = triage.unexpected_errors(t["exchanges"]).to_pylist()
     refused = [r for r in rows if r["error_name"] == "SASL_AUTHENTICATION_FAILED"]
@@ -80,7 +65,7 @@ def test_the_sasl_refused_client_is_an_unexpected_error(tmp_path) -> None:
 
 def test_a_stopped_node_is_dialled_in_a_loop_while_it_is_down(tmp_path) -> None:
     truth = _truth("kafka44_cluster")
-    t = _export(SAMPLES / "kafka44_cluster.pcap", tmp_path / "t", "--detect-ports")
+    t = export_tables(SAMPLES / "kafka44_cluster.pcap", tmp_path / "t", "--detect-ports")
     cluster = truth["cluster"]
     stopped = next(n for n in cluster["nodes"] if n["node_id"] == cluster["stopped_node"]["node_id"])
     events = {e["event"]: e for e in cluster["events"]}
@@ -153,7 +138,7 @@ def live(tmp_path_factory) -> dict:
             seen["sasl"] = sum("Unsupported SASL mechanism" in f for f in failures)
     finally:
         broker.stop()
-    tables = _export(work / "live.pcap", work / "out", "--port", str(broker.port))
+    tables = export_tables(work / "live.pcap", work / "out", "--port", str(broker.port))
     return {"tables": tables, "seen": seen, "port": broker.port}
 
 
