@@ -23,9 +23,6 @@ from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).parent
 SANITIZE = os.environ.get("KAFKACAP_ASAN") == "1"
-# Modules built with less optimisation (the last -O wins): the extraction of the APIs a capture seldom holds is
-# half the generated code and costs a fraction of a percent of a run (benchmarks/JOURNAL.md).
-LESS_OPTIMISED = {"dissectors.kafka._extract_cold": "-O1"}
 JOBS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
@@ -43,8 +40,7 @@ def extensions() -> list[Extension]:
     for source in sorted(sources, key=_code_size, reverse=True):
         relative = source.relative_to(HERE)
         name = ".".join(relative.with_suffix("").parts)
-        args = compile_args if SANITIZE or name not in LESS_OPTIMISED else [*compile_args, LESS_OPTIMISED[name]]
-        modules.append(Extension(name, [str(relative)], extra_compile_args=args, extra_link_args=link_args))
+        modules.append(Extension(name, [str(relative)], extra_compile_args=compile_args, extra_link_args=link_args))
     return cythonize(modules, language_level=3, annotate=os.environ.get("KAFKACAP_ANNOTATE") == "1",
                      compiler_directives={"embedsignature": True}, quiet=True, nthreads=JOBS)
 

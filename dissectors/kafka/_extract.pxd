@@ -39,7 +39,8 @@ cdef object extract_from(const uint8_t* buf, Py_ssize_t n, Py_ssize_t off, Py_ss
                          int api_version, bint is_response, bint partial)
 
 
-# -- what the generated functions use (they are compiled into this module and into _extract_cold)
+# -- what the generated functions use (compiled into this module) and the interpreter of the others' programs
+# (_interpret.pyx)
 
 cdef class Acc:
     """What the generated functions of one body write into, and why they stopped if they did."""
@@ -63,6 +64,7 @@ cdef class Acc:
 
 
 ctypedef Py_ssize_t (*plan_fn)(Acc acc, Cursor* c, object topic, object partition) except -2
+ctypedef Py_ssize_t (*interpret_fn)(Acc acc, Cursor* c, Py_ssize_t program) except -2
 
 
 cdef inline void fail(Acc acc, int err, where) noexcept:
@@ -98,4 +100,5 @@ cdef Py_ssize_t read_topic_list(Acc acc, Cursor* c, bint compact, bint compact_n
                                 where) except -2
 cdef void partition_rows(Acc acc, Cursor* c, Py_ssize_t count, topic) except *
 cdef Py_ssize_t nothing(Acc acc, Cursor* c, object topic, object partition) except -2
-cdef void set_plan(int is_response, int api_key, int api_version, plan_fn plan) noexcept
+cdef bint set_plan(int is_response, int api_key, int api_version, plan_fn plan) noexcept
+cdef bint set_program(int is_response, int api_key, int api_version, Py_ssize_t program, interpret_fn run) noexcept

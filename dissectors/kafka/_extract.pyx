@@ -1,8 +1,9 @@
 # cython: language_level=3
 """The body extraction of :mod:`dissectors.kafka.extract`, compiled: the runtime the generated functions
 (``_generated/extract_plans.pxi``, one per struct and scope, written by ``python -m tools.generate``
-from the schemas) share, and the Python entry point. The functions of the APIs outside ``HOT_APIS`` are built
-apart (``_extract_cold.pyx``, with the runtime from ``_extract.pxd``) and put in the same table at import.
+from the schemas) share, and the Python entry point. The APIs outside ``HOT_APIS`` are read by one interpreter
+of programs the generator writes as data (``_interpret.pyx``, built apart with the runtime from
+``_extract.pxd``), which puts each body kind's program in this module's table at import.
 
 A generated function returns 0, or -1 after recording in the accumulator why it stopped: TRUNCATED (the bytes
 ended first: with ``partial`` the result keeps what was read) or MALFORMED (a negative length, a null where none
@@ -318,14 +319,31 @@ cdef Py_ssize_t nothing(Acc acc, Cursor* c, object topic, object partition) exce
 
 include "_generated/extract_plans.pxi"
 
+# The APIs outside HOT_APIS: their body kinds' programs (number + 1; 0: none) and the interpreter that runs them
+cdef Py_ssize_t PROGRAM_OF[2][N_KEYS][N_VERSIONS]
+cdef interpret_fn INTERPRET = NULL
 
-cdef void set_plan(int is_response, int api_key, int api_version, plan_fn plan) noexcept:
-    """The function of one body kind, from the module of the APIs outside HOT_APIS (_extract_cold)."""
+
+cdef bint set_plan(int is_response, int api_key, int api_version, plan_fn plan) noexcept:
+    """The function of one body kind (``nothing``, from the interpreter's module): False if out of the table."""
+    if not (0 <= is_response <= 1 and 0 <= api_key < N_KEYS and 0 <= api_version < N_VERSIONS):
+        return False
     PLANS[is_response][api_key][api_version] = plan
+    return True
+
+
+cdef bint set_program(int is_response, int api_key, int api_version, Py_ssize_t program, interpret_fn run) noexcept:
+    """The program of one body kind of the APIs outside HOT_APIS, and what runs it: False if out of the table."""
+    global INTERPRET
+    if not (0 <= is_response <= 1 and 0 <= api_key < N_KEYS and 0 <= api_version < N_VERSIONS) or program < 0:
+        return False
+    PROGRAM_OF[is_response][api_key][api_version] = program + 1
+    INTERPRET = run
+    return True
 
 
 fill_plans()
-from dissectors.kafka import _extract_cold  # noqa: E402, F401 - puts the other APIs' functions in PLANS
+from dissectors.kafka import _interpret  # noqa: E402, F401 - puts the other APIs' programs in PROGRAM_OF
 
 
 def extract(buf, Py_ssize_t off, Py_ssize_t end, int api_key, int api_version, bint is_response, *,
@@ -355,12 +373,15 @@ cdef object extract_from(const uint8_t* buf, Py_ssize_t n, Py_ssize_t off, Py_ss
     caller holds for the call (the matcher has its frame's at hand: a second buffer request per body cost more
     than some bodies' reading)."""
     cdef plan_fn plan = NULL
+    cdef Py_ssize_t program = 0
     cdef Cursor c
     cdef Acc acc
     cdef Py_ssize_t status
     if 0 <= api_key < N_KEYS and 0 <= api_version < N_VERSIONS:
         plan = PLANS[is_response][api_key][api_version]
-    if plan == NULL:
+        if plan == NULL:
+            program = PROGRAM_OF[is_response][api_key][api_version]
+    if plan == NULL and program == 0:
         raise DecodeError(f"unknown API key {api_key} version {api_version}")
     if end > n:
         end = n
@@ -373,7 +394,7 @@ cdef object extract_from(const uint8_t* buf, Py_ssize_t n, Py_ssize_t off, Py_ss
     c.pos = off
     c.end = end
     c.err = 0
-    status = plan(acc, &c, None, None)
+    status = plan(acc, &c, None, None) if plan != NULL else INTERPRET(acc, &c, program - 1)
     if status < 0:
         if acc.err != TRUNCATED:
             raise DecodeError("malformed", acc.where)

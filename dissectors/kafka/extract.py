@@ -10,9 +10,12 @@ that matter and skips the rest: a run of fixed-size fields is one bounds check; 
 payloads are skipped by their length; arrays of fixed-size elements by count times size; structs that hold
 nothing of interest by a generated skipper; tag buffers by their sizes. So the per-frame cost follows the
 fields the tables use, not the size of the body. Versions and APIs that share a struct share its function; a
-table indexed by API key, direction and version picks a body kind's top function (those of the APIs outside
-``HOT_APIS`` are in ``_generated/extract_plans_cold.pxi``, compiled apart). :func:`plan_source` shows
-the generated code of a body kind.
+table indexed by API key, direction and version picks a body kind's top function. That is for the APIs of
+``HOT_APIS``; the others (admin, ACLs, configs, quotas, Raft...: rare in captures, most of the schemas) are read
+the same way by one compiled interpreter (:mod:`dissectors.kafka._interpret`) of programs the generator writes
+as data, an operation per step a generated function takes (``_generated/extract_programs.py``). The same
+bytes give the same result either way. :func:`plan_source` shows the generated code, or the programs, of a
+body kind.
 
 What counts as what (read from the schemas, so every API and version follows the same rules):
 - a topic is a string field Kafka marks ``entityType: topicName`` (or an array of them), or a uuid field
@@ -36,18 +39,27 @@ import re
 from pathlib import Path
 
 from dissectors.kafka._extract import extract
+from dissectors.kafka._generated import extract_programs
 from dissectors.kafka._generated.response_prefix import RESPONSE_PREFIX
 from dissectors.kafka.decoder import schema
 from dissectors.kafka.extract_rules import (
     MAX_ERROR_ROWS,
     MAX_PARTITION_ROWS,
     MAX_TOPICS,
+    NO_TARGET,
     PARTITION_APIS,
     PARTITION_FIELDS,
     PARTITION_LISTS,
     PRODUCE,
+    PROGRAM_HEADER,
+    PROGRAM_OPERANDS,
+    PROGRAM_OPS,
+    PROGRAM_TYPES,
     ROW_FIELDS,
     ROW_PARTITION_LISTS,
+    STRING_OPERANDS,
+    TAG_FIXED,
+    TAG_STRING,
     TOP_FIELDS,
     ZERO_UUID,
     ErrorEntry,
@@ -63,20 +75,19 @@ __all__ = [
     "ERRORS_NESTED", "ERRORS_UNDEFINED",
 ]
 
-PLANS_SOURCES = tuple(Path(__file__).resolve().parent / "_generated" / name
-                      for name in ("extract_plans.pxi", "extract_plans_cold.pxi"))
+PLANS_SOURCE = Path(__file__).resolve().parent / "_generated" / "extract_plans.pxi"
+NOTHING = "nothing: no field of this body kind is needed\n"
 
 
 def plan_source(api_key: int, api_version: int, is_response: bool) -> str:
-    """The generated Cython of a body kind: its top function, then every function it calls (for reading)."""
-    for path in PLANS_SOURCES:
-        text = path.read_text(encoding="utf-8")
-        top = re.search(rf"^    PLANS\[{int(is_response)}\]\[{api_key}\]\[{api_version}\] = (\w+)$", text, re.M) or \
-            re.search(rf"^    set_plan\({int(is_response)}, {api_key}, {api_version}, (\w+)\)$", text, re.M)
-        if top is not None:
-            break
-    else:
-        raise KeyError(f"no extraction for API key {api_key} version {api_version}")
+    """The generated Cython of a body kind: its top function, then every function it calls; for the APIs outside
+    HOT_APIS its programs, listed (for reading)."""
+    text = PLANS_SOURCE.read_text(encoding="utf-8")
+    top = re.search(rf"^    PLANS\[{int(is_response)}\]\[{api_key}\]\[{api_version}\] = (\w+)$", text, re.M)
+    if top is None:
+        return program_listing(api_key, api_version, is_response)
+    if top[1] == "nothing":
+        return NOTHING
     functions: dict[str, str] = {}
     for match in re.finditer(r"^cdef Py_ssize_t (\w+)\(", text, re.M):
         stop = text.find("\n\n\n", match.start())
@@ -90,6 +101,67 @@ def plan_source(api_key: int, api_version: int, is_response: bool) -> str:
         order.append(name)
         pending += re.findall(r"\b((?:x|skip)_\w+)\(acc", functions[name])
     return "\n\n\n".join(functions[name] for name in order) + "\n"
+
+
+def program_listing(api_key: int, api_version: int, is_response: bool) -> str:
+    """The programs the interpreter runs for a body kind of an API outside HOT_APIS: the first, then every
+    program it calls, an operation per line."""
+    for direction, key, min_version, programs in extract_programs.ENTRY_POINTS:
+        if (direction, key) == (int(is_response), api_key) and 0 <= api_version - min_version < len(programs):
+            first = programs[api_version - min_version]
+            break
+    else:
+        raise KeyError(f"no extraction for API key {api_key} version {api_version}")
+    if first < 0:
+        return NOTHING
+    order: list[int] = []
+    pending = [first]
+    listings: list[str] = []
+    while pending:
+        number = pending.pop(0)
+        if number in order:
+            continue
+        order.append(number)
+        lines, calls = _disassemble(number)
+        listings.append("\n".join(lines))
+        pending += calls
+    return "\n\n".join(listings) + "\n"
+
+
+def _disassemble(number: int) -> tuple[list[str], list[int]]:
+    """A program's operations, one a line, and the programs it calls."""
+    words = extract_programs.PROGRAMS[number]
+    slots, total, rows, _reports = words[:PROGRAM_HEADER]
+    lines = [f"program {number}: {slots} slots ({total} with the programs it calls)"
+             f"{', partition rows' if rows else ''}"]
+    calls: list[int] = []
+    i = PROGRAM_HEADER
+    while i < len(words):
+        name, operands = PROGRAM_OPS[words[i]]
+        values = list(words[i + 1:i + 1 + operands])
+        shown = [repr(extract_programs.STRINGS[v]) if STRING_OPERANDS.get(name) == k else
+                 f"program {v}" if PROGRAM_OPERANDS.get(name) == k and v != NO_TARGET else
+                 "-" if v == NO_TARGET else str(v) for k, v in enumerate(values)]
+        i += 1 + operands
+        calls += [v for k, v in enumerate(values) if PROGRAM_OPERANDS.get(name) == k and v != NO_TARGET]
+        if name == "row":  # then the unboxed values' PartitionEntry indexes
+            shown += [PartitionEntry._fields[1 + index] for index in words[i:i + values[0]]]
+            i += values[0]
+        elif name == "tags":  # then the handlers: tag, length, kind, what the kind needs
+            for _ in range(values[1]):
+                tag, length, kind = words[i:i + 3]
+                rest = list(words[i + 3:i + length])
+                if kind == TAG_FIXED:
+                    shown.append(f"[tag {tag}: {PROGRAM_TYPES[rest[0]]} to {rest[1]}]")
+                elif kind == TAG_STRING:
+                    shown.append(f"[tag {tag}: string to slot {rest[2]}]")
+                else:
+                    shown.append(f"[tag {tag}: struct {extract_programs.STRINGS[rest[1]]!r}, fields {rest[3:]}]")
+                i += length
+        if name == "read":
+            shown[0] = PROGRAM_TYPES[values[0]]
+        lines.append(f"  {name} {', '.join(shown)}".rstrip() + (" (the reports follow)" if name == "done" else ""))
+    return lines, calls
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -22,11 +22,12 @@ PRODUCE = 0
 HOT_APIS = frozenset({
     0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 22, 23, 24, 25, 26, 28, 36, 56, 60, 62, 63, 68, 69, 75,
     76, 78, 79, 88})
-"""APIs whose extraction is compiled with full optimisation (dissectors/kafka/_extract.pyx): the data path
+"""APIs whose extraction is generated Cython (dissectors/kafka/_extract.pyx), compiled: the data path
 (Produce, Fetch, ListOffsets, Metadata, DescribeTopicPartitions), consumer groups (classic, KIP-848, share,
 streams), offsets, transactions, SASL, ApiVersions, and the inter-broker requests a KRaft cluster sends all the
 time (AlterPartition, DescribeCluster, BrokerRegistration, BrokerHeartbeat). The others (admin, ACLs, quotas,
-configs, Raft voters...) are rare in captures: their code is built with less optimisation (_extract_cold.pyx)."""
+configs, Raft voters...) are rare in captures: one interpreter (_interpret.pyx) runs their programs, which the
+generator writes as data (_generated/extract_programs.py) instead of code to compile."""
 # What one body may add to the tables, whatever its array counts claim (a 16 MB OffsetFetch response names 4 M
 # partitions, a Metadata request 8 M empty topics): past these the rest is counted, not kept. No real body
 # comes near them (a broker's whole partition count is rarely above a few hundred thousand).
@@ -220,3 +221,212 @@ class StructRules:
         """Whether the struct reports anything itself (a topic, a partition, an error, a top-level value)."""
         return bool(self.has_topic or self.partition is not None or self.errors or self.top_fields
                     or self.body_fields or self.tag_struct_fields)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The programs of the APIs outside HOT_APIS (dissectors/kafka/_interpret.pyx runs them)
+
+PROGRAM_OPS: tuple[tuple[str, int], ...] = (
+    # reading a struct's fields (each stops the struct at the first failure, as the generated functions do)
+    ("skip", 1),  # n: move n bytes on, unchecked (the next read or the struct's end sees it)
+    ("check", 2),  # n, where: truncated unless n bytes are in view (a run of fixed-size fields with one kept)
+    ("read", 2),  # type, target: a fixed-size field, in view
+    ("topic_id", 3),  # id slot, name slot or NO_TARGET, report: the struct named by its topic id
+    ("topic_name", 6),  # compact, nullable, where, slot, id slot or NO_TARGET, report: a topic name
+    ("topic_list", 4),  # compact, compact names, nullable names, where: an array of topic names
+    ("partition_list", 4),  # compact, nullable, where, rows: an int32 array of partition indexes
+    ("struct_array", 4),  # compact, nullable, where, program: an array of structs something in which is needed
+    ("nullable_struct", 2),  # where, program
+    ("struct", 1),  # program
+    ("records", 2),  # compact, where: a partition row's records (their place and length)
+    ("read_str", 4),  # compact, nullable, where, slot: a string kept
+    ("lenient", 3),  # width, element size, where: a string, bytes or fixed-size array nothing needs, by its length
+    ("lenient_compact", 4),  # element size, array, width, nullable: the same, compact (else skip_sized/skip_array)
+    ("skip_sized", 3),  # compact, width, nullable: a string, bytes or records skipped strictly
+    ("skip_struct", 1),  # program: a struct of variable size nothing in which is needed
+    ("skip_nullable_struct", 2),  # program or NO_TARGET, size
+    ("skip_array", 7),  # compact, nullable, element size or NO_TARGET, program or NO_TARGET, then a string
+    #                     element's compact, width, nullable
+    ("skip_tags", 0),  # a tag buffer nothing in which is needed
+    ("tags", 2),  # where, handlers; then each handler: tag, its length in words, kind (TAG_...), what the kind needs
+    ("check_end", 1),  # where: truncated if the struct ran past the end
+    ("done", 0),  # the fields are read: the reports follow (also when the bytes ended first)
+    # reporting what was read (after the fields, or what was read of them when the bytes ended first)
+    ("partition", 0),  # a partition counted (cut short before it was read: nothing reported)
+    ("row", 1),  # the number of typed values, then their PartitionEntry value indexes: a partition row
+    ("error", 3),  # field path, code target, message slot or NO_TARGET: an error row if the code is not 0
+    ("top", 2),  # TOP_FIELD_NAMES index, slot
+    ("body", 2),  # name, slot: a field of BODY_FIELDS
+    ("tag_field", 2),  # name, slot: a tagged struct's field of BODY_FIELDS, when the tag was there
+    ("return", 0),
+)
+"""A program's operations (their codes are their indexes here) and how many operand words follow each code.
+A program is a header (object slots, slots with those of the programs it calls, whether it makes partition rows,
+where its reports start) and its operations; ``where`` and names are indexes into the programs' strings. A
+target is a slot (>= 0), ``TARGET_PARTITION``, or ``TARGET_VALUE - i`` for PartitionEntry value i read unboxed.
+``tags`` handlers: ``TAG_FIXED`` (type, target), ``TAG_STRING`` (compact, nullable, slot), ``TAG_STRUCT``
+(total size, where, fields, then each field's type and target or NO_TARGET)."""
+PROGRAM_HEADER = 4
+PROGRAM_OPERANDS = {"struct_array": 3, "nullable_struct": 1, "struct": 0, "skip_struct": 0, "skip_nullable_struct": 0,
+                    "skip_array": 3}
+"""Operation -> the index of its operand that is a program (NO_TARGET where there is none)."""
+STRING_OPERANDS = {"check": 1, "topic_name": 2, "topic_list": 3, "partition_list": 2, "struct_array": 2,
+                   "nullable_struct": 0, "records": 1, "read_str": 2, "lenient": 2, "tags": 0, "check_end": 0,
+                   "error": 0, "body": 0, "tag_field": 0}
+"""Operation -> the index of its operand that is a string (a field path, or a name)."""
+PROGRAM_TYPES = ("bool", "int8", "int16", "uint16", "int32", "uint32", "int64", "float64", "uuid")
+TOP_FIELD_NAMES = ("error_code", "throttle_time_ms", "acks", "transactional_id")
+NO_TARGET = -100
+TARGET_PARTITION = -1
+TARGET_VALUE = -2
+TAG_FIXED, TAG_STRING, TAG_STRUCT = range(3)
+
+
+def check_programs(programs: tuple[tuple[int, ...], ...], strings: tuple[str, ...], entry_points: tuple) -> None:
+    """ValueError unless the programs are what the interpreter can run safely: every operand in range (a slot
+    inside the program's window, a string, a program, a type), the operations in order (fields, ``done`` where
+    the header says the reports start, reports, ``return``), a program's slots with those of the programs it
+    calls within its total, and the programs a skip calls made of skips only. The interpreter checks its
+    programs with this at import, and the generator what it writes."""
+    op = {name: code for code, (name, _) in enumerate(PROGRAM_OPS)}
+    arity = [operands for _, operands in PROGRAM_OPS]
+    skips_only = {op[name] for name in ("skip", "skip_sized", "skip_struct", "skip_nullable_struct", "skip_array",
+                                        "skip_tags", "check_end", "done", "return")}
+    skipping: set[int] = set()
+    for number, words in enumerate(programs):
+        try:
+            _check_program(number, words, programs, strings, skipping)
+        except IndexError:
+            raise ValueError(f"extract_programs.PROGRAMS[{number}]: an operation cut short") from None
+    for number in skipping:
+        words = programs[number]
+        i = PROGRAM_HEADER
+        while i < len(words):
+            if words[i] not in skips_only:
+                raise ValueError(f"extract_programs.PROGRAMS[{number}]: a skipping program that does more")
+            i += 1 + arity[words[i]]
+    for entry in entry_points:
+        if len(entry) != 4 or not all(-1 <= program < len(programs) for program in entry[3]):
+            raise ValueError(f"extract_programs.ENTRY_POINTS: {entry[:3]}")
+
+
+def _check_program(number: int, words: tuple[int, ...], programs: tuple[tuple[int, ...], ...],
+                   strings: tuple[str, ...], skipping: set[int]) -> None:
+    """check_programs for one program (the programs a skip in it calls added to ``skipping``)."""
+    op = {name: code for code, (name, _) in enumerate(PROGRAM_OPS)}
+    arity = [operands for _, operands in PROGRAM_OPS]
+    values = len(PartitionEntry._fields) - 1  # the unboxed values of a partition row
+
+    def bad(why: str) -> ValueError:
+        return ValueError(f"extract_programs.PROGRAMS[{number}]: {why}")
+
+    if len(words) <= PROGRAM_HEADER:
+        raise bad("no operations")
+    slots, total, rows, report_at = words[:PROGRAM_HEADER]
+    if not (0 <= slots <= total and rows in (0, 1) and PROGRAM_HEADER < report_at < len(words)):
+        raise bad("header")
+
+    def slot(value: int) -> None:
+        if not 0 <= value < slots:
+            raise bad(f"slot {value}")
+
+    def target(value: int) -> None:
+        if not (value == TARGET_PARTITION or rows and TARGET_VALUE - values < value <= TARGET_VALUE):
+            slot(value)
+
+    def called(value: int, skips: bool = False) -> None:
+        if skips and value == NO_TARGET:
+            return
+        if not 0 <= value < len(programs):
+            raise bad(f"program {value}")
+        if skips:
+            skipping.add(value)
+        elif slots + programs[value][1] > total:
+            raise bad(f"fewer slots than program {value} uses")
+
+    def kind(value: int) -> None:
+        if not 0 <= value < len(PROGRAM_TYPES):
+            raise bad(f"type {value}")
+
+    i = PROGRAM_HEADER
+    done = False
+    while i < len(words):
+        code = words[i]
+        if not 0 <= code < len(PROGRAM_OPS) or (code >= op["partition"]) != done:
+            raise bad(f"operation at {i}")
+        name = PROGRAM_OPS[code][0]
+        o = words[i + 1:i + 1 + arity[code]]
+        if len(o) != arity[code]:
+            raise bad(f"operation at {i} cut short")
+        if name in STRING_OPERANDS and not 0 <= o[STRING_OPERANDS[name]] < len(strings):
+            raise bad(f"string {o[STRING_OPERANDS[name]]}")
+        if name in PROGRAM_OPERANDS:
+            called(o[PROGRAM_OPERANDS[name]], skips=name.startswith("skip"))
+        if name == "read":
+            kind(o[0])
+            target(o[1])
+            if o[1] <= TARGET_VALUE and PROGRAM_TYPES[o[0]] in ("float64", "uuid"):
+                raise bad("an unboxed value of that type")
+        elif name == "topic_id":
+            slot(o[0])
+            if o[1] != NO_TARGET:
+                slot(o[1])
+        elif name == "topic_name":
+            slot(o[3])
+            if o[4] != NO_TARGET:
+                slot(o[4])
+        elif name == "records" and not rows:
+            raise bad("records outside a row")
+        elif name == "read_str":
+            slot(o[3])
+        elif name == "tags":
+            h = i + 1 + arity[code]
+            for _ in range(o[1]):
+                if h + 2 >= len(words) or words[h + 2] not in (TAG_FIXED, TAG_STRING, TAG_STRUCT):
+                    raise bad(f"tag handler at {h}")
+                length = words[h + 1]
+                if words[h + 2] == TAG_FIXED:
+                    if length != 5 or words[h + 4] == TARGET_PARTITION:
+                        raise bad(f"tag handler at {h}")
+                    kind(words[h + 3])
+                    target(words[h + 4])
+                elif words[h + 2] == TAG_STRING:
+                    if length != 6:
+                        raise bad(f"tag handler at {h}")
+                    slot(words[h + 5])
+                else:
+                    if h + 5 >= len(words) or length != 6 + 2 * words[h + 5] or h + length > len(words) \
+                            or not 0 <= words[h + 4] < len(strings):
+                        raise bad(f"tag handler at {h}")
+                    for k in range(words[h + 5]):
+                        kind(words[h + 6 + 2 * k])
+                        if words[h + 7 + 2 * k] != NO_TARGET:
+                            slot(words[h + 7 + 2 * k])
+                h += length
+            i = h - 1 - arity[code]
+        elif name == "done":
+            done = True
+            if i + 1 != report_at:
+                raise bad("the reports are not where the header says")
+        elif name == "row":
+            indexes = words[i + 2:i + 2 + o[0]]
+            if not rows or len(indexes) != o[0] or not all(0 <= index < values for index in indexes):
+                raise bad("row")
+            i += o[0]
+        elif name == "error":
+            target(o[1])
+            if o[1] == TARGET_PARTITION:
+                raise bad("an error code in the partition")
+            if o[2] != NO_TARGET:
+                slot(o[2])
+        elif name == "top":
+            if not 0 <= o[0] < len(TOP_FIELD_NAMES):
+                raise bad("top field")
+            slot(o[1])
+        elif name in ("body", "tag_field"):
+            slot(o[1])
+        elif name == "return" and i + 1 != len(words):
+            raise bad("words after the return")
+        i += 1 + arity[code]
+    if not done or words[-1] != op["return"]:
+        raise bad("no end")

@@ -16,14 +16,18 @@ accumulator and, when the bytes ran out, still reports the partition row and err
 
 The output is ``_generated/extract_plans.pxi``, included by ``dissectors/kafka/_extract.pyx`` (the runtime:
 accumulator, string reader, skippers of strings and tag buffers, and the Python entry point): the generated
-part is only what follows from the schemas. The APIs outside ``extract_rules.HOT_APIS`` (admin, inter-broker
-and rare ones: most of the code, little of the traffic) go to ``_generated/extract_plans_cold.pxi`` instead,
-compiled on its own (``_extract_cold.pyx``) with less optimisation, so the two build side by side and the
-build does not wait on the code of APIs a capture seldom holds.
+part is only what follows from the schemas. That is for the APIs of ``extract_rules.HOT_APIS``. The others
+(admin, inter-broker and rare ones: most of the schemas, little of the traffic) are not compiled code: the
+same decisions, made by the same rules, are written as programs (``ProgramWriter``: an operation per step the
+function would take, e.g. ``check 6 'topics.partition_index'``, ``read int32 -> partition``, ``struct_array``
+of another program), which ``_generated/extract_programs.py`` holds as integers and the one interpreter of
+``dissectors/kafka/_interpret.pyx`` runs. Identical programs are kept once; the interpreter checks them all
+when it loads them (``extract_rules.check_programs``, which the generator runs on what it writes too).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -32,13 +36,26 @@ from dissectors.kafka.extract_rules import (
     HOT_APIS,
     MAX_ERROR_ROWS,
     MAX_PARTITION_ROWS,
+    NO_TARGET,
     PARTITION_APIS,
     PARTITION_LISTS,
+    PROGRAM_HEADER,
+    PROGRAM_OPERANDS,
+    PROGRAM_OPS,
+    PROGRAM_TYPES,
     ROW_FIELDS,
     ROW_PARTITION_LISTS,
+    STRING_OPERANDS,
+    TAG_FIXED,
+    TAG_STRING,
+    TAG_STRUCT,
+    TARGET_PARTITION,
+    TARGET_VALUE,
+    TOP_FIELD_NAMES,
     PartitionEntry,
     Scope,
     StructRules,
+    check_programs,
     child_path,
 )
 
@@ -282,9 +299,10 @@ class ExtractWriter:
                 pending += [n for n in re.findall(r"\b((?:x|skip)_\w+)\(acc", by_name[name]) if n in by_name]
         return [f for name, f in by_name.items() if name in seen]
 
-    def render(self, tables: dict[bool, dict[int, tuple[int, list]]], header: str) -> tuple[str, str]:
-        """The two modules: the APIs of HOT_APIS (every function they reach, then the dispatch table's filling
-        and its size), and the others (their functions, and the calls that put them in the table)."""
+    def render(self, tables: dict[bool, dict[int, tuple[int, list]]], header: str) -> str:
+        """The module of the APIs of HOT_APIS: every function they reach, then the dispatch table's filling and
+        its size (which covers every API: the others' programs go in beside, ``ProgramWriter``). The others'
+        functions are written too, unused, so that a hot function keeps its name when an API moves."""
         entries: list[tuple[int, int, int, str]] = []  # (api_key, is_response, version, function)
         for is_response in (False, True):
             for api_key, (min_version, structs) in sorted(tables[is_response].items()):
@@ -293,7 +311,6 @@ class ExtractWriter:
                     function = self.plan(top, scope)
                     entries.append((api_key, is_response, min_version + index, function or "nothing"))
         hot = [e for e in entries if e[0] in HOT_APIS]
-        cold = [e for e in entries if e[0] not in HOT_APIS]
         max_key = max(e[0] for e in entries)
         max_version = max(e[2] for e in entries)
         out = [header, ""]
@@ -304,14 +321,19 @@ class ExtractWriter:
         for api_key, is_response, version, function in hot:
             out.append(f"    PLANS[{int(is_response)}][{api_key}][{version}] = {function}")
         out.append("")
-        rest = [header.replace("included by dissectors/kafka/_extract.pyx", "included by dissectors/kafka/"
-                               "_extract_cold.pyx (the APIs outside HOT_APIS)"), ""]
-        rest.extend(f + "\n\n" for f in self.used({e[3] for e in cold}))
-        rest.append("cdef void fill_cold_plans() noexcept:")
-        for api_key, is_response, version, function in cold:
-            rest.append(f"    set_plan({int(is_response)}, {api_key}, {version}, {function})")
-        rest.append("")
-        return "\n".join(out), "\n".join(rest)
+        return "\n".join(out)
+
+
+def typed_index(rules: StructRules, name: str) -> int | None:
+    """The Entry value index of a field kept unboxed (a ``cdef int64_t`` local, or a program's typed target; its
+    bit in ``has`` set once read): the integer fields a partition row takes; None for one kept as an object."""
+    if not rules.rows or name == rules.partition or name in rules.top_fields or name in rules.body_fields:
+        return None
+    if name in ("records_offset", "record_bytes"):
+        return ENTRY_FIELDS.index(name) - 1
+    if name in ROW_FIELDS:
+        return ENTRY_FIELDS.index(ROW_FIELDS[name]) - 1
+    return None
 
 
 class _PlanWriter(StructRules):
@@ -333,15 +355,7 @@ class _PlanWriter(StructRules):
         return "partition" if name == self.partition else f"v_{name}"
 
     def typed(self, name: str) -> int | None:
-        """The Entry value index of a local kept unboxed (``cdef int64_t``, its bit in ``has`` set once read):
-        the integer fields a partition row takes; None for a local kept as an object."""
-        if not self.rows or name == self.partition or name in self.top_fields or name in self.body_fields:
-            return None
-        if name in ("records_offset", "record_bytes"):
-            return ENTRY_FIELDS.index(name) - 1
-        if name in ROW_FIELDS:
-            return ENTRY_FIELDS.index(ROW_FIELDS[name]) - 1
-        return None
+        return typed_index(self, name)
 
     def emit_read(self, name: str, expression: str, extra: int = 0) -> None:
         """``v_<name>`` (or ``partition``) read, its bit set when it is kept unboxed."""
@@ -674,8 +688,438 @@ class _PlanWriter(StructRules):
         return name
 
 
+# ---------------------------------------------------------------------------------------------------------
+# The APIs outside HOT_APIS: programs for the compiled interpreter (dissectors/kafka/_interpret.pyx)
+
+OPS = {name: (code, operands) for code, (name, operands) in enumerate(PROGRAM_OPS)}
+TYPE_CODES = {name: code for code, name in enumerate(PROGRAM_TYPES)}
+HEADER_WORDS = 4
+if HEADER_WORDS != PROGRAM_HEADER:
+    raise GenerateError("PROGRAM_HEADER changed: update ProgramWriter.encode")
+
+Op = tuple  # (operation name, operands...): ints, bools, strings (where and names) and program numbers
+
+
+class ProgramWriter:
+    """The same reading as the generated functions, as data: per struct and scope a program of operations
+    (``extract_rules.PROGRAM_OPS``) that ``_interpret.pyx`` runs. The decisions are ``_PlanWriter``'s, made by
+    the same rules (``StructRules``); identical programs (a struct read alike in several APIs) are kept once."""
+
+    def __init__(self, names: dict[int, str]) -> None:
+        self.names = names
+        self.programs: list[tuple[str, tuple]] = []  # (title, (rows, slots, total, ops, reports))
+        self.index: dict[tuple, int] = {}
+        self.plans: dict[tuple[int, Scope], int | None] = {}
+        self.skippers: dict[int, tuple[int | None, int | None]] = {}
+
+    def add(self, title: str, rows: bool, slots: int, total: int, ops: list[Op], reports: list[Op]) -> int:
+        key = (rows, slots, total, tuple(ops), tuple(reports))
+        found = self.index.get(key)
+        if found is None:
+            found = self.index[key] = len(self.programs)
+            self.programs.append((title, key))
+        return found
+
+    def total(self, program: int) -> int:
+        """The object slots a program and the programs it calls use at most at once."""
+        return self.programs[program][1][2]
+
+    # -- skipping what nothing needs (ExtractWriter's skippers)
+
+    def struct_skipper(self, struct_schema: tuple) -> tuple[int | None, int | None]:
+        key = id(struct_schema)
+        if key in self.skippers:
+            return self.skippers[key]
+        fields, tagged = struct_schema
+        if tagged is None and all(e[1] in FIXED_TYPES for e in fields):
+            found = self.skippers[key] = (None, sum(FIXED_TYPES[e[1]][1] for e in fields))
+            return found
+        ops: list[Op] = []
+        fixed = 0
+        for entry in fields:
+            type_name, element = entry[1], entry[2] if len(entry) > 2 else None
+            if type_name in FIXED_TYPES:
+                fixed += FIXED_TYPES[type_name][1]
+                continue
+            if fixed:
+                ops.append(("skip", fixed))
+                fixed = 0
+            self.skip_field(ops, type_name, element)
+        if fixed:
+            ops.append(("skip", fixed))
+        ops.append(("check_end", "struct"))
+        if tagged is not None:
+            ops.append(("skip_tags",))
+        ops.append(("done",))
+        title = f"skip {self.names.get(key, 'struct')}"
+        found = self.skippers[key] = (self.add(title, False, 0, 0, ops, [("return",)]), None)
+        return found
+
+    def skip_field(self, ops: list[Op], type_name: str, element: Any) -> None:
+        if type_name in FIXED_TYPES:
+            ops.append(("skip", FIXED_TYPES[type_name][1]))
+            return
+        compact = type_name.startswith("compact_")
+        nullable = "nullable" in type_name
+        base = _base(type_name)
+        if base in ("string", "bytes", "records"):
+            ops.append(("skip_sized", compact, 2 if base == "string" else 4, nullable))
+        elif base == "struct":
+            skip, size = self.struct_skipper(element)
+            if nullable:
+                ops.append(("skip_nullable_struct", NO_TARGET if skip is None else skip, size or 0))
+            elif skip is None:
+                ops.append(("skip", size))
+            else:
+                ops.append(("skip_struct", skip))
+        elif base == "array":
+            self.skip_array(ops, compact, nullable, element)
+        else:
+            raise GenerateError(f"unknown schema type {type_name!r}")
+
+    def skip_array(self, ops: list[Op], compact: bool, nullable: bool, element: Any) -> None:
+        sized = (False, 0, False)  # a string element's compact, width, nullable
+        if isinstance(element, tuple):
+            skip, size = self.struct_skipper(element)
+        elif element in FIXED_TYPES:
+            skip, size = None, FIXED_TYPES[element][1]
+        elif _base(element) in ("string", "bytes", "records"):
+            skip, size = None, None
+            sized = (element.startswith("compact_"), 2 if _base(element) == "string" else 4, "nullable" in element)
+        else:
+            raise GenerateError(f"an array of {element!r}")
+        ops.append(("skip_array", compact, nullable, NO_TARGET if size is None else size,
+                    NO_TARGET if skip is None else skip, *sized))
+
+    # -- plans
+
+    def plan(self, struct_schema: tuple, scope: Scope) -> int | None:
+        key = (id(struct_schema), scope)
+        if key not in self.plans:
+            self.plans[key] = _ProgramPlan(self, struct_schema, scope).write()
+        return self.plans[key]
+
+    def calls(self, program: int) -> list[int]:
+        _title, (_rows, _slots, _total, ops, _reports) = self.programs[program]
+        return [op[1 + PROGRAM_OPERANDS[op[0]]] for op in ops
+                if op[0] in PROGRAM_OPERANDS and op[1 + PROGRAM_OPERANDS[op[0]]] != NO_TARGET]
+
+    def render(self, tables: dict[bool, dict[int, tuple[int, list]]], header: str) -> str:
+        """The programs of the APIs outside HOT_APIS, as a Python module of constants."""
+        tops: list[tuple[bool, int, int, list[int | None]]] = []
+        for is_response in (False, True):
+            for api_key, (min_version, structs) in sorted(tables[is_response].items()):
+                if api_key not in HOT_APIS:
+                    scope = Scope(api_key, is_response, "", True, False, False)
+                    tops.append((is_response, api_key, min_version, [self.plan(top, scope) for top in structs]))
+        number: dict[int, int] = {}  # program -> its place in the module: those the entry points reach, in order
+        pending = [p for *_, programs in tops for p in programs if p is not None][::-1]
+        while pending:
+            program = pending.pop()
+            if program not in number:
+                number[program] = len(number)
+                pending += reversed(self.calls(program))
+        strings: dict[str, int] = {}
+        out = [header, PROGRAMS_GUIDE]
+        encoded = [self.encode(program, number, strings) for program in number]
+        entry_points = tuple((int(is_response), api_key, min_version, tuple(-1 if p is None else number[p]
+                                                                            for p in programs))
+                             for is_response, api_key, min_version, programs in tops)
+        try:  # what the interpreter checks at import
+            check_programs(tuple(map(tuple, encoded)), tuple(strings), entry_points)
+        except ValueError as exc:
+            raise GenerateError(str(exc)) from None
+        out.append("STRINGS = (")
+        out += wrapped_items([json.dumps(text) for text in strings])
+        out.append(")")
+        out.append("")
+        out.append("PROGRAMS = (")
+        for program, words in zip(number, encoded, strict=True):
+            title = f"    # {number[program]}: {self.programs[program][0]}"
+            if len(title) > 116 and ", " in title:  # the struct's path on a line of its own
+                head, path = title.rsplit(", ", 1)
+                title = f"{head}, in\n    #   {path}"
+            out.append(title)
+            out += wrapped_items([str(word) for word in words], "    ", "(", "),")
+        out.append(")")
+        out.append("")
+        out.append("# (is_response, api_key, min_version, (the program of each version from min_version, -1 for a body")
+        out.append("# nothing of which is needed))")
+        out.append("ENTRY_POINTS = (")
+        for is_response, api_key, min_version, programs in entry_points:
+            first = f"({is_response}, {api_key}, {min_version}, ("
+            out += wrapped_items([str(p) for p in programs], "    ", first, ")),")
+        out.append(")")
+        return "\n".join(out) + "\n"
+
+    def encode(self, program: int, number: dict[int, int], strings: dict[str, int]) -> list[int]:
+        """Header and operations as words: strings by their index in STRINGS, programs by their number."""
+        _title, (rows, slots, total, ops, reports) = self.programs[program]
+        words: list[int] = []
+        for op in (*ops, *reports):
+            code, operands = OPS[op[0]]
+            if len(op) - 1 != operands and op[0] not in ("tags", "row"):
+                raise GenerateError(f"{op[0]} takes {operands} operands: {op}")
+            words.append(code)
+            for i, value in enumerate(op[1:]):
+                if isinstance(value, str):
+                    if STRING_OPERANDS.get(op[0]) != i and op[0] != "tags":  # a tags handler's where too
+                        raise GenerateError(f"{op[0]}: a string as operand {i}")
+                    value = strings.setdefault(value, len(strings))
+                elif PROGRAM_OPERANDS.get(op[0]) == i and value != NO_TARGET:
+                    value = number[value]
+                words.append(int(value))
+            if op[0] == "done":
+                report_at = HEADER_WORDS + len(words)
+        return [slots, total, int(rows), report_at, *words]
+
+
+PROGRAMS_GUIDE = """
+# How to read this module: a program reads one struct in one scope as the generated functions of
+# extract_plans.pxi read those of the APIs in HOT_APIS. Its words: a header (object slots, slots with those
+# of the programs it calls, whether it makes partition rows, where its reports start), then operations, each
+# a code and its operands (dissectors/kafka/extract_rules.py, PROGRAM_OPS). Strings are indexes into
+# STRINGS; programs are numbers in PROGRAMS. `extract.plan_source` lists a body kind's programs by name.
+"""
+
+
+def wrapped_items(items: list[str], indent: str = "    ", first: str = "", last: str = ",",
+                  width: int = 116) -> list[str]:
+    """Comma-separated items in lines within ``width``: ``first`` before the first, ``last`` after the last (a
+    tuple of one item keeps its comma)."""
+    pieces = [item + "," for item in items]
+    pieces[-1] = items[-1] + ("," if len(items) == 1 and last != "," else "") + last
+    lines: list[str] = []
+    current, empty = indent + first, True
+    for piece in pieces:
+        if not empty and len(current) + 1 + len(piece) > width:
+            lines.append(current)
+            current, empty = indent, True
+        current += piece if empty else " " + piece
+        empty = False
+    lines.append(current)
+    return lines
+
+
+class _ProgramPlan(StructRules):
+    """One struct's program in one scope: ``_PlanWriter``'s decisions, written as operations."""
+
+    def __init__(self, writer: ProgramWriter, struct_schema: tuple, scope: Scope) -> None:
+        super().__init__(struct_schema, scope, writer.names.get(id(struct_schema), "struct"))
+        self.writer = writer
+        self.struct_schema = struct_schema
+        self.ops: list[Op] = []
+        self.pending: list[tuple[str, str]] = []
+        self.kept: set[str] = set()
+        self.records: str | None = None
+        self.needed = False
+        self.slots: dict[str, int] = {}
+        self.called: list[int] = []
+
+    def typed(self, name: str) -> int | None:
+        return typed_index(self, name)
+
+    def target(self, name: str) -> int:
+        """Where a field read goes: the partition, a PartitionEntry value read unboxed, or an object slot."""
+        if name == self.partition:
+            return TARGET_PARTITION
+        index = self.typed(name)
+        if index is not None:
+            return TARGET_VALUE - index
+        return self.slots.setdefault(name, len(self.slots))
+
+    def slot(self, name: str) -> int:
+        found = self.target(name)
+        if found < 0:
+            raise GenerateError(f"{self.struct_name}: {name} is kept as an object and as something else")
+        return found
+
+    def typed_target(self, name: str, type_name: str) -> int:
+        found = self.target(name)
+        if found <= TARGET_VALUE and type_name in ("float64", "uuid"):
+            raise GenerateError(f"{self.struct_name}: a {type_name} field {name} in a partition row")
+        return found
+
+    def flush_fixed(self) -> None:
+        run, self.pending = self.pending, []
+        if not run:
+            return
+        size = sum(FIXED_TYPES[t][1] for _, t in run)
+        kept = [(name, t) for name, t in run if name == self.partition or self.wanted(name, t)]
+        if not kept:
+            self.ops.append(("skip", size))
+            return
+        self.needed = True
+        self.ops.append(("check", size, child_path(self.scope.path, run[0][0])))
+        skip = 0
+        for name, t in run:
+            if (name, t) in kept:
+                if skip:
+                    self.ops.append(("skip", skip))
+                    skip = 0
+                self.ops.append(("read", TYPE_CODES[t], self.typed_target(name, t)))
+            else:
+                skip += FIXED_TYPES[t][1]
+        if skip:
+            self.ops.append(("skip", skip))
+        self.kept.update(name for name, _ in kept if name != self.partition)
+        if any(name == self.topic_id for name, _ in kept):
+            named = self.slot(self.topic_name) if self.topic_name in self.kept else NO_TARGET
+            self.ops.append(("topic_id", self.slot(self.topic_id), named, self.topic_ready == self.topic_id))
+
+    def field(self, entry: tuple) -> None:
+        name, type_name = entry[0], entry[1]
+        element = entry[2] if len(entry) > 2 else None
+        if type_name in FIXED_TYPES:
+            self.pending.append((name, type_name))
+            return
+        self.flush_fixed()
+        needed_before, self.needed = self.needed, True
+        path = child_path(self.scope.path, name)
+        compact = type_name.startswith("compact_")
+        nullable = "nullable" in type_name
+        child = None
+        if name == self.topic_name:
+            topic_id = self.slot(self.topic_id) if self.topic_id in self.kept else NO_TARGET
+            self.ops.append(("topic_name", compact, nullable, path, self.slot(name), topic_id,
+                             self.topic_ready == name))
+            self.kept.add(name)
+        elif type_name.endswith("array") and isinstance(element, str) and entry[3:] == ("topicName",):
+            if _base(element) != "string":
+                raise GenerateError(f"{path}: topic names of type {element}")
+            self.ops.append(("topic_list", compact, element.startswith("compact_"), "nullable" in element, path))
+        elif type_name.endswith("array") and element == "int32" and name in PARTITION_LISTS and self.in_topic:
+            rows = self.scope.api_key in PARTITION_APIS and name in ROW_PARTITION_LISTS
+            self.ops.append(("partition_list", compact, nullable, path, rows))
+        elif isinstance(element, tuple) and (child := self.child(name, type_name, element)) is not None:
+            self.called.append(child)
+            if type_name.endswith("array"):
+                self.ops.append(("struct_array", compact, nullable, path, child))
+            elif nullable:
+                self.ops.append(("nullable_struct", path, child))
+            else:
+                self.ops.append(("struct", child))
+        elif self.rows and type_name.endswith("records"):
+            self.ops.append(("records", compact, path))
+            self.records = name
+        elif self.wanted(name, type_name):
+            if _base(type_name) != "string":
+                raise GenerateError(f"{path}: a {type_name} field is needed")
+            self.ops.append(("read_str", compact, nullable, path, self.slot(name)))
+            self.kept.add(name)
+        else:
+            self.skip(type_name, element, path)
+            self.needed = needed_before
+
+    def skip(self, type_name: str, element: Any, path: str) -> None:
+        """``_PlanWriter.skip``: leniently by the length where it is, else as the general skippers."""
+        compact = type_name.startswith("compact_")
+        base = _base(type_name)
+        array = isinstance(element, str) and element in FIXED_TYPES and type_name.endswith("array")
+        if array:
+            size = FIXED_TYPES[element][1]
+        elif base in ("string", "bytes", "records"):
+            size = 1
+        elif base == "struct" and "nullable" not in type_name and self.writer.struct_skipper(element)[0] is None:
+            raise GenerateError(f"{path}: a fixed-size struct skipped")
+        else:
+            self.writer.skip_field(self.ops, type_name, element)
+            return
+        if compact:  # else as skip_field: skip_array of that element size, or skip_sized
+            self.ops.append(("lenient_compact", size, array, 2 if base == "string" else 4, "nullable" in type_name))
+            return
+        self.ops.append(("lenient", 2 if type_name.endswith("string") else 4, size, path))
+
+    def child(self, name: str, type_name: str, element: tuple) -> int | None:
+        scope = self.scope._replace(path=child_path(self.scope.path, name), top=False,
+                                    element=type_name.endswith("array"), in_topic=self.in_topic)
+        return self.writer.plan(element, scope)
+
+    def tags(self) -> None:
+        if self.tagged is None:
+            return
+        handlers = []
+        for tag, *entry in self.tagged:
+            name, type_name = entry[0], entry[1]
+            element = entry[2] if len(entry) > 2 else None
+            if name in self.tag_kept:
+                handlers.append((tag, name, type_name))
+                self.kept.add(name)
+            elif name in self.tag_struct_fields:
+                handlers.append((tag, name, "struct"))
+                self.kept.update(f"{name}__{sub}" for sub, _, keep in self.tag_struct_fields[name] if keep)
+            elif isinstance(element, tuple) and self.child(name, type_name, element) is not None:
+                raise GenerateError(f"{self.struct_name}: the tagged struct {name} holds something needed")
+        self.needed = self.needed or bool(handlers)
+        if not handlers:
+            self.ops.append(("skip_tags",))
+            return
+        where = child_path(self.scope.path, "_tagged_fields")
+        words: list[int | str] = []
+        for tag, name, type_name in handlers:
+            if type_name in FIXED_TYPES:
+                if name == self.partition:
+                    raise GenerateError(f"{self.struct_name}: a tagged partition field")
+                payload: list[int | str] = [TAG_FIXED, TYPE_CODES[type_name], self.typed_target(name, type_name)]
+            elif type_name == "struct":
+                fields = self.tag_struct_fields[name]
+                payload = [TAG_STRUCT, sum(FIXED_TYPES[t][1] for _, t, _ in fields), child_path(where, name),
+                           len(fields)]
+                for sub, sub_type, keep in fields:
+                    payload += [TYPE_CODES[sub_type], self.slot(f"{name}__{sub}") if keep else NO_TARGET]
+            elif _base(type_name) == "string":
+                payload = [TAG_STRING, type_name.startswith("compact_"), "nullable" in type_name, self.slot(name)]
+            else:
+                raise GenerateError(f"{self.struct_name}: a tagged {type_name} field is needed")
+            words += [tag, len(payload) + 2, *payload]
+        self.ops.append(("tags", where, len(handlers), *words))
+
+    def report(self) -> list[Op]:
+        """``_PlanWriter.report``: the interpreter leaves out the partition's when the bytes ended before it."""
+        out: list[Op] = []
+        if self.partition is not None:
+            out.append(("partition",))
+        if self.rows:
+            kept = sorted(self.kept) + (["records_offset", "record_bytes"] if self.records else [])
+            typed = [index for name in kept if (index := self.typed(name)) is not None]
+            if len(set(typed)) != len(typed):
+                raise GenerateError(f"{self.struct_name}: two fields fill one partition entry field")
+            out.append(("row", len(typed), *typed))
+        for name in self.errors:
+            message = name.removesuffix("error_code") + "error_message"
+            out.append(("error", child_path(self.scope.path, name), self.target(name),
+                        self.slot(message) if message in self.kept else NO_TARGET))
+        for name in self.top_fields:
+            out.append(("top", TOP_FIELD_NAMES.index(name), self.slot(name)))
+        for name in self.body_fields:
+            out.append(("body", name, self.slot(name)))
+        for name, fields in self.tag_struct_fields.items():
+            for sub, _, keep in fields:
+                if keep:
+                    out.append(("tag_field", f"{name}.{sub}", self.slot(f"{name}__{sub}")))
+        return out
+
+    def write(self) -> int | None:
+        for entry in self.fields:
+            self.field(entry)
+        self.flush_fixed()
+        self.tags()
+        self.ops.append(("check_end", self.scope.path or "body"))
+        self.ops.append(("done",))
+        if not (self.needed or self.reports()):
+            return None
+        reports = [*self.report(), ("return",)]
+        total = len(self.slots) + max((self.writer.total(p) for p in self.called), default=0)
+        scope = self.scope
+        title = (f"{self.struct_name} (API {scope.api_key} {'response' if scope.is_response else 'request'}"
+                 f"{', ' + scope.path if scope.path else ''})")
+        return self.writer.add(title, self.rows, len(self.slots), total, self.ops, reports)
+
+
 def render_extract(requests: dict[int, tuple[int, tuple]], responses: dict[int, tuple[int, tuple]],
-                   names: dict[int, str], header: str) -> tuple[str, str]:
-    """The generated Cython of the extraction (the hot APIs' module, the others'): ``requests`` and ``responses``
-    as ``schemas.py``'s REQUESTS and RESPONSES, ``names`` the name each struct has there (by ``id``)."""
-    return ExtractWriter(names).render({False: requests, True: responses}, header)
+                   names: dict[int, str], header: str, programs_header: str) -> tuple[str, str]:
+    """The generated extraction: the hot APIs' Cython, and the others' programs (a Python module of constants).
+    ``requests`` and ``responses`` as ``schemas.py``'s REQUESTS and RESPONSES, ``names`` the name each struct has
+    there (by ``id``)."""
+    tables = {False: requests, True: responses}
+    return ExtractWriter(names).render(tables, header), ProgramWriter(names).render(tables, programs_header)

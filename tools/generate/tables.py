@@ -1008,24 +1008,26 @@ def render_all(spec_dir: Path) -> dict[str, str]:
         "response_prefix.py": render_prefix(tables.rows, tables.prefixes, commits),
         "schemas.py": render_schemas(tables.schemas, commits),
     }
-    files["extract_plans.pxi"], files["extract_plans_cold.pxi"] = render_extract_plans(tables.schemas, commits)
+    files["extract_plans.pxi"], files["extract_programs.py"] = render_extract_plans(tables.schemas, commits)
     return files
 
 
 def render_extract_plans(table: SchemaTable, commits: dict[str, str]) -> tuple[str, str]:
-    """The extraction as Cython (extract_plans.py), from the same schemas and struct names as ``schemas.py``
-    rendered beside it, so that the plans follow the tables written with them rather than the ones last
-    committed. Nothing generated is run: the test that the written ``schemas.py`` holds these structs under
-    these names imports it."""
+    """The extraction as Cython for the APIs of HOT_APIS and as the interpreter's programs for the others
+    (extract_plans.py), from the same schemas and struct names as ``schemas.py`` rendered beside it, so that the
+    plans follow the tables written with them rather than the ones last committed. Nothing generated is run: the
+    test that the written ``schemas.py`` holds these structs under these names imports it."""
     from tools.generate.extract_plans import GenerateError, render_extract
 
     _order, names = struct_names(table)
-    header = banner("Extraction of what the tables need from every body kind, as Cython included by "
-                    "dissectors/kafka/_extract.pyx.", message_sources(commits))
+    header = banner("Extraction of what the tables need from the bodies of the APIs in HOT_APIS, as Cython "
+                    "included by dissectors/kafka/_extract.pyx.", message_sources(commits))
     header = "\n".join("# " + line if line else "#" for line in header.rstrip().removeprefix('"""')
                        .removesuffix('"""').strip().splitlines())
+    programs_header = banner("The extraction of the APIs outside HOT_APIS: programs _interpret.pyx runs.",
+                             message_sources(commits))
     try:
-        return render_extract(table.requests, table.responses, names, header)
+        return render_extract(table.requests, table.responses, names, header, programs_header)
     except GenerateError as exc:
         raise GeneratorError(str(exc)) from None
 
