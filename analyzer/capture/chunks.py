@@ -1,13 +1,13 @@
 """A memory-mapped pcap read a chunk of packets at a time: the header fields of a whole chunk in one gather.
 
-The per-packet reader (analyzer.capture.pcap) unpacks each record's headers with a precompiled struct: about a
-microsecond of interpreter time per packet, whatever the packet holds. Here the record walk (compiled,
-``_walk.pyx``) is the only step taken record by record; the link, IPv4 and TCP fields of every record in the
-chunk are then copied out of the map in one numpy gather and decoded as columns. The columns
-feed the flow table's bulk path (analyzer.tcp.bulk), which handles runs of ordinary packets without looking at
-each one. Packets that are not IPv4 without options on the file's link type (IPv6, VLAN tags, fragments,
-short records) go through the per-packet decoder as before; a chunk holding any of them is handed on as
-per-packet tuples instead of columns.
+The per-packet reader (analyzer.capture.pcap) makes a tuple of each record's packet: about a microsecond of
+interpreter time per packet, whatever the packet holds. Here the record walk (compiled, ``_walk.pyx``) is the
+only step taken record by record; the link, IPv4 and TCP fields of every record in the chunk are then copied out
+of the map in one gather and read as columns by the fast path every reader shares (``_walk._ipv4_tcp``), on the
+walk's thread. The columns feed the flow table's bulk path (analyzer.tcp.bulk), which handles runs of ordinary
+packets without looking at each one. Packets the fast path does not take (IPv6, VLAN tags, fragments, short
+records) go through the per-packet decoder as before; a chunk holding any of them is handed on as per-packet
+tuples instead of columns.
 """
 
 from __future__ import annotations
@@ -20,21 +20,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from analyzer.capture._walk import WalkAhead, walk_records
-from analyzer.capture.linklayer import (
-    ETHERNET,
-    IPV4,
-    LINUX_SLL,
-    LINUX_SLL2,
-    LOOP,
-    NO_PAYLOAD,
-    NULL,
-    RAW,
-    RAW_12,
-    RAW_14,
-    REASONS,
-    decoder,
-)
+from analyzer.capture._walk import WalkAhead, derive_columns, walk_records
+from analyzer.capture.linklayer import NO_PAYLOAD, REASONS, decoder, fast_path, ipv4_tcp_fields
 from analyzer.capture.pcap import (
     NEIGHBOUR_SECONDS,
     RECORD_HEADER_LEN,
@@ -56,24 +43,10 @@ CHUNK_BYTES = 32 << 20
 # grow with its packets, and 32 MB of bare 54-byte segments is 600 k of them.
 CHUNK_PACKETS = 1 << 17
 
-# link type -> (IP header offset in the frame, offset and big-endian width of the protocol field, value it
-# must have for IPv4); the same packets as analyzer.capture.linklayer's fast path accepts.
-_LAYOUTS: dict[int, tuple[int, int, str, int] | tuple[int, None, None, None]] = {
-    ETHERNET: (14, 12, ">u2", 0x0800),
-    LINUX_SLL: (16, 14, ">u2", 0x0800),
-    LINUX_SLL2: (20, 0, ">u2", 0x0800),
-    NULL: (4, 0, ">u4", 2 << 24),  # host byte order read as big-endian: little-endian hosts, as the fast path
-    LOOP: (4, 0, ">u4", 2),
-    RAW: (0, None, None, None),
-    RAW_12: (0, None, None, None),
-    RAW_14: (0, None, None, None),
-    IPV4: (0, None, None, None),
-}
-
 
 def chunked(linktype: int) -> bool:
-    """Whether captures of this link type can be read in chunks."""
-    return linktype in _LAYOUTS
+    """Whether captures of this link type can be read in chunks: those with a fast path."""
+    return fast_path(linktype) is not None
 
 
 @dataclass(slots=True)
@@ -105,18 +78,12 @@ class PacketChunk:
 
 
 def _record_dtype(order: str, linktype: int) -> tuple[np.dtype, int]:
-    """The fields of one record read at fixed offsets from its start, and the span they cover."""
-    ip_at, proto_at, proto_type, _ = _LAYOUTS[linktype]
-    ip = RECORD_HEADER_LEN + ip_at
-    names = ["sec", "frac", "ver_ihl", "ip_len", "fragment", "proto", "key", "seq", "ack", "offset", "flags"]
-    formats = [order + "u4", order + "u4", "u1", ">u2", ">u2", "u1", "V12", ">u4", ">u4", "u1", "u1"]
-    offsets = [0, 4, ip, ip + 2, ip + 6, ip + 9, ip + 12, ip + 24, ip + 28, ip + 32, ip + 33]
-    if proto_at is not None:
-        names.append("link_proto")
-        formats.append(proto_type)
-        offsets.append(RECORD_HEADER_LEN + proto_at)
-    span = ip + 34
-    return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": span}), span
+    """The fields of one record read at fixed offsets from its start (its time, and what the fast path reads of
+    its frame), and the span they cover."""
+    names, formats, offsets = ipv4_tcp_fields(linktype, RECORD_HEADER_LEN)
+    span = max(offsets) + 1  # the TCP flags byte, the last field
+    return np.dtype({"names": ["sec", "frac", *names], "formats": [order + "u4", order + "u4", *formats],
+                     "offsets": [0, 4, *offsets], "itemsize": span}), span
 
 
 def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: CaptureStats,
@@ -158,20 +125,20 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
             first = int(bad.argmax()) if bad.any() else len(starts)
             what = None
             if not first:
-                gathered = None
-            elif derived is not None:  # derived by the walk's thread, each record's from its own fields and
-                derived = tuple(column[:first] for column in derived)  # the next one's start: any prefix stands
-                gathered = (walked[:first], derived[1], derived[2], derived[0])
+                rec = None
+            elif derived is not None:  # derived by the walk's thread, each record's from its own fields and the
+                # next one's start: any prefix stands
+                rec, derived = walked[:first], tuple(column[:first] for column in derived)
             else:
-                gathered = layout.fields(starts[:first], nexts[:first], walked[:first])
+                rec, derived = layout.fields(starts[:first], nexts[:first])
             if first:
-                ts_ns = gathered[3]
+                ts_ns = derived[0]
                 ref_ns = last_ns if checked else int(ts_ns[0])
                 spread = max(int(ts_ns.max()), ref_ns) - min(int(ts_ns.min()), ref_ns)
                 if spread < (NEIGHBOUR_SECONDS - 1) * 1_000_000_000:  # all within a day of each other
                     jumps = []
                 else:  # whole seconds compared, as the per-packet reader does
-                    secs = layout.seconds(starts[:first], gathered[0])
+                    secs = layout.seconds(starts[:first], rec)
                     before = np.empty_like(secs)
                     before[1:] = secs[:-1]
                     before[0] = last_sec if checked else secs[0]
@@ -197,8 +164,7 @@ def pcap_chunks(source: BufferSource, buf, pos: int, header: PcapHeader, stats: 
             if walk_next:  # the next chunk, walked while this one is analysed
                 ahead.start(pos, min(pos + CHUNK_BYTES, end))
             if first:
-                chunk = layout.decode(starts, nexts, frame, counts, skip, tuple(g[:first] for g in gathered),
-                                      None if derived is None else tuple(c[:first] for c in derived))
+                chunk = layout.decode(starts, nexts, frame, counts, skip, tuple(c[:first] for c in derived))
                 frame += len(starts)
                 ts = chunk.record_ts
                 last_start, last_ns, checked = int(starts[-1]), int(ts_ns[first - 1]), True
@@ -282,9 +248,9 @@ def flow_sample(buf, pos: int, header: PcapHeader, windows: int = SAMPLE_WINDOWS
         if not len(offsets):
             continue
         done = at
-        rec, seg_len, fast, _ = layout.fields(*_bounds(offsets, at))
-        keys.append(rec["key"][fast])
-        flags.append(rec["flags"][fast].astype(np.int64))
+        _, (_, seg_len, fast, _, _, flag_column, _, _, key_column) = layout.fields(*_bounds(offsets, at))
+        keys.append(key_column[fast])
+        flags.append(flag_column[fast])
         lengths.append(seg_len[fast])
         covered += at - int(offsets[0])
     return np.concatenate(keys), np.concatenate(flags), np.concatenate(lengths), covered / max(end - pos, 1)
@@ -346,102 +312,65 @@ class _Layout:
     """How the records of one file are gathered and decoded."""
 
     def __init__(self, buf, order: str, linktype: int, ts_unit: int) -> None:
-        ip_at, _, _, self.want = _LAYOUTS[linktype]
-        self.linktype = linktype
+        self.fast = fast_path(linktype)
         self.dtype, span = _record_dtype(order, linktype)
-        self.min_caplen = ip_at + 40
-        self.payload_at = RECORD_HEADER_LEN + ip_at  # + the IP and TCP header lengths
+        self.little = order == "<"
         self.ts_unit = ts_unit
         self.read_times = struct.Struct(order + "II").unpack_from
         self.decode_one = decoder(linktype)
         self.buf = buf
         self.view = memoryview(buf)
-        # Every position a record may start at, as a `span`-byte item: a gather copies whole items. Records
-        # starting past the last one are shorter than the fields (not the fast kind) and read as zeros.
+        # Every position a record may start at has `span` bytes of fields from it, up to `last`. Records starting
+        # past it are shorter than the fields (never on the fast path): their fields are read from `last`.
         self.last = len(buf) - span
-        self.windows = np.ndarray(shape=(self.last + 1,), dtype=f"V{span}", buffer=buf, strides=(1,)) \
-            if self.last >= 0 else None
 
     def derive_on(self, ahead: WalkAhead) -> None:
-        """Have ``ahead``'s walks derive the columns ``fields`` and ``decode`` compute, on the walk's thread."""
-        if self.windows is None:  # nothing is gathered: no fields to derive from
+        """Have ``ahead``'s walks derive the columns ``fields`` computes, on the walk's thread."""
+        if self.last < 0:  # nothing is gathered: no fields to derive from
             return
-        _, proto_at, proto_type, want = _LAYOUTS[self.linktype]
-        width = 0 if proto_type is None else int(proto_type[-1])
-        ahead.derive(self.payload_at, -1 if proto_at is None else RECORD_HEADER_LEN + proto_at, width or 2,
-                     want or 0, self.ts_unit, self.min_caplen)
+        ahead.derive(self.fast, self.ts_unit)
+
+    def fields(self, starts: np.ndarray, nexts: np.ndarray) -> tuple[np.ndarray, tuple]:
+        """The records' gathered fields, and their columns as the walk derives them (``WalkAhead.derive``):
+        time (ns), TCP payload length, whether the fast path takes the packet, seq, ack, flags, payload start
+        and stop, flow key. Made here, for records the walk derived nothing for."""
+        return derive_columns(self.view, starts, int(nexts[-1]), self.little, self.dtype, self.last, self.fast,
+                              self.ts_unit)
 
     def decode(self, starts: np.ndarray, nexts: np.ndarray, base: int, counts: list[int],
-               skip: Container[bytes], gathered: tuple | None = None, derived: tuple | None = None
-               ) -> PacketChunk:
-        """One chunk's columns (or tuples), counting the records that are not TCP. ``gathered``: what
-        ``fields`` gives for these records, when it was called already (the chunk's time test); ``derived``:
-        their columns as the walk derived them (``WalkAhead.derive``)."""
-        rec, seg_len, fast, ts = self.fields(starts, nexts) if gathered is None else gathered
+               skip: Container[bytes], derived: tuple) -> PacketChunk:
+        """One chunk's columns (or tuples), counting the records that are not TCP; ``derived``: the records'
+        columns (``fields``)."""
+        ts, seg_len, fast, seq, ack, flags, start, stop, keys = derived
         record_ts = int(ts[-1])
-        if derived is not None and fast.all():
-            n = len(starts)
-            _, _, _, seq, ack, flags, start, stop, keys = derived
-            return PacketChunk(base + 1, ts, keys, seq, ack, flags, start, stop, seg_len, self.view, None,
-                               base + n, record_ts, record_ts)
-        ip_len = rec["ip_len"].astype(np.int64)
-        caplen = nexts - starts - RECORD_HEADER_LEN
-        ip = starts + self.payload_at
-        start = ip + (ip_len - seg_len)  # past the IP and TCP headers
-        stop = np.minimum(ip + ip_len, nexts)
         if fast.all():
             n = len(starts)
-            return PacketChunk(base + 1, ts, rec["key"], rec["seq"].astype(np.int64),
-                               rec["ack"].astype(np.int64), rec["flags"].astype(np.int64), start, stop, seg_len,
-                               self.view, None, base + n, record_ts, record_ts)
-        tuples, (last_frame, last_ts) = self._tuples(rec, fast, starts, caplen, ts, seg_len, start, stop, base,
+            return PacketChunk(base + 1, ts, keys, seq, ack, flags, start, stop, seg_len, self.view, None,
+                               base + n, record_ts, record_ts)
+        tuples, (last_frame, last_ts) = self._tuples(derived, starts, nexts - starts - RECORD_HEADER_LEN, base,
                                                      counts, skip)
-        return PacketChunk(base + 1, ts, rec["key"], rec["seq"], rec["ack"], rec["flags"], start, stop, seg_len,
-                           self.view, tuples, last_frame, last_ts, record_ts)
+        return PacketChunk(base + 1, ts, keys, seq, ack, flags, start, stop, seg_len, self.view, tuples,
+                           last_frame, last_ts, record_ts)
 
     def seconds(self, starts: np.ndarray, rec: np.ndarray) -> np.ndarray:
         """The records' whole seconds from their gathered fields (those too near the end read alone)."""
         secs = rec["sec"].astype(np.int64)
-        if self.windows is None or starts[-1] > self.last:
+        if starts[-1] > self.last:
             for i in np.flatnonzero(starts > self.last).tolist():
                 secs[i] = self.read_times(self.buf, int(starts[i]))[0]
         return secs
 
-    def times(self, starts: np.ndarray, rec: np.ndarray) -> np.ndarray:
-        """The records' times in nanoseconds (those too near the end read alone)."""
-        ts = rec["sec"].astype(np.int64) * 1_000_000_000 + rec["frac"].astype(np.int64) * self.ts_unit
-        if self.windows is None or starts[-1] > self.last:  # records too near the end to gather: read alone
-            for i in np.flatnonzero(starts > self.last).tolist():
-                sec, frac = self.read_times(self.buf, int(starts[i]))
-                ts[i] = sec * 1_000_000_000 + frac * self.ts_unit
-        return ts
-
-    def fields(self, starts: np.ndarray, nexts: np.ndarray, rec: np.ndarray | None = None
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """The records' gathered fields, their TCP payload lengths, which of them are IPv4 TCP without
-        options on the file's link type (the columns' kind), and their times (ns). ``rec``: the fields
-        gathered already (by the walk, ``WalkAhead``)."""
-        if rec is None:
-            rec = (np.zeros(len(starts), self.dtype) if self.windows is None
-                   else self.windows[np.minimum(starts, self.last)].view(self.dtype))
-        offset = rec["offset"]
-        seg_len = rec["ip_len"].astype(np.int64) - (20 + (offset >> 4).astype(np.int64) * 4)
-        fast = (nexts - starts - RECORD_HEADER_LEN >= self.min_caplen) & (rec["ver_ihl"] == 0x45) \
-            & (rec["proto"] == 6) & ((rec["fragment"] & 0x3FFF) == 0) & (offset >= 0x50) & (seg_len >= 0)
-        if self.want is not None:
-            fast &= rec["link_proto"] == self.want
-        return rec, seg_len, fast, self.times(starts, rec)
-
-    def _tuples(self, rec, fast, starts, caplen, ts, seg_len, start, stop, base: int, counts: list[int],
+    def _tuples(self, derived: tuple, starts: np.ndarray, caplen: np.ndarray, base: int, counts: list[int],
                 skip: Container[bytes]) -> tuple[list[tuple], tuple[int, int]]:
         """The chunk's TCP packets as the per-packet reader yields them, and (frame, ts) of the last one."""
         view = self.view
         tuples: list = []
         add = tuples.append
-        keys = rec["key"].tolist()
-        seqs = rec["seq"].tolist()
-        acks = rec["ack"].tolist()
-        flag_list = rec["flags"].tolist()
+        ts, seg_len, fast, seq, ack, flags, start, stop, keys = derived
+        keys = keys.tolist()
+        seqs = seq.tolist()
+        acks = ack.tolist()
+        flag_list = flags.tolist()
         seg_list = seg_len.tolist()
         start_list = start.tolist()
         stop_list = stop.tolist()

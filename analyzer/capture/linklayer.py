@@ -1,13 +1,15 @@
-"""Link-layer, IP and TCP header decoding shared by the pcap and pcapng record loops.
+"""Link-layer, IP and TCP header decoding shared by the readers (pcap, pcapng, live, and the chunked reading).
 
-Three tiers, because a few cases dominate real traffic:
+The link types kafkacap reads are declared once, in ``LAYOUTS``: where each one's IP header starts, and the field
+of its link header that names the network protocol. Every reader's way of reading a frame comes from that table:
 
-* `fast_path(linktype, record_header_len)` gives a precompiled struct that reads, in one call from the
-  start of a record, the link header's protocol field and every IPv4 and TCP field the reassembler needs
-  when the packet is IPv4 without options, TCP and not a fragment. The record loops inline that check and
-  the yield, so the common packet costs one record-header unpack, one frame unpack and one tuple.
-* `decoder(linktype)` takes the rest: first one-unpack quick paths for IPv6 without extension headers and
-  for IPv4 behind one 802.1Q tag, then
+* `fast_path(linktype)`, the compiled fast path (``_walk._ipv4_tcp``) on the link type's layout: one read, at
+  fixed offsets, of the link header's protocol field and every IPv4 and TCP field the reassembler needs, when
+  the packet is IPv4 without options, TCP and not a fragment. The pcap and pcapng loops (``RecordPackets``), the
+  live reader (``FastPath.frame``) and the chunked reading (the columns its walk derives from each record's
+  fields, gathered as ``ipv4_tcp_fields`` declares them) all take their packets through it.
+* `decoder(linktype)` takes the rest: first one-unpack quick paths (struct codes made from the table) for IPv6
+  without extension headers and for IPv4 behind one 802.1Q tag, then
 * `decode(...)`, the general walk through the layers: stacked VLAN tags, IPv4 options, IPv6 extension
   headers, loopback families in either byte order, tunnels of mirrored traffic (VXLAN, Geneve, GRE,
   ERSPAN), short or malformed headers. It returns the TCP fields,
@@ -19,7 +21,9 @@ from __future__ import annotations
 import mmap
 import struct
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
+
+from analyzer.capture._walk import FastPath
 
 if TYPE_CHECKING:
     from analyzer.capture.files import CaptureStats
@@ -34,6 +38,7 @@ REASONS = 5
 
 ETHERTYPE_IPV4, ETHERTYPE_IPV6 = 0x0800, 0x86DD
 VLAN_TPIDS = frozenset((0x8100, 0x88A8, 0x9100))
+VLAN_TAG_LEN = 4
 BSD_AF_INET = 2
 BSD_AF_INET6 = frozenset((24, 28, 30))  # NetBSD/OpenBSD, FreeBSD, Darwin
 IPV6_SKIPPABLE = frozenset((0, 43, 60))  # hop-by-hop, routing, destination options: length in 8-octet units
@@ -53,83 +58,144 @@ MAX_TUNNELS = 4
 # What the reassembler needs from one TCP packet, with the payload as a [start, stop) range of the buffer.
 Decoded = tuple[bytes, int, int, int, int, int, int]  # key, seq, ack, flags, payload start, stop, seg_len
 Buffer = bytes | bytearray | memoryview | mmap.mmap
+Decoder = Callable[[Buffer, int, int], "Decoded | int"]
+
+
+# --- the link layouts -----------------------------------------------------------------------------------
+
+# What in a link header names the network protocol, and its width in bytes (big-endian on the wire, but for
+# FAMILY_HOST_ORDER).
+ETHERTYPE = "EtherType"
+FAMILY = "address family"  # a BSD AF_ value, in network byte order
+FAMILY_HOST_ORDER = "address family in the writer's byte order"
+IP_VERSION = "IP version"  # no field: the IP header's own version
+FIELD_WIDTHS = {ETHERTYPE: 2, FAMILY: 4, FAMILY_HOST_ORDER: 4, IP_VERSION: 0}
+
+
+class LinkLayout(NamedTuple):
+    """One link type's frames, as every reader finds the IP header in them."""
+
+    linktype: int
+    name: str
+    ip_at: int  # the link header's length: where the IP header starts
+    field: str  # what names the network protocol (ETHERTYPE, FAMILY, FAMILY_HOST_ORDER, IP_VERSION)
+    field_at: int  # where that field lies in the link header (IP_VERSION: the IP header, ip_at)
+    # The field's value for IPv4, and for IPv6; None: that IP version is not read on the fast path (IPv4) or the
+    # quick path (IPv6 without extension headers) of this link type, but still by the general path.
+    ipv4: int | None
+    ipv6: int | None
+    vlan: bool = False  # IPv4 behind one 802.1Q tag after the field has a quick path too
+
+    @property
+    def width(self) -> int:
+        """The protocol field's width in bytes (0: none)."""
+        return FIELD_WIDTHS[self.field]
+
+    def read_as(self, value: int) -> int:
+        """The protocol field's ``value`` as it reads big-endian, as the fast and quick paths read it: a family in
+        the writer's byte order as little-endian hosts (most of them) write it."""
+        if self.field == FAMILY_HOST_ORDER:
+            return int.from_bytes(value.to_bytes(self.width, "little"), "big")
+        return value
+
+
+LAYOUTS = (
+    LinkLayout(NULL, "BSD loopback", 4, FAMILY_HOST_ORDER, 0, BSD_AF_INET, None),
+    LinkLayout(ETHERNET, "Ethernet", 14, ETHERTYPE, 12, ETHERTYPE_IPV4, ETHERTYPE_IPV6, vlan=True),
+    LinkLayout(RAW_12, "raw IP (12)", 0, IP_VERSION, 0, 4, 6),
+    LinkLayout(RAW_14, "raw IP (14)", 0, IP_VERSION, 0, 4, 6),
+    LinkLayout(RAW, "raw IP", 0, IP_VERSION, 0, 4, 6),
+    LinkLayout(LOOP, "OpenBSD loopback", 4, FAMILY, 0, BSD_AF_INET, None),
+    LinkLayout(LINUX_SLL, "Linux cooked capture", 16, ETHERTYPE, 14, ETHERTYPE_IPV4, ETHERTYPE_IPV6),
+    LinkLayout(IPV4, "IPv4", 0, IP_VERSION, 0, 4, None),
+    LinkLayout(IPV6, "IPv6", 0, IP_VERSION, 0, None, 6),
+    LinkLayout(LINUX_SLL2, "Linux cooked capture v2", 20, ETHERTYPE, 0, ETHERTYPE_IPV4, ETHERTYPE_IPV6),
+)
+LAYOUT = {layout.linktype: layout for layout in LAYOUTS}
 
 
 # --- fast path ------------------------------------------------------------------------------------------
 
-# link type -> (struct codes from the frame start up to and including the IPv4 version/IHL byte, the value
-# the first field must have for IPv4, IP header offset). Where the EtherType directly precedes the IP header
-# it is read as its first byte, then its second byte together with the version/IHL byte: 0x08 and 0x0045
-# are cached small ints, 0x0800 would be a new object on every packet.
-_FAST_LAYOUTS: dict[int, tuple[str, int | bytes, int]] = {
-    ETHERNET: ("12xBH", ETHERTYPE_IPV4 >> 8, 14),
-    LINUX_SLL: ("14xBH", ETHERTYPE_IPV4 >> 8, 16),
-    LINUX_SLL2: ("H18xB", ETHERTYPE_IPV4, 20),
-    NULL: ("IB", BSD_AF_INET << 24, 4),  # host byte order read as big-endian; little-endian hosts dominate
-    LOOP: ("IB", BSD_AF_INET, 4),
-    RAW: ("0sB", b"", 0),  # no protocol field: an empty field always equals b""
-    RAW_12: ("0sB", b"", 0),
-    RAW_14: ("0sB", b"", 0),
-    IPV4: ("0sB", b"", 0),
-}
-
 # The payload of every segment without data: most packets are ACKs, and a view costs as much as a record.
 NO_PAYLOAD = memoryview(b"")
+
+
+def fast_path(linktype: int) -> FastPath | None:
+    """The compiled IPv4/TCP fast path on this link type's layout; None when it has none (IPv4 on it is not read
+    that way, or the link type is not in LAYOUTS)."""
+    layout = LAYOUT.get(linktype)
+    if layout is None or layout.ipv4 is None:
+        return None
+    if not layout.width:
+        return FastPath(layout.ip_at, -1, 2, 0)
+    return FastPath(layout.ip_at, layout.field_at, layout.width, layout.read_as(layout.ipv4))
+
+
+def ipv4_tcp_fields(linktype: int, at: int) -> tuple[list[str], list[str], list[int]]:
+    """The names, numpy formats and offsets of the fields the fast path reads, for a frame at offset ``at`` of
+    a record: IPv4 version/IHL, total length, flags/fragment offset, protocol, the flow key (addresses and ports,
+    contiguous when there are no IP options), TCP seq, ack, data offset and flags, and the link header's protocol
+    field (``link_proto``) when there is one."""
+    layout = LAYOUT[linktype]
+    ip = at + layout.ip_at
+    names = ["ver_ihl", "ip_len", "fragment", "proto", "key", "seq", "ack", "offset", "flags"]
+    formats = ["u1", ">u2", ">u2", "u1", "V12", ">u4", ">u4", "u1", "u1"]
+    offsets = [ip, ip + 2, ip + 6, ip + 9, ip + 12, ip + 24, ip + 28, ip + 32, ip + 33]
+    if layout.width:
+        names.append("link_proto")
+        formats.append(f">u{layout.width}")
+        offsets.append(at + layout.field_at)
+    return names, formats, offsets
+
 
 # TCP data-offset byte -> IPv4 (without options) + TCP header length; too big to fit when the offset is < 5
 IPV4_TCP_HEADERS_LEN = tuple(20 + (b >> 4) * 4 if b >> 4 >= 5 else 1 << 30 for b in range(256))
 
-Unpack = Callable[[Buffer, int], tuple]
-Decoder = Callable[[Buffer, int, int], "Decoded | int"]
-FastPath = tuple[int, Unpack, int | bytes, int]
-
-
-def fast_path(linktype: int, record_header_len: int = 0) -> FastPath | None:
-    """(IP header offset, unpack_from, expected protocol field, minimum captured length) or None.
-
-    Offsets count from the start of the record, `record_header_len` bytes before the frame, so the loops
-    need not compute where the frame starts. After the record header the unpack reads: link protocol
-    field, IPv4 version/IHL byte (0x45 expected; see _FAST_LAYOUTS), total length, flags/fragment offset,
-    protocol, the flow key (addresses and ports, contiguous when there are no IP options), TCP seq, ack,
-    data-offset byte and flags byte. The minimum (frame) length covers IPv4 and the 20-byte TCP header.
-    """
-    layout = _FAST_LAYOUTS.get(linktype)
-    if layout is None:
-        return None
-    prefix, want, ip_at = layout
-    frame = struct.Struct(f"!{record_header_len}x{prefix}xH2xHxB2x12sIIBB")
-    assert struct.calcsize(f"!{prefix}") == ip_at + 1
-    return record_header_len + ip_at, frame.unpack_from, want, ip_at + 40
-
 
 # --- second tier: IPv6 and one VLAN tag -----------------------------------------------------------------
 
-# Same idea as _FAST_LAYOUTS for IPv6 without extension headers: the codes end with a field whose value
-# shifted right by 4 bits is `version`, i.e. the EtherType's second byte and/or the IP version nibble.
-_IPV6_LAYOUTS: dict[int, tuple[str, int | bytes, int, int]] = {
-    ETHERNET: ("12xBH", ETHERTYPE_IPV6 >> 8, (ETHERTYPE_IPV6 & 0xFF) << 4 | 6, 14),
-    LINUX_SLL: ("14xBH", ETHERTYPE_IPV6 >> 8, (ETHERTYPE_IPV6 & 0xFF) << 4 | 6, 16),
-    LINUX_SLL2: ("H18xB", ETHERTYPE_IPV6, 6, 20),
-    RAW: ("0sB", b"", 6, 0),
-    RAW_12: ("0sB", b"", 6, 0),
-    RAW_14: ("0sB", b"", 6, 0),
-    IPV6: ("0sB", b"", 6, 0),
-}
-# 802.1Q tag, then IPv4 without options, on Ethernet: TPID, inner EtherType's first byte, its second byte
-# with the version/IHL byte (as in _FAST_LAYOUTS).
-_VLAN_IPV4 = struct.Struct("!12xH2xBHxH2xHxB2x12sIIBB").unpack_from
-VLAN_IPV4_TCP_LEN = 18 + 20 + 20
+def link_codes(layout: LinkLayout, value: int, version: int) -> tuple[str, int | bytes, int]:
+    """Struct codes reading a frame from its start up to and including the IP header's first byte; the value
+    the first field read must have for the network protocol ``value`` (IPv4 or IPv6 as the layout names it);
+    what the last field shifted right by 4 bits must be for IP ``version``.
+
+    Where the protocol field is an EtherType directly before the IP header it is read as its first byte, then
+    its second byte together with the version byte: 0x86 and 0xDD6 are cached small ints, 0x86DD would be a new
+    object on every packet. Without a field an empty one is read, which always equals b""."""
+    width, at, ip = layout.width, layout.field_at, layout.ip_at
+    if not width:
+        return "0sB", b"", version
+    if width == 2 and at + 2 == ip:
+        return f"{at}xBH", value >> 8, (value & 0xFF) << 4 | version
+    code = ("H" if width == 2 else "I") + (f"{ip - at - width}x" if ip - at - width else "")
+    return (f"{at}x" if at else "") + code + "B", layout.read_as(value), version
+
+
+# After the IP header's first byte: IPv6 payload length, next header, the flow key (addresses, then ports), TCP
+# seq, ack, data offset and flags.
+_IPV6_TCP_CODES = "3xHBx36sIIBB"
+# After an EtherType and one 802.1Q tag: the inner EtherType read as IPv4's is (see link_codes), IPv4 total
+# length, flags/fragment, protocol, flow key, TCP seq, ack, data offset and flags.
+_VLAN_IPV4_TCP_CODES = "2xBHxH2xHxB2x12sIIBB"
 
 
 def decoder(linktype: int) -> Decoder:
-    """decode() for one link type, with quick paths in front for IPv6 without extension headers and (on
-    Ethernet) IPv4 behind one 802.1Q tag: one unpack each instead of a walk through the layers."""
-    if linktype not in _IPV6_LAYOUTS:
-        return lambda buf, start, stop: decode(linktype, buf, start, stop)
-    prefix, want, version, ip_at = _IPV6_LAYOUTS[linktype]
-    ipv6_fields = struct.Struct(f"!{prefix}3xHBx36sIIBB").unpack_from
+    """decode() for one link type, with quick paths in front for IPv6 without extension headers and (behind an
+    EtherType that may be a VLAN tag's) IPv4 behind one 802.1Q tag: one unpack each instead of a walk through
+    the layers."""
+    layout = LAYOUT.get(linktype)
+    general = _GENERAL.get(linktype, _unsupported)
+    if layout is None or layout.ipv6 is None:
+        return general
+    prefix, want, version = link_codes(layout, layout.ipv6, 6)
+    ipv6_fields = struct.Struct(f"!{prefix}{_IPV6_TCP_CODES}").unpack_from
+    ip_at = layout.ip_at
     min_len = ip_at + 60
-    vlan = linktype == ETHERNET
+    tag_at = layout.field_at
+    vlan_ipv4 = struct.Struct(f"!{tag_at}xH{_VLAN_IPV4_TCP_CODES}").unpack_from if layout.vlan else None
+    vlan_ip_at = ip_at + VLAN_TAG_LEN
+    vlan_min_len = vlan_ip_at + 40
+    ipv4_hi = ETHERTYPE_IPV4 >> 8
 
     def decode_quickly(buf: Buffer, start: int, stop: int) -> Decoded | int:
         size = stop - start
@@ -142,15 +208,15 @@ def decoder(linktype: int) -> Decoder:
                 seg_len = ip_end - tcp - header_length
                 if seg_len >= 0 and header_length >= 20:
                     return key, seq, ack, flags, tcp + header_length, min(ip_end, stop), seg_len
-        if vlan and size >= VLAN_IPV4_TCP_LEN and buf[start + 12] == 0x81:
-            tpid, hi, lo_ver, ip_len, fragment, proto, key, seq, ack, offset, flags = _VLAN_IPV4(buf, start)
-            if tpid == 0x8100 and hi == 0x08 and lo_ver == 0x45 and proto == 6 and not fragment & 0x3FFF:
-                ip = start + 18
+        if vlan_ipv4 is not None and size >= vlan_min_len and buf[start + tag_at] == 0x81:
+            tpid, hi, lo_ver, ip_len, fragment, proto, key, seq, ack, offset, flags = vlan_ipv4(buf, start)
+            if tpid == 0x8100 and hi == ipv4_hi and lo_ver == 0x45 and proto == 6 and not fragment & 0x3FFF:
+                ip = start + vlan_ip_at
                 header_length = IPV4_TCP_HEADERS_LEN[offset]
                 seg_len = ip_len - header_length
                 if seg_len >= 0:
                     return key, seq, ack, flags, ip + header_length, min(ip + ip_len, stop), seg_len
-        return decode(linktype, buf, start, stop)
+        return general(buf, start, stop)
 
     return decode_quickly
 
@@ -167,16 +233,21 @@ _TCP = struct.Struct("!4xIIBB").unpack_from  # seq, ack, data offset, flags
 
 def decode(linktype: int, buf: Buffer, start: int, stop: int) -> Decoded | int:
     """Decode the frame in buf[start:stop] (the captured bytes) down to TCP, or return a reason code."""
-    if linktype == ETHERNET:
-        return _ethertype(buf, start + 12, start + 14, stop)
-    if linktype == LINUX_SLL:
-        return _ethertype(buf, start + 14, start + 16, stop)
-    if linktype == LINUX_SLL2:
-        return _ethertype(buf, start, start + 20, stop)
-    if linktype in (RAW, RAW_12, RAW_14, IPV4, IPV6):
-        return _ip_by_version(buf, start, stop)
-    if linktype == NULL or linktype == LOOP:
-        return _bsd_loopback(linktype, buf, start, stop)
+    return _GENERAL.get(linktype, _unsupported)(buf, start, stop)
+
+
+def _general(layout: LinkLayout) -> Decoder:
+    """The general path on one link layout: from its protocol field to the IP header."""
+    field_at, ip_at = layout.field_at, layout.ip_at
+    if layout.field == ETHERTYPE:
+        return lambda buf, start, stop: _ethertype(buf, start + field_at, start + ip_at, stop)
+    if layout.field == IP_VERSION:
+        return lambda buf, start, stop: _ip_by_version(buf, start + ip_at, stop)
+    network_order = layout.field == FAMILY
+    return lambda buf, start, stop: _bsd_loopback(network_order, buf, start + field_at, start + ip_at, stop)
+
+
+def _unsupported(buf: Buffer, start: int, stop: int) -> int:
     return UNSUPPORTED_LINK
 
 
@@ -254,20 +325,20 @@ def _inner(ethertype: int, buf: Buffer, at: int, stop: int, depth: int) -> Decod
     return NON_TCP
 
 
-def _bsd_loopback(linktype: int, buf: Buffer, start: int, stop: int) -> Decoded | int:
-    """NULL carries the address family in the writer's byte order, LOOP in network order."""
-    if stop - start < 4:
+def _bsd_loopback(network_order: bool, buf: Buffer, field: int, ip: int, stop: int) -> Decoded | int:
+    """The address family at ``field``: in network order (LOOP), or in the writer's byte order (NULL)."""
+    if stop < ip:
         return SHORT
-    if linktype == LOOP:
-        family = _U32_BE(buf, start)[0]
+    if network_order:
+        family = _U32_BE(buf, field)[0]
     else:
-        family = _U32_LE(buf, start)[0]
+        family = _U32_LE(buf, field)[0]
         if family & 0xFFFF0000:  # written by a big-endian host (the heuristic Wireshark uses)
-            family = _U32_BE(buf, start)[0]
+            family = _U32_BE(buf, field)[0]
     if family == BSD_AF_INET:
-        return _ipv4(buf, start + 4, stop)
+        return _ipv4(buf, ip, stop)
     if family in BSD_AF_INET6:
-        return _ipv6(buf, start + 4, stop)
+        return _ipv6(buf, ip, stop)
     return NON_IP
 
 
@@ -338,6 +409,9 @@ def _tcp(buf: Buffer, addresses: int, addresses_end: int, tcp: int, ip_end: int,
     else:
         key = bytes(buf[addresses:addresses_end]) + bytes(buf[tcp:tcp + 4])
     return key, seq, ack, flags, tcp + header_length, min(ip_end, stop), seg_len
+
+
+_GENERAL: dict[int, Decoder] = {layout.linktype: _general(layout) for layout in LAYOUTS}
 
 
 def store_counts(stats: CaptureStats, frames: int, counts: list[int]) -> None:

@@ -33,16 +33,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from analyzer.capture.files import Capture, CaptureError, CaptureStats, open_capture
-from analyzer.capture.linklayer import (
-    ETHERNET,
-    IPV4_TCP_HEADERS_LEN,
-    RAW,
-    REASONS,
-    Decoder,
-    decoder,
-    fast_path,
-    store_counts,
-)
+from analyzer.capture.linklayer import ETHERNET, RAW, REASONS, decoder, fast_path, store_counts
 
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
@@ -104,31 +95,22 @@ CAPTURE_PERMISSION_HINT = (
     "capturing packets needs root or the CAP_NET_RAW capability; without root: "
     "sudo setcap cap_net_raw,cap_net_admin=eip \"$(readlink -f \"$(command -v python3)\")\" "
     "(gives that Python interpreter the right to capture), or pipe a capture in: "
-    "sudo tcpdump -i IFACE -w - -U port 9092 | kafkacap live -r -")
+    "sudo tcpdump -i IFACE -w - -U port PORT | kafkacap live -r -")
 
 
 def frame_decoder(linktype: int) -> Callable[[bytes], tuple | int]:
-    """``decoder(linktype)`` for one whole frame, with the file readers' one-unpack path in front for IPv4 and
-    TCP without options below the link header: live, each packet is decoded on its own, and the general path
-    costs several calls a packet."""
-    general: Decoder = decoder(linktype)
-    fast = fast_path(linktype, 0)
+    """``decoder(linktype)`` for one whole frame, with the file readers' fast path in front (IPv4 and TCP without
+    options below the link header): live, each packet is decoded on its own, and the general path costs several
+    calls a packet."""
+    general = decoder(linktype)
+    fast = fast_path(linktype)
     if fast is None:
         return lambda frame: general(frame, 0, len(frame))
-    ip_at, fields, want, min_len = fast
-    headers_len = IPV4_TCP_HEADERS_LEN
+    quick = fast.frame
 
     def decode(frame: bytes) -> tuple | int:
-        size = len(frame)
-        if size >= min_len:
-            link_proto, ver_ihl, ip_len, fragment, proto, key, seq, ack, offset, flags = fields(frame, 0)
-            if link_proto == want and ver_ihl == 0x45 and proto == 6 and not fragment & 0x3FFF:
-                headers = headers_len[offset]
-                seg_len = ip_len - headers  # negative: a bad TCP offset, or no IP length (TSO): the general path
-                if seg_len >= 0:
-                    stop = ip_at + ip_len
-                    return key, seq, ack, flags, ip_at + headers, stop if stop < size else size, seg_len
-        return general(frame, 0, size)
+        decoded = quick(frame)
+        return general(frame, 0, len(frame)) if decoded is None else decoded
 
     return decode
 

@@ -19,15 +19,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from analyzer.capture.linklayer import (
-    IPV4_TCP_HEADERS_LEN,
-    NO_PAYLOAD,
-    REASONS,
-    Buffer,
-    decoder,
-    fast_path,
-    store_counts,
-)
+from analyzer.capture._walk import RecordPackets
+from analyzer.capture.linklayer import NO_PAYLOAD, REASONS, Buffer, decoder, fast_path, store_counts
 
 if TYPE_CHECKING:
     from analyzer.capture.files import CaptureStats
@@ -124,26 +117,25 @@ def pcap_packets(source: BufferSource, buf: Buffer, pos: int, header: PcapHeader
     A record header that makes no sense (a captured length over the limit, a time more than a day from the
     record before that no chain of records confirms, a record running past the end with more data after
     it) is damage: reading goes on at the next plausible record (``Resync``). The time test runs only when
-    the whole seconds change, so undamaged records cost nothing more."""
-    if skipped is None:
-        skipped = [0, 0]
+    the whole seconds change, so undamaged records cost nothing more.
+
+    Each record is read in these steps: its header; when its whole seconds change, whether its time is
+    plausible (``_out_of_time``); its packet, on the fast path or from the general path's decoding
+    (``RecordPackets``). A record that does not fit in the buffer is carried over into the next one
+    (``source.refill``), or ends the data (``_at_the_end``); damage is passed over by ``_resync``."""
     record = struct.Struct(header.byte_order + "III4x").unpack_from  # seconds, fraction, caplen
     ts_unit = header.ts_unit_ns
     limit = header.caplen_limit
     decode = decoder(header.linktype)
-    fast = fast_path(header.linktype, RECORD_HEADER_LEN)
-    ip_at, frame_fields, want, min_len = fast if fast else (0, None, b"", 1 << 62)
-    headers_len = IPV4_TCP_HEADERS_LEN
-    no_payload = NO_PAYLOAD
+    counts = [0] * REASONS
+    packets = RecordPackets(RECORD_HEADER_LEN, skip, [0, 0] if skipped is None else skipped, counts, NO_PAYLOAD)
+    packets.use(fast_path(header.linktype))
+    take, decoded = packets.take, packets.decoded
     record_len = RECORD_HEADER_LEN
     resync = Resync(source, RecordScan(header), stats)
-    chain, opening = resync.scan.chain, resync.scan.opening
-    whole = source.whole
-    view = memoryview(buf)
     end = len(buf)
     frame = 0
     release_at = source.release(0)
-    counts = [0] * REASONS
     ts = None
     second = second_ns = -1  # the last record's whole seconds, and in nanoseconds: saves a multiplication
     # The seconds a next record may have without being looked at closer: none for the first record, whose
@@ -161,29 +153,20 @@ def pcap_packets(source: BufferSource, buf: Buffer, pos: int, header: PcapHeader
                 nxt = pos + caplen + record_len
                 if nxt <= end and caplen <= limit:
                     if sec != second:
-                        if earliest <= sec <= latest:
-                            broken = False
-                        elif frame:
-                            broken = chain(buf, pos, end, whole, 2, 2)
-                            if broken is None:  # this buffer ends too soon to tell: more data, or the end
-                                more = source.refill(buf, pos, end - pos + 1)
-                                if more is not None:
-                                    buf, pos, end = more, 0, len(more)
-                                    view, checkpoint = memoryview(buf), 0
-                                    continue
-                                broken = chain(buf, pos, end, True, 2, 2)
-                            broken = broken is False
-                        else:
-                            broken = not opening(buf, pos, end)
-                        if broken:
-                            moved = resync.after(buf, pos, resync.previous(buf, checkpoint, pos),
-                                                 second if frame else None, _dated(sec, second))
-                            if moved is None:
-                                break
-                            buf, pos = moved
-                            end, view, checkpoint = len(buf), memoryview(buf), pos
-                            second, earliest, latest = -1, 0, 0xFFFFFFFF  # the chain found is checked already
-                            continue
+                        if not earliest <= sec <= latest:
+                            broken, more = _out_of_time(source, resync.scan, buf, pos, end, not frame)
+                            if more is not None:  # this buffer ended too soon to tell: the record again, in more
+                                buf, pos, end, checkpoint = more, 0, len(more), 0
+                                continue
+                            if broken:
+                                moved = _resync(resync, buf, pos, checkpoint, second if frame else None,
+                                                _dated(sec, second))
+                                if moved is None:
+                                    break
+                                buf, pos = moved
+                                end, checkpoint = len(buf), pos
+                                second, earliest, latest = -1, 0, 0xFFFFFFFF  # the chain found is checked already
+                                continue
                         checkpoint = pos
                         second = sec
                         second_ns = sec * 1_000_000_000
@@ -193,76 +176,77 @@ def pcap_packets(source: BufferSource, buf: Buffer, pos: int, header: PcapHeader
                         release_at = source.release(pos)
                         checkpoint = pos
                     ts = second_ns + frac * ts_unit
-                    if caplen >= min_len:
-                        link_proto, ver_ihl, ip_len, fragment, proto, key, seq, ack, offset, flags = \
-                            frame_fields(buf, pos)
-                        if link_proto == want and ver_ihl == 0x45 and proto == 6 and not fragment & 0x3FFF:
-                            if key in skip:
-                                pos = nxt
-                                skipped[0] = frame
-                                skipped[1] = ts
-                                continue
-                            headers = headers_len[offset]
-                            seg_len = ip_len - headers  # negative: bad TCP offset, or no IP length (TSO)
-                            if seg_len > 0:
-                                ip = pos + ip_at
-                                stop = ip + ip_len
-                                if stop > nxt:
-                                    stop = nxt
-                                pos = nxt
-                                yield frame, ts, key, seq, ack, flags, view[ip + headers:stop], seg_len
-                                continue
-                            if seg_len == 0:  # ACK, SYN, FIN...: one shared empty view instead of a new one
-                                pos = nxt
-                                yield frame, ts, key, seq, ack, flags, no_payload, 0
-                                continue
-                    decoded = decode(buf, pos + record_len, nxt)
+                    packet = take(buf, pos, nxt, frame, ts)
+                    if packet is None:
+                        packet = decoded(buf, decode(buf, pos + record_len, nxt), frame, ts)
                     pos = nxt
-                    if decoded.__class__ is int:
-                        counts[decoded] += 1
-                    else:
-                        key, seq, ack, flags, start, stop, seg_len = decoded
-                        if key in skip:
-                            skipped[0] = frame
-                            skipped[1] = ts
-                            continue
-                        yield frame, ts, key, seq, ack, flags, view[start:stop], seg_len
+                    if packet:
+                        yield packet
                     continue
                 if caplen > limit:
-                    moved = resync.after(buf, pos, resync.previous(buf, checkpoint, pos),
-                                         second if second >= 0 else None,
-                                         f"packet record claiming {caplen} captured bytes (limit {limit})")
+                    moved = _resync(resync, buf, pos, checkpoint, second if second >= 0 else None,
+                                    f"packet record claiming {caplen} captured bytes (limit {limit})")
                     if moved is None:
                         break
                     buf, pos = moved
-                    end, view, checkpoint = len(buf), memoryview(buf), pos
+                    end, checkpoint = len(buf), pos
                     second, earliest, latest = -1, 0, 0xFFFFFFFF
                     continue
                 need, what = RECORD_HEADER_LEN + caplen, "truncated packet record"
             # The record does not fit in this buffer: carry it over into the next one, if there is more.
             more = source.refill(buf, pos, need)
             if more is None:
-                if source.error is not None:
-                    resync.note(source.error)
-                elif need > RECORD_HEADER_LEN:  # a whole header claiming more than is left: damage, or a cut
-                    moved = resync.after(buf, pos, resync.previous(buf, checkpoint, pos),
-                                         second if second >= 0 else None, RUNS_PAST_END.format("packet record"),
-                                         cut_short=what)
-                    if moved is not None:
-                        buf, pos = moved
-                        end, view, checkpoint = len(buf), memoryview(buf), pos
-                        second, earliest, latest = -1, 0, 0xFFFFFFFF
-                        continue
-                elif pos < end:
-                    resync.note(f"{what} at {source.where(pos)} (file cut short?)", end - pos)
-                break
-            buf, pos, end = more, 0, len(more)
-            view = memoryview(buf)
-            checkpoint = 0
+                moved = _at_the_end(resync, buf, pos, end, need, what, checkpoint, second)
+                if moved is None:
+                    break
+                buf, pos = moved
+                end, checkpoint = len(buf), pos
+                second, earliest, latest = -1, 0, 0xFFFFFFFF
+                continue
+            buf, pos, end, checkpoint = more, 0, len(more), 0
             if not frame:
                 stats.first_ts_ns = first_timestamp(record, buf, pos, ts_unit)
     finally:
         settle_stats(stats, frame, counts, ts)
+
+
+def _out_of_time(source: BufferSource, scan: RecordScan, buf: Buffer, pos: int, end: int,
+                 first: bool) -> tuple[bool, Buffer | None]:
+    """Whether the record at buf[pos], dated more than a day from the record before (``first``: it is the
+    file's first record, with no record before it), is damage: no chain of records after it confirms its time.
+    (False, more data) when this buffer ends too soon to tell and the source has more: buf[pos:] and more."""
+    if first:
+        return not scan.opening(buf, pos, end), None
+    verdict = scan.chain(buf, pos, end, source.whole, 2, 2)
+    if verdict is None:  # this buffer ends too soon to tell: more data, or the end
+        more = source.refill(buf, pos, end - pos + 1)
+        if more is not None:
+            return False, more
+        verdict = scan.chain(buf, pos, end, True, 2, 2)
+    return verdict is False, None
+
+
+def _resync(resync: Resync, buf: Buffer, bad: int, checkpoint: int, near: int | None, what: str,
+            cut_short: str | None = None) -> tuple[Buffer, int] | None:
+    """(buffer, position) of the first record boundary after the damage at buf[bad], traced back from the
+    record start at buf[checkpoint]; None when there is none up to the end of the data (see Resync.after)."""
+    return resync.after(buf, bad, resync.previous(buf, checkpoint, bad), near, what, cut_short)
+
+
+def _at_the_end(resync: Resync, buf: Buffer, pos: int, end: int, need: int, what: str, checkpoint: int,
+                second: int) -> tuple[Buffer, int] | None:
+    """The data ends before the record (or record header: ``need`` bytes, ``what``) at buf[pos] does: the read
+    error that ended it is noted, or the file cut short there. A whole header claiming more than is left is
+    damage when plausible records follow it: (buffer, position) of the first of them; else None, the end."""
+    source = resync.source
+    if source.error is not None:
+        resync.note(source.error)
+    elif need > RECORD_HEADER_LEN:  # a whole header claiming more than is left: damage, or a cut
+        return _resync(resync, buf, pos, checkpoint, second if second >= 0 else None,
+                       RUNS_PAST_END.format("packet record"), cut_short=what)
+    elif pos < end:
+        resync.note(f"{what} at {source.where(pos)} (file cut short?)", end - pos)
+    return None
 
 
 def _dated(sec: int, before: int) -> str:

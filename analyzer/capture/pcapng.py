@@ -1,10 +1,11 @@
 """The pcapng format: typed blocks; sections (SHB) with their own byte order and interfaces (IDB).
 
-Packets come in Enhanced Packet Blocks (EPB), which the loop decodes inline, and in the rarer Simple
-Packet Blocks (SPB, interface 0, no timestamp) and obsolete Packet Blocks (PB). Every other block type is
-skipped. Each interface has its own link type and timestamp resolution (if_tsresol, if_tsoffset).
-Like the pcap loop, it walks one buffer and asks the source to refill when a block does not fit, and goes
-on after damage at the next plausible block (`BlockScan`, with `_pcap.Resync`).
+Packets come in Enhanced Packet Blocks (EPB), which the loop reads itself (through the fast path of their
+interface's link type, as the pcap loop does), and in the rarer Simple Packet Blocks (SPB, interface 0, no
+timestamp) and obsolete Packet Blocks (PB). Every other block type is skipped. Each interface has its own link
+type and timestamp resolution (if_tsresol, if_tsoffset). Like the pcap loop, it walks one buffer and asks the
+source to refill when a block does not fit, and goes on after damage at the next plausible block (`BlockScan`,
+with `pcap.Resync`).
 """
 
 from __future__ import annotations
@@ -15,17 +16,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from analyzer.capture.linklayer import (
-    IPV4_TCP_HEADERS_LEN,
-    NO_PAYLOAD,
-    REASONS,
-    Buffer,
-    Decoder,
-    Unpack,
-    decoder,
-    fast_path,
-    store_counts,
-)
+from analyzer.capture._walk import FastPath, RecordPackets
+from analyzer.capture.linklayer import NO_PAYLOAD, REASONS, Buffer, Decoder, decoder, fast_path, store_counts
 from analyzer.capture.pcap import RUNS_PAST_END, SCAN_WINDOW, SCAN_WINDOW_MAX, BufferSource, Packet, Resync
 
 if TYPE_CHECKING:
@@ -56,10 +48,7 @@ class Interface(NamedTuple):
     divisor: int
     offset_ns: int
     snaplen: int
-    ip_at: int  # the link type's fast path (see _linklayer.fast_path)
-    frame_fields: Unpack | None
-    want: int | bytes
-    min_len: int
+    fast: FastPath | None  # the link type's fast path (see linklayer.fast_path)
 
 
 def section_byte_order(head: Buffer, pos: int = 0) -> str:
@@ -107,9 +96,8 @@ def parse_interface(order: str, buf: Buffer, pos: int, block_end: int) -> Interf
             tsoffset, = struct.unpack_from(order + "q", buf, value)
         at = value + ((length + 3) & ~3)
     multiplier, divisor = timestamp_scale(tsresol)
-    fast = fast_path(linktype, EPB_HEADER_LEN) or (0, None, b"", 1 << 62)
     offset_ns = tsoffset * 1_000_000_000
-    return Interface(linktype, decoder(linktype), multiplier, divisor, offset_ns, snaplen, *fast)
+    return Interface(linktype, decoder(linktype), multiplier, divisor, offset_ns, snaplen, fast_path(linktype))
 
 
 class BlockScan:
@@ -194,6 +182,22 @@ class BlockScan:
             window = min(window * 4, SCAN_WINDOW_MAX)
 
 
+class _Section:
+    """The section being read: its byte order, the readers of its block fields, and its interfaces (IDBs)."""
+
+    __slots__ = ("order", "epb_head", "u32", "interfaces")
+
+    def __init__(self, order: str) -> None:
+        self.interfaces: list[Interface] = []
+        self.start(order)
+
+    def start(self, order: str) -> None:
+        """A section header block in this byte order: its blocks are read in it."""
+        self.order = order
+        self.epb_head = struct.Struct(order + EPB_HEAD).unpack_from
+        self.u32 = struct.Struct(order + "I").unpack_from
+
+
 def pcapng_packets(source: BufferSource, buf: Buffer, pos: int, stats: CaptureStats,
                    skip: Container[bytes] = (), skipped: list[int] | None = None) -> Iterator[Packet]:
     """Yield (frame_no, ts_ns, key, seq, ack, flags, payload, seg_len) for each TCP packet from `pos`,
@@ -203,30 +207,31 @@ def pcapng_packets(source: BufferSource, buf: Buffer, pos: int, stats: CaptureSt
     trailing copy). A block whose length makes no sense, or is not repeated at its end, is damage: reading
     goes on at the next plausible block (``BlockScan``). Enhanced packet blocks on the fast path are not
     checked against their trailing copy (a wrong length shows at the next block, and the search starts
-    from the block before)."""
-    if skipped is None:
-        skipped = [0, 0]
-    headers_len = IPV4_TCP_HEADERS_LEN
-    no_payload = NO_PAYLOAD
-    view = memoryview(buf)
+    from the block before).
+
+    A complete enhanced packet block is read in the loop: its interface's fields when it names another one than
+    the block before, its time, its packet on the fast path or from the general path's decoding
+    (``RecordPackets``). Every other block is read in steps: its header (``_block_head``), its length checked
+    against its trailing copy (``_block_length``), then its contents (``_packet_block``, ``_other_block``)."""
+    counts = [0] * REASONS
+    packets = RecordPackets(EPB_HEADER_LEN, skip, [0, 0] if skipped is None else skipped, counts, NO_PAYLOAD)
+    take, decoded = packets.take, packets.decoded
     end = len(buf)
     frame = 0
     release_at = source.release(0)
-    counts = [0] * REASONS
     ts = first_ts = None
-    interfaces: list[Interface] = []
+    section = _Section(section_byte_order(buf, pos))
+    interfaces = section.interfaces
+    epb_head = section.epb_head
     current = -1  # the interface whose fields are in the locals below
-    multiplier = divisor = offset_ns = ip_at = min_len = 0
-    frame_fields = want = decode = None
+    multiplier = divisor = offset_ns = 0
+    decode = None
     # Timestamps: the high 32 bits change rarely, so their nanoseconds are cached (when divisor is 1).
     high = high_ns = -1
     exact = True
     block_len = caplen = 0
     epb_len = EPB_HEADER_LEN
-    order = section_byte_order(buf, pos)
-    epb_head = struct.Struct(order + EPB_HEAD).unpack_from
-    u32 = struct.Struct(order + "I").unpack_from
-    resync = Resync(source, BlockScan(order, interfaces), stats)
+    resync = Resync(source, BlockScan(section.order, interfaces), stats)
     checkpoint = pos  # a block start accepted not long ago: damage is traced back from there
     try:
         while True:
@@ -240,7 +245,7 @@ def pcapng_packets(source: BufferSource, buf: Buffer, pos: int, stats: CaptureSt
                 if if_id != current:
                     checkpoint = pos
                     if if_id >= len(interfaces):
-                        if u32(buf, nxt - 4)[0] == block_len:
+                        if section.u32(buf, nxt - 4)[0] == block_len:
                             _undeclared(resync, stats, if_id, pos, block_len)
                             pos = nxt
                             continue
@@ -249,11 +254,11 @@ def pcapng_packets(source: BufferSource, buf: Buffer, pos: int, stats: CaptureSt
                         if moved is None:
                             break
                         buf, pos = moved
-                        end, view, checkpoint, current = len(buf), memoryview(buf), pos, -1
+                        end, checkpoint, current = len(buf), pos, -1
                         continue
                     current, high = if_id, -1
-                    _, decode, multiplier, divisor, offset_ns, _, ip_at, frame_fields, want, min_len = \
-                        interfaces[if_id]
+                    _, decode, multiplier, divisor, offset_ns, _, fast = interfaces[if_id]
+                    packets.use(fast)
                     exact = divisor == 1
                     if first_ts is None:
                         first_ts = (ts_high << 32 | ts_low) * multiplier // divisor + offset_ns
@@ -268,66 +273,21 @@ def pcapng_packets(source: BufferSource, buf: Buffer, pos: int, stats: CaptureSt
                     ts = high_ns + ts_low * multiplier
                 else:
                     ts = (ts_high << 32 | ts_low) * multiplier // divisor + offset_ns
-                if caplen >= min_len:
-                    link_proto, ver_ihl, ip_len, fragment, proto, key, seq, ack, offset, flags = \
-                        frame_fields(buf, pos)
-                    if link_proto == want and ver_ihl == 0x45 and proto == 6 and not fragment & 0x3FFF:
-                        if key in skip:
-                            pos = nxt
-                            skipped[0] = frame
-                            skipped[1] = ts
-                            continue
-                        headers = headers_len[offset]
-                        seg_len = ip_len - headers  # negative: bad TCP offset, or no IP length (TSO)
-                        if seg_len > 0:
-                            ip = pos + ip_at
-                            stop = ip + ip_len
-                            if stop > data_end:
-                                stop = data_end
-                            pos = nxt
-                            yield frame, ts, key, seq, ack, flags, view[ip + headers:stop], seg_len
-                            continue
-                        if seg_len == 0:  # ACK, SYN, FIN...: one shared empty view instead of a new one
-                            pos = nxt
-                            yield frame, ts, key, seq, ack, flags, no_payload, 0
-                            continue
-                data = pos + epb_len
+                packet = take(buf, pos, data_end, frame, ts)
+                if packet is None:
+                    packet = decoded(buf, decode(buf, pos + epb_len, data_end), frame, ts)
                 pos = nxt
-                decoded = decode(buf, data, data_end)
-                if decoded.__class__ is int:
-                    counts[decoded] += 1
-                else:
-                    key, seq, ack, flags, start, stop, seg_len = decoded
-                    if key in skip:
-                        skipped[0] = frame
-                        skipped[1] = ts
-                        continue
-                    yield frame, ts, key, seq, ack, flags, view[start:stop], seg_len
+                if packet:
+                    yield packet
                 continue
 
             # Everything but a complete EPB: other blocks, blocks crossing the buffer end, damage.
-            damage = None
-            need = 12
-            if pos + need <= end:
-                block_type = u32(buf, pos)[0]
-                if block_type == SHB:
-                    try:
-                        order = section_byte_order(buf, pos)
-                    except ValueError as exc:
-                        damage = str(exc)
-                    else:
-                        epb_head = struct.Struct(order + EPB_HEAD).unpack_from
-                        u32 = struct.Struct(order + "I").unpack_from
-                        resync.scan = BlockScan(order, interfaces)
-                block_len = u32(buf, pos + 4)[0]
-                if damage is None and (block_len < 12 or block_len % 4 or block_len > MAX_BLOCK_LEN):
-                    damage = f"corrupt block length {block_len}"
-                need = block_len
+            block_type, block_len, need, damage = _block_head(section, resync, buf, pos, end, block_len)
+            epb_head = section.epb_head  # a section header block may have changed the byte order
             if damage is None and pos + need > end:
                 more = source.refill(buf, pos, need)
                 if more is not None:
-                    buf, pos, end = more, 0, len(more)
-                    view, checkpoint = memoryview(buf), 0
+                    buf, pos, end, checkpoint = more, 0, len(more), 0
                     continue
                 if source.error is not None:
                     resync.note(source.error)
@@ -337,44 +297,12 @@ def pcapng_packets(source: BufferSource, buf: Buffer, pos: int, stats: CaptureSt
                         resync.note(f"truncated block header at {source.where(pos)} (file cut short?)", end - pos)
                     break
                 damage = "truncated block"
+            damage, block_len = _block_length(section, resync, buf, pos, end, block_type, block_len, damage)
             nxt = pos + block_len
-            if damage is None and u32(buf, nxt - 4)[0] != block_len:
-                damage = f"block length {block_len} not repeated at its end"
-            if damage is not None and block_type in (EPB, PB):
-                length = resync.scan.length_by_trailer(buf, pos, end)
-                if length is not None:  # only the length field was damaged: the block is read
-                    resync.note(f"{damage} at {source.where(pos)}; read as the {length} bytes its trailing "
-                                f"copy gives")
-                    damage, block_len, nxt = None, length, pos + length
             if damage is None:
                 checkpoint = pos
-                if block_type == SHB:
-                    del interfaces[:]
-                    current = -1
-                elif block_type == IDB:
-                    if block_len < 20:
-                        damage = "corrupt interface description block"
-                    else:
-                        interface = parse_interface(order, buf, pos, nxt)
-                        interfaces.append(interface)
-                        if interface.linktype not in stats.link_types:
-                            stats.link_types.append(interface.linktype)
-                elif block_type == DSB:
-                    _secrets(order, buf, pos, nxt, stats)
-                elif block_type in (EPB, PB, SPB):
-                    if block_type == SPB:
-                        if_id, stamp = 0, None
-                        original_len = u32(buf, pos + 8)[0]
-                        data, caplen = pos + 12, min(original_len, block_len - 16)
-                    else:
-                        if block_type == EPB:
-                            if_id, ts_high, ts_low, caplen = struct.unpack_from(order + "IIII", buf, pos + 8)
-                        else:
-                            if_id, _, ts_high, ts_low, caplen = struct.unpack_from(order + "HHIII", buf, pos + 8)
-                        stamp = ts_high << 32 | ts_low
-                        data = pos + 28
-                        if block_len < 32 or caplen > block_len - 32:
-                            damage = "corrupt packet block"
+                if block_type in (EPB, PB, SPB):
+                    if_id, stamp, data, caplen, damage = _packet_block(section, buf, pos, block_type, block_len)
                     if damage is None and if_id >= len(interfaces):
                         _undeclared(resync, stats, if_id, pos, block_len)
                     elif damage is None:
@@ -389,18 +317,15 @@ def pcapng_packets(source: BufferSource, buf: Buffer, pos: int, stats: CaptureSt
                             if first_ts is None:
                                 first_ts = ts
                         packet_ts = 0 if ts is None else ts  # an SPB has no timestamp: reuse the previous one
-                        decoded = interface.decode(buf, data, data + caplen)
-                        if decoded.__class__ is int:
-                            counts[decoded] += 1
-                        else:
-                            key, seq, ack, flags, start, stop, seg_len = decoded
-                            pos = nxt
-                            if key in skip:
-                                skipped[0] = frame
-                                skipped[1] = packet_ts
-                                continue
-                            yield frame, packet_ts, key, seq, ack, flags, view[start:stop], seg_len
-                            continue
+                        packet = decoded(buf, interface.decode(buf, data, data + caplen), frame, packet_ts)
+                        pos = nxt
+                        if packet:
+                            yield packet
+                        continue
+                else:
+                    damage = _other_block(section, stats, buf, pos, nxt, block_type, block_len)
+                    if block_type == SHB:
+                        current = -1
             if damage is not None:
                 cut_short = None
                 if damage == "truncated block":
@@ -409,12 +334,85 @@ def pcapng_packets(source: BufferSource, buf: Buffer, pos: int, stats: CaptureSt
                 if moved is None:
                     break
                 buf, pos = moved
-                end, view, checkpoint, current = len(buf), memoryview(buf), pos, -1
+                end, checkpoint, current = len(buf), pos, -1
                 continue
             pos = nxt
     finally:
         store_counts(stats, frame, counts)
         stats.first_ts_ns, stats.last_ts_ns = first_ts, ts
+
+
+def _block_head(section: _Section, resync: Resync, buf: Buffer, pos: int, end: int,
+                block_len: int) -> tuple[int, int, int, str | None]:
+    """(block type, block length, bytes the block needs, damage) of the block at buf[pos]; a section header
+    block starts its section's byte order. When the buffer ends before the first 12 bytes of the block, the
+    type is -1, the length the one given, and 12 bytes are needed."""
+    if pos + 12 > end:
+        return -1, block_len, 12, None
+    damage = None
+    block_type = section.u32(buf, pos)[0]
+    if block_type == SHB:
+        try:
+            order = section_byte_order(buf, pos)
+        except ValueError as exc:
+            damage = str(exc)
+        else:
+            section.start(order)
+            resync.scan = BlockScan(order, section.interfaces)
+    block_len = section.u32(buf, pos + 4)[0]
+    if damage is None and (block_len < 12 or block_len % 4 or block_len > MAX_BLOCK_LEN):
+        damage = f"corrupt block length {block_len}"
+    return block_type, block_len, block_len, damage
+
+
+def _block_length(section: _Section, resync: Resync, buf: Buffer, pos: int, end: int, block_type: int,
+                  block_len: int, damage: str | None) -> tuple[str | None, int]:
+    """(damage, block length) of the whole block at buf[pos] once its length is checked against the trailing
+    copy at its end; a packet block whose length alone is damaged is read as long as its trailing copy says."""
+    if damage is None and section.u32(buf, pos + block_len - 4)[0] != block_len:
+        damage = f"block length {block_len} not repeated at its end"
+    if damage is not None and block_type in (EPB, PB):
+        length = resync.scan.length_by_trailer(buf, pos, end)
+        if length is not None:  # only the length field was damaged: the block is read
+            resync.note(f"{damage} at {resync.source.where(pos)}; read as the {length} bytes its trailing "
+                        f"copy gives")
+            return None, length
+    return damage, block_len
+
+
+def _packet_block(section: _Section, buf: Buffer, pos: int, block_type: int,
+                  block_len: int) -> tuple[int, int | None, int, int, str | None]:
+    """(interface, timestamp (None: an SPB has none), where the packet data starts, captured length, damage) of
+    the EPB, PB or SPB at buf[pos]."""
+    if block_type == SPB:
+        original_len = section.u32(buf, pos + 8)[0]
+        return 0, None, pos + 12, min(original_len, block_len - 16), None
+    if block_len < 32:  # too short for its own fields (which the data may end before)
+        return 0, None, pos + 28, 0, "corrupt packet block"
+    if block_type == EPB:
+        if_id, ts_high, ts_low, caplen = struct.unpack_from(section.order + "IIII", buf, pos + 8)
+    else:
+        if_id, _, ts_high, ts_low, caplen = struct.unpack_from(section.order + "HHIII", buf, pos + 8)
+    damage = "corrupt packet block" if caplen > block_len - 32 else None
+    return if_id, ts_high << 32 | ts_low, pos + 28, caplen, damage
+
+
+def _other_block(section: _Section, stats: CaptureStats, buf: Buffer, pos: int, block_end: int, block_type: int,
+                 block_len: int) -> str | None:
+    """Read a block that holds no packet: a section header starts a section without interfaces, an interface
+    description adds one, decryption secrets go to the analysis; others are passed over. The damage found."""
+    if block_type == SHB:
+        del section.interfaces[:]
+    elif block_type == IDB:
+        if block_len < 20:
+            return "corrupt interface description block"
+        interface = parse_interface(section.order, buf, pos, block_end)
+        section.interfaces.append(interface)
+        if interface.linktype not in stats.link_types:
+            stats.link_types.append(interface.linktype)
+    elif block_type == DSB:
+        _secrets(section.order, buf, pos, block_end, stats)
+    return None
 
 
 def _secrets(order: str, buf: Buffer, pos: int, block_end: int, stats: CaptureStats) -> None:
