@@ -19,8 +19,8 @@ import time
 from dissectors.kafka.decoder import DecodeError
 from dissectors.kafka.extract import extract
 from dissectors.kafka.extract_rules import HOT_APIS
+from tests.dissectors.test_extract_compiled import captured_bodies
 from tests.fuzz.seeds import sample_captures
-from tests.test_extract_compiled import captured_bodies
 
 
 def main() -> None:

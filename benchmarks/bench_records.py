@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from dissectors.kafka.records import batches  # noqa: E402
-from tests.test_records import sample_sets  # noqa: E402
+from tests.dissectors.test_records import sample_sets  # noqa: E402
 
 
 def best_of(n: int, fn) -> float:

@@ -22,7 +22,7 @@ the rest: per connection ApiVersions v0 at correlation id 2147483640, SaslHandsh
 at 2147483641, SaslAuthenticate at 2147483642 and, SCRAM having two client messages, 2147483643 (``ScramJavaLog``).
 A franz-go client offers a wrong password first and is refused with SASL_AUTHENTICATION_FAILED, the deliberate
 error. The password is handed to the Go program in its environment and to the Java clients as a step setting;
-no truth file, table or summary may contain it (``tests/test_sample_apache_tls.py`` greps them).
+no truth file, table or summary may contain it (``tests/tls/test_sample_apache_tls.py`` greps them).
 """
 
 from __future__ import annotations

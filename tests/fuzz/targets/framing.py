@@ -12,9 +12,8 @@ from __future__ import annotations
 import random
 import struct
 
-from dissectors.kafka.framing import SCAN_WINDOW, FrameSplitter
-
 from analyzer.session.connection import find_request
+from dissectors.kafka.framing import SCAN_WINDOW, FrameSplitter
 from dissectors.kafka.headers import looks_like_request
 
 

@@ -10,9 +10,8 @@ once.
 
 from __future__ import annotations
 
-from dissectors.kafka.records_summary import summary_at
-
 from dissectors.kafka.records import Limits, RecordsError, batches, records
+from dissectors.kafka.records_summary import summary_at
 
 ALLOWED = (RecordsError,)
 

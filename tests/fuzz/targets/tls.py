@@ -19,8 +19,6 @@ import random
 import struct
 from pathlib import Path
 
-from dissectors.sink import ByteSink
-
 import analyzer.tls.protection  # noqa: F401 - loaded with the first key otherwise; imported here to be instrumented
 from analyzer.tls.handshake import MAX_KEPT_MESSAGE, HelloError, parse_client_hello, parse_server_hello
 from analyzer.tls.keylog import KeyLog
@@ -33,6 +31,7 @@ from analyzer.tls.layer import (
     TlsSession,
     starts_tls,
 )
+from dissectors.sink import ByteSink
 
 ALLOWED: tuple[type[BaseException], ...] = ()
 
