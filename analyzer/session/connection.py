@@ -7,14 +7,13 @@ from __future__ import annotations
 import re
 import struct
 
-from dissectors.kafka.framing import FIND_SPAN, FrameSplitter
-
 from analyzer.session.matching import ExchangeMatcher, Outputs
 from analyzer.session.sasl import SaslWatch
 from analyzer.tables.schemas import CONNECTION_ROW_FIELDS
 from analyzer.tcp.keys import address_text, endpoint_text, reverse_key, split_key
 from analyzer.tcp.reassembly import HalfStream
 from analyzer.tls.layer import StreamStart, TlsDirection, TlsSession
+from dissectors.kafka.framing import FIND_SPAN, FrameSplitter
 from dissectors.kafka.headers import looks_like_request
 
 NO_SASL = (None, None, None)  # mechanism, principal, outcome of a connection that did not authenticate
