@@ -29,8 +29,8 @@ import sys
 if __package__ in (None, ""):  # run as a file by spark-submit: make the packages next to this one importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from spark_jobs.capture_date import PARTITION_COLUMN
 from spark_jobs.publish import AGGREGATE_TABLES, OutputError, Staging
-from spark_jobs.schemas import PARTITION_COLUMN
 from spark_jobs.session import job_settings
 
 PERCENTILES = (0.5, 0.9, 0.99)

@@ -43,10 +43,10 @@ from analyzer.pipeline.stitch import Stitcher, capture_sets, merge_connections, 
 from analyzer.pipeline.topic_ids import known_names, merge_names
 from analyzer.tables.schemas import FILES_SCHEMA, TABLES, files_batch
 from spark_jobs.analyse_task import analyse_partition
+from spark_jobs.capture_date import PARTITION_COLUMN, table_schema
 from spark_jobs.envelope import ENVELOPE_DDL, REPORT, unpack_batches, unpack_report
 from spark_jobs.inputs import CaptureInput, group_files, list_captures
 from spark_jobs.publish import OutputError, Staging
-from spark_jobs.schemas import PARTITION_COLUMN, table_schema
 from spark_jobs.session import job_settings
 from spark_jobs.write_task import (
     DROPPED,

@@ -25,9 +25,9 @@ import pyarrow.parquet as pq
 from analyzer.pipeline.stitch import Stitcher
 from analyzer.pipeline.topic_ids import name_known
 from analyzer.tables.writers import parquet_options
+from spark_jobs.capture_date import base_schema, split_by_date
 from spark_jobs.envelope import pack_batch, unpack_batches
 from spark_jobs.inputs import filesystem
-from spark_jobs.schemas import base_schema, split_by_date
 
 MANIFEST_DDL = "kind string, name string, rows bigint, data binary"
 FILE = "file"  # name: a file written, rows: its rows

@@ -34,7 +34,7 @@ from analyzer.cli.options import analysis_options
 def live(iface, read_path, options, write_dir, pcap_path, rotate, duration, idle_timeout, no_screen,
          snapshot) -> None:
     """Watch Kafka traffic live: requests, errors and service times per API, refreshed every second."""
-    from analyzer.capture.live import InterfaceSource, LiveError, RollingPcap, StreamSource, ports_filter
+    from analyzer.capture.live_sources import InterfaceSource, LiveError, RollingPcap, StreamSource, ports_filter
     from analyzer.cli.live_view import parse_rotation, run_live
 
     if (iface is None) == (read_path is None):

@@ -1,6 +1,6 @@
 """The screen of ``kafkacap live`` and its loop (the command is ``analyzer.cli.live``).
 
-The analysis is ``analyzer.pipeline.live``; here are the figures kept for the screen (bounded: a window of
+The analysis is ``analyzer.pipeline.live_analysis``; here are the figures kept for the screen (bounded: a window of
 recent exchanges and, since the start, a latency histogram per API), the screen itself (rich), its keys, and
 the rotation of the rolling tables. Every string from the capture is shown through ``inert``.
 """
@@ -33,7 +33,7 @@ from dissectors.kafka.apis import WAIT_APIS
 from dissectors.kafka.errors import is_expected
 
 if TYPE_CHECKING:
-    from analyzer.pipeline.live import HeldConnections
+    from analyzer.pipeline.live_analysis import HeldConnections
 
 WINDOW_SECONDS = 60  # how far back "recent" reaches (slowest exchanges, failing clients)
 RECENT_MAX = 20_000  # exchanges kept for that window at most (the slowest and the failures are kept first)
@@ -363,7 +363,7 @@ def run_live(source, options, *, name: str, label: str, duration: float | None, 
     that keeps grows with the rebalances only: a few rows per member and rebalance, a count per member and
     generation."""
     from analyzer.derived.tables import DerivedTables
-    from analyzer.pipeline.live import LiveAnalysis
+    from analyzer.pipeline.live_analysis import LiveAnalysis
     from analyzer.tables.writers import RollingTables
 
     rotate_s, rotate_bytes = parse_rotation(rotate)

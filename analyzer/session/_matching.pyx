@@ -17,11 +17,11 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint64_t
 from libc.string cimport memcmp
 
-from analyzer.tables._columns cimport Endpoints, ErrorColumns, ExchangeColumns, PartitionColumns
+from analyzer.tables.columns cimport Endpoints, ErrorColumns, ExchangeColumns, PartitionColumns
 from dissectors.sink cimport FrameSink
 from dissectors.kafka._extract cimport E_PARTITION, E_RECORD_BYTES, E_RECORDS_OFFSET, Entry, extract_from
 from dissectors.kafka.records_summary cimport RecordsSummary, records_summary_at
-from dissectors.kafka._wire cimport Cursor, cursor_init, rd_i16, rd_i32
+from dissectors.kafka.wire cimport Cursor, cursor_init, rd_i16, rd_i32
 
 from analyzer.session import matching as _m
 from analyzer.session.legacy07 import Legacy07Matcher
@@ -1055,7 +1055,7 @@ cdef class ExchangeMatcher(FrameSink):
 
     cdef _emit_partitions(self, Request req, rs_last, list answered, recs):
         """One row per topic-partition, the request's and the response's entries of it paired, with the
-        summary of its records field (see analyzer.tables._columns.PartitionColumns)."""
+        summary of its records field (see analyzer.tables.columns.PartitionColumns)."""
         cdef list asked = xf(req.body, X_PARTITIONS)
         cdef PartitionColumns partitions = self.partitions
         cdef dict summaries = recs  # None, or (topic, partition) -> its records summary

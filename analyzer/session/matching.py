@@ -10,7 +10,7 @@ Each body is run through the extraction mode of the schema decoder once, when it
 request's result waits in the in-flight entry, the response's joins it, and the pair becomes one exchange
 row plus its error rows and (for the partition APIs) one row per topic-partition.
 
-Rows are written field by field into the tables' column buffers (:mod:`analyzer.tables._columns`); derived
+Rows are written field by field into the tables' column buffers (:mod:`analyzer.tables.columns`); derived
 columns (api and error names, latency, the capture file) are computed per batch, in Arrow, not per row here.
 """
 
@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterable
 from itertools import islice
 
 from analyzer.session.cluster import ClusterView
-from analyzer.session.groups import GroupDetails
-from analyzer.tables._columns import ErrorColumns, ExchangeColumns, PartitionColumns
+from analyzer.session.group_details import GroupDetails
+from analyzer.tables.columns import ErrorColumns, ExchangeColumns, PartitionColumns
 from analyzer.tables.schemas import SETTING_FIELDS
 from dissectors.kafka.extract import (
     MAX_ERROR_ROWS,

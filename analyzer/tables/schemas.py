@@ -1,7 +1,7 @@
 """The output tables: one place for their Arrow schemas, column documentation and column-to-batch conversion.
 
 The core writes the rows of exchanges, errors and partitions straight into column buffers
-(:mod:`analyzer.tables._columns`), whose drain gives one Arrow array per row field; this module makes a record
+(:mod:`analyzer.tables.columns`), whose drain gives one Arrow array per row field; this module makes a record
 batch of them and adds the derived columns (names, latency, capture file) with vectorised lookups, so no Python
 object is made per row or value. Record rows still come as Python values (``records_batch``).
 Timestamps are ``timestamp[us, UTC]`` because Spark cannot read nanosecond Parquet timestamps.
@@ -372,7 +372,7 @@ PARTITION_ROW_FIELDS = (
 
 # A partition row is written from the exchange's keys, the request's and the response's entry of the
 # topic-partition (a PartitionEntry, compiled) and the records field's summary (see
-# analyzer.tables._columns.PartitionColumns).
+# analyzer.tables.columns.PartitionColumns).
 RECORD_SUMMARY_FIELDS = PARTITION_ROW_FIELDS[-15:]
 """The fields of a records summary (dissectors.kafka.records.summarize), in its order."""
 
@@ -564,7 +564,7 @@ def _flat_rows_batch(rows: list[tuple], fields: tuple[str, ...], schema: pa.Sche
 
 
 def errors_batch(cols: dict, capture_file: str) -> pa.RecordBatch:
-    """The errors' columns (an analyzer.tables._columns.ErrorColumns drained) to one batch of ERRORS_SCHEMA."""
+    """The errors' columns (an analyzer.tables.columns.ErrorColumns drained) to one batch of ERRORS_SCHEMA."""
     return _rows_batch(cols, len(cols["connection_id"]), ERRORS_SCHEMA, capture_file)
 
 
@@ -588,7 +588,7 @@ def records_batch(rows, capture_file: str, topic_names: dict[bytes, str]) -> pa.
 
 
 def partitions_batch(cols: dict, capture_file: str) -> pa.RecordBatch:
-    """The partitions' columns (an analyzer.tables._columns.PartitionColumns drained) to one batch of
+    """The partitions' columns (an analyzer.tables.columns.PartitionColumns drained) to one batch of
     PARTITIONS_SCHEMA: each offset from the response, else the request; lag, ratio and age derived."""
     return _rows_batch(cols, len(cols["connection_id"]), PARTITIONS_SCHEMA, capture_file)
 
@@ -645,7 +645,7 @@ def _lookup_names(keys: pa.Array, names: pa.Array, shift: int) -> pa.Array:
 
 
 def exchanges_batch(c: dict, capture_file: str) -> pa.RecordBatch:
-    """The exchanges' columns (an analyzer.tables._columns.ExchangeColumns drained) to one record batch of
+    """The exchanges' columns (an analyzer.tables.columns.ExchangeColumns drained) to one record batch of
     EXCHANGES_SCHEMA."""
     api_key = c["api_key"]
     error_code = c["error_code"]

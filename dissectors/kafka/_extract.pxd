@@ -7,7 +7,7 @@ from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_SET_ITEM
 from libc.stdint cimport int64_t, uint8_t, uint32_t
 
-from dissectors.kafka._wire cimport Cursor
+from dissectors.kafka.wire cimport Cursor
 
 
 cdef extern from "Python.h":

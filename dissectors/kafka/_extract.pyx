@@ -21,7 +21,7 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcmp
 
-from dissectors.kafka._wire cimport (
+from dissectors.kafka.wire cimport (
     MALFORMED,
     TRUNCATED,
     Cursor,

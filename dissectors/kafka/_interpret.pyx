@@ -41,7 +41,7 @@ from dissectors.kafka._extract cimport (
     skip_sized,
     skip_tag_buffer,
 )
-from dissectors.kafka._wire cimport MALFORMED, TRUNCATED, Cursor, rd_f64, rd_i16, rd_i32, rd_i64, rd_u8, rd_uvarint_wide
+from dissectors.kafka.wire cimport MALFORMED, TRUNCATED, Cursor, rd_f64, rd_i16, rd_i32, rd_i64, rd_u8, rd_uvarint_wide
 
 from dissectors.kafka._generated.extract_programs import ENTRY_POINTS, PROGRAMS, STRINGS
 from dissectors.kafka.extract_rules import (

@@ -16,7 +16,7 @@ cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport INT64_MAX, INT64_MIN, int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t
 
-from dissectors.kafka._wire cimport Cursor, cursor_init, rd_i16, rd_i32, rd_i64, rd_u8, skip
+from dissectors.kafka.wire cimport Cursor, cursor_init, rd_i16, rd_i32, rd_i64, rd_u8, skip
 
 from dissectors.kafka import records as _general
 

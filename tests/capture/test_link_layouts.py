@@ -24,7 +24,7 @@ from scapy.layers.l2 import CookedLinux, CookedLinuxV2, Dot1Q, Ether, Loopback
 from analyzer.capture import chunks
 from analyzer.capture import linklayer as link
 from analyzer.capture.files import open_capture
-from analyzer.capture.live import frame_decoder
+from analyzer.capture.live_sources import frame_decoder
 
 LAYOUTS = {layout.name: layout for layout in link.LAYOUTS}
 BSD_AF_INET6 = 30  # Darwin's, one of those the general path takes

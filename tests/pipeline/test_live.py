@@ -17,7 +17,7 @@ import click
 import pyarrow.parquet as pq
 import pytest
 
-from analyzer.capture.live import StreamSource
+from analyzer.capture.live_sources import StreamSource
 from analyzer.cli.live_view import parse_rotation
 from sample_pcaps import truth_check
 from sample_pcaps.brokers import TansuBroker, free_port
@@ -214,7 +214,7 @@ def test_kept_packets_rotate_into_whole_pcap_files_a_reader_takes_as_they_were(t
 
     from analyzer.capture.files import open_capture
     from analyzer.capture.linklayer import ETHERNET
-    from analyzer.capture.live import RollingPcap
+    from analyzer.capture.live_sources import RollingPcap
 
     with open_capture(SAMPLE) as capture:
         originals = [(ts, key, seq, bytes(payload)) for _no, ts, key, seq, _a, _f, payload, _s in capture.packets()]
@@ -271,7 +271,7 @@ def test_on_loopback_each_packet_is_read_once():
     no room in the receive buffer (nor counts as a drop); the user-space skip is not needed then."""
     import socket
 
-    from analyzer.capture.live import InterfaceSource
+    from analyzer.capture.live_sources import InterfaceSource
     from sample_pcaps.capture import capture_privilege_problem
 
     problem = capture_privilege_problem()
@@ -318,7 +318,7 @@ def test_the_live_frame_decoder_agrees_with_the_general_one():
     import random
 
     from analyzer.capture.linklayer import ETHERNET, decoder
-    from analyzer.capture.live import frame_decoder
+    from analyzer.capture.live_sources import frame_decoder
 
     quick, general = frame_decoder(ETHERNET), decoder(ETHERNET)
     samples = Path(__file__).resolve().parents[2] / "sample_pcaps"

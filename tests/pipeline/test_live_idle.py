@@ -48,7 +48,7 @@ class _Trickle:
         return [self.packets.pop(0)] if self.packets else []
 
     def health(self):
-        from analyzer.capture.live import LiveHealth
+        from analyzer.capture.live_sources import LiveHealth
 
         return LiveHealth()
 
@@ -59,7 +59,7 @@ class _Trickle:
 def test_live_rows_leave_within_the_drain_interval_not_after_every_step(tmp_path):
     import time
 
-    from analyzer.pipeline.live import DRAIN_SECONDS, LiveAnalysis
+    from analyzer.pipeline.live_analysis import DRAIN_SECONDS, LiveAnalysis
 
     c = craft.Conversation()
     c.handshake()

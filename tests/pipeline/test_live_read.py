@@ -13,10 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 from rich.console import Console
 
-from analyzer.capture.live import LiveHealth, StreamSource
+from analyzer.capture.live_sources import LiveHealth, StreamSource
 from analyzer.cli import live_view
 from analyzer.pipeline.analyze import Options
-from analyzer.pipeline.live import LiveAnalysis
+from analyzer.pipeline.live_analysis import LiveAnalysis
 from tests.helpers import GROUP as SAMPLE
 from tests.helpers import kafkacap
 

@@ -81,7 +81,7 @@ def test_the_declared_defaults_are_the_options_defaults():
 def _capture_options(monkeypatch) -> list[Options]:
     """Every analysing command stops (exit 0) where it hands its Options on to the analysis, into the list
     returned."""
-    from analyzer.capture import live as capture_live
+    from analyzer.capture import live_sources as capture_live
     from analyzer.cli import live_view
     from analyzer.cli import show as show_module
     from analyzer.pipeline import run as run_module

@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("plotly")
 
-from spark_jobs.schemas import capture_dates  # noqa: E402
+from spark_jobs.capture_date import capture_dates  # noqa: E402
 from tests.helpers import SAMPLES, invoke, kafkacap  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from analyzer.pipeline.analyze import Options, analyze_file
 from analyzer.session.matching import RecordRows
 from analyzer.tables import schemas as tables
-from analyzer.tables._columns import ErrorColumns, ExchangeColumns, PartitionColumns
+from analyzer.tables.columns import ErrorColumns, ExchangeColumns, PartitionColumns
 from dissectors.kafka.extract import PartitionEntry
 from dissectors.kafka.records import NO_SUMMARY, Limits, RecordsError, batches, summarize
 from dissectors.kafka.records_summary import held_summary_at, summary_at

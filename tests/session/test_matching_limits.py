@@ -209,7 +209,7 @@ def test_a_batch_holding_too_much_text_leaves_early(tmp_path) -> None:
     offsets can address (made 20 KB here): 60 exchanges with 1 KB client ids come out in batches of about 20,
     every row kept, in order."""
     from analyzer.pipeline.analyze import Options, analyze_file
-    from analyzer.tables._columns import set_full_bytes
+    from analyzer.tables.columns import set_full_bytes
     from tests import craft
 
     c = craft.Conversation()

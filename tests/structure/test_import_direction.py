@@ -29,11 +29,8 @@ KNOWN_BACKWARD: set[tuple[str, str]] = set()
 # Compiled modules other packages cimport by their private names, until each is its package's public module
 # (the Python face folded into it).
 KNOWN_PRIVATE = {
-    ("analyzer/session/_matching.pyx", "analyzer.tables._columns"),
     ("analyzer/session/_matching.pyx", "dissectors.kafka._extract"),
-    ("analyzer/session/_matching.pyx", "dissectors.kafka._wire"),
-    ("analyzer/session/matching.py", "analyzer.tables._columns"),
-    ("analyzer/tables/_columns.pyx", "dissectors.kafka._extract"),
+    ("analyzer/tables/columns.pyx", "dissectors.kafka._extract"),
 }
 PACKAGES = ("analyzer", "dissectors", "spark_jobs")
 FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+([\w.]+)[ \t]+c?import[ \t]+(\([^)]*\)|[^\n]*)", re.M)
@@ -81,9 +78,9 @@ def test_imports_go_one_way() -> None:
 
 def test_the_scan_sees_imports_of_every_kind(tmp_path: Path) -> None:
     text = "import analyzer.pipeline.run\nif True:\n    from analyzer.session.matching import Outputs\n" \
-           "from analyzer.tables._columns cimport ExchangeColumns\n"
+           "from analyzer.tables.columns cimport ExchangeColumns\n"
     found = {match[1] or match[2] for match in IMPORT.finditer(text)}
-    assert found == {"analyzer.pipeline.run", "analyzer.session.matching", "analyzer.tables._columns"}
+    assert found == {"analyzer.pipeline.run", "analyzer.session.matching", "analyzer.tables.columns"}
     assert stage(["analyzer", "tcp", "_flows.pyx"]) == "tcp" and stage("analyzer.cli.summary".split(".")) == "edge"
 
 

@@ -1,4 +1,4 @@
-"""The column buffers (analyzer/tables/_columns.pyx) over many batches of any size, against Arrow's own converter
+"""The column buffers (analyzer/tables/columns.pyx) over many batches of any size, against Arrow's own converter
 building the same values: buffers that grow by capacity, start each batch at the last one's size, undo a row that
 failed half-way (at a capacity's edge too), and drain deterministic bytes (null slots and bitmap padding zero)."""
 
@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from analyzer.tables import schemas as tables
-from analyzer.tables._columns import ErrorColumns, ExchangeColumns, PartitionColumns
+from analyzer.tables.columns import ErrorColumns, ExchangeColumns, PartitionColumns
 
 # Per table, a field late in the row (most columns already written when it fails) and a value it refuses.
 TABLES = {

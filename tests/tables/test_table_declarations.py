@@ -1,7 +1,7 @@
 """Each table declared once, and the compiled row writers say each field by the name it is declared under.
 
 A table's columns are declared once (``analyzer.tables.schemas``: name, Arrow type, documentation); the column
-buffers are made from that declaration, and the writers the core calls in C (``_columns.pxd``'s ``add``) take one
+buffers are made from that declaration, and the writers the core calls in C (``columns.pxd``'s ``add``) take one
 parameter per field, named as declared, which every call site passes by keyword (Cython checks the names when it
 compiles). This test holds the writers' parameters to the declaration, so a column declared without a writer
 parameter, or a parameter named otherwise, fails here before any row is wrong; and it holds every call of them to
@@ -23,7 +23,7 @@ from analyzer.tables.schemas import (
 from dissectors.kafka.extract_rules import ErrorEntry
 
 REPO = Path(__file__).resolve().parents[2]
-COLUMNS_PXD = REPO / "analyzer" / "tables" / "_columns.pxd"
+COLUMNS_PXD = REPO / "analyzer" / "tables" / "columns.pxd"
 CALLERS = (REPO / "analyzer" / "session" / "_matching.pyx",)
 ENDPOINT_FIELDS = ("connection_id", "client_ip", "client_port", "broker_ip", "broker_port")
 
@@ -91,8 +91,8 @@ def test_each_table_is_declared_once_with_what_the_stages_need() -> None:
 
     from analyzer.pipeline.topic_ids import SCALAR_TABLES
     from analyzer.tables.schemas import OPTIONAL_SCHEMAS, SCHEMAS, TABLES
+    from spark_jobs.capture_date import DATE_SOURCES
     from spark_jobs.export_job import ROW_TABLES
-    from spark_jobs.schemas import DATE_SOURCES
 
     assert set(TABLES) == set(SCHEMAS) | set(OPTIONAL_SCHEMAS) and not set(SCHEMAS) & set(OPTIONAL_SCHEMAS)
     for name, spec in TABLES.items():

@@ -2,7 +2,7 @@
 :mod:`dissectors.kafka.extract_rules` (part of ``python -m tools.generate``, see :mod:`tools.generate.tables`).
 
 Each struct, in each scope where something in it is needed, becomes one ``cdef`` function reading the bytes
-through a :mod:`dissectors.kafka._wire` cursor: runs of fixed-size fields as one bounds check and the reads of
+through a :mod:`dissectors.kafka.wire` cursor: runs of fixed-size fields as one bounds check and the reads of
 the fields kept, strings, bytes and records skipped by their length, arrays of fixed-size elements by count
 times size, structs that hold nothing needed by a generated skipper, tag buffers by their sizes. Structs
 shared between versions and APIs share their function (per struct and scope). A table of function pointers

@@ -1,4 +1,4 @@
-"""What Python sees of the compiled column tables (analyzer/tables/_columns.pyx); the session layer's matcher
+"""What Python sees of the compiled column tables (analyzer/tables/columns.pyx); the session layer's matcher
 writes rows through their C ``add`` methods, which Python does not see."""
 
 from collections.abc import Callable, Iterator

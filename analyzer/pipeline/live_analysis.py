@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from analyzer.capture.live import LiveHealth, LiveSource
+from analyzer.capture.live_sources import LiveHealth, LiveSource
 from analyzer.pipeline.analyze import BatchSink, FileReport, Options, drain, flow_table, note_table
 
 LIVE_NAME = "live"  # capture_file of live rows
