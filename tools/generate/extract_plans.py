@@ -336,20 +336,67 @@ def typed_index(rules: StructRules, name: str) -> int | None:
     return None
 
 
-class _PlanWriter(StructRules):
+class _StructDecisions(StructRules):
+    """What one struct's function and its program decide alike, in one scope: which fields wait in a run of
+    fixed-size reads, which tagged fields are read, what a field's type says. The two writers below turn the
+    same decisions into Cython (``_PlanWriter``) or operations (``_ProgramPlan``)."""
+
+    def __init__(self, writer: ExtractWriter | ProgramWriter, struct_schema: tuple, scope: Scope) -> None:
+        super().__init__(struct_schema, scope, writer.names.get(id(struct_schema), "struct"))
+        self.writer = writer
+        self.struct_schema = struct_schema
+        self.pending: list[tuple[str, str]] = []
+        self.kept: set[str] = set()
+        self.records: str | None = None
+        self.needed = False
+
+    def flush_fixed(self) -> None:
+        raise NotImplementedError
+
+    def child(self, name: str, type_name: str, element: tuple) -> object | None:
+        raise NotImplementedError
+
+    def begin_field(self, entry: tuple) -> tuple | None:
+        """A fixed-size field joins the pending run (None); any other ends the run and is described:
+        name, type, element, path, compact, nullable, and whether the struct was needed before it."""
+        name, type_name = entry[0], entry[1]
+        element = entry[2] if len(entry) > 2 else None
+        if type_name in FIXED_TYPES:
+            self.pending.append((name, type_name))
+            return None
+        self.flush_fixed()
+        needed_before, self.needed = self.needed, True
+        path = child_path(self.scope.path, name)
+        return (name, type_name, element, path, type_name.startswith("compact_"), "nullable" in type_name,
+                needed_before)
+
+    def tag_handlers(self) -> list[tuple[int, str, str]]:
+        """The tagged fields read (tag, name, type, or "struct" for a tagged struct's leading fixed fields);
+        a tagged struct that holds anything else needed stops the generator."""
+        handlers = []
+        for tag, *entry in self.tagged:
+            name, type_name = entry[0], entry[1]
+            element = entry[2] if len(entry) > 2 else None
+            if name in self.tag_kept:
+                handlers.append((tag, name, type_name))
+                self.kept.add(name)
+            elif name in self.tag_struct_fields:
+                handlers.append((tag, name, "struct"))
+                self.kept.update(f"{name}__{sub}" for sub, _, keep in self.tag_struct_fields[name] if keep)
+            elif isinstance(element, tuple) and self.child(name, type_name, element) is not None:
+                raise GenerateError(f"{self.struct_name}: the tagged struct {name} holds something needed")
+        self.needed = self.needed or bool(handlers)
+        return handlers
+
+
+class _PlanWriter(_StructDecisions):
     """One struct's function in one scope. Locals: the cursor ``c``; ``topic`` and ``partition``
     (inherited, then the struct's own once read); ``own`` (0: topic inherited, 1: named by id, 2: by name);
     ``v_<field>`` for each field kept."""
 
     def __init__(self, writer: ExtractWriter, struct_schema: tuple, scope: Scope) -> None:
-        super().__init__(struct_schema, scope, writer.names.get(id(struct_schema), "struct"))
-        self.writer = writer
-        self.struct_schema = struct_schema
+        super().__init__(writer, struct_schema, scope)
         self.code = _Code()
-        self.pending: list[tuple[str, str]] = []
-        self.kept: set[str] = set()
-        self.records: str | None = None
-        self.needed = False
 
     def var(self, name: str) -> str:
         return "partition" if name == self.partition else f"v_{name}"
@@ -413,16 +460,10 @@ class _PlanWriter(StructRules):
         self.code.failed(1)
 
     def field(self, entry: tuple) -> None:
-        name, type_name = entry[0], entry[1]
-        element = entry[2] if len(entry) > 2 else None
-        if type_name in FIXED_TYPES:
-            self.pending.append((name, type_name))
+        described = self.begin_field(entry)
+        if described is None:
             return
-        self.flush_fixed()
-        needed_before, self.needed = self.needed, True
-        path = child_path(self.scope.path, name)
-        compact = type_name.startswith("compact_")
-        nullable = "nullable" in type_name
+        name, type_name, element, path, compact, nullable, needed_before = described
         child = None
         if name == self.topic_name:
             self.read_string(f"v_{name}", type_name, path)
@@ -546,19 +587,7 @@ class _PlanWriter(StructRules):
     def tags(self) -> None:
         if self.tagged is None:
             return
-        handlers = []
-        for tag, *entry in self.tagged:
-            name, type_name = entry[0], entry[1]
-            element = entry[2] if len(entry) > 2 else None
-            if name in self.tag_kept:
-                handlers.append((tag, name, type_name))
-                self.kept.add(name)
-            elif name in self.tag_struct_fields:
-                handlers.append((tag, name, "struct"))
-                self.kept.update(f"{name}__{sub}" for sub, _, keep in self.tag_struct_fields[name] if keep)
-            elif isinstance(element, tuple) and self.child(name, type_name, element) is not None:
-                raise GenerateError(f"{self.struct_name}: the tagged struct {name} holds something needed")
-        self.needed = self.needed or bool(handlers)
+        handlers = self.tag_handlers()
         if not handlers:
             self.emit("if skip_tag_buffer(acc, c) < 0:")
             self.code.failed(1)
@@ -901,18 +930,12 @@ def wrapped_items(items: list[str], indent: str = "    ", first: str = "", last:
     return lines
 
 
-class _ProgramPlan(StructRules):
+class _ProgramPlan(_StructDecisions):
     """One struct's program in one scope: ``_PlanWriter``'s decisions, written as operations."""
 
     def __init__(self, writer: ProgramWriter, struct_schema: tuple, scope: Scope) -> None:
-        super().__init__(struct_schema, scope, writer.names.get(id(struct_schema), "struct"))
-        self.writer = writer
-        self.struct_schema = struct_schema
+        super().__init__(writer, struct_schema, scope)
         self.ops: list[Op] = []
-        self.pending: list[tuple[str, str]] = []
-        self.kept: set[str] = set()
-        self.records: str | None = None
-        self.needed = False
         self.slots: dict[str, int] = {}
         self.called: list[int] = []
 
@@ -968,16 +991,10 @@ class _ProgramPlan(StructRules):
             self.ops.append(("topic_id", self.slot(self.topic_id), named, self.topic_ready == self.topic_id))
 
     def field(self, entry: tuple) -> None:
-        name, type_name = entry[0], entry[1]
-        element = entry[2] if len(entry) > 2 else None
-        if type_name in FIXED_TYPES:
-            self.pending.append((name, type_name))
+        described = self.begin_field(entry)
+        if described is None:
             return
-        self.flush_fixed()
-        needed_before, self.needed = self.needed, True
-        path = child_path(self.scope.path, name)
-        compact = type_name.startswith("compact_")
-        nullable = "nullable" in type_name
+        name, type_name, element, path, compact, nullable, needed_before = described
         child = None
         if name == self.topic_name:
             topic_id = self.slot(self.topic_id) if self.topic_id in self.kept else NO_TARGET
@@ -1038,19 +1055,7 @@ class _ProgramPlan(StructRules):
     def tags(self) -> None:
         if self.tagged is None:
             return
-        handlers = []
-        for tag, *entry in self.tagged:
-            name, type_name = entry[0], entry[1]
-            element = entry[2] if len(entry) > 2 else None
-            if name in self.tag_kept:
-                handlers.append((tag, name, type_name))
-                self.kept.add(name)
-            elif name in self.tag_struct_fields:
-                handlers.append((tag, name, "struct"))
-                self.kept.update(f"{name}__{sub}" for sub, _, keep in self.tag_struct_fields[name] if keep)
-            elif isinstance(element, tuple) and self.child(name, type_name, element) is not None:
-                raise GenerateError(f"{self.struct_name}: the tagged struct {name} holds something needed")
-        self.needed = self.needed or bool(handlers)
+        handlers = self.tag_handlers()
         if not handlers:
             self.ops.append(("skip_tags",))
             return
