@@ -19,7 +19,7 @@ from libc.string cimport memcmp
 
 from analyzer.tables.columns cimport Endpoints, ErrorColumns, ExchangeColumns, PartitionColumns
 from dissectors.sink cimport FrameSink
-from dissectors.kafka._extract cimport E_PARTITION, E_RECORD_BYTES, E_RECORDS_OFFSET, Entry, extract_from
+from dissectors.kafka.extract cimport E_PARTITION, E_RECORD_BYTES, E_RECORDS_OFFSET, Entry, extract_from
 from dissectors.kafka.records_summary cimport RecordsSummary, records_summary_at
 from dissectors.kafka.wire cimport Cursor, cursor_init, rd_i16, rd_i32
 

@@ -36,7 +36,7 @@ from analyzer.tables.schemas import (
     ROW_TYPES,
     SETTING_FIELDS,
 )
-from dissectors.kafka._extract cimport E_ERROR_CODE, E_OFFSETS, E_PARTITION, E_RECORD_BYTES, Entry
+from dissectors.kafka.extract cimport E_ERROR_CODE, E_OFFSETS, E_PARTITION, E_RECORD_BYTES, Entry
 
 from dissectors.kafka.extract_rules import ErrorEntry, PartitionEntry
 

@@ -3,9 +3,9 @@
 ``python -m tools.generate`` writes from the schemas (``_generated/extract_programs.py``, data: a program per
 struct and scope, its operations those of ``extract_rules.PROGRAM_OPS``). A program reads its struct as the
 generated function of the same struct and scope would (``tools/generate/extract_plans.py`` makes both from the
-same rules), with the runtime of ``_extract.pyx`` (``_extract.pxd``): the same fields kept, the same checks
+same rules), with the runtime of ``extract.pyx`` (``extract.pxd``): the same fields kept, the same checks
 and failures, the same reports. At import the programs go into one array of words and each body kind's first
-program into ``_extract``'s dispatch table; nothing else imports this module.
+program into ``extract``'s dispatch table; nothing else imports this module.
 
 The state of one struct being read: the cursor, its topic and partition (inherited, then its own once read),
 ``own`` (0: inherited, 1: named by id, 2: by name), its object slots (a window of one list per body, the
@@ -21,7 +21,7 @@ from cpython.tuple cimport PyTuple_GET_ITEM
 from libc.stdint cimport int8_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memset
 
-from dissectors.kafka._extract cimport (
+from dissectors.kafka.extract cimport (
     E_RECORD_BYTES,
     E_RECORDS_OFFSET,
     ENTRY_VALUES,
@@ -632,7 +632,7 @@ cdef Py_ssize_t skip_array_compact(Acc acc, Cursor* c, bint nullable, int32_t si
 
 
 cdef Py_ssize_t interpret(Acc acc, Cursor* c, Py_ssize_t program) except -2:
-    """A body by its first program (``_extract``'s dispatch calls it for the APIs outside HOT_APIS)."""
+    """A body by its first program (``extract``'s dispatch calls it for the APIs outside HOT_APIS)."""
     global SLOTS_BUSY
     cdef Py_ssize_t total = CODE[START[program] + 1]
     if SLOTS_BUSY or total > PyList_GET_SIZE(SLOTS):
@@ -649,7 +649,7 @@ cdef Py_ssize_t interpret(Acc acc, Cursor* c, Py_ssize_t program) except -2:
 cdef void load() except *:
     """The programs checked (extract_rules.check_programs: an operand out of range would read outside the array,
     a called program's slots outside its caller's list) and laid end to end; each body kind's first one in
-    _extract's table."""
+    extract's table."""
     global CODE, START
     cdef Py_ssize_t i, n = len(PROGRAMS), size = 0, at = 0
     try:

@@ -22,7 +22,7 @@ PRODUCE = 0
 HOT_APIS = frozenset({
     0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 22, 23, 24, 25, 26, 28, 36, 56, 60, 62, 63, 68, 69, 75,
     76, 78, 79, 88})
-"""APIs whose extraction is generated Cython (dissectors/kafka/_extract.pyx), compiled: the data path
+"""APIs whose extraction is generated Cython (dissectors/kafka/extract.pyx), compiled: the data path
 (Produce, Fetch, ListOffsets, Metadata, DescribeTopicPartitions), consumer groups (classic, KIP-848, share,
 streams), offsets, transactions, SASL, ApiVersions, and the inter-broker requests a KRaft cluster sends all the
 time (AlterPartition, DescribeCluster, BrokerRegistration, BrokerHeartbeat). The others (admin, ACLs, quotas,

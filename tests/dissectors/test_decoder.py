@@ -12,7 +12,7 @@
   decodes a frame, topics, partition count and error codes equal its ``kafka.topic_name``,
   ``kafka.partition_id`` and ``kafka.error`` fields; the project's sample captures decode too;
 - extraction against the full decode: for random bodies of every API and version, the topics, partitions,
-  errors and top-level values extracted equal those read off the decoded tree by the rules extract.py
+  errors and top-level values extracted equal those read off the decoded tree by the rules extract.pyx
   documents (a separate walk, written here);
 - fuzzing: random bytes and mutated real frames raise DecodeError and nothing else.
 """
@@ -42,11 +42,12 @@ from dissectors.kafka._generated import schemas
 from dissectors.kafka.apis import API_BY_KEY, api_name, is_known, key_of_name
 from dissectors.kafka.decoder import DecodeError, DecodeTruncated, RecordsRef, decode, decode_prefix, schema
 from dissectors.kafka.errors import error_name
-from dissectors.kafka.extract import Extracted, PartitionEntry, extract, plan_source
+from dissectors.kafka.extract import Extracted, PartitionEntry, extract
 from dissectors.kafka.extract_rules import ANY_REQUEST_FIELDS, BODY_FIELDS
 from dissectors.kafka.headers import HeaderError, decode_request_header, decode_response_header
 from tests.dissectors.test_roundtrip import ALL_BODIES, JsonEncoder, by_api, json_message, uvarint
 from tests.kafka_spec import BEFORE_KIP_896, NEWEST, available, definitions, guide
+from tools.extract_listing import plan_source
 from tools.generate import tables
 
 REPO = Path(__file__).resolve().parents[2]
@@ -512,7 +513,7 @@ ROW_NAMES = {name: name for name in PartitionEntry._fields} | {"committed_leader
 
 
 def read_off_the_tree(decoded: dict, top: tuple, api_key: int, is_response: bool) -> Extracted:
-    """What extract() should return, read from the decoded tree by the rules extract.py documents."""
+    """What extract() should return, read from the decoded tree by the rules extract.pyx documents."""
     topics: list = []
     errors: list = []
     rows: list = []

@@ -188,7 +188,7 @@ def test_kio_bodies_every_api_and_version(key, is_response, versions, data):
 
 
 def test_the_public_extraction_hands_out_partition_entry_tuples():
-    """The matcher reads the compiled entries (dissectors.kafka._extract.Entry, integers unboxed); ``extract``
+    """The matcher reads the compiled entries (dissectors.kafka.extract.Entry, integers unboxed); ``extract``
     gives callers PartitionEntry tuples of the same fields, each field None where the body did not carry it."""
     entries = []
     for frame, body, api_key, version, is_response in captured_bodies(sample_captures()):

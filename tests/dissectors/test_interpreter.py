@@ -15,9 +15,9 @@ import pytest
 
 from dissectors.kafka._generated import extract_programs
 from dissectors.kafka._generated.schemas import REQUESTS, RESPONSES
-from dissectors.kafka.extract import plan_source
 from dissectors.kafka.extract_rules import HOT_APIS, PROGRAM_HEADER, PROGRAM_OPS, TARGET_PARTITION, check_programs
 from tests.dissectors.test_extract_compiled import check
+from tools.extract_listing import plan_source
 
 BODY_KINDS = [(key, min_version + i, is_response) for is_response, table in ((False, REQUESTS), (True, RESPONSES))
               for key, (min_version, structs) in sorted(table.items()) for i in range(len(structs))]

@@ -26,12 +26,7 @@ DECLARED_INTERFACES = ("dissectors.sink",)
 IMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+c?import\b|c?import\s+([\w.]+))", re.M)
 
 KNOWN_BACKWARD: set[tuple[str, str]] = set()
-# Compiled modules other packages cimport by their private names, until each is its package's public module
-# (the Python face folded into it).
-KNOWN_PRIVATE = {
-    ("analyzer/session/_matching.pyx", "dissectors.kafka._extract"),
-    ("analyzer/tables/columns.pyx", "dissectors.kafka._extract"),
-}
+KNOWN_PRIVATE: set[tuple[str, str]] = set()
 PACKAGES = ("analyzer", "dissectors", "spark_jobs")
 FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+([\w.]+)[ \t]+c?import[ \t]+(\([^)]*\)|[^\n]*)", re.M)
 
@@ -181,7 +176,7 @@ def test_the_checks_see_private_names_and_cycles() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
     text = "from analyzer.tables.schemas import (\n    _f,\n    EXCHANGES,\n)\n" \
-           "from dissectors.kafka._extract cimport X\n"
+           "from dissectors.kafka._hidden cimport X\n"
     found = [(m[1], m[2]) for m in FROM_IMPORT.finditer(text)]
-    assert [module for module, _ in found] == ["analyzer.tables.schemas", "dissectors.kafka._extract"]
+    assert [module for module, _ in found] == ["analyzer.tables.schemas", "dissectors.kafka._hidden"]
     assert "_f" in found[0][1]

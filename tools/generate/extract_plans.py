@@ -14,7 +14,7 @@ malformed; a string, bytes or fixed-size array nothing needs is stepped over len
 position moved, the end checked by the next read). A function that fails records the failure in the
 accumulator and, when the bytes ran out, still reports the partition row and errors read so far.
 
-The output is ``_generated/extract_plans.pxi``, included by ``dissectors/kafka/_extract.pyx`` (the runtime:
+The output is ``_generated/extract_plans.pxi``, included by ``dissectors/kafka/extract.pyx`` (the runtime:
 accumulator, string reader, skippers of strings and tag buffers, and the Python entry point): the generated
 part is only what follows from the schemas. That is for the APIs of ``extract_rules.HOT_APIS``. The others
 (admin, inter-broker and rare ones: most of the schemas, little of the traffic) are not compiled code: the
@@ -908,7 +908,7 @@ PROGRAMS_GUIDE = """
 # extract_plans.pxi read those of the APIs in HOT_APIS. Its words: a header (object slots, slots with those
 # of the programs it calls, whether it makes partition rows, where its reports start), then operations, each
 # a code and its operands (dissectors/kafka/extract_rules.py, PROGRAM_OPS). Strings are indexes into
-# STRINGS; programs are numbers in PROGRAMS. `extract.plan_source` lists a body kind's programs by name.
+# STRINGS; programs are numbers in PROGRAMS. `tools.extract_listing.plan_source` lists a body kind's programs.
 """
 
 

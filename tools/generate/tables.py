@@ -1021,7 +1021,7 @@ def render_extract_plans(table: SchemaTable, commits: dict[str, str]) -> tuple[s
 
     _order, names = struct_names(table)
     header = banner("Extraction of what the tables need from the bodies of the APIs in HOT_APIS, as Cython "
-                    "included by dissectors/kafka/_extract.pyx.", message_sources(commits))
+                    "included by dissectors/kafka/extract.pyx.", message_sources(commits))
     header = "\n".join("# " + line if line else "#" for line in header.rstrip().removeprefix('"""')
                        .removesuffix('"""').strip().splitlines())
     programs_header = banner("The extraction of the APIs outside HOT_APIS: programs _interpret.pyx runs.",

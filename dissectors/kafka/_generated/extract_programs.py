@@ -13,7 +13,7 @@ Do not edit by hand: change the generator or its sources and rerun it.
 # extract_plans.pxi read those of the APIs in HOT_APIS. Its words: a header (object slots, slots with those
 # of the programs it calls, whether it makes partition rows, where its reports start), then operations, each
 # a code and its operands (dissectors/kafka/extract_rules.py, PROGRAM_OPS). Strings are indexes into
-# STRINGS; programs are numbers in PROGRAMS. `extract.plan_source` lists a body kind's programs by name.
+# STRINGS; programs are numbers in PROGRAMS. `tools.extract_listing.plan_source` lists a body kind's programs.
 
 STRINGS = (
     "ungrouped_partition_states", "body", "ungrouped_partition_states.topic_name",

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""What compiled callers take from the body extraction (see _extract.pyx)."""
+"""What compiled callers take from the body extraction (see extract.pyx)."""
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.object cimport PyTypeObject

@@ -1,13 +1,45 @@
 # cython: language_level=3
-"""The body extraction of :mod:`dissectors.kafka.extract`, compiled: the runtime the generated functions
-(``_generated/extract_plans.pxi``, one per struct and scope, written by ``python -m tools.generate``
-from the schemas) share, and the Python entry point. The APIs outside ``HOT_APIS`` are read by one interpreter
-of programs the generator writes as data (``_interpret.pyx``, built apart with the runtime from
-``_extract.pxd``), which puts each body kind's program in this module's table at import.
+"""Pull only what the tables need from a request or response body: topics, partitions, errors, offsets.
 
-A generated function returns 0, or -1 after recording in the accumulator why it stopped: TRUNCATED (the bytes
-ended first: with ``partial`` the result keeps what was read) or MALFORMED (a negative length, a null where none
-is allowed, a varint too long). Python errors (memory) propagate as exceptions.
+``extract(buf, off, end, api_key, api_version, is_response)`` walks the same generated schemas as
+:mod:`dissectors.kafka.decoder`, but builds nothing it does not return. Compiled callers (the exchange matcher,
+the partition columns) cimport from ``extract.pxd`` its C entry point ``extract_from`` and the ``Entry`` it makes
+of a partition (the integer fields unboxed); Python sees PartitionEntry tuples.
+
+How: ``python -m tools.generate`` writes, from the schemas and the rules of
+:mod:`dissectors.kafka.extract_rules`, one Cython function per struct and scope (``_generated/extract_plans.pxi``,
+included in this module, which holds the runtime they share). A function reads the fields that matter and skips
+the rest: a run of fixed-size fields is one bounds check; strings, bytes and record payloads are skipped by their
+length; arrays of fixed-size elements by count times size; structs that hold nothing of interest by a generated
+skipper; tag buffers by their sizes. So the per-frame cost follows the fields the tables use, not the size of the
+body. Versions and APIs that share a struct share its function; a table indexed by API key, direction and version
+picks a body kind's top function. That is for the APIs of ``HOT_APIS``; the others (admin, ACLs, configs, quotas,
+Raft...: rare in captures, most of the schemas) are read the same way by one compiled interpreter
+(:mod:`dissectors.kafka._interpret`, built apart with the runtime from ``extract.pxd``) of programs the generator
+writes as data, an operation per step a generated function takes (``_generated/extract_programs.py``); at import
+it puts each body kind's program in this module's table. The same bytes give the same result either way.
+``tools.extract_listing.plan_source`` shows the generated code, or the programs, of a body kind (for reading).
+
+What counts as what (read from the schemas, so every API and version follows the same rules):
+- a topic is a string field Kafka marks ``entityType: topicName`` (or an array of them), or a uuid field
+  named ``topic_id``; a struct with both is named by its name when that is non-empty, else by its id
+  (the all-zero id means "none");
+- a partition is an array element whose struct has an int32 ``partition_index``, ``partition``, ``index``
+  or ``partition_id`` and sits inside a topic (its own, or an enclosing struct's), or an element of an
+  int32 array named ``partitions`` or ``partition_indexes`` inside a topic;
+- an error is an int16 field named ``error_code`` or ``*_error_code`` anywhere in a response; its message
+  is the field with the same prefix and ``error_message`` in the same struct.
+
+Malformed bodies raise :class:`~dissectors.kafka.decoder.DecodeError`, as in the decoder, and bodies that
+run past ``end`` its subclass ``DecodeTruncated``; with ``partial=True`` the latter instead yields what was
+read before the bytes ran out (a capture often keeps only the head of a large Produce or Fetch frame).
+Fields that nothing needs are bounds-checked but not validated further. Inside, a generated function returns 0,
+or -1 after recording in the accumulator why it stopped: TRUNCATED (the bytes ended first: with ``partial`` the
+result keeps what was read) or MALFORMED (a negative length, a null where none is allowed, a varint too long).
+Python errors (memory) propagate as exceptions.
+
+:func:`error_placement` tells, from the schemas, where a response version holds its error codes (what reading
+only its top-level prefix can know).
 """
 
 cimport cython
@@ -33,15 +65,30 @@ from dissectors.kafka.wire cimport (
     rd_uvarint_wide,
 )
 
-from dissectors.kafka.decoder import DecodeError, DecodeTruncated
+from dissectors.kafka._generated.response_prefix import RESPONSE_PREFIX
+from dissectors.kafka.decoder import DecodeError, DecodeTruncated, schema
 from dissectors.kafka.extract_rules import (
     MAX_ERROR_ROWS,
     MAX_PARTITION_ROWS,
     MAX_TOPICS,
+    PARTITION_APIS,
+    PARTITION_FIELDS,
+    PARTITION_LISTS,
+    PRODUCE,
+    ROW_FIELDS,
+    ROW_PARTITION_LISTS,
+    TOP_FIELDS,
     ErrorEntry,
     Extracted,
     PartitionEntry,
+    Topic,
 )
+
+__all__ = [
+    "MAX_ERROR_ROWS", "MAX_PARTITION_ROWS", "MAX_TOPICS", "PARTITION_APIS", "PARTITION_FIELDS", "PARTITION_LISTS",
+    "PRODUCE", "ROW_FIELDS", "ROW_PARTITION_LISTS", "TOP_FIELDS", "ErrorEntry", "Extracted", "PartitionEntry",
+    "Topic", "extract", "error_placement", "ERRORS_NONE", "ERRORS_AT_TOP", "ERRORS_NESTED", "ERRORS_UNDEFINED",
+]
 
 cdef bytes ZERO_UUID = bytes(16)
 cdef Py_ssize_t max_topics = MAX_TOPICS
@@ -102,7 +149,7 @@ if (len(PartitionEntry._fields) != ENTRY_VALUES + 1
         or PartitionEntry._fields[:3] != ("topic", "partition", "error_code")
         or PartitionEntry._fields[E_OFFSETS + 1] != "base_offset"
         or PartitionEntry._fields[E_RECORDS_OFFSET + 1:] != ("records_offset", "record_bytes")):
-    raise ImportError("PartitionEntry's fields moved: update the E_ indexes in _extract.pxd")
+    raise ImportError("PartitionEntry's fields moved: update the E_ indexes in extract.pxd")
 cdef dict ENTRY_INDEX = {name: i - 1 for i, name in enumerate(PartitionEntry._fields) if i}
 
 
@@ -406,7 +453,7 @@ cdef object extract_from(const uint8_t* buf, Py_ssize_t n, Py_ssize_t off, Py_ss
 cdef type EXTRACTED = Extracted
 if Extracted._fields != ("topics", "partition_count", "errors", "top_error", "throttle_time_ms", "partitions", "acks",
                          "transactional_id", "complete", "topic_ids", "left_out", "fields"):
-    raise ImportError("Extracted's fields moved: update extracted_entry in _extract.pyx")
+    raise ImportError("Extracted's fields moved: update extracted_entry in extract.pyx")
 
 
 cdef inline object extracted_entry(Acc acc, bint complete):
@@ -425,3 +472,59 @@ cdef inline object extracted_entry(Acc acc, bint complete):
     _put(entry, 10, acc.left_out)
     _put(entry, 11, acc.fields)
     return entry
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Where a response's error codes sit (what reading only its top-level prefix can know)
+
+ERRORS_NONE, ERRORS_AT_TOP, ERRORS_NESTED, ERRORS_UNDEFINED = range(4)
+"""How a response version holds its error codes: none at all; only the top-level error_code, at a fixed offset
+(``headers.response_top_level`` reads it); others too (per topic, partition, member...) or a top-level one
+after a variable-length field; or an API/version no known release defines."""
+
+cdef dict _ERROR_PLACEMENT = {}  # (api_key, api_version): placement
+
+
+def _error_field_depths(struct_schema: tuple, depth: int):
+    """The depth of every error code field (as extraction counts them) in a struct and the structs it holds."""
+    fields, tagged = struct_schema
+    for entry in (*fields, *(t[1:] for t in tagged or ())):
+        name, type_name = entry[0], entry[1]
+        if type_name == "int16" and (name == "error_code" or name.endswith("_error_code")):
+            yield name, depth
+        element = entry[2] if len(entry) > 2 else None
+        if isinstance(element, tuple):
+            yield from _error_field_depths(element, depth + 1)
+
+
+def error_placement(api_key: int, api_version: int) -> int:
+    """ERRORS_NONE, ERRORS_AT_TOP, ERRORS_NESTED or ERRORS_UNDEFINED for a response of this API and version,
+    read from the schemas once per kind: headers-only analysis uses it to say whether the top-level error code
+    it reads is all there is to know."""
+    placement = _ERROR_PLACEMENT.get((api_key, api_version))
+    if placement is not None:
+        return placement
+    top = schema(api_key, api_version, True)
+    if top is None:
+        placement = ERRORS_UNDEFINED
+    else:
+        found = list(_error_field_depths(top, 0))
+        if not found:
+            placement = ERRORS_NONE
+        elif found == [("error_code", 0)] and _prefix_error_offset(api_key, api_version) is not None:
+            placement = ERRORS_AT_TOP
+        else:
+            placement = ERRORS_NESTED
+    if len(_ERROR_PLACEMENT) < 1 << 16:  # api_key and api_version are int16s: bounded anyway
+        _ERROR_PLACEMENT[api_key, api_version] = placement
+    return placement
+
+
+def _prefix_error_offset(api_key: int, api_version: int) -> int | None:
+    """The offset of the top-level error code in a response's fixed prefix, or None when it has none there."""
+    entry = RESPONSE_PREFIX.get(api_key)
+    if entry is None:
+        return None
+    min_version, offsets = entry
+    index = api_version - min_version
+    return offsets[index][0] if 0 <= index < len(offsets) else None
