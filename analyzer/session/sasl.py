@@ -22,6 +22,7 @@ import json
 import struct
 
 from dissectors.kafka.errors import error_name
+from dissectors.kafka.varints import read_uvarint
 
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 MAX_PRINCIPAL = 256  # characters of a principal kept (a hostile token could claim any length)
@@ -32,18 +33,6 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 
 UNCONFIRMED = "not confirmed: the connection ended during authentication"
-
-
-def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while pos < len(buf) and shift < 35:
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-    raise ValueError("bad varint")
 
 
 def _text(raw: bytes) -> str:
@@ -128,12 +117,12 @@ class SaslWatch:
                     self.mechanism = head[pos + 2:pos + 2 + n].decode("ascii", "replace").upper()
                 self.handshake_version = version
             elif version >= 2:  # flexible: tagged fields after client_id, compact bytes
-                tags, pos = _uvarint(head, pos)
+                tags, pos = read_uvarint(head, pos, len(head))
                 for _ in range(tags):
-                    _, pos = _uvarint(head, pos)
-                    length, pos = _uvarint(head, pos)
+                    _, pos = read_uvarint(head, pos, len(head))
+                    length, pos = read_uvarint(head, pos, len(head))
                     pos += length
-                length, pos = _uvarint(head, pos)
+                length, pos = read_uvarint(head, pos, len(head))
                 self._principal(head[pos:pos + max(length - 1, 0)])
             else:
                 (length,) = _I32.unpack_from(head, pos)
@@ -177,7 +166,7 @@ class SaslWatch:
         at = 8
         if key == SASL_AUTHENTICATE and version >= 2:
             try:
-                _, at = _uvarint(head, 8)  # the response header's tagged fields (none, usually)
+                _, at = read_uvarint(head, 8, len(head))  # the response header's tagged fields (none, usually)
             except ValueError:
                 return
         if len(head) < at + 2:

@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 
 from dissectors.kafka._generated.schemas import REQUESTS, RESPONSES
 from dissectors.kafka.headers import HeaderError, HeaderTruncated
+from dissectors.kafka.varints import varint_readers
 
 Reader = Callable[[Any, int, int], tuple[Any, int]]
 """reader(buf, pos, end) -> (value, position after it)."""
@@ -90,42 +91,9 @@ _unpack_int32 = _INT32.unpack_from
 # Lengths and varints
 
 
-def read_uvarint(buf, pos: int, end: int) -> tuple[int, int]:
-    """An unsigned varint of at most 5 bytes (Kafka reads them into an int32): (value, position after)."""
-    value = 0
-    shift = 0
-    while pos < end:
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-        if shift > 28:
-            raise DecodeError("unsigned varint longer than 5 bytes")
-    raise DecodeTruncated("truncated varint")
-
-
-def read_varint(buf, pos: int, end: int) -> tuple[int, int]:
-    """A zigzag-encoded signed varint (record fields), at most 5 bytes."""
-    value, pos = read_uvarint(buf, pos, end)
-    return (value >> 1) ^ -(value & 1), pos
-
-
-def read_varlong(buf, pos: int, end: int) -> tuple[int, int]:
-    """A zigzag-encoded signed varlong, at most 10 bytes."""
-    value = 0
-    shift = 0
-    while pos < end:
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return (value >> 1) ^ -(value & 1), pos
-        shift += 7
-        if shift > 63:
-            raise DecodeError("varlong longer than 10 bytes")
-    raise DecodeTruncated("truncated varlong")
+read_uvarint, read_varint, read_varlong = varint_readers(DecodeError, DecodeTruncated)
+"""Unsigned varints (5 bytes at most), zigzag varints (5) and varlongs (10), read by
+:mod:`dissectors.kafka.varints`: DecodeError when longer, DecodeTruncated when they run past ``end``."""
 
 
 def _int16_length(buf, pos: int, end: int) -> tuple[int, int]:

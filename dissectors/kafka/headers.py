@@ -27,6 +27,7 @@ from dissectors.kafka.apis import (
     REQUEST_HEADER_V2_FROM,
     RESPONSE_HEADER_V1_FROM,
 )
+from dissectors.kafka.varints import varint_readers
 
 VERSION_SLACK = 2
 """How far past the newest known version a request may go and still look plausible (newer clients)."""
@@ -112,20 +113,9 @@ def _layout_table() -> tuple[tuple[tuple | None, ...], ...]:
 _PREFIX_LAYOUTS = _layout_table()
 
 
-def read_uvarint(buf, pos: int, end: int) -> tuple[int, int]:
-    """An unsigned varint (at most 5 bytes, as Kafka reads it): (value, position after it)."""
-    value = 0
-    shift = 0
-    while pos < end:
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-        if shift > 28:
-            raise HeaderError("unsigned varint longer than 5 bytes")
-    raise HeaderTruncated("truncated unsigned varint")
+read_uvarint = varint_readers(HeaderError, HeaderTruncated).read_uvarint
+"""An unsigned varint (at most 5 bytes, as Kafka reads it): (value, position after it); HeaderError when
+longer, HeaderTruncated when it runs past ``end``."""
 
 
 def skip_tagged_fields(buf, pos: int, end: int) -> int:

@@ -40,6 +40,7 @@ from dissectors.kafka.codecs import (
     declared_size,
     decompress,
 )
+from dissectors.kafka.varints import varint_readers
 
 __all__ = ["BatchInfo", "RecordInfo", "Limits", "batches", "records", "summarize", "NO_SUMMARY",
            "RecordsError", "CorruptData", "DecompressionRefused", "TRACE_HEADERS"]
@@ -527,22 +528,9 @@ def records(buf, offset: int, length: int, *, limits: Limits | None = None, skip
         raise RecordsError(f"malformed record data ({type(exc).__name__}: {exc})") from None
 
 
-def _varint(buf, pos: int) -> tuple[int, int]:
-    """A zigzag varint (up to 64 bits) at ``pos``: (value, position after it)."""
-    byte = buf[pos]
-    if byte < 0x80:
-        return (byte >> 1) ^ -(byte & 1), pos + 1
-    value = byte & 0x7F
-    shift = 7
-    while True:
-        pos += 1
-        byte = buf[pos]
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return (value >> 1) ^ -(value & 1), pos + 1
-        shift += 7
-        if shift > 63:
-            raise RecordsError("varint longer than 10 bytes")
+_read_varlong = varint_readers(RecordsError, RecordsError).read_varlong
+# A zigzag varint of any record field, up to 64 bits (10 bytes) as the timestamp delta's varlong, though Kafka
+# reads the other fields as 5-byte varints: (value, position after it), RecordsError when longer or cut short.
 
 
 _NO_HEADER_KEYS: list[str] = []  # shared by every record without headers (never appended to)
@@ -565,9 +553,9 @@ def _v2_records(buf, pos: int, wire: int, limits: Limits, sizes: dict[int, int] 
     if count < 0:
         raise RecordsError(f"negative record count {count}")
     at, end = 0, len(data)
-    varint = _varint
-    # Varints of one or two bytes (lengths below 8 KB, deltas, a null key, no headers: nearly all) are read
-    # in place: a call per field was half the cost of a record.
+    varint = _read_varlong
+    # Varints of one or two bytes (lengths below 8 KB, deltas, a null key, no headers: nearly all), and header
+    # key and value lengths of one byte, are read in place: a call per field was half the cost of a record.
     for _ in range(count):
         b = data[at]
         if b < 0x80:
@@ -576,7 +564,7 @@ def _v2_records(buf, pos: int, wire: int, limits: Limits, sizes: dict[int, int] 
             v = b & 0x7F | data[at + 1] << 7
             size, at = (v >> 1) ^ -(v & 1), at + 2
         else:
-            size, at = varint(data, at)
+            size, at = varint(data, at, end)
         stop = at + size
         if size < 0 or stop > end:
             raise RecordsError(f"record length {size} runs past its batch")
@@ -588,7 +576,7 @@ def _v2_records(buf, pos: int, wire: int, limits: Limits, sizes: dict[int, int] 
             v = b & 0x7F | data[at + 1] << 7
             timestamp_delta, at = (v >> 1) ^ -(v & 1), at + 2
         else:
-            timestamp_delta, at = varint(data, at)
+            timestamp_delta, at = varint(data, at, end)
         b = data[at]
         if b < 0x80:
             offset_delta, at = (b >> 1) ^ -(b & 1), at + 1
@@ -596,7 +584,7 @@ def _v2_records(buf, pos: int, wire: int, limits: Limits, sizes: dict[int, int] 
             v = b & 0x7F | data[at + 1] << 7
             offset_delta, at = (v >> 1) ^ -(v & 1), at + 2
         else:
-            offset_delta, at = varint(data, at)
+            offset_delta, at = varint(data, at, end)
         b = data[at]
         if b < 0x80:
             key_size, at = (b >> 1) ^ -(b & 1), at + 1
@@ -604,7 +592,7 @@ def _v2_records(buf, pos: int, wire: int, limits: Limits, sizes: dict[int, int] 
             v = b & 0x7F | data[at + 1] << 7
             key_size, at = (v >> 1) ^ -(v & 1), at + 2
         else:
-            key_size, at = varint(data, at)
+            key_size, at = varint(data, at, end)
         if key_size > 0:
             at += key_size
         b = data[at]
@@ -614,7 +602,7 @@ def _v2_records(buf, pos: int, wire: int, limits: Limits, sizes: dict[int, int] 
             v = b & 0x7F | data[at + 1] << 7
             value_size, at = (v >> 1) ^ -(v & 1), at + 2
         else:
-            value_size, at = varint(data, at)
+            value_size, at = varint(data, at, end)
         if value_size > 0:
             at += value_size
         b = data[at]
@@ -624,7 +612,7 @@ def _v2_records(buf, pos: int, wire: int, limits: Limits, sizes: dict[int, int] 
             v = b & 0x7F | data[at + 1] << 7
             header_count, at = (v >> 1) ^ -(v & 1), at + 2
         else:
-            header_count, at = varint(data, at)
+            header_count, at = varint(data, at, end)
         if key_size < -1 or value_size < -1 or header_count < 0 or at > stop:
             raise RecordsError("record fields run past the record")
         trace = None
@@ -633,12 +621,20 @@ def _v2_records(buf, pos: int, wire: int, limits: Limits, sizes: dict[int, int] 
         else:
             keys = []
             for _ in range(header_count):
-                key_length, at = varint(data, at)
+                b = data[at]
+                if b < 0x80:
+                    key_length, at = (b >> 1) ^ -(b & 1), at + 1
+                else:
+                    key_length, at = varint(data, at, end)
                 if key_length < 0 or at + key_length > stop:
                     raise RecordsError("header key runs past the record")
                 key = bytes(data[at:at + key_length]).decode("utf-8", "replace")
                 at += key_length
-                value_length, at = varint(data, at)
+                b = data[at]
+                if b < 0x80:
+                    value_length, at = (b >> 1) ^ -(b & 1), at + 1
+                else:
+                    value_length, at = varint(data, at, end)
                 if value_length < -1 or at + max(value_length, 0) > stop:
                     raise RecordsError("header value runs past the record")
                 if trace is None and value_length >= 0 and key.lower() in _TRACE_KEYS:
