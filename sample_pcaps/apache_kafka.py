@@ -5,6 +5,13 @@ and ``tools.maven.resolve`` brings ``kafka_2.13`` with its runtime dependencies 
 classes the scripts of a release would call are called directly: ``kafka.tools.StorageTool format`` (with
 ``--add-scram`` when a SASL_SSL listener is wanted), then ``kafka.Kafka server.properties``.
 
+Kafka 4.4 formats a new cluster at metadata.version 4.4-IV2 with every group protocol's feature finalized
+(``group.version=1``, ``share.version=2``, ``streams.version=1``, ``transaction.version=2``) and enables the rebalance
+protocols classic, consumer and streams by default (``group.coordinator.rebalance.protocols``, deprecated for the
+feature versions; share groups follow ``share.version``): KIP-848 consumer groups, share groups, streams groups and
+transactions V2 need no setting. A scenario may add broker settings (``extra_config``, e.g. shorter group heartbeat
+intervals, whose 5 s minimum would slow its rebalances); ``describe()`` then names them.
+
 Only the PLAINTEXT listener (``port``) is meant to be captured; the controller listens on another free port,
 so the broker's own Raft traffic never enters a capture filtered on ``port``. Settings keep a single node fast
 and deterministic: replication factors 1, one partition for the internal topics, no initial rebalance delay.
@@ -335,6 +342,8 @@ class ApacheKafkaBroker:
         if self.sasl_ssl_port:
             described["sasl_ssl_port"] = self.sasl_ssl_port
             described["sasl_mechanism"] = SCRAM_MECHANISM
+        if self.extra_config:  # what a scenario set beyond the defaults (group heartbeat intervals, ...)
+            described["config"] = dict(self.extra_config)
         return described
 
     def __enter__(self) -> ApacheKafkaBroker:

@@ -43,6 +43,9 @@ from .apache_kafka import JVM_OPTIONS, ApacheKafkaBroker
 from .clients import Context
 
 SOURCE = Path(__file__).with_name("java") / "SampleClients.java"
+# SampleClients' streams-group step: compiled in only for the scenarios that run a Kafka Streams application, with
+# kafka-streams (and its RocksDB, about 70 MB once in the Maven cache) on the class path
+STREAMS_SOURCE = Path(__file__).with_name("java") / "StreamsApp.java"
 MAIN_CLASS = "SampleClients"
 SLF4J_SIMPLE = "org.slf4j:slf4j-simple:1.7.36"  # the slf4j-api kafka-clients 3.x and 4.x depend on is 1.7.36
 CLIENT = "kafka-clients"
@@ -90,25 +93,31 @@ class JavaClients:
                                                         "error_code_versions": []}
 
 
-def build(version: str) -> JavaClients:
-    """Resolve kafka-clients, compile SampleClients against it and read its protocol table; all cached."""
+def build(version: str, *, streams: bool = False) -> JavaClients:
+    """Resolve kafka-clients, compile SampleClients against it and read its protocol table; all cached.
+
+    ``streams``: with kafka-streams of the same release as well, and StreamsApp (the ``streams-group`` step)."""
     from tools.maven import MavenError, cache_root, resolve
 
     problem = java_clients_problem()
     if problem:
         raise JavaClientError(problem)
+    sources = [SOURCE, STREAMS_SOURCE] if streams else [SOURCE]
     try:
-        jars = resolve(f"java-clients-{version}", [f"org.apache.kafka:kafka-clients:{version}", SLF4J_SIMPLE])
+        if streams:
+            jars = resolve(f"java-streams-{version}", [f"org.apache.kafka:kafka-streams:{version}", SLF4J_SIMPLE])
+        else:
+            jars = resolve(f"java-clients-{version}", [f"org.apache.kafka:kafka-clients:{version}", SLF4J_SIMPLE])
     except MavenError as exc:
         raise JavaClientError(str(exc)) from exc
-    digest = hashlib.sha256(SOURCE.read_bytes() + version.encode()).hexdigest()[:16]
-    classes = cache_root() / "java-clients" / f"{version}-{digest}"
+    digest = hashlib.sha256(b"".join(source.read_bytes() for source in sources) + version.encode()).hexdigest()[:16]
+    classes = cache_root() / "java-clients" / (f"{version}-streams-{digest}" if streams else f"{version}-{digest}")
     table = classes / "protocol.json"
     if not table.is_file():
         classes.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=f"{version}-", dir=classes.parent) as work:
             out = Path(work) / "classes"
-            compiled = subprocess.run(["javac", "-nowarn", "-cp", str(jars / "*"), "-d", str(out), str(SOURCE)],
+            compiled = subprocess.run(["javac", "-nowarn", "-cp", str(jars / "*"), "-d", str(out), *map(str, sources)],
                                       capture_output=True, text=True, check=False)
             if compiled.returncode != 0:
                 raise JavaClientError(f"javac failed against kafka-clients {version}: {compiled.stderr[-1500:]}")
@@ -205,14 +214,16 @@ class JavaRequestLog:
 
 
 def run_steps(ctx: Context, version: str, steps: list[str], *, timeout: float = RUN_TIMEOUT,
-              log: JavaRequestLog | None = None, jvm_options: Sequence[str] = ()) -> list[dict[str, Any]]:
+              log: JavaRequestLog | None = None, jvm_options: Sequence[str] = (),
+              streams: bool = False) -> list[dict[str, Any]]:
     """Run SampleClients with these steps against ctx.bootstrap; requests go to ctx.trace, results to ctx.truth.
 
     ``log``: the reader to feed the clients' stderr to, for a scenario that wants more from those lines than
     the requests (a subclass, made with ``build(version)``); a plain JavaRequestLog otherwise.
     ``jvm_options``: more JVM options (a ``-javaagent:``, a logger's ``-D`` level) before the class path.
+    ``streams``: the build with kafka-streams (``build(version, streams=True)``), for the ``streams-group`` step.
     """
-    clients = build(version)
+    clients = build(version, streams=streams)
     if log is None:
         log = JavaRequestLog(clients, ctx)
     command = ["java", "-Xmx256m", *JVM_OPTIONS, *jvm_options, "-cp", clients.classpath, MAIN_CLASS, ctx.bootstrap,

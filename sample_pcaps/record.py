@@ -82,7 +82,7 @@ def missing_requirements() -> list[str]:
 def client_versions(names: tuple[str, ...], kafka_version: str | None = None) -> dict[str, str]:
     versions = {}
     for name in names:
-        if name == "kafka-clients":
+        if name in ("kafka-clients", "kafka-streams"):
             versions[name] = f"{kafka_version} (Java)"
         if name == "kafka-python":
             import kafka
@@ -212,14 +212,15 @@ def record_apache(scenarios: list[Scenario], out_dir: Path, tool: str) -> int:
             failures += record_cluster(scenario, version, out_dir, tool)
             continue
         try:
-            build(version)  # resolved and compiled before the capture starts
+            build(version, streams=scenario.kafka_streams)  # resolved and compiled before the capture starts
             if go:
                 build_go()  # likewise
             if scenario.tls:
                 prepare_tls_clients()  # the Java clients' key log agent, likewise
             print(f"{scenario.name} (Apache Kafka {version} on {scenario.host} port {scenario.port})", flush=True)
             with (ListenerBroker(scenario.host, scenario.port, scenario.listener, version=version) if scenario.tls
-                  else ApacheKafkaBroker(scenario.host, scenario.port, version=version)) as broker:
+                  else ApacheKafkaBroker(scenario.host, scenario.port, version=version,
+                                         extra_config=dict(scenario.broker_config))) as broker:
                 print(f"  broker started in {broker.startup_seconds} s", flush=True)
                 _report(scenario, record_scenario(scenario, broker, out_dir, tool=tool), out_dir)
         except (BrokerError, JavaClientError, GoClientError, KcatError) as exc:

@@ -12,6 +12,7 @@ from . import (
     scenarios_errors,
     scenarios_go,
     scenarios_legacy,
+    scenarios_modern,
     scenarios_steady,
     scenarios_tls,
     scenarios_traffic,
@@ -39,6 +40,10 @@ class Scenario:
     # broker "apache-kafka": the listener the clients use and the capture follows on port; SSL and SASL_SSL make
     # it a TLS scenario (scenarios_apache_tls.ListenerBroker; the clients write a key log)
     listener: str = "PLAINTEXT"
+    # broker "apache-kafka", one node: broker settings beyond ApacheKafkaBroker's (name, value) pairs
+    broker_config: tuple[tuple[str, str], ...] = ()
+    # the Java clients built with kafka-streams of the same release (the streams-group step, StreamsApp.java)
+    kafka_streams: bool = False
 
     @property
     def capture_name(self) -> str:
@@ -68,6 +73,7 @@ class Scenario:
 
 KP, CK, AK, JAVA = "kafka-python", "confluent-kafka", "aiokafka", "kafka-clients"
 FRANZ, SARAMA, KCAT = "franz-go", "sarama", "kcat"
+STREAMS = "kafka-streams"  # Kafka Streams of the broker's release (java/StreamsApp.java)
 RAW = scenarios_versions.RAW  # a hand-written client on a plain socket
 
 SCENARIOS: tuple[Scenario, ...] = (
@@ -152,6 +158,29 @@ SCENARIOS: tuple[Scenario, ...] = (
              "UNSUPPORTED_VERSION in the v0 layout with the broker's ApiVersions range), Metadata v99 and Produce v99 "
              "(the broker closes each connection unanswered), then a correct ApiVersions v3 and Metadata v12",
              scenarios_versions.unsupported_versions, (JAVA, RAW), broker="apache-kafka", kafka_version="4.4.0"),
+    Scenario("kafka44_consumer_protocol", "Apache Kafka 4.4.0, a KIP-848 consumer group (group.protocol=consumer: "
+             "ConsumerGroupHeartbeat, assignments by the broker, member epochs) of three Java consumers on a "
+             "6-partition topic while a producer writes every 200 ms: a joins, b joins at 6 s, c at 12 s with a "
+             "broker-side regex subscription, b leaves at 18 s; commits every 2 s and on revocation",
+             scenarios_modern.consumer_protocol, (JAVA,), broker="apache-kafka", kafka_version="4.4.0",
+             broker_config=scenarios_modern.CONSUMER_GROUP_CONFIG),
+    Scenario("kafka44_share_group", "Apache Kafka 4.4.0, a KIP-932 share group (ShareGroupHeartbeat, ShareFetch, "
+             "ShareAcknowledge) of three KafkaShareConsumers in explicit acknowledgement mode on 60 records: group "
+             "configs set by IncrementalAlterConfigs, one consumer sits on its records until the 3 s acquisition lock "
+             "expires, the others ACCEPT, RELEASE (redelivered, delivery count 2) and REJECT",
+             scenarios_modern.share_group, (JAVA,), broker="apache-kafka", kafka_version="4.4.0",
+             broker_config=scenarios_modern.SHARE_GROUP_CONFIG),
+    Scenario("kafka44_transactions", "Apache Kafka 4.4.0, a transactional producer (transactions V2) commits and "
+             "aborts transactions over two 3-partition topics and runs one consume-transform-produce transaction "
+             "(TxnOffsetCommit for a KIP-848 group); a read_committed and a read_uncommitted consumer read both "
+             "topics to their end", scenarios_modern.transactions, (JAVA,), broker="apache-kafka",
+             kafka_version="4.4.0", broker_config=scenarios_modern.TRANSACTIONS_CONFIG),
+    Scenario("kafka44_streams_group", "Apache Kafka 4.4.0, a Kafka Streams 4.4.0 application in a KIP-1071 streams "
+             "group (group.protocol=streams: StreamsGroupHeartbeat with the topology, tasks and standby tasks "
+             "assigned by the broker, which creates the changelog topic): two instances counting records per key, "
+             "the second joining 8 s later and leaving first", scenarios_modern.streams_group, (STREAMS, JAVA),
+             broker="apache-kafka", kafka_version="4.4.0", broker_config=scenarios_modern.STREAMS_GROUP_CONFIG,
+             kafka_streams=True),
 )
 
 CI_SMOKE = Scenario("ci_smoke", "kafka-python: produce and read 5 gzip records, delete a missing topic, "

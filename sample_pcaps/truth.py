@@ -3,14 +3,32 @@
 Layout of ``<name>.truth.json`` (all counts come from the clients' side, never from the capture):
 
 - ``scenario``, ``description``, ``capture`` (file name), ``capture_format`` (``pcap``, ``pcap-ns``, ``pcapng``),
-  ``broker`` {software, version, host, port}, ``clients`` {name: version}.
+  ``broker`` {software, version, host, port, and ``config``: the broker settings a scenario added}, ``clients``
+  {name: version}.
 - ``topics``: per topic, ``produced`` (records the broker acknowledged), ``produced_acks0`` (records sent
   with acks=0, never acknowledged), ``consumed`` (records handed to the application), ``codecs``, ``acks``,
   ``message_format`` (``v2`` record batches, or ``v0``/``v1`` message sets), ``producers``/``consumers``
   (client ids), and, from clients that report them (the Java ones), ``partitions``: per partition the
   ``produced`` count with the ``offsets`` the broker acknowledged, and the ``consumed`` count.
-- ``groups``: per group id, the member client ids, committed offsets {topic: {partition: offset}}, and
-  whether the members left.
+- ``groups``: per group id, the member client ids, committed offsets {topic: {partition: offset}}, and whether the
+  members left. The groups of the modern protocols (``scenarios_modern``) add ``protocol`` (``consumer``: KIP-848,
+  ``share``: KIP-932, ``streams``: KIP-1071), ``topic_ids`` (as CreateTopics answered), ``member_details`` per member
+  client id (what the client logged, times ``time_ms`` in ms since the epoch: a consumer's rebalance-listener
+  ``events`` {event assigned/revoked/lost/subscribed/closing/closed, partitions, member_id, member_epoch, owned_after}
+  and ``commits`` {time_ms, done_ms, reason, offsets, member_epoch, error}; a share consumer's ``records`` {time_ms,
+  partition, offset, delivery_count, acknowledged}, ``acknowledgements``, ``commits`` (commitSync results per
+  partition) and ``callbacks`` (the acknowledgement commit callback); a streams instance's ``states``, ``tasks``
+  {time_ms, active, standby} and ``processed``) and ``heartbeats`` (the heartbeat requests that joined or left and the
+  responses that changed something, as the clients printed them: member id, epoch, assignment by topic id or streams
+  tasks, status, error code; ``at`` is when the recorder read the line). A share group also has ``configs`` (its group
+  configs, read back), ``records`` (every record's deliveries in time order and its final state) and ``summary``; the
+  committed offsets of a KIP-848 group are each partition's last successful commit among its members.
+- ``transactions`` (kafka44_transactions): the transactional id, producer client id, producer id and initial epoch
+  (InitProducerId), and per transaction, in order, its kind (commit, abort, ctp: consume-transform-produce), begin
+  and end times, the records written {topic: {partition: [offsets]}}, the outcome, the producer id and epoch its
+  EndTxn carried and the next epoch the response gave, and for ctp the offsets sent to the transaction (group, member
+  id, epoch); the readers' records per isolation level (``offsets_seen``); ``protocol_log`` (InitProducerId, EndTxn and
+  TxnOffsetCommit as printed); ``expected`` records per isolation level.
 - ``errors``: deliberately triggered broker errors, each {api_name, error_name, level (``top`` for the
   response's top-level error_code, ``nested`` for a per-topic/partition one), client, client_id, how, and
   api_version where a scenario names it (a request at a version the broker does not support)}. Only errors the
@@ -84,6 +102,8 @@ class ScenarioTruth:
     # multi-broker scenarios: nodes, the stop/restart events, the clients' nested errors (scenarios_cluster)
     cluster: dict[str, Any] = field(default_factory=dict)
     nested_errors: list[dict[str, Any]] = field(default_factory=list)
+    # a transactional producer's transactions and the readers at both isolation levels (scenarios_modern)
+    transactions: dict[str, Any] = field(default_factory=dict)
 
     def _topic(self, topic: str) -> dict[str, Any]:
         return self.topics.setdefault(topic, {
@@ -156,6 +176,7 @@ class ScenarioTruth:
             **({"request_logs": self.request_logs} if self.request_logs else {}),
             **({"cluster": self.cluster} if self.cluster else {}),
             **({"nested_errors": self.nested_errors} if self.nested_errors else {}),
+            **({"transactions": self.transactions} if self.transactions else {}),
             "topics": self.topics,
             "groups": self.groups,
             "errors": self.errors,

@@ -591,8 +591,18 @@ def test_deliveries_agree_with_what_the_clients_consumed(answers, rows):
         if truth["capture"] in unread:
             continue
         failover = (truth.get("cluster") or {}).get("stopped_node")
+        protocols = {g.get("protocol") for g in (truth.get("groups") or {}).values()}
         for topic, t in (truth.get("topics") or {}).items():
-            if t["produced"] and t["consumed"] and failover:
+            if "share" in protocols or truth.get("transactions"):
+                # share groups consume through ShareFetch, which deliveries does not read; a read_committed
+                # consumer drops the aborted records its Fetch responses still carry
+                continue
+            if t["produced"] and t["consumed"] and protocols & {"consumer", "streams"}:
+                # a partition that moves to another member is fetched again from the offset last committed:
+                # the new owner is delivered records the old one had fetched but not consumed
+                assert t["consumed"] <= records[topic] <= 1.05 * t["consumed"], topic
+                assert consumers.get(topic) == len(t["consumers"]), topic
+            elif t["produced"] and t["consumed"] and failover:
                 # deliveries are matched at the broker serving the partition: what a consumer fetched from the
                 # new leader after a broker stopped was produced to the old one, and stays unmatched
                 assert 0.9 * t["consumed"] <= records[topic] <= t["consumed"], topic

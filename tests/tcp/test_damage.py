@@ -144,6 +144,16 @@ def test_caplen_over_the_snaplen_and_over_the_file(tmp_path, bulk):
 LONG_LIVED = ("kafka44_cluster.pcap",)
 
 
+def _flips_last_time(path: Path, flipped: range) -> bool:
+    """Whether a flipped byte lands in the header of a classic pcap's last packet record: its time moves, or the
+    record is lost and the packet before it is the last."""
+    if path.suffix != ".pcap":
+        return False
+    _, _, records = pcap_records(path.read_bytes())
+    last = records[-1][0]
+    return any(last <= at < last + 16 for at in flipped)
+
+
 def rot(tmp_path: Path, paths: list[Path]) -> tuple[int, int]:
     """A byte flipped every 1000 bytes of each capture: (exchanges of the clean captures, of them found)."""
     clean_keys = found_keys = 0
@@ -158,7 +168,8 @@ def rot(tmp_path: Path, paths: list[Path]) -> tuple[int, int]:
         clean_keys += len(keys[0])
         found_keys += len(keys[0] & keys[1])
         assert row["packets"] >= 0.9 * clean_row["packets"], path.name
-        assert row["last_ts"] == clean_row["last_ts"], path.name
+        if not _flips_last_time(path, range(1000, len(content), 1000)):
+            assert row["last_ts"] == clean_row["last_ts"], path.name
     return clean_keys, found_keys
 
 
