@@ -141,6 +141,10 @@ def _export(spark, inputs: list[str], out: str, options: Options, aggregate: boo
         clock.lap("write")
         with described(spark, "kafkacap: derive groups"):
             _write_driver_side(staging, "groups", [_groups_table(spark, staging)], [])
+        with described(spark, "kafkacap: derive transactions"):
+            _write_driver_side(staging, "transactions", [_transactions_table(spark, staging)], [])
+        with described(spark, "kafkacap: derive share consumption"):
+            _write_driver_side(staging, "share_consumption", [_share_table(spark, staging)], [])
         if options.deliveries:
             with described(spark, "kafkacap: derive deliveries"):
                 _write_deliveries(spark, staging)
@@ -276,14 +280,44 @@ def _groups_table(spark, staging: Staging) -> pa.Table:
     member and rebalance), heartbeats and commits counted by Spark, then the CLI's own derivation."""
     from pyspark.sql import functions as F
 
-    from analyzer.derived import groups
+    from analyzer.derived import groups, heartbeat_groups
+    from analyzer.derived.tables import all_groups
 
     exchanges = spark.read.parquet(staging.uri("exchanges")).where(F.col("group_id").isNotNull())
     detail = exchanges.where(F.col("api_name").isin(*groups.DETAIL_APIS)).select(*groups.COLUMNS).toArrow()
     counts = (exchanges.where(F.col("api_name").isin(*groups.COUNTED_APIS) & F.col("generation_id").isNotNull())
               .groupBy(*groups.COUNT_KEYS)
               .agg(F.count(F.lit(1)).alias("requests"), F.max("response_last_ts").alias("last_ts"))).toArrow()
-    return groups.groups_table(groups.detail_rows(detail), counts.cast(groups.COUNTS_SCHEMA))
+    counts = counts.cast(groups.COUNTS_SCHEMA)
+    heartbeats = spark.read.parquet(staging.uri("group_heartbeats")).select(*heartbeat_groups.COLUMNS).toArrow()
+    return all_groups(groups.groups_table(groups.detail_rows(detail), counts),
+                      heartbeat_groups.heartbeat_groups_table(heartbeats, counts))
+
+
+def _transactions_table(spark, staging: Staging) -> pa.Table:
+    """The transactions table: the steps of transactional producers, their Produce exchanges and the partition
+    rows of those collected (a few per transaction), then the CLI's own derivation."""
+    from pyspark.sql import functions as F
+
+    from analyzer.derived import transactions as t
+
+    steps = spark.read.parquet(staging.uri("transaction_steps")).where(F.col("transactional_id").isNotNull())
+    produces = spark.read.parquet(staging.uri("exchanges")).where(
+        (F.col("api_name") == "Produce") & F.col("transactional_id").isNotNull())
+    produced = spark.read.parquet(staging.uri("partitions")).where(
+        (F.col("api_name") == "Produce") & F.coalesce(F.col("transactional"), F.lit(False)))
+    return t.transactions_table(t.step_rows(steps.select(*t.STEP_COLUMNS).toArrow()),
+                                t.produce_rows(produces.select("api_name", *t.PRODUCE_COLUMNS).toArrow()),
+                                t.produced_rows(produced.select("api_name", "transactional",
+                                                                *t.PRODUCED_COLUMNS).toArrow()))
+
+
+def _share_table(spark, staging: Staging) -> pa.Table:
+    """The share_consumption table: the share_ranges rows collected, then the CLI's own derivation."""
+    from analyzer.derived import share_groups
+
+    ranges = spark.read.parquet(staging.uri("share_ranges")).select(*share_groups.COLUMNS).toArrow()
+    return share_groups.share_consumption_table(ranges)
 
 
 def _write_deliveries(spark, staging: Staging) -> None:

@@ -381,6 +381,8 @@ def summary(paths, options: Options, jobs, no_progress, as_json) -> None:
         EXCHANGES_SCHEMA,
         GROUPS_SCHEMA,
         PARTITIONS_SCHEMA,
+        SHARE_CONSUMPTION_SCHEMA,
+        TRANSACTIONS_SCHEMA,
     )
 
     sink = Collector()
@@ -389,14 +391,19 @@ def summary(paths, options: Options, jobs, no_progress, as_json) -> None:
               sink.table("partitions", PARTITIONS_SCHEMA), sink.table("groups", GROUPS_SCHEMA),
               sink.table("deliveries", DELIVERIES_SCHEMA) if options.deliveries else None)
     cluster = sink.table("cluster", CLUSTER_SCHEMA)
+    transactions = sink.table("transactions", TRANSACTIONS_SCHEMA)
+    shares = sink.table("share_consumption", SHARE_CONSUMPTION_SCHEMA)
     if as_json:
         from analyzer.cli.jsonout import dumps
 
         sys.stdout.write(dumps(summary_document(*tables, headers_only=not options.bodies,
-                                                verify_crc=options.verify_crc, cluster=cluster), indent=2) + "\n")
+                                                verify_crc=options.verify_crc, cluster=cluster,
+                                                transactions=transactions, share_consumption=shares),
+                               indent=2) + "\n")
     else:
         print_summary(_out(), *tables, headers_only=not options.bodies, verify_crc=options.verify_crc,
-                      detect_ports=options.detect_ports, cluster=cluster)
+                      detect_ports=options.detect_ports, cluster=cluster, transactions=transactions,
+                      share_consumption=shares)
 
 
 @main.command()
@@ -414,6 +421,8 @@ def export(paths, options: Options, jobs, no_progress, out_dir, fmt, with_summar
         EXCHANGES_SCHEMA,
         GROUPS_SCHEMA,
         PARTITIONS_SCHEMA,
+        SHARE_CONSUMPTION_SCHEMA,
+        TRANSACTIONS_SCHEMA,
     )
     from analyzer.tables.writers import OutputFolderError, TableFolder
 
@@ -454,7 +463,9 @@ def export(paths, options: Options, jobs, no_progress, out_dir, fmt, with_summar
                       collector.table("partitions", PARTITIONS_SCHEMA), collector.table("groups", GROUPS_SCHEMA),
                       collector.table("deliveries", DELIVERIES_SCHEMA) if options.deliveries else None,
                       headers_only=not options.bodies, verify_crc=options.verify_crc,
-                      detect_ports=options.detect_ports, cluster=collector.table("cluster", CLUSTER_SCHEMA))
+                      detect_ports=options.detect_ports, cluster=collector.table("cluster", CLUSTER_SCHEMA),
+                      transactions=collector.table("transactions", TRANSACTIONS_SCHEMA),
+                      share_consumption=collector.table("share_consumption", SHARE_CONSUMPTION_SCHEMA))
     rows = sum(r.exchanges for r in reports)
     _note(wrote_line(rows, out_dir, written, replacing))
 

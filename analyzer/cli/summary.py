@@ -51,7 +51,8 @@ def _fmt_ms(v: float | None) -> str:
 def print_summary(console: Console, exchanges: pa.Table, connections: pa.Table,
                   reports: list[FileReport], partitions: pa.Table | None = None, groups: pa.Table | None = None,
                   deliveries: pa.Table | None = None, *, headers_only: bool = False,
-                  verify_crc: bool = False, detect_ports: bool = False, cluster: pa.Table | None = None) -> None:
+                  verify_crc: bool = False, detect_ports: bool = False, cluster: pa.Table | None = None,
+                  transactions: pa.Table | None = None, share_consumption: pa.Table | None = None) -> None:
     """The summary; ``headers_only``, ``verify_crc`` and ``detect_ports`` are the run's options, which decide
     what the figures can and cannot include (the summary says so)."""
     _files(console, reports)
@@ -79,6 +80,10 @@ def print_summary(console: Console, exchanges: pa.Table, connections: pa.Table,
                 _replication(console, replication)
         if groups is not None and groups.num_rows:
             _groups(console, group_rows(groups))
+        if share_consumption is not None and share_consumption.num_rows:
+            _shares(console, share_rows(share_consumption))
+        if transactions is not None and transactions.num_rows:
+            _transactions(console, transaction_rows(transactions, span.seconds))
         print_lag(console, partitions, exchanges)
         if deliveries is not None and deliveries.num_rows:
             _deliveries(console, delivery_rows(deliveries))
@@ -376,7 +381,8 @@ def group_rows(groups: pa.Table) -> list[dict]:
                              ("generation_id", "ascending")]).to_pylist():
         key = (g["capture_file"], g["group_id"])
         entry = out.setdefault(key, {
-            "capture_file": g["capture_file"], "group_id": g["group_id"], "generations": 0,
+            "capture_file": g["capture_file"], "group_id": g["group_id"],
+            "group_protocol": g.get("group_protocol") or "classic", "generations": 0,
             "rebalance_ms_total": 0.0, "waited_ms_total": 0.0, "stop_ms_max": None, "members_max": 0,
             "generation_rows": []})
         before = previous.get(key)
@@ -430,6 +436,85 @@ def _deliveries(console: Console, rows: list[dict], top: int = 20) -> None:
         console.print(f"  ... {len(rows) - top:,} more (kafkacap export: the deliveries table)")
 
 
+def share_rows(consumption: pa.Table) -> list[dict]:
+    """Per share group, topic and member: records given, redelivered, accepted, released, rejected, lost to an
+    expired lock, unacknowledged, and processing time; the share_consumption table's names."""
+    columns = ["group_id", "topic", "client_id", "member_id", "acquired_records", "redelivered_records", "accepted",
+               "released", "rejected", "renewed", "failed_acks", "lock_lost", "unacknowledged", "processing_p50_ms",
+               "processing_p99_ms", "processing_max_ms"]
+    rows = consumption.select(["capture_file", *columns]).to_pylist()
+    return sorted(rows, key=lambda r: tuple("" if r[k] is None else str(r[k]) for k in
+                                            ("capture_file", "group_id", "topic", "client_id", "member_id")))
+
+
+def _shares(console: Console, rows: list[dict], top: int = 20) -> None:
+    columns = (Col("group_id"), Col("topic"), Col("member (client)"), Col("given", "right"),
+               Col("again", "right", priority=1), Col("accepted", "right"), Col("released", "right"),
+               Col("rejected", "right"), Col("lock lost", "right"), Col("unacked", "right", priority=1),
+               Col("p50", "right"), Col("p99", "right", priority=1))
+    print_table(console, "Share groups: records given to each member and what it did (processing time in ms)",
+                columns, [(inert_text(r["group_id"]), inert_text(r["topic"]),
+                           inert_text(r["client_id"] or r["member_id"]),
+                           f"{r['acquired_records']:,}", f"{r['redelivered_records']:,}", f"{r['accepted']:,}",
+                           f"{r['released']:,}", f"{r['rejected']:,}", f"{r['lock_lost']:,}",
+                           f"{r['unacknowledged']:,}", _fmt_ms(r["processing_p50_ms"]),
+                           _fmt_ms(r["processing_p99_ms"])) for r in rows[:top]])
+    console.print("  given: records acquired (each delivery); again: of those, delivered before; lock lost: "
+                  "acquired again before it acknowledged them (its lock ran out); processing: acquisition to "
+                  "its acknowledgement.", style="dim", markup=False, highlight=False)
+    if len(rows) > top:
+        console.print(f"  ... {len(rows) - top:,} more (kafkacap export: the share_consumption table)")
+
+
+OUTCOMES = ("committed", "aborted", "failed", "superseded", "open")
+
+
+def transaction_rows(transactions: pa.Table, seconds: float | None = None) -> list[dict]:
+    """Per transactional id (and capture): transactions by outcome, per second over the capture's span,
+    duration and EndTxn time percentiles, and the errors met; the transactions table's names throughout."""
+    keys = ["capture_file", "transactional_id"]
+    digest = pc.TDigestOptions(q=[0.5, 0.99])
+    stats = {(r["capture_file"], r["transactional_id"]): r for r in transactions.group_by(keys).aggregate([
+        ([], "count_all"), ("duration_ms", "tdigest", digest), ("duration_ms", "max"), ("commit_ms", "tdigest", digest),
+        ("records", "sum")]).to_pylist()}
+    found: dict[tuple, dict] = {}
+    for t in transactions.select([*keys, "outcome", "errors"]).to_pylist():
+        entry = found.setdefault((t["capture_file"], t["transactional_id"]), {o: 0 for o in OUTCOMES} | {"errors": []})
+        if t["outcome"] in entry:
+            entry[t["outcome"]] += 1
+        entry["errors"] += [e for e in t["errors"] or () if e not in entry["errors"]]
+    out = []
+    for key in sorted(found, key=lambda k: (k[0] or "", k[1] or "")):
+        r = stats[key]
+        d50, d99 = r["duration_ms_tdigest"] or (None, None)
+        c50, c99 = r["commit_ms_tdigest"] or (None, None)
+        out.append({"capture_file": key[0], "transactional_id": key[1], "transactions": r["count_all"],
+                    **found[key],
+                    "per_second": round(r["count_all"] / seconds, 3) if seconds else None,
+                    "duration_p50_ms": None if d50 is None else round(d50, 3),
+                    "duration_p99_ms": None if d99 is None else round(d99, 3),
+                    "duration_max_ms": r["duration_ms_max"],
+                    "commit_p50_ms": None if c50 is None else round(c50, 3),
+                    "commit_p99_ms": None if c99 is None else round(c99, 3),
+                    "records": r["records_sum"]})
+    return out
+
+
+def _transactions(console: Console, rows: list[dict], top: int = 20) -> None:
+    columns = (Col("transactional_id"), Col("txns", "right"), Col("committed", "right"),
+               Col("aborted", "right", under="committed"), Col("failed", "right", priority=1),
+               Col("open", "right", priority=1), Col("per s", "right", priority=2), Col("p50", "right"),
+               Col("p99", "right"), Col("EndTxn p50", "right", priority=1), Col("errors", wrap=True, priority=2))
+    print_table(console, "Transactions: first request to EndTxn's answer (ms)", columns, [
+        (inert_text(r["transactional_id"]), f"{r['transactions']:,}", f"{r['committed']:,}", f"{r['aborted']:,}",
+         f"{r['failed'] + r['superseded']:,}", f"{r['open']:,}",
+         "-" if r["per_second"] is None else f"{r['per_second']:,.2f}", _fmt_ms(r["duration_p50_ms"]),
+         _fmt_ms(r["duration_p99_ms"]), _fmt_ms(r["commit_p50_ms"]), inert_text(", ".join(r["errors"]) or "-"))
+        for r in rows[:top]])
+    if len(rows) > top:
+        console.print(f"  ... {len(rows) - top:,} more transactional ids (kafkacap export: the transactions table)")
+
+
 MAX_GENERATION_ROWS = 40
 
 
@@ -437,12 +522,15 @@ GROUPS_NOTE = (
     "  Columns of the groups table: joined / left: members new to / missing from the generation before (- when "
     "it is not in the capture); left_ts: members that sent LeaveGroup in this generation; rebalance_ms: first "
     "JoinGroup to the last member's assignment; stop_ms: the longest a member of the generation before went "
-    "without partitions (its waited_ms)."
+    "without partitions (its waited_ms). protocol consumer (KIP-848), share and streams: generation_id is the "
+    "group epoch, rebalance_ms from the change that set it off to every member owning its assignment, stop_ms "
+    "the longest a moved partition had no consumer."
 )
 
 
 def _groups(console: Console, rows: list[dict]) -> None:
-    columns = (Col("group_id"), Col("generation_id", "right", under="group_id"), Col("members", wrap=True),
+    columns = (Col("group_id"), Col("protocol", priority=1), Col("generation_id", "right", under="group_id"),
+               Col("members", wrap=True),
                Col("joined", "right"),
                Col("left", "right", under="joined"), Col("left_ts", "right", under="joined"),
                Col("rebalance_ms", "right"), Col("stop_ms", "right", under="rebalance_ms"),
@@ -450,7 +538,7 @@ def _groups(console: Console, rows: list[dict]) -> None:
     cells = []
     for entry in rows:
         for g in entry["generation_rows"][:MAX_GENERATION_ROWS - len(cells)]:
-            cells.append((inert_text(entry["group_id"]), str(g["generation_id"]),
+            cells.append((inert_text(entry["group_id"]), entry["group_protocol"], str(g["generation_id"]),
                           inert_text(", ".join(sorted(set(g["members"])))),
                           "-" if g["joined"] is None else str(len(g["joined"])),
                           "-" if g["left"] is None else str(len(g["left"])), str(len(g["left_ts"])),
@@ -463,11 +551,16 @@ def _groups(console: Console, rows: list[dict]) -> None:
     if total > len(cells):
         console.print(f"  ... {total - len(cells):,} more generations (kafkacap export: the groups table)")
     for entry in rows:
-        console.print(Text(f"  {inert(entry['group_id'])}: {entry['generations']} generation"
+        if entry["group_protocol"] == "classic":
+            waited = (f"members of a generation before went without partitions {_fmt_ms(entry['waited_ms_total'])} "
+                      f"ms in all (their waited_ms summed; the longest stop_ms {_fmt_ms(entry['stop_ms_max'])} ms)")
+        else:
+            waited = (f"members took {_fmt_ms(entry['waited_ms_total'])} ms in all to reconcile (their waited_ms "
+                      f"summed); the longest a moved partition had no consumer: {_fmt_ms(entry['stop_ms_max'])} ms")
+        console.print(Text(f"  {inert(entry['group_id'])} ({entry['group_protocol']}): {entry['generations']} "
+                           f"{'generation' if entry['group_protocol'] == 'classic' else 'epoch'}"
                            f"{'s' if entry['generations'] != 1 else ''}, up to {entry['members_max']} members; "
-                           f"members of a generation before went without partitions "
-                           f"{_fmt_ms(entry['waited_ms_total'])} ms in all (their waited_ms summed; the longest "
-                           f"stop_ms {_fmt_ms(entry['stop_ms_max'])} ms)"))
+                           f"{waited}"))
 
 
 def _files(console: Console, reports: list[FileReport]) -> None:
@@ -657,7 +750,8 @@ SUMMARY_FORMAT = 2  # the version of summary_document's structure; raised when a
 def summary_document(exchanges: pa.Table, connections: pa.Table, reports: list[FileReport],
                      partitions: pa.Table | None = None, groups: pa.Table | None = None,
                      deliveries: pa.Table | None = None, *, headers_only: bool = False,
-                     verify_crc: bool = False, cluster: pa.Table | None = None) -> dict:
+                     verify_crc: bool = False, cluster: pa.Table | None = None,
+                     transactions: pa.Table | None = None, share_consumption: pa.Table | None = None) -> dict:
     """What the summary shows, as one JSON-ready structure (``kafkacap summary --json``, documented in
     docs/summary-json.md): the same figures as the terminal, every row in full (no top-N cut but ``slowest``)."""
     span = capture_span(exchanges, reports_span(reports))
@@ -693,6 +787,10 @@ def summary_document(exchanges: pa.Table, connections: pa.Table, reports: list[F
         "replication": (replication_rows(partitions, span["seconds"])
                         if partitions is not None and partitions.num_rows else []),
         "groups": group_rows(groups) if groups is not None and groups.num_rows else [],
+        "share_groups": (share_rows(share_consumption)
+                         if share_consumption is not None and share_consumption.num_rows else []),
+        "transactions": (transaction_rows(transactions, span["seconds"])
+                         if transactions is not None and transactions.num_rows else []),
         "deliveries": None if deliveries is None else delivery_rows(deliveries) if deliveries.num_rows else [],
         "connections": {"count": connections.num_rows, "ended": dict(sorted(ended.items())),
                         **{key: value for key, _, value in anomaly_counts(connections, exchanges, partitions)}},

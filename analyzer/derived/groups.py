@@ -230,7 +230,8 @@ def _table(generations: dict[tuple[str, int], _Generation]) -> pa.Table:
             if following is not None:
                 next_start = _earliest(*(m.join_ts for m in following.members.values()))
             out.append({
-                "capture_file": g.capture_file, "group_id": group_id, "generation_id": g.generation_id,
+                "capture_file": g.capture_file, "group_id": group_id, "group_protocol": "classic",
+                "generation_id": g.generation_id,
                 "protocol_type": g.protocol_type, "protocol_name": g.protocol_name, "leader": g.leader,
                 "broker_ip": g.broker_ip, "broker_port": g.broker_port,
                 "member_count": len(members),
@@ -246,6 +247,7 @@ def _table(generations: dict[tuple[str, int], _Generation]) -> pa.Table:
                 "stop_ms": max(stops) if stops else None,
                 "ended": next_start if next_start is not None else g.last_seen,
                 "next_generation_id": following.generation_id if following is not None else None,
+                "moved": None,
             })
             previous = g
     return pa.Table.from_pylist(out, schema=GROUPS_SCHEMA)

@@ -10,7 +10,19 @@ import pyarrow.compute as pc
 from analyzer.derived.deliveries import deliveries_table, fetched_rows, produced_rows
 from analyzer.derived.groups import COLUMNS as GROUP_COLUMNS
 from analyzer.derived.groups import detail_rows, groups_table, member_counts, merge_counts
-from analyzer.tables.schemas import EXCHANGES_SCHEMA, PARTITIONS_SCHEMA
+from analyzer.derived.heartbeat_groups import COLUMNS as HEARTBEAT_COLUMNS
+from analyzer.derived.heartbeat_groups import heartbeat_groups_table
+from analyzer.derived.share_groups import COLUMNS as SHARE_COLUMNS
+from analyzer.derived.share_groups import share_consumption_table
+from analyzer.derived.transactions import produce_rows, step_rows, transactions_table
+from analyzer.derived.transactions import produced_rows as transactional_rows
+from analyzer.tables.schemas import (
+    EXCHANGES_SCHEMA,
+    GROUP_HEARTBEATS_SCHEMA,
+    PARTITIONS_SCHEMA,
+    SHARE_RANGES_SCHEMA,
+    TRANSACTION_STEPS_SCHEMA,
+)
 
 CONNECTION_KEYS = {"capture_file": pa.string(), "connection_id": pa.int64(), "client_ip": pa.string(),
                    "broker_ip": pa.string(), "broker_port": pa.int32()}
@@ -24,7 +36,9 @@ class DerivedTables:
     - groups: the group APIs' JoinGroup, SyncGroup and LeaveGroup rows (a few per member and rebalance) and
       running counts of heartbeats and commits (one row per member and generation);
     - deliveries: the Produce partition rows the broker appended and the Fetch partition rows that returned
-      records (a few columns each), each connection's client address, and the groups of client ids.
+      records (a few columns each), each connection's client address, and the groups of client ids;
+    - transactions: the transaction_steps rows of transactional producers, their Produce exchanges and the
+      partition rows of those (a few columns each).
     """
 
     def __init__(self, deliveries: bool = True) -> None:
@@ -37,13 +51,28 @@ class DerivedTables:
         self._groups_of: dict[tuple[str | None, str | None], set[str]] = {}
         self._pending: list[pa.Table] = []  # group-scoped exchanges not yet gone over
         self._pending_rows = 0
+        self._steps: list[pa.Table] = []
+        self._heartbeats: list[pa.Table] = []
+        self._shares: list[pa.Table] = []
+        self._txn_produces: list[pa.Table] = []
+        self._txn_produced: list[pa.Table] = []
 
     def feed(self, table: str, batch: pa.RecordBatch) -> None:
         if table == "exchanges":
-            self._exchanges(pa.Table.from_batches([batch]))
-        elif not self.deliveries:
+            t = pa.Table.from_batches([batch])
+            self._exchanges(t)
+            _keep(produce_rows(t), self._txn_produces)
+        elif table == "group_heartbeats":
+            _keep(pa.Table.from_batches([batch]).select(list(HEARTBEAT_COLUMNS)), self._heartbeats)
+        elif table == "share_ranges":
+            _keep(pa.Table.from_batches([batch]).select(list(SHARE_COLUMNS)), self._shares)
+        elif table == "transaction_steps":
+            _keep(step_rows(pa.Table.from_batches([batch])), self._steps)
+        elif table == "partitions" and "transactional" in batch.schema.names:
+            _keep(transactional_rows(pa.Table.from_batches([batch])), self._txn_produced)
+        if not self.deliveries:
             return
-        elif table == "partitions":
+        if table == "partitions":
             for rows, into in ((produced_rows(batch), self._produced), (fetched_rows(batch), self._fetched)):
                 if rows.num_rows:
                     into.append(rows)
@@ -86,7 +115,15 @@ class DerivedTables:
         """(table, batch) of each derived table (one batch each, possibly empty)."""
         self._settle()
         detail = pa.concat_tables(self._detail) if self._detail else detail_rows(EXCHANGES_SCHEMA.empty_table())
-        yield "groups", _one_batch(groups_table(detail, merge_counts(self._counts)))
+        counts = merge_counts(self._counts)
+        heartbeats = _concat(self._heartbeats, GROUP_HEARTBEATS_SCHEMA.empty_table().select(list(HEARTBEAT_COLUMNS)))
+        yield "groups", _one_batch(all_groups(groups_table(detail, counts), heartbeat_groups_table(heartbeats, counts)))
+        yield "share_consumption", _one_batch(share_consumption_table(
+            _concat(self._shares, SHARE_RANGES_SCHEMA.empty_table().select(list(SHARE_COLUMNS)))))
+        yield "transactions", _one_batch(transactions_table(
+            _concat(self._steps, step_rows(TRANSACTION_STEPS_SCHEMA.empty_table())),
+            _concat(self._txn_produces, produce_rows(EXCHANGES_SCHEMA.empty_table())),
+            _concat(self._txn_produced, transactional_rows(PARTITIONS_SCHEMA.empty_table()))))
         if not self.deliveries:
             return
         empty = PARTITIONS_SCHEMA.empty_table()
@@ -104,6 +141,21 @@ class DerivedTables:
         connections = connections.rename_columns({"client_ip_min": "client_ip", "broker_ip_min": "broker_ip",
                                                   "broker_port_min": "broker_port"})
         yield "deliveries", _one_batch(deliveries_table(produced, fetched, connections, consumers))
+
+
+def all_groups(classic: pa.Table, heartbeat: pa.Table) -> pa.Table:
+    """The groups table: classic generations and the heartbeat protocols' epochs, in one order."""
+    return pa.concat_tables([classic, heartbeat]).sort_by([("capture_file", "ascending"), ("group_id", "ascending"),
+                                                          ("generation_id", "ascending")])
+
+
+def _keep(rows: pa.Table, into: list[pa.Table]) -> None:
+    if rows.num_rows:
+        into.append(rows)
+
+
+def _concat(parts: list[pa.Table], empty: pa.Table) -> pa.Table:
+    return pa.concat_tables(parts, promote_options="permissive") if parts else empty
 
 
 def _one_batch(t: pa.Table) -> pa.RecordBatch:

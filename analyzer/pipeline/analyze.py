@@ -29,9 +29,12 @@ from analyzer.tables.schemas import (
     connections_batch,
     errors_batch,
     exchanges_batch,
+    group_heartbeats_batch,
     partitions_batch,
     records_batch,
+    share_ranges_batch,
     topic_text,
+    transaction_steps_batch,
 )
 from analyzer.tcp.bulk import feed_chunk
 from analyzer.tcp.flows import FlowTable
@@ -305,7 +308,7 @@ def _emit_exchanges(table: FlowTable, name: str, sink: BatchSink, report: FileRe
     names = partial(topic_text, topic_names=out.topic_names)  # topic ids to text, at the end of the batch
     if out.exchanges:
         columns = out.exchanges.drain(names)
-        columns["subscription"], columns["assignment"] = out.group_details.drain(len(columns["api_key"]), names)
+        columns["subscription"], columns["assignment"] = out.details.groups.drain(len(columns["api_key"]), names)
         batch = exchanges_batch(columns, name)
         report.exchanges += batch.num_rows
         counts = report.status_counts
@@ -316,6 +319,12 @@ def _emit_exchanges(table: FlowTable, name: str, sink: BatchSink, report: FileRe
         sink("errors", errors_batch(out.errors.drain(names), name))
     if out.partitions:
         sink("partitions", partitions_batch(out.partitions.drain(names), name))
+    if out.details.heartbeats:
+        sink("group_heartbeats", group_heartbeats_batch(out.details.heartbeats.drain(names), name))
+    if out.details.shares:
+        sink("share_ranges", share_ranges_batch(out.details.shares.drain(names), name))
+    if out.details.transactions:
+        sink("transaction_steps", transaction_steps_batch(out.details.transactions.drain(names), name))
     if out.records:
         _emit_records(out, name, sink)
 

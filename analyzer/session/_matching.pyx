@@ -24,6 +24,7 @@ from dissectors.kafka.records_summary cimport RecordsSummary, records_summary_at
 from dissectors.kafka.wire cimport Cursor, cursor_init, rd_i16, rd_i32
 
 from analyzer.session import matching as _m
+from analyzer.session.details import DETAIL_APIS
 from analyzer.session.legacy07 import Legacy07Matcher
 from dissectors.kafka.apis import (
     API_KEY_LIMIT,
@@ -63,6 +64,7 @@ cdef uint64_t HEADER_V0[MAX_KEYS]
 cdef int REQUEST_FLEXIBLE_FROM[MAX_KEYS]
 cdef int RESPONSE_FLEXIBLE_FROM[MAX_KEYS]
 cdef int KEYS = min(API_KEY_LIMIT, MAX_KEYS)
+cdef bint KEEP_BODY[MAX_KEYS]  # DETAIL_APIS: the request body is kept for analyzer.session.details
 
 
 cdef void _tables() except *:
@@ -70,6 +72,7 @@ cdef void _tables() except *:
     for key in range(MAX_KEYS):
         DEFINED[key] = HEADER_V0[key] = 0
         REQUEST_FLEXIBLE_FROM[key] = RESPONSE_FLEXIBLE_FROM[key] = 1 << 20
+        KEEP_BODY[key] = key in DETAIL_APIS
     for key in range(KEYS):
         for version in DEFINED_VERSIONS[key]:
             if 0 <= version < MAX_VERSION:
@@ -88,7 +91,7 @@ _UNDEFINED = _m._UNDEFINED
 cdef dict _SETTING_NAMES = _m._SETTING_NAMES
 cdef frozenset _SETTINGS = _m._SETTINGS
 cdef int SASL_HANDSHAKE = 17, SASL_AUTHENTICATE = 36, FIND_COORDINATOR = 10, JOIN_GROUP = 11
-cdef int SYNC_GROUP = 14, CONSUMER_GROUP_HEARTBEAT = 68, METADATA = 3, DESCRIBE_TOPIC_PARTITIONS = 75
+cdef int METADATA = 3, DESCRIBE_TOPIC_PARTITIONS = 75
 # Extracted's fields by position (a NamedTuple: reading by index skips the attribute lookup and, on a tuple
 # subclass, Cython's generic indexing), checked by name below. Its partitions are compiled Entries.
 cdef Py_ssize_t X_TOPICS = 0, X_PARTITION_COUNT = 1, X_ERRORS = 2, X_TOP_ERROR = 3, X_THROTTLE = 4
@@ -332,7 +335,7 @@ cdef class Request:
     cdef readonly object body  # its Extracted (_NOTHING: not read, _UNDEFINED: no layout to read it by)
     cdef readonly bint malformed
     cdef readonly object records  # (topic, partition) -> its records field's summary, or None
-    cdef readonly object group_body  # a group API's request body, kept for its member details (or None)
+    cdef readonly object detail_body  # the request body of DETAIL_APIS, kept for analyzer.session.details
 
     def __repr__(self):
         return (f"Request(correlation_id={self.correlation_id}, api_key={self.api_key}, "
@@ -340,7 +343,7 @@ cdef class Request:
 
 
 cdef Request new_request(int32_t correlation_id, api_key, api_version, client_id, first_ts, first_no, last_ts,
-                         last_no, size, bint acks0, note, body, bint malformed, records, group_body=None):
+                         last_no, size, bint acks0, note, body, bint malformed, records, detail_body=None):
     cdef Request r = Request.__new__(Request)
     r.correlation_id = correlation_id
     r.api_key = api_key
@@ -356,7 +359,7 @@ cdef Request new_request(int32_t correlation_id, api_key, api_version, client_id
     r.body = body
     r.malformed = malformed
     r.records = records
-    r.group_body = group_body
+    r.detail_body = detail_body
     return r
 
 
@@ -544,16 +547,16 @@ cdef class ExchangeMatcher(FrameSink):
         if client_id not in self.client_ids:
             self._new_client_id(client_id, head, end)
         self.last_request_corr = corr
-        if key == JOIN_GROUP or key == SYNC_GROUP or key == CONSUMER_GROUP_HEARTBEAT:
-            group_body = bytes(head[body:end]) if self.bodies and not (bad or lossy) and end >= size + 4 else None
+        if 0 <= key < MAX_KEYS and KEEP_BODY[key]:
+            detail_body = bytes(head[body:end]) if self.bodies and not (bad or lossy) and end >= size + 4 else None
         else:
-            group_body = None
+            detail_body = None
         recs = self._records(head, p, end, x, corr, key, ver, client_id, last_ts) \
             if key == PRODUCE and xf(x, X_PARTITIONS) \
             else None
         pending = self.pending
         pending.append(new_request(corr, key, ver, client_id, first_ts, first_no, last_ts, last_no, size + 4, acks0,
-                                   note, x, bad, recs, group_body))
+                                   note, x, bad, recs, detail_body))
         if self.by_corr is not None or len(pending) > SCAN_IN_FLIGHT:
             self._indexed(corr)
 
@@ -813,8 +816,9 @@ cdef class ExchangeMatcher(FrameSink):
                     note = _join(note, "record_count and record_bytes unknown: partitions left out")
         else:  # headers only: what the bodies hold is unknown, not empty
             topics = partition_count = None
-        if req.group_body is not None and status is not MALFORMED and not lossy and end >= size + 4:
-            out.group_details.add(self.rows.rows, key, ver, req.group_body, bytes(head[body:end]))
+        if req.detail_body is not None and status is not MALFORMED and not lossy and end >= size + 4:
+            note = _join(note, out.details.add(self.rows.rows, self.conn, corr, client_id, key, ver, req.first_ts,
+                                               last_ts, req.detail_body, bytes(head[body:end])))
         elif (key == METADATA or key == DESCRIBE_TOPIC_PARTITIONS) and self.bodies and status is not MALFORMED \
                 and not lossy and end >= size + 4:  # the cluster table: brokers, leaders, ISR (read in Python)
             out.cluster.add(self.conn.connection_id, last_ts, last_no, self.conn.broker_ip, self.conn.broker_port,

@@ -2,8 +2,9 @@
 ``assignment``, read from the group APIs' opaque bytes.
 
 The compiled matcher hands the bodies of the few exchanges that carry them (JoinGroup, SyncGroup,
-ConsumerGroupHeartbeat: a handful per member and rebalance) to :class:`GroupDetails`, which decodes them with
-the full decoder and the consumer protocol, and keeps them by row until the exchanges are drained. The hot
+ConsumerGroupHeartbeat: a handful per member and rebalance) to :mod:`analyzer.session.details`, which decodes
+them with the full decoder; :class:`GroupDetails` reads the consumer protocol from them and keeps the results by
+row until the exchanges are drained. The hot
 path (Produce, Fetch) never comes here.
 """
 
@@ -14,8 +15,6 @@ from collections.abc import Callable
 import pyarrow as pa
 
 from dissectors.kafka import consumer_protocol
-from dissectors.kafka.decoder import decode
-from dissectors.kafka.headers import HeaderError
 
 JOIN_GROUP, SYNC_GROUP, CONSUMER_GROUP_HEARTBEAT = 11, 14, 68
 DETAIL_APIS = frozenset((JOIN_GROUP, SYNC_GROUP, CONSUMER_GROUP_HEARTBEAT))
@@ -27,34 +26,21 @@ ASSIGNMENT_TYPE = pa.list_(pa.struct([("topic", pa.string()), ("partitions", pa.
 Assigned = list[tuple[str | bytes, list[int]]]
 
 
-def _body(data: bytes | None, key: int, version: int, is_response: bool) -> dict | None:
-    if data is None:
-        return None
-    try:
-        return decode(data, 0, len(data), key, version, is_response)
-    except (HeaderError, ValueError, OverflowError):
-        return None
-
-
-def details(key: int, version: int, request: bytes | None, response: bytes | None
-            ) -> tuple[list[str] | None, Assigned | None]:
-    """(subscription, assignment) of one group exchange from its request and response bodies; None where the
-    exchange does not carry it or the bytes do not parse."""
+def details(key: int, rq: dict | None, rs: dict | None) -> tuple[list[str] | None, Assigned | None]:
+    """(subscription, assignment) of one group exchange from its decoded request and response bodies (None
+    where they did not parse); None where the exchange does not carry it."""
     sub: list[str] | None = None
     got: Assigned | None = None
-    rq = _body(request, key, version, False)
     if key == JOIN_GROUP:
         if rq is not None and rq.get("protocol_type") == "consumer" and rq.get("protocols"):
             sub = consumer_protocol.subscription(rq["protocols"][0].get("metadata"))
     elif key == SYNC_GROUP:
-        rs = _body(response, key, version, True)
         if rs is not None and not rs.get("error_code") and rs.get("protocol_type") in (None, "consumer"):
             found = consumer_protocol.assignment(rs.get("assignment"))
             got = None if found is None else [(t.topic, t.partitions) for t in found]
     elif key == CONSUMER_GROUP_HEARTBEAT:
         if rq is not None and rq.get("subscribed_topic_names") is not None:
             sub = list(rq["subscribed_topic_names"])
-        rs = _body(response, key, version, True)
         if rs is not None and not rs.get("error_code") and rs.get("assignment") is not None:
             got = [(t["topic_id"], list(t["partitions"])) for t in rs["assignment"].get("topic_partitions") or ()]
     return sub, got
@@ -68,9 +54,9 @@ class GroupDetails:
     def __init__(self) -> None:
         self.rows: list[tuple[int, list[str] | None, Assigned | None]] = []
 
-    def add(self, row: int, key: int, version: int, request: bytes | None, response: bytes | None) -> None:
-        """The exchange written as row ``row`` of the exchange columns held now."""
-        sub, got = details(key, version, request, response)
+    def add(self, row: int, key: int, rq: dict | None, rs: dict | None) -> None:
+        """The exchange written as row ``row`` of the exchange columns held now, its bodies decoded."""
+        sub, got = details(key, rq, rs)
         if sub is not None or got is not None:
             self.rows.append((row, sub, got))
 

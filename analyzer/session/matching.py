@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from itertools import islice
 
 from analyzer.session.cluster import ClusterView
-from analyzer.session.group_details import GroupDetails
+from analyzer.session.details import ExchangeDetails
 from analyzer.tables.columns import ErrorColumns, ExchangeColumns, PartitionColumns
 from analyzer.tables.schemas import SETTING_FIELDS
 from dissectors.kafka.extract import (
@@ -171,7 +171,7 @@ class Outputs:
 
     __slots__ = ("exchanges", "errors", "partitions", "topic_names", "bodies", "tap", "limits", "verify_crc",
                  "records", "max_in_flight", "in_flight_note", "held_rows", "drain", "requests_dropped",
-                 "tls_keys", "group_details", "cluster")
+                 "tls_keys", "details", "cluster")
 
     def __init__(self, bodies: bool = True, verify_crc: bool = False, records: bool = False,
                  limits: Limits | None = None, max_in_flight: int = MAX_IN_FLIGHT) -> None:
@@ -190,7 +190,8 @@ class Outputs:
         self.partitions = PartitionColumns()
         # topic id -> name, from Metadata-like responses (and the ids Kafka itself fixes)
         self.topic_names: dict[bytes, str] = dict(WELL_KNOWN_TOPIC_IDS)
-        self.group_details = GroupDetails()  # the exchanges' subscription and assignment columns
+        # the group and transaction APIs' bodies read in full: subscription and assignment, transaction_steps
+        self.details = ExchangeDetails()
         self.cluster = ClusterView(self.topic_names)  # the cluster table's rows (Metadata and the like)
         # Requests held in flight per connection (checked once the queue outgrows a scan: never below that).
         self.max_in_flight = max(max_in_flight, SCAN_IN_FLIGHT)

@@ -900,19 +900,38 @@ GROUP_MEMBER_TYPE = pa.struct([
     _f("connection_id", pa.int64(), "Connection of the member's JoinGroup (see connections)."),
     _f("subscription", pa.list_(pa.string()), "Topics the member subscribed to (its JoinGroup metadata)."),
     _f("assignment", _ASSIGNMENT, "Partitions its SyncGroup answer gave it."),
-    _f("join_ts", TS, "Its first JoinGroup request of this rebalance (a MEMBER_ID_REQUIRED attempt included)."),
-    _f("synced_ts", TS, "When its SyncGroup response (the assignment) arrived; null if not seen."),
-    _f("waited_ms", pa.float64(), "synced_ts - join_ts: how long the member had no partitions to consume."),
+    _f("join_ts", TS, "Its first JoinGroup request of this rebalance (a MEMBER_ID_REQUIRED attempt included); "
+       "heartbeat protocols: its first heartbeat answered with this epoch."),
+    _f("synced_ts", TS, "When its SyncGroup response (the assignment) arrived; null if not seen. KIP-848: its "
+       "first heartbeat at this epoch owning all it was given (reconciled)."),
+    _f("waited_ms", pa.float64(), "synced_ts - join_ts: how long the member had no partitions to consume (classic); "
+       "how long it took to reconcile (KIP-848)."),
     _f("left_ts", TS, "When it sent LeaveGroup in this generation; null if it did not (or not seen)."),
-    _f("heartbeats", pa.int64(), "Heartbeat requests it sent with this generation."),
+    _f("heartbeats", pa.int64(), "Heartbeat requests it sent with this generation (KIP-848 and share groups: "
+       "heartbeats sent at this epoch)."),
     _f("commits", pa.int64(), "OffsetCommit requests it sent with this generation."),
+    _f("errors", pa.list_(pa.string()), "KIP-848, share and Streams groups: errors its heartbeats got at this "
+       "epoch, each once (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID...; null for classic groups)."),
 ])
+
+_MOVED = pa.list_(pa.struct([
+    _f("topic", pa.string(), "Topic of the partition."),
+    _f("partition", pa.int32(), "The partition."),
+    _f("from_member", pa.string(), "Member that gave it up (null: it left or was fenced without saying so)."),
+    _f("to_member", pa.string(), "Member it went to at this epoch."),
+    _f("released_ts", TS, "When the first member's heartbeat stopped listing it as owned (or it left)."),
+    _f("acquired_ts", TS, "When the new member's heartbeat first listed it as owned: it consumes it again."),
+    _f("gap_ms", pa.float64(), "acquired_ts - released_ts: how long no member consumed it."),
+]))
 
 GROUPS_SCHEMA = pa.schema([
     _f("capture_file", pa.string(), "Capture file (or rotated set) of the exchanges: a generation seen in two "
        "captures is a row of each."),
     _f("group_id", pa.string(), "The consumer group."),
-    _f("generation_id", pa.int32(), "Generation id the coordinator answered JoinGroup with."),
+    _f("group_protocol", pa.string(), "classic (JoinGroup and SyncGroup) | consumer (KIP-848: "
+       "ConsumerGroupHeartbeat) | share (KIP-932: ShareGroupHeartbeat) | streams (KIP-1071)."),
+    _f("generation_id", pa.int32(), "Generation id the coordinator answered JoinGroup with; for the "
+       "heartbeat protocols, the group epoch: the member epoch the coordinator moved members to."),
     _f("protocol_type", pa.string(), "Protocol type of the members' JoinGroup (consumer, connect, ...)."),
     _f("protocol_name", pa.string(), "Protocol the coordinator chose (the assignor: range, roundrobin, ...)."),
     _f("leader", pa.string(), "Member id of the leader, which computed the assignment."),
@@ -923,14 +942,20 @@ GROUPS_SCHEMA = pa.schema([
     _f("joined", pa.list_(pa.string()), "Member ids new since the previous generation (null when that "
        "generation is not in the capture)."),
     _f("left", pa.list_(pa.string()), "Member ids of the previous generation not in this one (null likewise)."),
-    _f("rebalance_start", TS, "The first JoinGroup request of the rebalance that made this generation."),
+    _f("rebalance_start", TS, "The first JoinGroup request of the rebalance that made this generation; for the "
+       "heartbeat protocols, the first heartbeat answered with this epoch (what set it off, a member joining or "
+       "leaving, is in joined and left)."),
     _f("rebalance_end", TS, "The last member's SyncGroup response: every member has its assignment (null if "
-       "some member's was not seen)."),
+       "some member's was not seen); for KIP-848 groups, the last member's heartbeat owning all it was given "
+       "at this epoch: every member reconciled."),
     _f("rebalance_ms", pa.float64(), "rebalance_end - rebalance_start."),
     _f("stop_ms", pa.float64(), "The longest time a member of the previous generation went without partitions: "
-       "its rejoin to its new assignment (null for a first generation or without the previous one)."),
+       "its rejoin to its new assignment (null for a first generation or without the previous one); for KIP-848 "
+       "groups, the longest gap_ms of moved (members keep the partitions that do not move)."),
     _f("ended", TS, "The next generation's rebalance_start, else the last exchange seen with this generation."),
     _f("next_generation_id", pa.int32(), "The next generation of the group seen in the capture."),
+    _f("moved", _MOVED, "KIP-848 groups: the partitions that changed hands into this epoch, with how long no "
+       "member consumed each (from the members' own owned-partition reports; null for classic groups)."),
 ])
 
 DELIVERIES_SCHEMA = pa.schema([
@@ -955,6 +980,202 @@ DELIVERIES_SCHEMA = pa.schema([
     _f("delivery_ms", pa.float64(), "fetched_ts - produced_ts: end-to-end latency from producer to consumer."),
     _f("after_ack_ms", pa.float64(), "fetched_ts - acked_ts: how long after the producer's acknowledgement the "
        "consumer had it (negative when the consumer got it first, as with acks=all and a fast follower)."),
+])
+
+_TASKS = pa.list_(pa.struct([("kind", pa.string()), ("subtopology_id", pa.string()),
+                             ("partitions", pa.list_(pa.int32()))]))
+
+GROUP_HEARTBEATS_SCHEMA = pa.schema([
+    _f("capture_file", pa.string(), "Capture file (or rotated set) of the exchange."),
+    _f("connection_id", pa.int64(), "Its connection (see connections)."),
+    _f("correlation_id", pa.int32(), "Its correlation id (see exchanges)."),
+    _f("client_id", pa.string(), "client_id of the request."),
+    _f("client_ip", pa.string(), "Address of the member."),
+    _f("client_port", pa.int32(), "Its port."),
+    _f("broker_ip", pa.string(), "Address of the group coordinator."),
+    _f("broker_port", pa.int32(), "Its port."),
+    _f("api_name", pa.string(), "ConsumerGroupHeartbeat (KIP-848 consumer groups), ShareGroupHeartbeat (share "
+       "groups, KIP-932) or StreamsGroupHeartbeat (Streams groups, KIP-1071)."),
+    _f("api_version", pa.int16(), "Version of the request."),
+    _f("request_ts", TS, "When the request was sent (its first packet)."),
+    _f("response_ts", TS, "When the response arrived (its last packet)."),
+    _f("group_id", pa.string(), "The group."),
+    _f("member_id", pa.string(), "The member: the id the response gives, else the one the request names."),
+    _f("instance_id", pa.string(), "Static membership id, if any."),
+    _f("rack_id", pa.string(), "Rack the member says it is in, if any."),
+    _f("request_epoch", pa.int32(), "Member epoch of the request: 0 joins, -1 leaves, -2 leaves as a static "
+       "member; otherwise the epoch the member is at."),
+    _f("response_epoch", pa.int32(), "Member epoch the coordinator answers with: past request_epoch, the member "
+       "moved to a new epoch of the group (its assignment with it)."),
+    _f("rebalance_timeout_ms", pa.int32(), "Rebalance timeout the member asks for (sent when it joins or "
+       "changes)."),
+    _f("subscribed_topics", pa.list_(pa.string()), "Topics it subscribes to (null: unchanged since its last "
+       "heartbeat)."),
+    _f("subscribed_regex", pa.string(), "Regular expression it subscribes with (broker-side, KIP-848), if any."),
+    _f("server_assignor", pa.string(), "Assignor it asks the coordinator to use, if any."),
+    _f("owned", pa.list_(pa.struct([("topic", pa.string()), ("partitions", pa.list_(pa.int32()))])),
+       "Partitions it says it owns (null: unchanged since its last heartbeat)."),
+    _f("assignment", pa.list_(pa.struct([("topic", pa.string()), ("partitions", pa.list_(pa.int32()))])),
+       "Partitions the response assigns it (null: unchanged)."),
+    _f("owned_tasks", _TASKS, "Streams: tasks it says it owns (kind active, standby or warmup; null: unchanged)."),
+    _f("tasks", _TASKS, "Streams: tasks the response assigns it (null: unchanged)."),
+    _f("heartbeat_interval_ms", pa.int32(), "How often the coordinator wants the next heartbeat."),
+    _f("error_code", pa.int16(), "The response's error_code (null: no response read)."),
+    _f("error_message", pa.string(), "Its error_message, if any."),
+    _f("error_name", pa.string(), "Name of error_code."),
+])
+"""The broker-driven group protocols' heartbeats, one row per exchange, read from their bodies."""
+
+GROUP_HEARTBEAT_FIELDS = tuple(GROUP_HEARTBEATS_SCHEMA.names[1:-1])
+"""A heartbeat row as the session writes it: the schema's columns but the capture file and the error name."""
+
+
+def group_heartbeats_batch(rows: list[tuple], capture_file: str) -> pa.RecordBatch:
+    """Rows in GROUP_HEARTBEAT_FIELDS order (times as integer ns) to one batch."""
+    cols = list(zip(*rows, strict=True)) if rows else [()] * len(GROUP_HEARTBEAT_FIELDS)
+    arrays = [pa.array([capture_file] * len(rows), pa.string())]
+    for f, values in zip(list(GROUP_HEARTBEATS_SCHEMA)[1:-1], cols, strict=True):
+        arrays.append(_ts(values) if f.type == TS else pa.array(values, f.type))
+    codes = arrays[GROUP_HEARTBEATS_SCHEMA.get_field_index("error_code")]
+    arrays.append(_error_name_array(codes) if rows else pa.array([], pa.string()))
+    return pa.RecordBatch.from_arrays(arrays, schema=GROUP_HEARTBEATS_SCHEMA)
+
+
+SHARE_RANGES_SCHEMA = pa.schema([
+    _f("capture_file", pa.string(), "Capture file (or rotated set) of the exchange."),
+    _f("connection_id", pa.int64(), "Its connection (see connections)."),
+    _f("correlation_id", pa.int32(), "Its correlation id (see exchanges)."),
+    _f("client_id", pa.string(), "client_id of the request."),
+    _f("client_ip", pa.string(), "Address of the member."),
+    _f("broker_ip", pa.string(), "Address of the broker: the partition's leader."),
+    _f("broker_port", pa.int32(), "Its port."),
+    _f("api_name", pa.string(), "ShareFetch (acquisitions, and acknowledgements piggy-backed on it) or "
+       "ShareAcknowledge."),
+    _f("ts", TS, "acquired: when the response arrived (its last packet); an acknowledgement: when its request "
+       "was sent (its first packet)."),
+    _f("group_id", pa.string(), "The share group."),
+    _f("member_id", pa.string(), "The member."),
+    _f("topic", pa.string(), "Topic, named from the topic id by the run's Metadata responses (else the id)."),
+    _f("topic_id", pa.string(), "Topic id (UUID form)."),
+    _f("partition", pa.int32(), "Partition."),
+    _f("first_offset", pa.int64(), "First offset of the range."),
+    _f("last_offset", pa.int64(), "Last offset of the range (inclusive)."),
+    _f("action", pa.string(), "acquired (the response gave the member these records, locked for it) | accept | "
+       "release (back to the group, to be delivered again) | reject (never delivered again) | renew (keep the "
+       "lock) | gap (offsets with no record, e.g. compacted or transaction markers)."),
+    _f("delivery_count", pa.int16(), "acquired: how many times these records have been delivered, this time "
+       "included (2 and up: delivered before and not accepted)."),
+    _f("lock_timeout_ms", pa.int32(), "The acquisition lock timeout the response states (v1+)."),
+    _f("error_code", pa.int16(), "acquired: the partition's error; an acknowledgement: the error the broker "
+       "answered it with (0: none; null: no response read)."),
+    _f("error_name", pa.string(), "Name of error_code."),
+])
+"""Share groups' acquisitions and acknowledgements, a row per range and action, read from their bodies."""
+
+SHARE_RANGE_FIELDS = tuple(n for n in SHARE_RANGES_SCHEMA.names[1:-1])
+"""A share range as the session writes it: the schema's columns but the capture file and the error name."""
+
+
+def share_ranges_batch(rows: list[tuple], capture_file: str) -> pa.RecordBatch:
+    """Rows in SHARE_RANGE_FIELDS order (times as integer ns) to one batch."""
+    cols = list(zip(*rows, strict=True)) if rows else [()] * len(SHARE_RANGE_FIELDS)
+    arrays = [pa.array([capture_file] * len(rows), pa.string())]
+    for f, values in zip(list(SHARE_RANGES_SCHEMA)[1:-1], cols, strict=True):
+        arrays.append(_ts(values) if f.type == TS else pa.array(values, f.type))
+    arrays.append(_error_name_array(arrays[-1]) if rows else pa.array([], pa.string()))
+    return pa.RecordBatch.from_arrays(arrays, schema=SHARE_RANGES_SCHEMA)
+
+
+SHARE_CONSUMPTION_SCHEMA = pa.schema([
+    _f("capture_file", pa.string(), "Capture file (or rotated set) of the ranges."),
+    _f("group_id", pa.string(), "The share group."),
+    _f("topic", pa.string(), "Topic."),
+    _f("member_id", pa.string(), "The member."),
+    _f("client_id", pa.string(), "Its client_id."),
+    _f("first_ts", TS, "Its first acquisition or acknowledgement in the capture."),
+    _f("last_ts", TS, "Its last."),
+    _f("acquired_records", pa.int64(), "Records the broker gave it (each delivery counted)."),
+    _f("redelivered_records", pa.int64(), "Of those, records delivered before (delivery count 2 and up)."),
+    _f("accepted", pa.int64(), "Records it accepted."),
+    _f("released", pa.int64(), "Records it released (given back, to be delivered again)."),
+    _f("rejected", pa.int64(), "Records it rejected (never delivered again)."),
+    _f("renewed", pa.int64(), "Records whose lock it renewed."),
+    _f("failed_acks", pa.int64(), "Records of acknowledgements the broker answered with an error."),
+    _f("lock_lost", pa.int64(), "Records acquired again (by it or another member) before it acknowledged them: "
+       "its acquisition lock ran out, or its session ended."),
+    _f("unacknowledged", pa.int64(), "Records it held at the capture's end, never acknowledged."),
+    _f("untracked", pa.int64(), "Records of ranges too large to follow one by one (over 100,000 offsets): "
+       "counted in acquired_records only."),
+    _f("processed", pa.int64(), "Records followed from acquisition to its acknowledgement."),
+    _f("processing_p50_ms", pa.float64(), "Median time from acquisition (the ShareFetch response) to its "
+       "acknowledgement (the request carrying it), over those records."),
+    _f("processing_p99_ms", pa.float64(), "99th percentile (t-digest)."),
+    _f("processing_max_ms", pa.float64(), "Longest."),
+])
+"""Share groups per member and topic, from share_ranges (analyzer.derived.share_groups)."""
+
+TRANSACTION_STEPS_SCHEMA = pa.schema([
+    _f("capture_file", pa.string(), "Capture file (or rotated set) of the exchange."),
+    _f("connection_id", pa.int64(), "Its connection (see connections)."),
+    _f("correlation_id", pa.int32(), "Its correlation id (see exchanges)."),
+    _f("client_id", pa.string(), "client_id of the request."),
+    _f("broker_ip", pa.string(), "Address of the broker answering: the transaction coordinator, or the group "
+       "coordinator for TxnOffsetCommit, or a partition leader for WriteTxnMarkers."),
+    _f("broker_port", pa.int32(), "Its port."),
+    _f("api_name", pa.string(), "InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn "
+       "or WriteTxnMarkers (one row per marker: the coordinator writing a transaction's end to its partitions)."),
+    _f("api_version", pa.int16(), "Version of the request."),
+    _f("request_ts", TS, "When the request was sent (its first packet)."),
+    _f("response_ts", TS, "When the response arrived (its last packet)."),
+    _f("transactional_id", pa.string(), "Transactional id of the producer (null for WriteTxnMarkers and for an "
+       "idempotent producer's InitProducerId)."),
+    _f("producer_id", pa.int64(), "Producer id the request names (-1 in a first InitProducerId)."),
+    _f("producer_epoch", pa.int16(), "Producer epoch the request names."),
+    _f("new_producer_id", pa.int64(), "Producer id the response gives: InitProducerId, and EndTxn v5+ (the "
+       "epoch bump of transactions v2, KIP-890)."),
+    _f("new_producer_epoch", pa.int16(), "Producer epoch the response gives."),
+    _f("committed", pa.bool_(), "EndTxn and WriteTxnMarkers: true to commit, false to abort."),
+    _f("group_id", pa.string(), "AddOffsetsToTxn and TxnOffsetCommit: the consumer group whose offsets the "
+       "transaction commits."),
+    _f("partitions", _ASSIGNMENT, "Partitions the request adds (AddPartitionsToTxn), commits offsets of "
+       "(TxnOffsetCommit) or writes markers to (WriteTxnMarkers)."),
+    _f("error_code", pa.int16(), "The response's error: its top-level error_code, else the first partition's "
+       "non-zero one (0: none; null: no response read)."),
+    _f("error_name", pa.string(), "Name of error_code."),
+])
+"""The transactions table's steps, read from the transaction APIs' request and response bodies (a few exchanges
+per transaction; Produce's part is in the exchanges and partitions tables)."""
+
+TRANSACTIONS_SCHEMA = pa.schema([
+    _f("capture_file", pa.string(), "Capture file (or rotated set) of the transaction's exchanges."),
+    _f("transactional_id", pa.string(), "Transactional id of the producer."),
+    _f("producer_id", pa.int64(), "Producer id the transaction ran under."),
+    _f("producer_epoch", pa.int16(), "Its epoch at the transaction's first request (transactions v2 bump it at "
+       "every EndTxn)."),
+    _f("client_id", pa.string(), "client_id of the producer's requests."),
+    _f("coordinator_ip", pa.string(), "Address of the transaction coordinator (null if no request to it was "
+       "seen)."),
+    _f("coordinator_port", pa.int32(), "Its port."),
+    _f("start_ts", TS, "The transaction's first request: AddPartitionsToTxn, a transactional Produce (v2), "
+       "AddOffsetsToTxn or TxnOffsetCommit (null when the capture starts with its EndTxn)."),
+    _f("end_request_ts", TS, "The first EndTxn request (null if none was seen)."),
+    _f("end_ts", TS, "The EndTxn response that ended it (null while open, or when it failed short of one)."),
+    _f("duration_ms", pa.float64(), "end_ts - start_ts."),
+    _f("commit_ms", pa.float64(), "end_ts - end_request_ts: how long the coordinator took to end it (retries "
+       "included)."),
+    _f("outcome", pa.string(), "committed | aborted (EndTxn answered without error) | failed (EndTxn answered "
+       "with an error the client does not retry, e.g. PRODUCER_FENCED, or a retried error and no success "
+       "after it) | superseded (a new InitProducerId for the same transactional id while it was open: the "
+       "coordinator aborts it) | open (no EndTxn answered in the capture)."),
+    _f("partitions", _ASSIGNMENT, "Partitions the transaction added (AddPartitionsToTxn) or wrote to (its "
+       "Produce requests)."),
+    _f("groups", pa.list_(pa.string()), "Consumer groups whose offsets it committed (AddOffsetsToTxn, "
+       "TxnOffsetCommit)."),
+    _f("produce_requests", pa.int64(), "Produce requests sent in it."),
+    _f("records", pa.int64(), "Records those requests carried."),
+    _f("end_attempts", pa.int64(), "EndTxn requests sent for it (more than one: retried)."),
+    _f("errors", pa.list_(pa.string()), "Errors met on the way, in order, each once (its steps' and its "
+       "Produce requests')."),
 ])
 
 _NODES = pa.list_(pa.int32())
@@ -1016,6 +1237,20 @@ def cluster_batch(rows: list[tuple], capture_file: str) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=CLUSTER_SCHEMA)
 
 
+TRANSACTION_STEP_FIELDS = tuple(TRANSACTION_STEPS_SCHEMA.names[1:-1])
+"""A transaction step as the session writes it: the schema's columns but the capture file and the error name."""
+
+
+def transaction_steps_batch(rows: list[tuple], capture_file: str) -> pa.RecordBatch:
+    """Rows in TRANSACTION_STEP_FIELDS order (times as integer ns) to one batch."""
+    cols = list(zip(*rows, strict=True)) if rows else [()] * len(TRANSACTION_STEP_FIELDS)
+    arrays = [pa.array([capture_file] * len(rows), pa.string())]
+    for f, values in zip(list(TRANSACTION_STEPS_SCHEMA)[1:-1], cols, strict=True):
+        arrays.append(_ts(values) if f.type == TS else pa.array(values, f.type))
+    arrays.append(_error_name_array(arrays[-1]) if rows else pa.array([], pa.string()))
+    return pa.RecordBatch.from_arrays(arrays, schema=TRANSACTION_STEPS_SCHEMA)
+
+
 @dataclass(frozen=True)
 class TableSpec:
     """One output table: its columns (the schema: names, Arrow types, documentation) and how the stages treat
@@ -1047,8 +1282,13 @@ TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (
     TableSpec("files", FILES_SCHEMA, False, False, ("first_ts",)),
     TableSpec("groups", GROUPS_SCHEMA, False, False, ("rebalance_start", "ended")),
     TableSpec("cluster", CLUSTER_SCHEMA, True, False, ("first_seen",)),
+    TableSpec("group_heartbeats", GROUP_HEARTBEATS_SCHEMA, True, False, ("request_ts",)),
+    TableSpec("share_ranges", SHARE_RANGES_SCHEMA, True, False, ("ts",)),
+    TableSpec("transaction_steps", TRANSACTION_STEPS_SCHEMA, True, False, ("request_ts",)),
     TableSpec("records", RECORDS_SCHEMA, True, True, ("frame_ts",)),
     TableSpec("deliveries", DELIVERIES_SCHEMA, False, True, ("produced_ts",)),
+    TableSpec("transactions", TRANSACTIONS_SCHEMA, False, False, ("start_ts", "end_ts")),
+    TableSpec("share_consumption", SHARE_CONSUMPTION_SCHEMA, False, False, ("first_ts",)),
 )}
 
 SCHEMAS = {name: spec.schema for name, spec in TABLES.items() if not spec.optional}

@@ -15,7 +15,8 @@ from tests import craft
 from tests.helpers import export_tables, kafkacap
 
 # records: when some
-TABLES = ("cluster", "connections", "errors", "exchanges", "files", "groups", "partitions", "records")
+TABLES = ("cluster", "connections", "errors", "exchanges", "files", "group_heartbeats", "groups", "partitions",
+          "records", "share_consumption", "share_ranges", "transaction_steps", "transactions")
 CAPTURE_START = 1_700_000_000.0
 UTC = dt.UTC
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)

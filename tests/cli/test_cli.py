@@ -261,7 +261,8 @@ def test_export_replaces_previous_tables_without_leftovers(tmp_path):
     out = tmp_path / "out"
     assert invoke("export", cap, "-o", out).exit_code == 0
     assert invoke("export", cap, "-o", out).exit_code == 0
-    tables = ("cluster", "connections", "errors", "exchanges", "files", "groups", "partitions")
+    tables = ("cluster", "connections", "errors", "exchanges", "files", "group_heartbeats", "groups", "partitions",
+              "share_consumption", "share_ranges", "transaction_steps", "transactions")
     assert sorted(os.listdir(out)) == ["_kafkacap.json", *(f"{t}.parquet" for t in tables)]
 
 

@@ -218,7 +218,7 @@ def test_the_group_total_sums_every_members_wait(group_export):
     assert entry["stop_ms_max"] == pytest.approx(second["stop_ms"])
     out = io.StringIO()
     _groups(Console(file=out, width=200), [entry])
-    summary_line = next(line for line in out.getvalue().splitlines() if line.strip().startswith("billing:"))
+    summary_line = next(line for line in out.getvalue().splitlines() if line.strip().startswith("billing (classic):"))
     assert f"{total:.1f} ms in all" in summary_line and f"{second['stop_ms']:.1f}" in summary_line, summary_line
 
 

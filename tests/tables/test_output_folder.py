@@ -18,7 +18,9 @@ from tests import craft
 from tests.capture.test_far_timestamps import CAPTURE_START, conversation_with_records
 from tests.helpers import GROUP, invoke
 
-BASE_TABLES = ("cluster", "connections", "errors", "exchanges", "files", "groups", "partitions")
+BASE_TABLES = ("cluster", "connections", "errors", "exchanges", "files", "group_heartbeats", "groups", "partitions",
+               "share_consumption", "share_ranges",
+               "transaction_steps", "transactions")
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +149,7 @@ def test_tables_settled_before_the_end_read_back_whole_and_in_order(tmp_path):
     run([str(GROUP)], Options(records=True), sink, on_analysed=analysed)
     settled = order.index("<analysed>")
     assert {"exchanges", "partitions", "records", "connections"} <= set(order[:settled])
-    assert set(order[settled + 1:]) == {"groups", "files"}
+    assert set(order[settled + 1:]) == {"groups", "share_consumption", "transactions", "files"}
     for batch in list(built["exchanges"]):  # the settled table written to again
         sink("exchanges", batch)
     folder.commit()

@@ -100,5 +100,28 @@ def test_each_table_is_declared_once_with_what_the_stages_need() -> None:
         for column in spec.dated_by:
             assert pa.types.is_timestamp(spec.schema.field(column).type), (name, column)
     assert DATE_SOURCES == {name: spec.dated_by for name, spec in TABLES.items()}
-    assert set(SCALAR_TABLES) == {"partitions", "errors", "records", "cluster"}
-    assert set(ROW_TABLES) == {"exchanges", "errors", "partitions", "connections", "cluster"}
+    assert set(SCALAR_TABLES) == {"partitions", "errors", "records", "cluster", "share_ranges"}
+    assert set(ROW_TABLES) == {"exchanges", "errors", "partitions", "connections", "cluster", "group_heartbeats",
+                               "share_ranges", "transaction_steps"}
+
+
+def test_rows_read_in_python_have_the_fields_of_their_tables():
+    """The transaction_steps and group_heartbeats rows are named tuples the batch builders take by position:
+    their fields must be the tables' columns, in order (the capture file and error name added later)."""
+    from analyzer.session.heartbeats import GroupHeartbeat
+    from analyzer.session.transactions import TransactionStep
+    from analyzer.tables.schemas import (
+        GROUP_HEARTBEATS_SCHEMA,
+        TRANSACTION_STEPS_SCHEMA,
+    )
+
+    assert TransactionStep._fields == tuple(TRANSACTION_STEPS_SCHEMA.names[1:-1])
+    assert GroupHeartbeat._fields == tuple(GROUP_HEARTBEATS_SCHEMA.names[1:-1])
+    assert TRANSACTION_STEPS_SCHEMA.names[-1] == GROUP_HEARTBEATS_SCHEMA.names[-1] == "error_name"
+
+
+def test_share_range_rows_have_the_fields_of_their_table():
+    from analyzer.session.share_groups import ShareRange
+    from analyzer.tables.schemas import SHARE_RANGES_SCHEMA
+
+    assert ShareRange._fields == tuple(SHARE_RANGES_SCHEMA.names[1:-1])

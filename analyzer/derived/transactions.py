@@ -1,0 +1,191 @@
+"""The ``transactions`` table: one row per transaction of a transactional producer, from a whole run's
+transaction_steps and transactional Produce exchanges.
+
+A transactional producer's life, per transactional id: InitProducerId (a producer id and epoch; a second one
+fences the previous producer and aborts what it left open), then transactions one after another. A transaction
+begins with the first request that puts something in it: AddPartitionsToTxn (transactions v1), a Produce
+carrying the transactional id (with transactions v2, KIP-890, the broker adds the partition itself),
+AddOffsetsToTxn or TxnOffsetCommit; it ends with EndTxn, commit or abort. A failed EndTxn is retried by the
+client (CONCURRENT_TRANSACTIONS while the previous one completes) or ends the producer (PRODUCER_FENCED,
+INVALID_TXN_STATE). What the capture shows of each is one row: when it started and ended, how, what it wrote
+(partitions, Produce requests, records), which groups' offsets it committed and the errors met on the way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from analyzer.tables.schemas import EXCHANGES_SCHEMA, TRANSACTIONS_SCHEMA
+
+STEP_COLUMNS = ("capture_file", "connection_id", "client_id", "broker_ip", "broker_port", "api_name", "request_ts",
+                "response_ts", "transactional_id", "producer_id", "producer_epoch", "new_producer_id",
+                "new_producer_epoch", "committed", "group_id", "partitions", "error_name")
+PRODUCE_COLUMNS = ("capture_file", "connection_id", "correlation_id", "client_id", "broker_ip", "broker_port",
+                   "request_first_ts", "response_last_ts", "transactional_id", "error_name")
+PRODUCED_COLUMNS = ("capture_file", "connection_id", "correlation_id", "topic", "partition", "records",
+                    "producer_id", "producer_epoch", "error_name")
+FENCING_ERRORS = frozenset(("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "INVALID_TXN_STATE",
+                            "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "INVALID_PRODUCER_ID_MAPPING"))
+"""EndTxn errors after which the client does not retry: the transaction ends there, failed."""
+
+
+def step_rows(steps: pa.Table) -> pa.Table:
+    """The rows of transaction_steps the table is made from: those naming a transactional id."""
+    t = steps.select(list(STEP_COLUMNS))
+    return t.filter(pc.is_valid(t["transactional_id"]))
+
+
+def produce_rows(exchanges: pa.Table) -> pa.Table:
+    """The Produce exchanges of transactional producers (a filter a caller can apply batch by batch)."""
+    if any(c not in exchanges.column_names for c in ("api_name", *PRODUCE_COLUMNS)):  # an older table: none of them
+        exchanges = EXCHANGES_SCHEMA.empty_table()
+    t = exchanges.filter(pc.and_(pc.equal(exchanges["api_name"], "Produce"),
+                                 pc.is_valid(exchanges["transactional_id"])))
+    return t.select(list(PRODUCE_COLUMNS))
+
+
+def produced_rows(partitions: pa.Table) -> pa.Table:
+    """The partition rows of transactional Produce requests (their batches marked transactional)."""
+    t = partitions.filter(pc.and_(pc.equal(partitions["api_name"], "Produce"),
+                                  pc.fill_null(partitions["transactional"], False)))
+    return t.select(list(PRODUCED_COLUMNS))
+
+
+@dataclass
+class _Transaction:
+    capture_file: str
+    transactional_id: str
+    producer_id: int | None = None
+    producer_epoch: int | None = None
+    client_id: str | None = None
+    coordinator_ip: str | None = None
+    coordinator_port: int | None = None
+    start_ts: datetime | None = None
+    end_request_ts: datetime | None = None
+    end_ts: datetime | None = None
+    outcome: str | None = None
+    partitions: dict[str, set[int]] = field(default_factory=dict)
+    groups: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    produce_requests: int = 0
+    records: int = 0
+    end_attempts: int = 0
+    end_failed: bool = False
+
+    def error(self, name: str | None) -> None:
+        if name and name != "NONE" and name not in self.errors:
+            self.errors.append(name)
+
+    def add_partitions(self, entries: list[dict] | None) -> None:
+        for entry in entries or ():
+            self.partitions.setdefault(entry["topic"], set()).update(p for p in entry["partitions"] or ()
+                                                                     if p is not None)
+
+
+def transactions_table(steps: pa.Table, produces: pa.Table, produced: pa.Table) -> pa.Table:
+    """The transactions table from a whole run's ``step_rows``, ``produce_rows`` and ``produced_rows``."""
+    by_exchange: dict[tuple, list[dict]] = {}
+    for r in produced.to_pylist():
+        by_exchange.setdefault((r["capture_file"], r["connection_id"], r["correlation_id"]), []).append(r)
+    events: list[tuple] = []
+    for r in steps.to_pylist():
+        events.append((r["capture_file"], r["transactional_id"], r["request_ts"], 1, r))
+    for r in produces.to_pylist():
+        events.append((r["capture_file"], r["transactional_id"], r["request_first_ts"], 0, r))
+    events.sort(key=lambda e: (e[0], e[1], e[2] is None, e[2] or datetime.min, e[3]))
+    out: list[_Transaction] = []
+    current: dict[tuple[str, str], _Transaction] = {}
+
+    def close(key: tuple[str, str], outcome: str) -> None:
+        txn = current.pop(key, None)
+        if txn is not None:
+            txn.outcome = outcome
+            out.append(txn)
+
+    def opened(key: tuple[str, str], r: dict, ts: datetime | None, api: str) -> _Transaction:
+        txn = current.get(key)
+        if txn is None:  # an EndTxn first: the transaction began before the capture
+            txn = current[key] = _Transaction(key[0], key[1], start_ts=None if api == "EndTxn" else ts)
+        txn.client_id = txn.client_id or r["client_id"]
+        return txn
+
+    producer: dict[tuple[str, str], tuple[int | None, int | None]] = {}  # the last InitProducerId's answer
+    for capture_file, transactional_id, ts, is_step, r in events:
+        key = (capture_file, transactional_id)
+        api = r["api_name"] if is_step else "Produce"
+        err = r["error_name"]
+        if api == "InitProducerId":
+            txn = current.get(key)
+            if txn is not None:
+                close(key, "failed" if txn.end_failed else "superseded")
+            if err == "NONE":
+                producer[key] = (r["new_producer_id"], r["new_producer_epoch"])
+            continue
+        txn = opened(key, r, ts, api)
+        if txn.producer_id is None:
+            txn.producer_id, txn.producer_epoch = (r["producer_id"], r["producer_epoch"]) if is_step \
+                else producer.get(key, (None, None))
+        txn.error(err)
+        if api == "Produce":
+            txn.produce_requests += 1
+            for p in by_exchange.get((capture_file, r["connection_id"], r["correlation_id"]), ()):
+                txn.partitions.setdefault(p["topic"], set()).add(p["partition"])
+                txn.records += p["records"] or 0
+                if txn.producer_id is None:
+                    txn.producer_id, txn.producer_epoch = p["producer_id"], p["producer_epoch"]
+                txn.error(p["error_name"])
+        elif api in ("AddPartitionsToTxn", "TxnOffsetCommit"):
+            txn.add_partitions(r["partitions"] if api == "AddPartitionsToTxn" else None)
+            if r["group_id"] and r["group_id"] not in txn.groups:
+                txn.groups.append(r["group_id"])
+            if api == "AddPartitionsToTxn":
+                txn.coordinator_ip, txn.coordinator_port = r["broker_ip"], r["broker_port"]
+        elif api == "AddOffsetsToTxn":
+            if r["group_id"] and r["group_id"] not in txn.groups:
+                txn.groups.append(r["group_id"])
+            txn.coordinator_ip, txn.coordinator_port = r["broker_ip"], r["broker_port"]
+        elif api == "EndTxn":
+            txn.end_attempts += 1
+            txn.end_request_ts = txn.end_request_ts or ts
+            txn.coordinator_ip, txn.coordinator_port = r["broker_ip"], r["broker_port"]
+            if err == "NONE":
+                txn.end_ts = r["response_ts"]
+                txn.end_failed = False
+                if r["new_producer_id"] is not None:  # transactions v2: the epoch moves on with every EndTxn
+                    producer[key] = (r["new_producer_id"], r["new_producer_epoch"])
+                close(key, "committed" if r["committed"] else "aborted")
+            elif err in FENCING_ERRORS:
+                txn.end_ts = r["response_ts"]
+                close(key, "failed")
+            elif err is not None:
+                txn.end_failed = True
+    for key, txn in list(current.items()):
+        close(key, "failed" if txn.end_failed else "open")
+    return _table(out)
+
+
+def _ms(start: datetime | None, end: datetime | None) -> float | None:
+    if start is None or end is None:
+        return None
+    return round((end - start).total_seconds() * 1000.0, 3)
+
+
+def _table(transactions: list[_Transaction]) -> pa.Table:
+    transactions.sort(key=lambda t: (t.capture_file, t.start_ts is None, t.start_ts or datetime.min,
+                                     t.transactional_id))
+    rows = [{
+        "capture_file": t.capture_file, "transactional_id": t.transactional_id, "producer_id": t.producer_id,
+        "producer_epoch": t.producer_epoch, "client_id": t.client_id, "coordinator_ip": t.coordinator_ip,
+        "coordinator_port": t.coordinator_port, "start_ts": t.start_ts, "end_request_ts": t.end_request_ts,
+        "end_ts": t.end_ts, "duration_ms": _ms(t.start_ts, t.end_ts), "commit_ms": _ms(t.end_request_ts, t.end_ts),
+        "outcome": t.outcome,
+        "partitions": [{"topic": topic, "partitions": sorted(parts)} for topic, parts in sorted(
+            t.partitions.items(), key=lambda item: (item[0] is None, item[0] or ""))],
+        "groups": t.groups, "produce_requests": t.produce_requests, "records": t.records,
+        "end_attempts": t.end_attempts, "errors": t.errors,
+    } for t in transactions]
+    return pa.Table.from_pylist(rows, schema=TRANSACTIONS_SCHEMA)
