@@ -47,6 +47,8 @@ class ShareRange(NamedTuple):
 
 def _runs(first: int, last: int, types: list[int]) -> list[tuple[int, int, str]]:
     """(first, last, action) of an acknowledgement batch: one type for the range, or one per offset."""
+    if not types:  # Kafka sends at least one; none says nothing of what was done
+        return [(first, last, "unknown")]
     if len(types) == 1:
         return [(first, last, ACK_TYPES.get(types[0], f"type {types[0]}"))]
     runs: list[tuple[int, int, str]] = []
@@ -102,7 +104,7 @@ def ranges_of(key: int, rq: dict | None, rs: dict | None, base: dict, request_ts
                 first, last = batch.get("first_offset"), batch.get("last_offset")
                 if first is None or last is None or last < first:
                     continue
-                for a, b, action in _runs(first, last, list(batch.get("acknowledge_types") or [1])):
+                for a, b, action in _runs(first, last, list(batch.get("acknowledge_types") or ())):
                     add(request_ts, raw, topic_id, p.get("partition_index"), a, b, action, None, error)
     if key == SHARE_FETCH and rs is not None:
         for t in rs.get("responses") or ():

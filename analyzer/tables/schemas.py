@@ -1062,7 +1062,8 @@ SHARE_RANGES_SCHEMA = pa.schema([
     _f("last_offset", pa.int64(), "Last offset of the range (inclusive)."),
     _f("action", pa.string(), "acquired (the response gave the member these records, locked for it) | accept | "
        "release (back to the group, to be delivered again) | reject (never delivered again) | renew (keep the "
-       "lock) | gap (offsets with no record, e.g. compacted or transaction markers)."),
+       "lock) | gap (offsets with no record, e.g. compacted or transaction markers) | unknown (no type sent) | "
+       "type N (a type no release defines)."),
     _f("delivery_count", pa.int16(), "acquired: how many times these records have been delivered, this time "
        "included (2 and up: delivered before and not accepted)."),
     _f("lock_timeout_ms", pa.int32(), "The acquisition lock timeout the response states (v1+)."),
