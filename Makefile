@@ -17,14 +17,14 @@ BUILT = $(VENV)/.built
 # The compiled core's sources: a change rebuilds the extension modules in place (pip install -e runs setup.py).
 CORE_SOURCES = setup.py $(shell find analyzer dissectors -name '*.pyx' -o -name '*.pxd' -o -name '*.pxi' 2>/dev/null)
 
-# `make run` needs only the tool; `make test` also the test tools and the real broker and clients.
+# `make run` needs only the tool (the venv's own pip installs it: no upgrade to wait for); `make test` also the
+# test tools and the real broker and clients.
 # A working .venv is reused (whichever Python made it); a missing or broken one is made afresh: running
 # `python -m venv` over a venv another Python made can fail half-way and leave it broken.
 VENV_READY = $(BIN)/python -c '' 2>/dev/null || $(PYTHON) -m venv --clear $(VENV)
 
 $(RUN_STAMP): pyproject.toml
 	$(VENV_READY)
-	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e .
 	touch $(RUN_STAMP) $(BUILT)
 
