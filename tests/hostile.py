@@ -350,6 +350,56 @@ def unanswered_flood(out: PcapWriter, scale: int) -> None:
         c.send(True, b"".join(heartbeat_request(corr) for corr in range(start, start + batch)))
 
 
+def _cstring(text: str | None) -> bytes:
+    """A compact (nullable) string: length + 1 as an unsigned varint, then the bytes."""
+    if text is None:
+        return b"\x00"
+    data = text.encode()
+    return uvarint(len(data) + 1) + data
+
+
+def _carray(items: list[bytes]) -> bytes:
+    return uvarint(len(items) + 1) + b"".join(items)
+
+
+@case
+def share_ack_flood(out: PcapWriter, scale: int) -> None:
+    """A share group member acknowledging 1M x scale one-record ranges (ShareAcknowledge v1, 10k a request),
+    each answered: share_ranges and share_consumption must stay in bounded memory."""
+    c = Conn(out, 41030).handshake()
+    topic_id = bytes(range(1, 17))
+    ranges_per_request = 10_000
+    answer = response(0, struct.pack(">ih", 0, 0) + b"\x00" + _carray([]) + _carray([]) + b"\x00", flexible=True)
+    for corr in range(100 * scale):
+        base = corr * ranges_per_request
+        batches = [struct.pack(">qq", o, o) + _carray([b"\x01"]) + b"\x00"
+                   for o in range(base, base + ranges_per_request)]
+        body = (_cstring("flood-group") + _cstring("member-1") + struct.pack(">i", corr + 1)
+                + _carray([topic_id + _carray([struct.pack(">i", 0) + _carray(batches) + b"\x00"]) + b"\x00"])
+                + b"\x00")
+        c.exchange(request(79, 1, corr, "hostile", body, flexible=True),
+                   answer[:4] + struct.pack(">i", corr) + answer[8:])
+
+
+@case
+def open_transactions(out: PcapWriter, scale: int) -> None:
+    """100k x scale transactions opened (AddPartitionsToTxn v3, each its own transactional id, answered) and
+    never ended: the transactions table holds each as open, in bounded memory."""
+    c = Conn(out, 41031).handshake()
+    batch = 64
+    for start in range(0, 100_000 * scale, batch):
+        requests = []
+        answers = []
+        for corr in range(start, start + batch):
+            topics = _carray([_cstring("orders") + _carray([struct.pack(">i", 0)]) + b"\x00"])
+            body = _cstring(f"txn-{corr}") + struct.pack(">qh", corr, 0) + topics + b"\x00"
+            requests.append(request(24, 3, corr, "hostile", body, flexible=True))
+            result = _carray([_cstring("orders") + _carray([struct.pack(">ih", 0, 0) + b"\x00"]) + b"\x00"])
+            answers.append(response(corr, struct.pack(">i", 0) + result + b"\x00", flexible=True))
+        c.send(True, b"".join(requests))
+        c.send(False, b"".join(answers))
+
+
 @case
 def orphan_flood(out: PcapWriter, scale: int) -> None:
     """10k requests left unanswered, then 30k x scale responses to correlation ids never requested."""

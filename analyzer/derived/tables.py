@@ -12,15 +12,13 @@ from analyzer.derived.groups import COLUMNS as GROUP_COLUMNS
 from analyzer.derived.groups import detail_rows, groups_table, member_counts, merge_counts
 from analyzer.derived.heartbeat_groups import COLUMNS as HEARTBEAT_COLUMNS
 from analyzer.derived.heartbeat_groups import heartbeat_groups_table
-from analyzer.derived.share_groups import COLUMNS as SHARE_COLUMNS
-from analyzer.derived.share_groups import share_consumption_table
+from analyzer.derived.share_groups import ShareConsumption
 from analyzer.derived.transactions import produce_rows, step_rows, transactions_table
 from analyzer.derived.transactions import produced_rows as transactional_rows
 from analyzer.tables.schemas import (
     EXCHANGES_SCHEMA,
     GROUP_HEARTBEATS_SCHEMA,
     PARTITIONS_SCHEMA,
-    SHARE_RANGES_SCHEMA,
     TRANSACTION_STEPS_SCHEMA,
 )
 
@@ -53,7 +51,7 @@ class DerivedTables:
         self._pending_rows = 0
         self._steps: list[pa.Table] = []
         self._heartbeats: list[pa.Table] = []
-        self._shares: list[pa.Table] = []
+        self._shares = ShareConsumption()  # fed as the batches pass: what it holds is the records held
         self._txn_produces: list[pa.Table] = []
         self._txn_produced: list[pa.Table] = []
 
@@ -65,7 +63,7 @@ class DerivedTables:
         elif table == "group_heartbeats":
             _keep(pa.Table.from_batches([batch]).select(list(HEARTBEAT_COLUMNS)), self._heartbeats)
         elif table == "share_ranges":
-            _keep(pa.Table.from_batches([batch]).select(list(SHARE_COLUMNS)), self._shares)
+            self._shares.feed(pa.Table.from_batches([batch]))
         elif table == "transaction_steps":
             _keep(step_rows(pa.Table.from_batches([batch])), self._steps)
         elif table == "partitions" and "transactional" in batch.schema.names:
@@ -118,8 +116,7 @@ class DerivedTables:
         counts = merge_counts(self._counts)
         heartbeats = _concat(self._heartbeats, GROUP_HEARTBEATS_SCHEMA.empty_table().select(list(HEARTBEAT_COLUMNS)))
         yield "groups", _one_batch(all_groups(groups_table(detail, counts), heartbeat_groups_table(heartbeats, counts)))
-        yield "share_consumption", _one_batch(share_consumption_table(
-            _concat(self._shares, SHARE_RANGES_SCHEMA.empty_table().select(list(SHARE_COLUMNS)))))
+        yield "share_consumption", _one_batch(self._shares.finish())
         yield "transactions", _one_batch(transactions_table(
             _concat(self._steps, step_rows(TRANSACTION_STEPS_SCHEMA.empty_table())),
             _concat(self._txn_produces, produce_rows(EXCHANGES_SCHEMA.empty_table())),

@@ -13,8 +13,9 @@ INVALID_TXN_STATE). What the capture shows of each is one row: when it started a
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,6 +29,9 @@ PRODUCE_COLUMNS = ("capture_file", "connection_id", "correlation_id", "client_id
                    "request_first_ts", "response_last_ts", "transactional_id", "error_name")
 PRODUCED_COLUMNS = ("capture_file", "connection_id", "correlation_id", "topic", "partition", "records",
                     "producer_id", "producer_epoch", "error_name")
+CHUNK = 65_536  # rows made into Python dicts at a time
+FLUSH_EVERY = 65_536  # closed transactions gathered into a table at a time
+_NO_TIME = datetime.min.replace(tzinfo=UTC)
 FENCING_ERRORS = frozenset(("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "INVALID_TXN_STATE",
                             "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "INVALID_PRODUCER_ID_MAPPING"))
 """EndTxn errors after which the client does not retry: the transaction ends there, failed."""
@@ -55,7 +59,7 @@ def produced_rows(partitions: pa.Table) -> pa.Table:
     return t.select(list(PRODUCED_COLUMNS))
 
 
-@dataclass
+@dataclass(slots=True)  # a million open at once must stay small
 class _Transaction:
     capture_file: str
     transactional_id: str
@@ -88,16 +92,11 @@ class _Transaction:
 
 def transactions_table(steps: pa.Table, produces: pa.Table, produced: pa.Table) -> pa.Table:
     """The transactions table from a whole run's ``step_rows``, ``produce_rows`` and ``produced_rows``."""
-    by_exchange: dict[tuple, list[dict]] = {}
-    for r in produced.to_pylist():
-        by_exchange.setdefault((r["capture_file"], r["connection_id"], r["correlation_id"]), []).append(r)
-    events: list[tuple] = []
-    for r in steps.to_pylist():
-        events.append((r["capture_file"], r["transactional_id"], r["request_ts"], 1, r))
-    for r in produces.to_pylist():
-        events.append((r["capture_file"], r["transactional_id"], r["request_first_ts"], 0, r))
-    events.sort(key=lambda e: (e[0], e[1], e[2] is None, e[2] or datetime.min, e[3]))
+    produces = _with_partitions(produces, produced)
+    events = heapq.merge(_sorted_rows(steps, "request_ts", 1), _sorted_rows(produces, "request_first_ts", 0),
+                         key=lambda e: e[:4])
     out: list[_Transaction] = []
+    made: list[pa.Table] = []  # closed transactions, as tables of FLUSH_EVERY rows
     current: dict[tuple[str, str], _Transaction] = {}
 
     def close(key: tuple[str, str], outcome: str) -> None:
@@ -105,6 +104,9 @@ def transactions_table(steps: pa.Table, produces: pa.Table, produced: pa.Table) 
         if txn is not None:
             txn.outcome = outcome
             out.append(txn)
+            if len(out) >= FLUSH_EVERY:
+                made.append(_table(out))
+                out.clear()
 
     def opened(key: tuple[str, str], r: dict, ts: datetime | None, api: str) -> _Transaction:
         txn = current.get(key)
@@ -114,7 +116,7 @@ def transactions_table(steps: pa.Table, produces: pa.Table, produced: pa.Table) 
         return txn
 
     producer: dict[tuple[str, str], tuple[int | None, int | None]] = {}  # the last InitProducerId's answer
-    for capture_file, transactional_id, ts, is_step, r in events:
+    for capture_file, transactional_id, _, _, ts, is_step, r in events:
         key = (capture_file, transactional_id)
         api = r["api_name"] if is_step else "Produce"
         err = r["error_name"]
@@ -132,12 +134,14 @@ def transactions_table(steps: pa.Table, produces: pa.Table, produced: pa.Table) 
         txn.error(err)
         if api == "Produce":
             txn.produce_requests += 1
-            for p in by_exchange.get((capture_file, r["connection_id"], r["correlation_id"]), ()):
-                txn.partitions.setdefault(p["topic"], set()).add(p["partition"])
-                txn.records += p["records"] or 0
+            for topic, partition, records, producer_id, producer_epoch, error in zip(
+                    *(r[c] or () for c in ("p_topic", "p_partition", "p_records", "p_producer_id",
+                                           "p_producer_epoch", "p_error_name")), strict=False):
+                txn.partitions.setdefault(topic, set()).add(partition)
+                txn.records += records or 0
                 if txn.producer_id is None:
-                    txn.producer_id, txn.producer_epoch = p["producer_id"], p["producer_epoch"]
-                txn.error(p["error_name"])
+                    txn.producer_id, txn.producer_epoch = producer_id, producer_epoch
+                txn.error(error)
         elif api in ("AddPartitionsToTxn", "TxnOffsetCommit"):
             txn.add_partitions(r["partitions"] if api == "AddPartitionsToTxn" else None)
             if r["group_id"] and r["group_id"] not in txn.groups:
@@ -165,7 +169,34 @@ def transactions_table(steps: pa.Table, produces: pa.Table, produced: pa.Table) 
                 txn.end_failed = True
     for key, txn in list(current.items()):
         close(key, "failed" if txn.end_failed else "open")
-    return _table(out)
+    made.append(_table(out))
+    return pa.concat_tables(made).sort_by([("capture_file", "ascending"), ("start_ts", "ascending"),
+                                           ("transactional_id", "ascending")])  # times unknown last
+
+
+def _sorted_rows(table: pa.Table, ts: str, is_step: int):
+    """(capture, transactional id, no time, time, time, is_step, row) of each row, in that order, a chunk of
+    rows made into dicts at a time (a million transactions' rows never all at once)."""
+    keys = [("capture_file", "ascending"), ("transactional_id", "ascending"), (ts, "ascending")]
+    for batch in table.sort_by(keys).to_batches(max_chunksize=CHUNK):
+        for r in batch.to_pylist():
+            t = r[ts]
+            yield (r["capture_file"] or "", r["transactional_id"] or "", t is None, t or _NO_TIME, t, is_step, r)
+
+
+def _with_partitions(produces: pa.Table, produced: pa.Table) -> pa.Table:
+    """The transactional Produce exchanges with their partition rows' topics, partitions, records, producer ids
+    and errors as lists (p_topic, p_partition, ...), joined on the exchange."""
+    keys = ["capture_file", "connection_id", "correlation_id"]
+    listed = produced.group_by(keys).aggregate([(c, "list") for c in PRODUCED_COLUMNS if c not in keys])
+    listed = listed.rename_columns([c if c in keys else "p_" + c.removesuffix("_list") for c in listed.column_names])
+    index = listed.select(keys).append_column("p_row", pa.array(range(listed.num_rows), pa.int64()))
+    joined = produces.join(index, keys, join_type="left outer")  # Arrow joins no list columns: take them by row
+    rows = joined["p_row"]
+    for c in PRODUCED_COLUMNS:
+        if c not in keys:
+            joined = joined.append_column("p_" + c, listed["p_" + c].take(rows))
+    return joined.drop_columns(["p_row"])
 
 
 def _ms(start: datetime | None, end: datetime | None) -> float | None:
@@ -175,8 +206,6 @@ def _ms(start: datetime | None, end: datetime | None) -> float | None:
 
 
 def _table(transactions: list[_Transaction]) -> pa.Table:
-    transactions.sort(key=lambda t: (t.capture_file, t.start_ts is None, t.start_ts or datetime.min,
-                                     t.transactional_id))
     rows = [{
         "capture_file": t.capture_file, "transactional_id": t.transactional_id, "producer_id": t.producer_id,
         "producer_epoch": t.producer_epoch, "client_id": t.client_id, "coordinator_ip": t.coordinator_ip,

@@ -171,7 +171,8 @@ class _Held:
             return
         self._writer.close()
         self._writer = None
-        with pa.memory_map(self._path) as source:
+        # read, not mapped: the pages of a mapped file count in the process's memory until it exits
+        with pa.OSFile(self._path) as source:
             yield from ipc.open_stream(source)
 
 

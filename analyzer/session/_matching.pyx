@@ -816,7 +816,8 @@ cdef class ExchangeMatcher(FrameSink):
                     note = _join(note, "record_count and record_bytes unknown: partitions left out")
         else:  # headers only: what the bodies hold is unknown, not empty
             topics = partition_count = None
-        if req.detail_body is not None and status is not MALFORMED and not lossy and end >= size + 4:
+        detailed = req.detail_body is not None and status is not MALFORMED and not lossy and end >= size + 4
+        if detailed:
             note = _join(note, out.details.add(self.rows.rows, self.conn, corr, client_id, key, ver, req.first_ts,
                                                last_ts, req.detail_body, bytes(head[body:end])))
         elif (key == METADATA or key == DESCRIBE_TOPIC_PARTITIONS) and self.bodies and status is not MALFORMED \
@@ -839,6 +840,8 @@ cdef class ExchangeMatcher(FrameSink):
             self._emit_errors(req, last_ts, x)
         if (answered or xf(rx, X_PARTITIONS)) and key in PARTITION_APIS:
             self._emit_partitions(req, last_ts, answered, recs)
+        if detailed and out.details.held >= out.held_rows:  # one exchange may add many (share ranges)
+            out.make_room()
 
     cdef _unread_response(self, Request req, first_ts, last_ts, last_no, Py_ssize_t size, head, bint lossy,
                           const uint8_t* p, Py_ssize_t end):

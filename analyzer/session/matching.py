@@ -213,6 +213,7 @@ class Outputs:
         if self.drain is not None and (len(self.exchanges) >= n or len(self.errors) >= n
                                        or len(self.partitions) >= n
                                        or (self.records is not None and len(self.records) >= n)
+                                       or self.details.held >= n
                                        or self.exchanges.is_full or self.errors.is_full or self.partitions.is_full):
             self.drain()
 

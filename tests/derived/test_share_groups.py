@@ -79,3 +79,21 @@ def test_the_share_group_has_its_epochs(tables, told):
     assert rows and {r["group_protocol"] for r in rows} == {"share"}
     members = {m["client_id"] for r in rows for m in r["members"]}
     assert members == set(told["member_details"])
+
+
+def test_consumption_is_the_same_whichever_connection_comes_first(tables):
+    """Batches keep each connection's order but interleave connections as they are drained: the table must not
+    depend on which connection's rows come first."""
+    import pyarrow.compute as pc
+
+    from analyzer.derived.share_groups import ShareConsumption
+
+    ranges = tables["share_ranges"]
+    made = []
+    for order in ("ascending", "descending"):
+        by_connection = pc.sort_indices(ranges, sort_keys=[("connection_id", order)])  # stable: each its own order
+        consumption = ShareConsumption()
+        for start in range(0, ranges.num_rows, 7):  # in small batches, as drains hand them over
+            consumption.feed(ranges.take(by_connection).slice(start, 7))
+        made.append(consumption.finish().to_pylist())
+    assert made[0] == made[1] == tables["share_consumption"].to_pylist()
