@@ -38,7 +38,8 @@ PERCENTILE_ERROR = 10 ** (0.5 / HIST_PER_DECADE) - 1  # largest relative error o
 HEATMAP_PER_DECADE = 10  # the heatmap's coarser buckets: HIST_PER_DECADE / 5
 
 GROUP_APIS = ("FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit", "OffsetFetch",
-              "DescribeGroups", "ListGroups", "ConsumerGroupHeartbeat", "ConsumerGroupDescribe", "DeleteGroups")
+              "DescribeGroups", "ListGroups", "ConsumerGroupHeartbeat", "ConsumerGroupDescribe", "DeleteGroups",
+              "ShareGroupHeartbeat", "ShareGroupDescribe", "StreamsGroupHeartbeat", "StreamsGroupDescribe")
 # Errors that are steps of the protocol rather than failures (dissectors.kafka.errors.EXPECTED_ERRORS).
 EXPECTED_ERRORS = {e.name: e.apis for e in _EXPECTED}
 EXPECTED_SUFFIX = " (expected)"  # on a series of errors that are protocol steps, so charts draw them apart

@@ -355,12 +355,22 @@ def file_packets(t: pa.Table) -> go.Figure:
                    height=max(HEIGHT - 100, 80 + 24 * t.num_rows))
 
 
+# The consumer-group timeline's segments: (kind, colour, width, dash). Classic generations: without partitions
+# from JoinGroup to the assignment, then consuming; the heartbeat protocols' epochs (KIP-848 consumer, share and
+# Streams groups): reconciling from the heartbeat that moved the member to the epoch until it owns what it was
+# given (it keeps the partitions that do not move), then owning; a moved partition's time with no consumer.
+TIMELINE_KINDS = (("rebalance: no partitions", "#d55e00", 10, "solid"), ("consuming", "#0072b2", 6, "solid"),
+                  ("epoch: reconciling", "#e69f00", 10, "solid"), ("epoch: owning", "#56b4e9", 6, "solid"),
+                  ("moved: no consumer", "#000000", 2, "dot"))
+
+
 def group_timeline(t: pa.Table) -> go.Figure:
-    """Per member (a row: group and client), its time without partitions in each rebalance (from its JoinGroup
-    to its assignment) and its time consuming (from its assignment to its next rejoin or leave), as line
-    segments; hover on either end: generation, partitions, the wait."""
+    """Per member (a row: group and client), a segment per kind of TIMELINE_KINDS: in each classic generation its
+    time without partitions (JoinGroup to assignment) and consuming (assignment to its next rejoin or leave); in
+    each epoch of the heartbeat protocols its time reconciling and owning; the moved partitions' gaps on the row
+    of the member they went to. Hover on either end: generation or epoch, partitions, the wait."""
     fig = go.Figure()
-    for kind, colour, width in (("rebalance: no partitions", "#d55e00", 10), ("consuming", "#0072b2", 6)):
+    for kind, colour, width, dash in TIMELINE_KINDS:
         s = t.filter(pc.equal(t["kind"], kind))
         if not s.num_rows:
             continue
@@ -373,7 +383,8 @@ def group_timeline(t: pa.Table) -> go.Figure:
             y += [r, r, None]
             hover += [h, h, None]
         fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=kind, text=hover,
-                                 line={"color": colour, "width": width}, marker={"size": 4, "color": colour},
+                                 line={"color": colour, "width": width, "dash": dash},
+                                 marker={"size": 4, "color": colour},
                                  hovertemplate="%{y}<br>" + TIME_HOVER + "<br>%{text}<extra></extra>"))
     n = len(set(t["member"].to_pylist()))
     return _layout(fig, "member (group: client_id)", height=max(HEIGHT, 80 + 30 * n))
@@ -411,3 +422,114 @@ def laggiest_partitions(t: pa.Table) -> go.Figure:
                        "%{customdata[1]:,}; lag at the last commit %{customdata[2]:,}<extra></extra>")))
     fig.update_yaxes(rangemode="tozero")
     return _layout(fig, "lag (records)", x_title="group: topic[partition]")
+
+
+# --- Share groups and transactions ---------------------------------------------------------------------------
+
+SHARE_COUNTS = (("acquired_records", "given"), ("accepted", "accepted"), ("released", "released"),
+                ("rejected", "rejected"), ("lock_lost", "lock lost"), ("unacknowledged", "unacknowledged"))
+SHARE_QUANTILES = (("processing_p50_ms", "p50", "circle"), ("processing_p99_ms", "p99", "diamond"),
+                   ("processing_max_ms", "max", "x"))
+OUTCOME_COLOURS = {"committed": PALETTE[2], "aborted": PALETTE[1], "failed": PALETTE[3], "superseded": PALETTE[5],
+                   "open": PALETTE[4]}
+
+
+def _column(t: pa.Table, name: str) -> np.ndarray:
+    return t[name].to_numpy(zero_copy_only=False)
+
+
+def share_members(t: pa.Table) -> go.Figure:
+    """Per share-group member and topic (``label``): the records it was given and what became of them, as
+    grouped horizontal bars; hover: the count, of how many given (and redelivered)."""
+    fig = go.Figure()
+    labels = t["label"].to_pylist()
+    custom = np.stack([_column(t, "acquired_records"), _column(t, "redelivered_records")], axis=1)
+    for (column, name), colour in zip(SHARE_COUNTS, (PALETTE[0], PALETTE[2], PALETTE[1], PALETTE[3], PALETTE[5],
+                                                     PALETTE[7]), strict=True):
+        fig.add_trace(go.Bar(
+            y=labels, x=_column(t, column), orientation="h", name=name, marker_color=colour, customdata=custom,
+            hovertemplate=(f"%{{y}}<br>{name}: %{{x:,}} records<br>given %{{customdata[0]:,}} "
+                           "(%{customdata[1]:,} of them redelivered)<extra></extra>")))
+    fig.update_yaxes(autorange="reversed", type="category")
+    fig.update_xaxes(rangemode="tozero")
+    return _layout(fig, "member (group: client_id (topic))", x_title="records", barmode="group",
+                   height=max(HEIGHT, 80 + 22 * len(SHARE_COUNTS) * len(labels) // 2))
+
+
+def share_processing(t: pa.Table) -> go.Figure:
+    """Per member and topic: its processing time (acquisition to acknowledgement) p50, p99 and longest, on a log
+    axis; hover: the value and over how many records."""
+    fig = go.Figure()
+    labels = t["label"].to_pylist()
+    values = []
+    for (column, name, symbol), colour in zip(SHARE_QUANTILES, (PALETTE[0], PALETTE[3], PALETTE[7]), strict=True):
+        x = _column(t, column)
+        values += [v for v in x.tolist() if v is not None]
+        fig.add_trace(go.Scatter(
+            y=labels, x=x, mode="markers", name=name, customdata=_column(t, "processed"),
+            marker={"color": colour, "size": 10, "symbol": symbol},
+            hovertemplate=(f"%{{y}}<br>processing {name}: %{{x:.3f}} ms<br>over %{{customdata:,}} records "
+                           "followed from acquisition to acknowledgement<extra></extra>")))
+    fig.update_yaxes(autorange="reversed", type="category")
+    _layout(fig, "member (group: client_id (topic))", x_title="processing time (log scale)",
+            height=max(HEIGHT - 100, 80 + 30 * len(labels)))
+    fig.update_xaxes(**log_axis(values))
+    return fig
+
+
+def records_over_time(t: pa.Table, interval: Interval, palette: dict[str, str], what: str) -> go.Figure:
+    """Records per interval by series (bars); hover: the records and how many ranges."""
+    fig = go.Figure()
+    for name in palette:
+        s = t.filter(pc.equal(t["series"], name))
+        if s.num_rows == 0:
+            continue
+        fig.add_trace(go.Bar(
+            x=_times(s["bin"]), y=_column(s, "records"), name=name, marker_color=palette[name], **_over(interval),
+            customdata=s["count"].to_numpy(),
+            hovertemplate=(f"{name}<br>{TIME_HOVER} (+{interval.label})<br>%{{y:,}} records {what} in "
+                           "%{customdata:,} ranges<extra></extra>")))
+    return fig
+
+
+def transaction_points(t: pa.Table, interval: Interval) -> go.Figure:
+    """One marker per transaction: when it started (x), how long it lasted (y, log scale), coloured by outcome;
+    a triangle where only a lower bound is known (open at the capture's end, or begun before it). ``t``: x, ms,
+    bound, outcome and the hover's columns (``hover``: its text lines after the first)."""
+    fig = go.Figure()
+    names = [o for o in OUTCOME_COLOURS if o in set(t["outcome"].to_pylist())]
+    names += sorted(set(t["outcome"].to_pylist()) - set(names) - {None})
+    for name in names:
+        s = t.filter(pc.equal(t["outcome"], name))
+        bound = _column(s, "bound").astype(bool)
+        fig.add_trace(go.Scatter(
+            x=_times(s["x"]), y=_column(s, "ms"), mode="markers", name=name,
+            marker={"color": OUTCOME_COLOURS.get(name, PALETTE[7]), "size": 9, "line": {"width": 0},
+                    "symbol": np.where(bound, "triangle-up", "circle").tolist()},
+            customdata=np.stack([_column(s, "transactional_id"), _column(s, "hover")], axis=1),
+            hovertemplate=(f"%{{customdata[0]}}: {name}<br>{TIME_HOVER}<br>%{{customdata[1]}}<extra></extra>")))
+    _layout(fig, "duration (log scale)")
+    fig.update_yaxes(**log_axis(t["ms"].to_pylist()))
+    return time_range(fig, interval)
+
+
+def transactions_per_id(t: pa.Table) -> go.Figure:
+    """Per transactional id (``transactional_id``, largest first): its transactions by outcome (stacked horizontal
+    bars); hover: the count, of how many, and the longest."""
+    fig = go.Figure()
+    ids = list(dict.fromkeys(t["transactional_id"].to_pylist()))
+    names = [o for o in OUTCOME_COLOURS if o in set(t["outcome"].to_pylist())]
+    names += sorted(set(t["outcome"].to_pylist()) - set(names) - {None})
+    for name in names:
+        s = t.filter(pc.equal(t["outcome"], name))
+        fig.add_trace(go.Bar(
+            y=s["transactional_id"].to_pylist(), x=s["count"].to_numpy(), orientation="h", name=name,
+            marker_color=OUTCOME_COLOURS.get(name, PALETTE[7]),
+            customdata=np.stack([_column(s, "total"), _column(s, "longest")], axis=1).astype(object),
+            hovertemplate=(f"%{{y}}<br>{name}: %{{x:,}} transactions (of %{{customdata[0]:,}})<br>longest "
+                           "%{customdata[1]}<extra></extra>")))
+    fig.update_yaxes(autorange="reversed", type="category", categoryorder="array", categoryarray=ids)
+    _layout(fig, "transactional id", x_title="transactions", barmode="stack",
+            height=max(HEIGHT - 100, 80 + 26 * len(ids)))
+    fig.update_layout(legend={"traceorder": "normal"})
+    return fig

@@ -125,10 +125,12 @@ def build(source: TableSource, title: str = "kafkacap report", use_aggregates: b
         traffic,
         _groups(source, ex, interval, tr),
         _consumer_lag(source),
+        _share_groups(source, interval),
+        _transactions(source, interval, start, end),
         _triage(source),
         _connections(conns, files, interval),
     ]
-    return Report(title, facts, sections, interval)
+    return Report(title, facts, [s for s in sections if s is not None], interval)
 
 
 def _facts(ex: scans.ExchangeAggregates, files, conns: scans.ConnectionAggregates, start, end,
@@ -378,20 +380,29 @@ def _no_traffic() -> pa.Table:
 def _groups(source: TableSource, ex: scans.ExchangeAggregates, interval: ag.Interval,
             tr: scans.TrafficAggregates) -> Section:
     s = Section("groups", "Consumer groups", intro=(
-        "Each group's generations from the groups table: when each member was without partitions during a "
-        "rebalance and when it consumed; then the group protocol's exchanges themselves, and the lag Fetch "
+        "Each group's generations from the groups table (classic groups: JoinGroup and SyncGroup) and epochs "
+        "(KIP-848 consumer groups, share groups and Streams groups: the coordinator moves members from epoch to "
+        "epoch in their heartbeats): when each member was without partitions during a rebalance, or reconciling "
+        "to a new epoch, and when it consumed; then the group protocol's exchanges themselves, and the lag Fetch "
         "responses report."))
-    timeline, shown = group_segments(source.read("groups", GROUP_COLUMNS))
+    timeline, shown = group_segments(*latest_generations(source))
     if timeline.num_rows == 0:
         s.parts.append(Part("Generations and rebalances", "", empty="No consumer group generation is in the "
-                            "groups table (no JoinGroup answered in the capture, or an export from before it)."))
+                            "groups table (no JoinGroup or group heartbeat answered in the capture, or an export "
+                            "from before it)."))
     else:
+        epochs = sorted(set(pc.unique(timeline["kind"]).to_pylist()) & {"epoch: reconciling", "epoch: owning"})
         s.parts.append(Part(
             "Generations and rebalances",
-            "One row per member. Red: from its JoinGroup to its assignment (no partitions to consume: a "
-            "rebalance's stop time); blue: consuming, until it rejoins or leaves. A long red column across "
-            "members is a slow rebalance; many short ones a rebalance storm; a row that ends early, a member "
-            "that left." + shown, fg.group_timeline(timeline)))
+            "One row per member. Classic groups (generations): red from its JoinGroup to its assignment (no "
+            "partitions to consume: a rebalance's stop time), blue consuming, until it rejoins or leaves. "
+            + ("KIP-848 consumer, share and Streams groups (epochs; the row names the protocol): orange from the "
+               "heartbeat that moved the member to a new epoch until it owns all it was given (it keeps consuming "
+               "the partitions that stay: only those that move stop), light blue owning, until its next epoch or "
+               "its leave; a thin dotted black line on the row of the member a partition moved to is the time no "
+               "member consumed it (the groups table's moved gap_ms). " if epochs else "")
+            + "A long red or orange column across members is a slow rebalance; many short ones a rebalance storm; "
+            "a row that ends early, a member that left." + shown, fg.group_timeline(timeline)))
     g, note = ex.groups.select(source)
     if g is None or g.num_rows == 0:
         s.parts.append(Part("Group protocol exchanges per client", "",
@@ -521,42 +532,333 @@ def _triage(source: TableSource) -> Section:
     return s
 
 
-GROUP_COLUMNS = ["capture_file", "group_id", "generation_id", "members", "ended"]
-MAX_GENERATIONS = 500  # the latest generations drawn; the groups table holds them all
+GROUP_COLUMNS = ["capture_file", "group_id", "group_protocol", "generation_id", "members", "ended", "moved"]
+MAX_GENERATIONS = 500  # the latest generations (epochs) drawn; the groups table holds them all
+# How the timeline names each protocol (a null group_protocol, an export from before the column: classic).
+PROTOCOLS = {"classic": "classic", "consumer": "consumer, KIP-848", "share": "share, KIP-932",
+             "streams": "streams, KIP-1071"}
+_SEGMENTS = pa.schema([("member", pa.string()), ("kind", pa.string()), ("start", TS), ("end", TS),
+                       ("text", pa.string())])
 
 
-def group_segments(groups: pa.Table) -> tuple[pa.Table, str]:
-    """The timeline's segments from the groups table (one row per generation: a few per rebalance), and a
-    note when only the latest MAX_GENERATIONS were kept."""
-    note = ""
+def latest_generations(source: TableSource) -> tuple[pa.Table, int]:
+    """The groups table's latest MAX_GENERATIONS rows (by ended), read batch by batch, and its rows in all."""
+    top = ag.TopRows(MAX_GENERATIONS, [("ended", "descending")])
+    for t in source.scan("groups", GROUP_COLUMNS):
+        top.add(t)
+    if top.rows is None:
+        return source.read("groups", GROUP_COLUMNS), 0
+    return top.rows, top.seen
+
+
+def _assigned(protocol: str, assignment) -> str:
+    parts = "; ".join(f"{a['topic']} {','.join(map(str, a['partitions'] or ()))}" for a in (assignment or ()))
+    return f"{'tasks' if protocol == 'streams' else 'partitions'} {parts or 'none'}"
+
+
+def _member_row(g: dict, protocol: str, names: dict, member_id: str | None) -> str:
+    """A member's row in the timeline: group (and protocol, but for classic groups) and client_id."""
+    name = names.get((g["capture_file"], g["group_id"], member_id)) or member_id
+    return f"{g['group_id']}: {name}" if protocol == "classic" else f"{g['group_id']} ({protocol}): {name}"
+
+
+def group_segments(groups: pa.Table, rows: int | None = None) -> tuple[pa.Table, str]:
+    """The timeline's segments from the groups table (one row per generation, or per epoch of the heartbeat
+    protocols: a few per rebalance), and a note when only the latest MAX_GENERATIONS of ``rows`` were kept.
+
+    Classic generations: each member without partitions from its JoinGroup to its assignment, then consuming until
+    its next JoinGroup (in the next generation), its LeaveGroup or the generation's end. Epochs of the KIP-848,
+    share and Streams groups alike: each member reconciling from the heartbeat that moved it to the epoch until
+    it owns what it was given (it keeps the partitions that stay), then owning until the heartbeat that moves it
+    to its next epoch (epochs it skipped included), its leave or the epoch's end; and each moved partition's
+    time without a consumer, on the row of the member it went to."""
+    total = max(rows or 0, groups.num_rows)
     if groups.num_rows > MAX_GENERATIONS:
         groups = groups.sort_by([("ended", "descending")]).slice(0, MAX_GENERATIONS)
-        note = f" The latest {MAX_GENERATIONS:,} generations are drawn; the groups table holds them all."
-    rows = sorted(groups.to_pylist(), key=lambda g: (g["capture_file"] or "", g["group_id"], g["generation_id"]))
+    note = (f" The latest {MAX_GENERATIONS:,} generations and epochs are drawn (of {total:,}); the groups table "
+            "holds them all." if total > groups.num_rows else "")
+    gens = sorted(groups.to_pylist(), key=lambda g: (g["capture_file"] or "", g["group_id"] or "",
+                                                     g["generation_id"] if g["generation_id"] is not None else -1))
+    seen: dict[tuple, list] = {}  # (capture, group, member id) -> its (generation, join) in order
+    names: dict[tuple, str] = {}  # (capture, group, member id) -> its client_id
+    for g in gens:
+        for m in g["members"] or ():
+            key = (g["capture_file"], g["group_id"], m["member_id"])
+            seen.setdefault(key, []).append((g["generation_id"], m["join_ts"]))
+            if m["client_id"]:
+                names[key] = m["client_id"]
     next_join: dict[tuple, dt.datetime] = {}  # (capture, group, member id, generation) -> its next join
-    for g in rows:
-        for m in g["members"] or ():
-            if m["join_ts"] is not None:
-                next_join[g["capture_file"], g["group_id"], m["member_id"], g["generation_id"] - 1] = m["join_ts"]
+    for key, joins in seen.items():
+        for (gen, _), (later, join) in zip(joins, joins[1:], strict=False):
+            if join is not None and gen is not None and later is not None:
+                next_join.setdefault((*key, gen), join)
     out = []
-    for g in rows:
+    for g in gens:
+        protocol = g["group_protocol"] or "classic"
+        classic = protocol == "classic"
         for m in g["members"] or ():
-            who = f"{g['group_id']}: {m['client_id'] or m['member_id']}"
-            parts = ", ".join(f"{a['topic']} {','.join(map(str, a['partitions']))}"
-                              for a in (m["assignment"] or ())) or "none"
-            text = f"generation {g['generation_id']}; partitions {parts}"
+            row = _member_row(g, protocol, names, m["member_id"])
+            gen = g["generation_id"]
+            text = f"{'generation' if classic else PROTOCOLS.get(protocol, protocol) + ' epoch'} {gen}; " + \
+                _assigned(protocol, m["assignment"])
+            if m.get("errors"):  # an export from before the column: no such field
+                text += f"; errors {', '.join(m['errors'])}"
+            waited = "?" if m["waited_ms"] is None else f"{m['waited_ms']:,.1f}"
             if m["join_ts"] is not None and m["synced_ts"] is not None:
-                out.append({"member": who, "kind": "rebalance: no partitions", "start": m["join_ts"],
-                            "end": m["synced_ts"], "text": f"{text}; waited {m['waited_ms']:,.1f} ms"})
+                out.append({"member": row, "kind": "rebalance: no partitions" if classic else "epoch: reconciling",
+                            "start": m["join_ts"], "end": m["synced_ts"],
+                            "text": f"{text}; " + (f"waited {waited} ms" if classic else
+                                                   f"reconciled {waited} ms after the epoch began")})
             if m["synced_ts"] is not None:
-                end = next_join.get((g["capture_file"], g["group_id"], m["member_id"], g["generation_id"]))
+                key = (g["capture_file"], g["group_id"], m["member_id"])
+                if classic:  # its join in the next generation only: a member absent from it left the group
+                    end = dict(seen[key]).get(gen + 1) if gen is not None else None
+                else:  # its next epoch, whichever: a member may skip epochs the group went through
+                    end = next_join.get((*key, gen))
                 end = end or m["left_ts"] or g["ended"]
                 if end is not None and end >= m["synced_ts"]:
-                    out.append({"member": who, "kind": "consuming", "start": m["synced_ts"], "end": end,
-                                "text": text})
-    schema = pa.schema([("member", pa.string()), ("kind", pa.string()), ("start", TS), ("end", TS),
-                        ("text", pa.string())])
-    return pa.Table.from_pylist(out, schema=schema), note
+                    out.append({"member": row, "kind": "consuming" if classic else "epoch: owning",
+                                "start": m["synced_ts"], "end": end, "text": text})
+        moves: dict[tuple, list] = {}
+        for mv in g["moved"] or ():
+            if mv["released_ts"] is not None and mv["acquired_ts"] is not None:
+                moves.setdefault((mv["to_member"], mv["from_member"], mv["released_ts"], mv["acquired_ts"],
+                                  mv["gap_ms"], mv["topic"]), []).append(mv["partition"])
+        for (to, frm, released, acquired, gap, topic), partitions in moves.items():
+            gap = "?" if gap is None else f"{gap:,.1f}"
+            giver = names.get((g["capture_file"], g["group_id"], frm)) or frm or "a member that left"
+            them = "them" if len(partitions) > 1 else "it"
+            out.append({"member": _member_row(g, protocol, names, to), "kind": "moved: no consumer",
+                        "start": released, "end": acquired,
+                        "text": f"{PROTOCOLS.get(protocol, protocol)} epoch {g['generation_id']}; moved "
+                                f"{'tasks ' if protocol == 'streams' else ''}{topic} "
+                                f"{','.join(map(str, sorted(partitions)))} from {giver}: no member consumed {them} "
+                                f"for {gap} ms"})
+    return pa.Table.from_pylist(out, schema=_SEGMENTS), note
+
+
+SHARE_TABLE_COLUMNS = [("label", "member (topic)"), ("acquired_records", "given"),
+                       ("redelivered_records", "redelivered"), ("accepted", "accepted"), ("released", "released"),
+                       ("rejected", "rejected"), ("renewed", "renewed"), ("lock_lost", "lock lost"),
+                       ("unacknowledged", "unacknowledged"), ("failed_acks", "failed acks"),
+                       ("p50", "processing p50"), ("p99", "processing p99"), ("first_ts", "first (UTC)"),
+                       ("last_ts", "last (UTC)")]
+
+
+def _unique_labels(rows: list[dict]) -> list[str]:
+    """A row label per share member and topic: group, client_id and topic; with the member id's start (then the
+    capture file) where two rows would read alike."""
+    labels = [f"{r['group_id']}: {r['client_id'] or r['member_id']} ({r['topic']})" for r in rows]
+    for extra in (lambda r: f" {(r['member_id'] or '')[:8]}", lambda r: f" [{r['capture_file']}]"):
+        twice = {x for x in labels if labels.count(x) > 1}
+        labels = [x + extra(r) if x in twice else x for x, r in zip(labels, rows, strict=True)]
+    return labels
+
+
+def _ms_text(v: float | None) -> str:
+    return "" if v is None else f"{v:,.3f} ms"
+
+
+def _share_groups(source: TableSource, interval: ag.Interval) -> Section | None:
+    """Share groups (KIP-932): only when the capture has their acquisitions or acknowledgements."""
+    if source.rows("share_consumption") == 0 and source.rows("share_ranges") == 0:
+        return None
+    s = Section("share", "Share groups", intro=(
+        "Share groups (KIP-932) hand records out one by one: a ShareFetch response acquires records for a member, "
+        "locked for it for a while, and the member acknowledges each (accept: done; release: back to the group, to "
+        "be delivered again; reject: never delivered again). From the share_consumption table (per group, topic "
+        "and member) and share_ranges (each acquired or acknowledged range)."))
+    sh = scans.scan_share(source, interval)
+    members = sh.members.rows
+    if sh.rows == 0 or members is None or members.num_rows == 0:
+        s.parts.append(Part("Records per member", "", empty="The share_consumption table is empty: no member was "
+                            "seen acquiring records."))
+    else:
+        rows = members.to_pylist()
+        labels = _unique_labels(rows)
+        members = members.append_column("label", pa.array(labels, pa.string()))
+        members = members.append_column("p50", pa.array([_ms_text(r["processing_p50_ms"]) for r in rows]))
+        members = members.append_column("p99", pa.array([_ms_text(r["processing_p99_ms"]) for r in rows]))
+        note = (f" The {members.num_rows} given the most records are drawn, of {sh.rows:,}."
+                if sh.rows > members.num_rows else "")
+        s.parts.append(Part(
+            "Records per member",
+            "Per member and topic: the records the broker gave it (each delivery counted; hover adds how many "
+            "were redeliveries), and what became of them: accepted, released (given back, delivered again), "
+            "rejected, lock lost (acquired again before it acknowledged them: its acquisition lock ran out or its "
+            "session ended) and unacknowledged (held at the capture's end). Released, rejected and lock-lost "
+            "records are records some member could not process." + note,
+            fg.share_members(members),
+            table_html=_html_table(members, SHARE_TABLE_COLUMNS)))
+        timed = members.filter(pc.is_valid(members["processing_p50_ms"]))
+        if timed.num_rows == 0:
+            s.parts.append(Part("Processing time per member", "", empty="No record was followed from its "
+                                "acquisition to its acknowledgement."))
+        else:
+            s.parts.append(Part(
+                "Processing time per member",
+                "Per member and topic: the time from a record's acquisition (the ShareFetch response) to its "
+                "acknowledgement (the request carrying it), median, 99th percentile and longest, over the records "
+                "followed one by one; log scale. A member far to the right of the others is slow to process, and "
+                "close to its acquisition lock timeout (30 s by default) it loses records to redelivery." + note,
+                fg.share_processing(timed)))
+    acquired, acked = sh.acquired.result(), sh.acknowledged.result()
+    if acquired is None and acked is None:
+        s.parts.append(Part("Acquisitions and acknowledgements over time", "", empty="The share_ranges table "
+                            "has no timed range."))
+    else:
+        parts = [t if t is not None else _no_records() for t in (acquired, acked)]
+        top = [scans.FIRST_DELIVERY, scans.REDELIVERY]
+        acks = [n for n in ("accept", "release", "reject", "renew") if n in set(parts[1]["series"].to_pylist())]
+        acks += sorted(set(parts[1]["series"].to_pylist()) - set(acks) - {ag.OTHER})
+        acks += [ag.OTHER] if ag.OTHER in set(parts[1]["series"].to_pylist()) else []
+        colours = {scans.FIRST_DELIVERY: fg.PALETTE[0], scans.REDELIVERY: fg.PALETTE[4], "accept": fg.PALETTE[2],
+                   "release": fg.PALETTE[1], "reject": fg.PALETTE[3], "renew": fg.PALETTE[5]}
+        palette = {n: colours.get(n, fg.OTHER_COLOUR if n == ag.OTHER else fg.PALETTE[7]) for n in top + acks}
+        s.parts.append(Part(
+            "Acquisitions and acknowledgements over time",
+            f"Records per {interval.label}: acquired by the members (top; redeliveries apart: records delivered "
+            "before and not accepted), and acknowledged (bottom) by what the member said of them, as the "
+            "requests carried them (acknowledgements the broker refused included; share_consumption counts those "
+            "apart as failed acks). Hover adds the ranges." + _folded(sh.acknowledged),
+            fg.time_range(fg.two_rows(fg.records_over_time(parts[0], interval, palette, "acquired"),
+                                      fg.records_over_time(parts[1], interval, palette, "acknowledged"),
+                                      ("Acquired (ShareFetch responses)", "Acknowledged (ShareFetch and "
+                                       "ShareAcknowledge requests)"), f"records per {interval.label}"),
+                          interval)))
+    return s
+
+
+def _no_records() -> pa.Table:
+    return pa.table({"bin": pa.array([], TS), "series": pa.array([], pa.string()), "count": pa.array([], pa.int64()),
+                     "records": pa.array([], pa.int64())})
+
+
+def _partitions_text(partitions) -> str:
+    return "; ".join(f"{p['topic']} {','.join(map(str, p['partitions'] or ()))}" for p in (partitions or ())) or "none"
+
+
+def _transaction_hover(r: dict, ms: float | None, bound: str) -> str:
+    """The hover's lines after the first (transactional id and outcome) and the time."""
+    if bound == "open":
+        lasted = f"still open at the capture's end: at least {ms:,.3f} ms"
+    elif bound == "begun before":
+        lasted = f"begun before the capture: at least {ms:,.3f} ms"
+    else:
+        lasted = f"lasted {ms:,.3f} ms"
+    if r["commit_ms"] is not None:
+        lasted += f"; EndTxn answered in {r['commit_ms']:,.3f} ms"
+        if (r["end_attempts"] or 0) > 1:
+            lasted += f" ({r['end_attempts']} attempts)"
+    lines = [f"producer id {r['producer_id']}, epoch {r['producer_epoch']} ({r['client_id'] or 'no client_id'})",
+             lasted, f"{r['records'] or 0:,} records in {r['produce_requests'] or 0:,} Produce requests",
+             f"partitions: {_partitions_text(r['partitions'])}"]
+    if r["groups"]:
+        lines.append(f"offsets of group {', '.join(r['groups'])}")
+    if r["errors"]:
+        lines.append(f"errors: {', '.join(r['errors'])}")
+    return "<br>".join(html.escape(x, quote=False) for x in lines)
+
+
+def transaction_points(t: pa.Table, start: pa.Scalar | None, end: pa.Scalar | None) -> tuple[pa.Table, int]:
+    """The markers of the transactions chart: x (its start, else its EndTxn), ms (its duration; for one still
+    open at the capture's end, or begun before it, the time it was seen: a lower bound), bound and the hover's
+    lines; and how many transactions have no duration and no bound (left out)."""
+    first = start.as_py() if start is not None and start.is_valid else None
+    last = end.as_py() if end is not None and end.is_valid else None
+    rows, left_out = [], 0
+    for r in t.to_pylist():
+        ms, bound = r["duration_ms"], ""
+        if ms is None and r["start_ts"] is not None and r["end_ts"] is None and last is not None:
+            ms, bound = max((last - r["start_ts"]).total_seconds() * 1000, 0.0), "open"
+        elif ms is None and r["start_ts"] is None and r["end_ts"] is not None and first is not None:
+            ms, bound = max((r["end_ts"] - first).total_seconds() * 1000, 0.0), "begun before"
+        if ms is None:
+            left_out += 1
+            continue
+        rows.append({"x": r["x"], "ms": max(ms, 1e-3), "bound": bool(bound), "outcome": r["outcome"] or "unknown",
+                     "transactional_id": r["transactional_id"], "hover": _transaction_hover(r, ms, bound)})
+    schema = pa.schema([("x", TS), ("ms", pa.float64()), ("bound", pa.bool_()), ("outcome", pa.string()),
+                        ("transactional_id", pa.string()), ("hover", pa.string())])
+    return pa.Table.from_pylist(rows, schema=schema), left_out
+
+
+def _transactions(source: TableSource, interval: ag.Interval, start: pa.Scalar | None,
+                  end: pa.Scalar | None) -> Section | None:
+    """Transactions: only when the capture has a transactional producer's transactions."""
+    if source.rows("transactions") == 0:
+        return None
+    s = Section("transactions", "Transactions", intro=(
+        "Each transaction of a transactional producer, from the transactions table: from its first request "
+        "(AddPartitionsToTxn, a transactional Produce, AddOffsetsToTxn or TxnOffsetCommit) to the EndTxn response "
+        "that ended it. Outcome: committed or aborted (EndTxn answered without error), failed (EndTxn answered "
+        "with an error the client does not retry, e.g. PRODUCER_FENCED), superseded (a new InitProducerId for "
+        "the same transactional id while it was open: the coordinator aborts it), open (no EndTxn answered in "
+        "the capture)."))
+    tx = scans.scan_transactions(source)
+    counts = tx.outcomes.result()
+    if counts is not None:
+        s.intro += " In all: " + ", ".join(
+            f"{n:,} {o}" for o, n in sorted(zip(counts["outcome"].to_pylist(), counts["count"].to_pylist(),
+                                                strict=True), key=lambda x: (-x[1], x[0] or ""))) + "."
+    points = tx.points.rows
+    t, left_out = transaction_points(points, start, end) if points is not None else (None, 0)
+    if t is None or t.num_rows == 0:
+        s.parts.append(Part("Transactions over time", "", empty="No transaction has a time (start or EndTxn)."))
+    else:
+        note = (f" {tx.points.n:,} of {tx.rows:,} transactions are drawn: those not committed first, then the "
+                "longest." if tx.rows > tx.points.n else "")
+        if left_out:
+            note += f" {left_out:,} without a start or an end (no duration) are left out."
+        s.parts.append(Part(
+            "Transactions over time",
+            "One marker per transaction: when it started and how long it lasted (its first request to the EndTxn "
+            "response; log scale), coloured by outcome. A triangle is a lower bound: a transaction still open at "
+            "the capture's end (to the end), or begun before the capture started (from its start). Hover gives "
+            "the producer id and epoch, how long the coordinator took to answer EndTxn, the records and "
+            "partitions it wrote and the errors met. Aborted or failed ones in a row are a producer in trouble; "
+            "durations near transaction.timeout.ms, transactions the coordinator aborted." + note,
+            fg.transaction_points(t, interval)))
+    per_id = tx.per_id.result()
+    if per_id is not None and per_id.num_rows:
+        per_id = per_id.set_column(per_id.schema.get_field_index("transactional_id"), "transactional_id",
+                                   pc.fill_null(per_id["transactional_id"], "(none)"))
+        totals = ag.group(per_id, ["transactional_id"], [("count", "sum")], ["total"])
+        totals = totals.sort_by([("total", "descending"), ("transactional_id", "ascending")])
+        shown = totals.slice(0, scans.MAX_TRANSACTIONAL_IDS)
+        t = per_id.join(shown, ["transactional_id"], join_type="inner")
+        longest = [_ms_text(v) or "unknown (none ended)" for v in t["duration_ms"].to_pylist()]
+        t = t.append_column("longest", pa.array(longest, pa.string()))
+        order = {k: i for i, k in enumerate(shown["transactional_id"].to_pylist())}
+        t = t.append_column("rank", pa.array([order[k] for k in t["transactional_id"].to_pylist()], pa.int64()))
+        t = t.sort_by([("rank", "ascending"), ("outcome", "ascending")])
+        n = totals.num_rows
+        note = (f" The {shown.num_rows} ids with the most transactions are drawn, of "
+                f"{'more than ' if tx.per_id.truncated else ''}{n:,}." if n > shown.num_rows else "")
+        s.parts.append(Part(
+            "Transactions per transactional id",
+            "Per transactional id (a producer, or the instances that took over its id), its transactions by "
+            "outcome; hover adds the longest of each outcome. An id with many aborted, failed or superseded "
+            "transactions is a producer that keeps failing or being fenced by another instance." + note,
+            fg.transactions_per_id(t)))
+    bad = tx.uncommitted.rows
+    if bad is not None and bad.num_rows:
+        rows = bad.to_pylist()
+        bad = bad.append_column("duration", pa.array([_ms_text(r["duration_ms"]) for r in rows], pa.string()))
+        bad = bad.append_column("error_list", pa.array([", ".join(r["errors"] or ()) for r in rows], pa.string()))
+        bad = bad.append_column("partition_list", pa.array([_partitions_text(r["partitions"]) for r in rows]))
+        total = tx.rows - (next((c for o, c in zip(counts["outcome"].to_pylist(), counts["count"].to_pylist(),
+                                                     strict=True) if o == "committed"), 0) if counts else 0)
+        s.parts.append(Part(
+            "Transactions that did not commit",
+            f"The first {bad.num_rows} of {total:,} transactions aborted, failed, superseded or open, by time; "
+            "errors: those met on the way, in order.",
+            table_html=_html_table(bad, [
+                ("transactional_id", "transactional id"), ("producer_id", "producer id"),
+                ("producer_epoch", "epoch"), ("outcome", "outcome"), ("start_ts", "start (UTC)"),
+                ("end_ts", "end (UTC)"), ("duration", "duration"), ("records", "records"),
+                ("partition_list", "partitions"), ("error_list", "errors"), ("capture_file", "capture file")])))
+    return s
 
 
 ENDED_ORDER = ("fin", "rst", "reused", "evicted", "capture_end", "continued")

@@ -407,3 +407,98 @@ def scan_triage(source: TableSource) -> tuple[pa.Table, pa.Table, pa.Table]:
                                                           if conns.num_rows else pa.array([], pa.int64())))
     return (triage.unexpected_errors(failed), triage.retry_storms(failed),
             triage.reconnect_loops(conns, on_short))
+
+
+# --- Share groups and transactions -------------------------------------------------------------------------------
+
+MAX_SHARE_MEMBERS = 40  # share-group members (per topic) drawn: those given the most records
+MAX_TRANSACTIONS = 2000  # transactions drawn as markers: the ones not committed first, then the longest
+MAX_TRANSACTIONAL_IDS = 30  # rows of the per-id chart: the ids with the most transactions
+MAX_UNCOMMITTED = 50  # rows of the table of transactions that did not commit
+
+SHARE_COLUMNS = ["capture_file", "group_id", "topic", "member_id", "client_id", "first_ts", "last_ts",
+                 "acquired_records", "redelivered_records", "accepted", "released", "rejected", "renewed",
+                 "failed_acks", "lock_lost", "unacknowledged", "untracked", "processed", "processing_p50_ms",
+                 "processing_p99_ms", "processing_max_ms"]
+SHARE_RANGE_COLUMNS = ["ts", "action", "first_offset", "last_offset", "delivery_count"]
+FIRST_DELIVERY, REDELIVERY = "first delivery", "redelivery"
+
+
+@dataclass
+class ShareAggregates:
+    """share_consumption's members (the MAX_SHARE_MEMBERS given the most records), and share_ranges' records per
+    interval: acquired (first deliveries and redeliveries) and acknowledged (by action)."""
+
+    interval: ag.Interval
+    rows: int = 0
+    ranges: int = 0
+    members: ag.TopRows = field(default_factory=lambda: ag.TopRows(MAX_SHARE_MEMBERS, [
+        ("acquired_records", "descending"), ("capture_file", "ascending"), ("group_id", "ascending"),
+        ("topic", "ascending"), ("member_id", "ascending")]))
+    acquired: ag.SeriesOverTime = None
+    acknowledged: ag.SeriesOverTime = None
+
+    def __post_init__(self) -> None:
+        self.acquired = ag.SeriesOverTime(self.interval, sums=("records",), weight="records")
+        self.acknowledged = ag.SeriesOverTime(self.interval, sums=("records",), weight="records")
+
+    def add_ranges(self, t: pa.Table) -> None:
+        self.ranges += t.num_rows
+        t = t.append_column("records", pc.add(pc.subtract(t["last_offset"], t["first_offset"]), 1))
+        acquired = pc.fill_null(pc.equal(t["action"], "acquired"), False)
+        got = t.filter(acquired)
+        again = pc.fill_null(pc.greater_equal(got["delivery_count"], 2), False)
+        self.acquired.add(pa.table({"ts": got["ts"], "series": pc.if_else(again, REDELIVERY, FIRST_DELIVERY),
+                                    "records": got["records"]}))
+        acked = t.filter(pc.invert(acquired))
+        self.acknowledged.add(pa.table({"ts": acked["ts"], "series": pc.fill_null(acked["action"], "unknown"),
+                                        "records": acked["records"]}))
+
+
+def scan_share(source: TableSource, interval: ag.Interval) -> ShareAggregates:
+    agg = ShareAggregates(interval)
+    for t in source.scan("share_consumption", SHARE_COLUMNS):
+        agg.rows += t.num_rows
+        agg.members.add(t.set_column(t.schema.get_field_index("acquired_records"), "acquired_records",
+                                     pc.fill_null(t["acquired_records"], 0)))
+    for t in source.scan("share_ranges", SHARE_RANGE_COLUMNS):
+        agg.add_ranges(t)
+    return agg
+
+
+TRANSACTION_COLUMNS = ["capture_file", "transactional_id", "producer_id", "producer_epoch", "client_id", "start_ts",
+                       "end_request_ts", "end_ts", "duration_ms", "commit_ms", "outcome", "partitions", "groups",
+                       "produce_requests", "records", "end_attempts", "errors"]
+
+
+@dataclass
+class TransactionAggregates:
+    """The transactions table: counts per transactional id and outcome (with the longest), the transactions
+    drawn as markers (MAX_TRANSACTIONS: those not committed first, then the longest) and the first of those
+    that did not commit."""
+
+    rows: int = 0
+    per_id: ag.Accumulator = field(default_factory=lambda: ag.Accumulator(
+        ["transactional_id", "outcome"], maxs=("duration_ms",), max_groups=ag.MAX_GROUPS))
+    points: ag.TopRows = field(default_factory=lambda: ag.TopRows(MAX_TRANSACTIONS, [
+        ("committed", "ascending"), ("duration_ms", "descending"), ("x", "ascending")]))
+    uncommitted: ag.TopRows = field(default_factory=lambda: ag.TopRows(MAX_UNCOMMITTED, [
+        ("x", "ascending"), ("transactional_id", "ascending")]))
+    outcomes: ag.Accumulator = field(default_factory=lambda: ag.Accumulator(["outcome"]))
+
+    def add(self, t: pa.Table) -> None:
+        self.rows += t.num_rows
+        t = t.append_column("x", pc.coalesce(t["start_ts"], t["end_request_ts"], t["end_ts"]))
+        committed = pc.fill_null(pc.equal(t["outcome"], "committed"), False)
+        t = t.append_column("committed", committed)
+        self.per_id.add(t.select(["transactional_id", "outcome", "duration_ms"]))
+        self.outcomes.add(t.select(["outcome"]))
+        self.points.add(t.filter(pc.is_valid(t["x"])))
+        self.uncommitted.add(t.filter(pc.invert(committed)))
+
+
+def scan_transactions(source: TableSource) -> TransactionAggregates:
+    agg = TransactionAggregates()
+    for t in source.scan("transactions", TRANSACTION_COLUMNS):
+        agg.add(t)
+    return agg

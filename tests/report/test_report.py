@@ -56,7 +56,8 @@ def test_report_of_an_export_folder_is_the_same_page(built, tmp_path) -> None:
 def test_report_of_a_spark_layout_folder_is_the_same_page(built, tmp_path) -> None:
     """Each table as a dataset partitioned by capture_date, as the Spark job writes it."""
     out = tmp_path / "spark_out"
-    for name in ("exchanges", "errors", "partitions", "connections", "files", "groups"):
+    for name in ("exchanges", "errors", "partitions", "connections", "files", "groups", "share_consumption",
+                 "share_ranges", "transactions"):
         table = pq.read_table(built["tables"] / f"{name}.parquet")
         dates = pa.chunked_array([capture_dates(name, b) for b in table.to_batches()], pa.date32())
         pq.write_to_dataset(table.append_column("capture_date", dates), out / name, partition_cols=["capture_date"])
@@ -441,10 +442,13 @@ def test_times_outside_the_span_do_not_multiply_the_intervals(built, tmp_path) -
 
 
 def test_group_timeline_is_the_groups_table(browser_view, built) -> None:
-    """Each member's time without partitions in each generation, as drawn, is the groups table's waited_ms."""
+    """Each member's time without partitions in each classic generation, as drawn, is the groups table's waited_ms
+    (the heartbeat protocols' epochs: test_report_modern)."""
     groups = pq.read_table(built["tables"] / "groups.parquet").to_pylist()
     expected = Counter()
     for g in groups:
+        if g["group_protocol"] != "classic":
+            continue
         for m in g["members"]:
             if m["join_ts"] is not None and m["synced_ts"] is not None:
                 expected[f"{g['group_id']}: {m['client_id'] or m['member_id']}", g["generation_id"],
