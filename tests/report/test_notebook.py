@@ -26,13 +26,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests import craft
-from tests.helpers import ROOT, SAMPLES, TRUTH_FILES, export_tables
+from tests.helpers import ROOT, SAMPLES, TRUTH_FILES, analyze_tables, export_tables, pcap_records
 from tests.helpers import truth as read_truth
 
 nbformat = pytest.importorskip("nbformat")
 
 NOTEBOOK = ROOT / "notebooks" / "kafkacap_tables.ipynb"
-TABLES = ("exchanges", "errors", "partitions", "connections", "files", "groups", "deliveries")
+TABLES = ("exchanges", "errors", "partitions", "connections", "files", "groups", "deliveries", "share_ranges",
+          "share_consumption", "transactions", "transaction_steps")
 # The column that names a row's capture file: the partitioned copy spreads the files over several dates.
 FILE_COLUMN = {"deliveries": "produce_capture_file"}
 
@@ -114,11 +115,31 @@ def _troubled_capture(path: Path) -> str:
     return craft.write(path, sorted(late.packets + lossy.packets, key=lambda p: p.time))
 
 
+TRANSACTIONS = SAMPLES / "kafka44_transactions.pcap"
+OPEN_TRANSACTION = "kafka44_transactions_open.pcap"
+
+
+def _open_transaction_capture(path: Path) -> Path:
+    """The transactional producer's capture cut just before its first EndTxn request: its transactional id's first
+    transaction is open there (no end, no duration), and the id has transactions in two captures."""
+    steps = analyze_tables(TRANSACTIONS)["transaction_steps"].to_pylist()
+    first_end = min(s["request_ts"] for s in steps if s["api_name"] == "EndTxn").timestamp()
+    header, records = pcap_records(TRANSACTIONS)
+    order = "<" if header[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+    scale = 1e9 if header[:4] in (b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d") else 1e6
+    kept = [r for r in records if sum(x / d for x, d in zip(struct.unpack_from(order + "II", r), (1, scale),
+                                                            strict=True)) < first_end]
+    assert 0 < len(kept) < len(records)
+    path.write_bytes(header + b"".join(kept))
+    return path
+
+
 @pytest.fixture(scope="module")
 def export_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("notebook") / "out"
     troubled = _troubled_capture(out.parent / "troubled.pcap")
-    export_tables([SAMPLES, troubled], out, "--detect-ports", "--deliveries", tables=())
+    opened = _open_transaction_capture(out.parent / OPEN_TRANSACTION)
+    export_tables([SAMPLES, troubled, opened], out, "--detect-ports", "--deliveries", tables=())
     return out
 
 
@@ -364,7 +385,9 @@ def test_connection_health(answers, rows):
 ANSWERS = ("row_counts", "status_counts", "files_by_status", "latency_by_api", "slowest", "error_rates",
            "errors_by_name", "produce_volume", "produce_by_codec", "consumer_lag", "anomalies", "unusual", "health",
            "troubled", "group_summary", "generations", "members", "departures", "timeline", "delivery_by_topic",
-           "delivery_by_group")
+           "delivery_by_group", "epochs", "reconciliation", "moved_partitions", "share_members", "share_summary",
+           "redelivered_records", "transactions_by_id", "transaction_list", "slowest_transactions",
+           "transaction_errors", "transaction_step_errors")
 
 
 def test_both_layouts_give_the_same_answers(answers_by_layout):
@@ -623,13 +646,401 @@ def test_delivery_plot_holds_the_busiest_topics(answers, rows):
 
 
 def test_cells_run_on_a_capture_without_groups_or_deliveries(notebook, tmp_path):
-    """Admin traffic only: the group and delivery sections answer with empty tables and draw nothing."""
+    """Admin traffic only: the group, delivery, share group and transaction sections answer with empty tables and
+    draw nothing."""
     out = tmp_path / "out"
     export_tables(SAMPLES / "tansu_admin.pcap", out, "--deliveries", tables=())
     answers = _run_notebook_cells(notebook, out)
-    assert (answers["row_counts"]["groups"], answers["row_counts"]["deliveries"]) == (0, 0)
+    for name in ("groups", "deliveries", "share_ranges", "share_consumption", "transactions", "transaction_steps"):
+        assert answers["row_counts"][name] == 0, name
     assert answers["row_counts"]["exchanges"] > 0
     for name in ("group_summary", "generations", "members", "departures", "timeline", "delivery_by_topic",
-                 "delivery_by_group", "points"):
+                 "delivery_by_group", "points", "epochs", "reconciliation", "moved_partitions", "gaps",
+                 "share_members", "share_summary", "redelivered_records", "transactions_by_id", "transaction_list",
+                 "slowest_transactions", "transaction_errors", "transaction_step_errors", "timed"):
         assert answers[name].empty, name
-    assert "rebalance_figure" not in answers and "delivery_figure" not in answers
+    for figure in ("rebalance_figure", "delivery_figure", "handover_figure", "transaction_figure"):
+        assert figure not in answers, figure
+
+
+# --- KIP-848 groups, share groups and transactions ---------------------------------------------------------
+
+
+def _heartbeat_groups(rows) -> list[dict]:
+    return [g for g in rows["groups"] if g["group_protocol"] != "classic"]
+
+
+def _joined_text(values) -> str | None:
+    """SQL's array_to_string of a list: None for a null list, items joined by ', ' (an empty list: '')."""
+    return None if values is None else ", ".join(values)
+
+
+def _or_none(text: str):
+    return text or None
+
+
+def test_epochs_of_heartbeat_groups(answers, rows):
+    heartbeat = _heartbeat_groups(rows)
+    assert {"consumer", "share", "streams"} <= {g["group_protocol"] for g in heartbeat}
+    previous = {(g["group_id"], g["capture_file"], g["next_generation_id"]): g for g in rows["groups"]}
+    expected = {}
+    for g in heartbeat:
+        key = (g["group_id"], g["capture_file"], g["generation_id"])
+        before = previous.get(key, {"members": []})
+        waits = [m["waited_ms"] for m in g["members"] if m["waited_ms"] is not None]
+        slowest = max(waits) if waits else None
+        expected[key] = (
+            g["group_protocol"], g["member_count"],
+            None if g["joined"] is None else _client_list(g["members"], set(g["joined"])),
+            None if g["left"] is None else _client_list(before["members"], set(g["left"])),
+            g["rebalance_start"], g["rebalance_ms"], slowest,
+            _or_none(", ".join(sorted(m["client_id"] for m in g["members"]
+                                      if m["waited_ms"] is not None and m["waited_ms"] == slowest))),
+            None if g["moved"] is None else len(g["moved"]), g["stop_ms"],
+            _or_none(", ".join(sorted({e for m in g["members"] for e in m["errors"] or []}))))
+    got = _records(answers["epochs"])
+    assert [(r["group_id"], r["capture_file"], r["epoch"]) for r in got] == sorted(expected)
+    assert {(r["group_id"], r["capture_file"], r["epoch"]): (
+        r["protocol"], r["members"], r["joined"], r["left"], r["epoch_start"], r["reconcile_ms"], r["slowest_ms"],
+        r["slowest_member"], r["moved"], r["max_gap_ms"], r["errors"]) for r in got} == expected
+    assert any(r["moved"] for r in got) and any(r["left"] for r in got)
+
+
+def test_members_reconciling_per_epoch(answers, rows):
+    expected = []
+    for g in _heartbeat_groups(rows):
+        for m in g["members"]:
+            expected.append(((g["group_id"], g["capture_file"], g["generation_id"], m["join_ts"], m["member_id"]), (
+                g["group_protocol"], m["client_id"], _assignment_text(m["assignment"]), m["synced_ts"],
+                m["waited_ms"], m["left_ts"], m["heartbeats"], _or_none(_joined_text(m["errors"])))))
+    expected.sort(key=lambda e: e[0])
+    got = [((r["group_id"], r["capture_file"], r["epoch"], r["epoch_ts"], r["member_id"]), (
+        r["protocol"], r["client_id"], r["assignment"], r["reconciled_ts"], r["reconcile_ms"], r["left_ts"],
+        r["heartbeats"], r["errors"])) for r in _records(answers["reconciliation"])]
+    assert got == expected
+    assert all(r["reconcile_ms"] is None or r["reconcile_ms"] >= 0 for r in _records(answers["reconciliation"]))
+
+
+def test_moved_partitions_and_their_gaps(answers, rows):
+    clients = {}
+    for g in _heartbeat_groups(rows):
+        for m in g["members"]:
+            where = (g["group_id"], g["capture_file"], m["member_id"])
+            clients[where] = min(filter(None, (clients.get(where), m["client_id"])), default=None)
+    expected = Counter()
+    for g in _heartbeat_groups(rows):
+        for mv in g["moved"] or []:
+            expected[(g["group_id"], g["capture_file"], g["generation_id"], mv["topic"], mv["partition"],
+                      clients.get((g["group_id"], g["capture_file"], mv["from_member"])),
+                      clients.get((g["group_id"], g["capture_file"], mv["to_member"])),
+                      mv["released_ts"], mv["acquired_ts"], mv["gap_ms"], mv["from_member"], mv["to_member"])] += 1
+    got = _records(answers["moved_partitions"])
+    assert Counter((r["group_id"], r["capture_file"], r["epoch"], r["topic"], r["partition"], r["from_client"],
+                    r["to_client"], r["released_ts"], r["acquired_ts"], r["gap_ms"], r["from_member"],
+                    r["to_member"]) for r in got) == expected
+    assert len(got) >= 7
+    order = [(r["group_id"], r["capture_file"], r["epoch"], r["acquired_ts"], r["topic"], r["partition"]) for r in got]
+    assert order == sorted(order)
+    # the figure: the gaps of the groups with the most moves
+    moves = Counter((r["group_id"], r["capture_file"]) for r in got)
+    top = sorted(moves, key=lambda k: (-moves[k], k))[:answers["PLOT_MOVES"]]
+    assert sorted(set(zip(answers["gaps"]["group_id"], answers["gaps"]["capture_file"], strict=True))) == sorted(top)
+    assert len(answers["gaps"]) == sum(moves[k] for k in top)
+
+
+def _partition_set(text: str | None) -> set[tuple[str, int]]:
+    """'t[0,1] u[2]' as {(t, 0), (t, 1), (u, 2)}."""
+    return {(topic, int(p)) for topic, parts in re.findall(r"(\S+)\[([\d,]*)\]", text or "")
+            for p in parts.split(",") if p}
+
+
+def _truth_partitions(partitions: dict) -> set[tuple[str, int]]:
+    return {(topic, int(p)) for topic, ps in partitions.items() for p in ps}
+
+
+def test_kip848_groups_agree_with_the_consumers_callbacks(answers):
+    """The KIP-848 consumers logged every assignment and revocation (their rebalance listener, with their member
+    epoch and what they owned after it): the partitions that moved, from which member to which, and when each
+    member finished reconciling, must be the notebook's."""
+    moved, reconciliation = _records(answers["moved_partitions"]), _records(answers["reconciliation"])
+    checked = 0
+    for truth_file in TRUTH_FILES:
+        truth = read_truth(truth_file)
+        for group_id, group in (truth.get("groups") or {}).items():
+            details = group.get("member_details")
+            if group.get("protocol") != "consumer" or not details:
+                continue
+            where = (group_id, truth["capture"])
+            ids = {client: d["member_id"] for client, d in details.items()}
+            mine = [r for r in reconciliation if (r["group_id"], r["capture_file"]) == where]
+            assert {(r["client_id"], r["member_id"]) for r in mine} == set(ids.items())
+            events = sorted((e["time_ms"] / 1000, client, e) for client, d in details.items() for e in d["events"]
+                            if e["event"] in ("assigned", "revoked"))
+            # a partition moves when one member's listener revokes it and another's is then assigned it
+            released, expected = {}, {}
+            for t, client, e in events:
+                for unit in _truth_partitions(e["partitions"]):
+                    if e["event"] == "revoked":
+                        released[unit] = (client, t)
+                    elif unit in released and released[unit][0] != client:
+                        giver, revoked_at = released.pop(unit)
+                        expected[(*unit, giver, client)] = (revoked_at, t, e["member_epoch"])
+            got = {(r["topic"], r["partition"], r["from_client"], r["to_client"]): r for r in moved
+                   if (r["group_id"], r["capture_file"]) == where}
+            assert set(got) == set(expected) and len(expected) >= 5, group_id
+            for key, (revoked_at, assigned_at, epoch) in expected.items():
+                r = got[key]
+                assert (r["epoch"], r["from_member"], r["to_member"]) == (epoch, ids[key[2]], ids[key[3]]), r
+                # the heartbeat that stops listing it follows the revocation; the one that lists it, the assignment
+                assert revoked_at - 0.05 <= r["released_ts"].timestamp() <= r["acquired_ts"].timestamp(), r
+                assert abs(r["acquired_ts"].timestamp() - assigned_at) < 0.05, r
+                assert _close(r["gap_ms"], round((r["acquired_ts"] - r["released_ts"]).total_seconds() * 1000, 3))
+            # each member is reconciled when it owns all it was given: what its listener said it owned then
+            owning = [(t, client, e) for t, client, e in events if e["event"] == "assigned" and e["owned_after"]]
+            given = [r for r in mine if r["assignment"]]
+            assert len(owning) == len(given) >= 5
+            for t, client, e in owning:
+                (r,) = [r for r in given if r["client_id"] == client
+                        and _partition_set(r["assignment"]) == _truth_partitions(e["owned_after"])
+                        and abs(r["reconciled_ts"].timestamp() - t) < 0.05]
+                # the listener reports a revocation's end before the member moves on to the new epoch
+                assert r["epoch"] == e["member_epoch"] + (0 if e["partitions"] else 1), (r, e)
+            checked += 1
+    assert checked >= 1
+
+
+def test_share_members(answers, rows):
+    expected = {(s["group_id"], s["topic"], s["client_id"], s["member_id"], s["capture_file"]): (
+        s["acquired_records"], s["redelivered_records"], s["accepted"], s["released"], s["rejected"], s["lock_lost"],
+        s["unacknowledged"], s["failed_acks"], s["processing_p50_ms"], s["processing_p99_ms"], s["processing_max_ms"])
+        for s in rows["share_consumption"]}
+    got = _records(answers["share_members"])
+    assert [(r["group_id"], r["topic"], r["client_id"], r["member_id"], r["capture_file"]) for r in got] == \
+        sorted(expected)
+    assert {(r["group_id"], r["topic"], r["client_id"], r["member_id"], r["capture_file"]): (
+        r["given"], r["redelivered"], r["accepted"], r["released"], r["rejected"], r["lock_lost"],
+        r["unacknowledged"], r["failed_acks"], r["processing_p50_ms"], r["processing_p99_ms"],
+        r["processing_max_ms"]) for r in got} == expected
+
+
+def test_share_summary_per_group_and_topic(answers, rows):
+    per_topic = defaultdict(list)
+    for s in rows["share_consumption"]:
+        per_topic[s["group_id"], s["topic"]].append(s)
+    counts = defaultdict(list)
+    for r in rows["share_ranges"]:
+        if r["action"] == "acquired" and r["delivery_count"] is not None:
+            counts[r["group_id"], r["topic"]].append(r["delivery_count"])
+    got = {(r["group_id"], r["topic"]): r for r in _records(answers["share_summary"])}
+    assert set(got) == set(per_topic) and got
+    for key, ss in per_topic.items():
+        r = got[key]
+        assert r["members"] == len({s["member_id"] for s in ss})
+        assert (r["deliveries"], r["redelivered"]) == (sum(s["acquired_records"] for s in ss),
+                                                        sum(s["redelivered_records"] for s in ss))
+        assert r["first_deliveries"] == r["deliveries"] - r["redelivered"]
+        for column in ("accepted", "released", "rejected", "lock_lost", "unacknowledged"):
+            assert r[column] == sum(s[column] for s in ss), column
+        assert r["max_delivery_count"] == (max(counts[key]) if counts[key] else None)
+
+
+def _ack_text(k: dict) -> str:
+    return k["action"] if k["error_code"] in (None, 0) else f"{k['action']} failed: {k['error_name']}"
+
+
+def test_redelivered_records(answers, rows):
+    """Recomputed record by record: each delivery with a count of 2 or more, its member's acknowledgement, and the
+    delivery before it with that member's acknowledgement (none: its lock was lost)."""
+    def place(r):
+        return r["capture_file"], r["group_id"], r["topic"], r["partition"]
+
+    acquired = [r for r in rows["share_ranges"] if r["action"] == "acquired"]
+    acks = [r for r in rows["share_ranges"] if r["action"] in ("accept", "release", "reject")]
+
+    def first_ack(where, member, offset, after, until=None):
+        found = [k for k in acks if place(k) == where and k["member_id"] == member
+                 and k["first_offset"] <= offset <= k["last_offset"] and k["ts"] >= after
+                 and (until is None or k["ts"] <= until)]
+        return _ack_text(min(found, key=lambda k: k["ts"])) if found else None
+
+    expected = Counter()
+    for a in acquired:
+        if (a["delivery_count"] or 0) < 2:
+            continue
+        for offset in range(a["first_offset"], a["last_offset"] + 1):
+            befores = [p for p in acquired if place(p) == place(a) and p["first_offset"] <= offset <= p["last_offset"]
+                       and p["delivery_count"] == a["delivery_count"] - 1 and p["ts"] <= a["ts"]]
+            for p in befores or [None]:
+                why = None
+                if p is not None:
+                    before = first_ack(place(a), p["member_id"], offset, p["ts"], a["ts"])
+                    why = {None: "lock lost", "release": "released"}.get(before, before)
+                expected[(a["group_id"], a["capture_file"], a["topic"], a["partition"], offset, a["delivery_count"],
+                          a["client_id"], a["ts"], first_ack(place(a), a["member_id"], offset, a["ts"]),
+                          None if p is None else p["client_id"], None if p is None else p["ts"], why)] += 1
+    got = _records(answers["redelivered_records"])
+    assert Counter(tuple(r.values()) for r in got) == expected
+    assert {"lock lost", "released"} <= {r["why"] for r in got}
+    order = [(r["group_id"], r["capture_file"], r["topic"], r["partition"], r["offset"], r["delivery_count"])
+             for r in got]
+    assert order == sorted(order)
+
+
+def test_share_groups_agree_with_the_workers_own_record(answers):
+    """The share consumers logged every record they were given (with its delivery count) and how they acknowledged
+    it, and the group's summary which records were released and whose lock expired: the notebook's counts per
+    member and per group, and its redelivered records, must match."""
+    members, summary = _records(answers["share_members"]), _records(answers["share_summary"])
+    redelivered = _records(answers["redelivered_records"])
+    checked = 0
+    for truth_file in TRUTH_FILES:
+        truth = read_truth(truth_file)
+        for group_id, group in (truth.get("groups") or {}).items():
+            if group.get("protocol") != "share":
+                continue
+            checked += 1
+            records = group["records"]
+            final = {(r["partition"], r["offset"]): r["deliveries"][-1]["acknowledged"] for r in records}
+            totals = [r for r in summary if r["group_id"] == group_id]
+            got = {column: sum(r[column] for r in totals) for column in (
+                "first_deliveries", "deliveries", "accepted", "rejected", "released", "lock_lost", "unacknowledged")}
+            s = group["summary"]
+            assert got == {"first_deliveries": s["records"], "deliveries": s["deliveries"], "accepted": s["accepted"],
+                           "rejected": s["rejected"], "released": len(s["released"]),
+                           "lock_lost": len(s["lock_expired"]),
+                           "unacknowledged": sum(ack is None for ack in final.values())}, group_id
+            assert max(r["max_delivery_count"] for r in totals) == s["max_delivery_count"]
+            # per member: what it was given, how it acknowledged, and the records it held until another got them
+            lost, held = Counter(), Counter()
+            for r in records:
+                for i, d in enumerate(r["deliveries"]):
+                    if d["acknowledged"] is None:
+                        (lost if i + 1 < len(r["deliveries"]) else held)[d["client_id"]] += 1
+            for client, d in group["member_details"].items():
+                (r,) = [r for r in members if (r["group_id"], r["client_id"]) == (group_id, client)]
+                acknowledged = Counter(x["acknowledged"] for x in d["records"])
+                assert (r["given"], r["redelivered"]) == \
+                    (len(d["records"]), sum(x["delivery_count"] > 1 for x in d["records"])), client
+                assert (r["accepted"], r["released"], r["rejected"]) == \
+                    (acknowledged["accept"], acknowledged["release"], acknowledged["reject"]), client
+                assert (r["lock_lost"], r["unacknowledged"]) == (lost[client], held[client]), client
+            # which records came back, to whom, how they ended, and why
+            expected = set()
+            for r in records:
+                for before, d in zip(r["deliveries"], r["deliveries"][1:], strict=False):
+                    why = {"release": "released", None: "lock lost"}[before["acknowledged"]]
+                    expected.add((r["topic"], r["partition"], r["offset"], d["delivery_count"], d["client_id"],
+                                  d["acknowledged"], before["client_id"], why))
+            mine = [r for r in redelivered if (r["group_id"], r["capture_file"]) == (group_id, truth["capture"])]
+            assert len(mine) == len(expected) >= 10
+            assert {(r["topic"], r["partition"], r["offset"], r["delivery_count"], r["client_id"], r["acknowledged"],
+                     r["before_client_id"], r["why"]) for r in mine} == expected
+            assert {(r["partition"], r["offset"]) for r in mine if r["why"] == "released"} == \
+                {tuple(x) for x in s["released"]}
+            assert {(r["partition"], r["offset"]) for r in mine if r["why"] == "lock lost"} == \
+                {tuple(x) for x in s["lock_expired"]}
+    assert checked >= 1
+
+
+def test_transactions_per_transactional_id(answers, rows):
+    per_id = defaultdict(list)
+    for t in rows["transactions"]:
+        per_id[t["transactional_id"]].append(t)
+    got = {r["transactional_id"]: r for r in _records(answers["transactions_by_id"])}
+    assert set(got) == set(per_id) and got
+    for tid, ts in per_id.items():
+        r = got[tid]
+        outcomes = Counter(t["outcome"] for t in ts)
+        assert (r["transactions"], r["committed"], r["aborted"], r["failed"], r["superseded"], r["open"]) == (
+            len(ts), outcomes["committed"], outcomes["aborted"], outcomes["failed"], outcomes["superseded"],
+            outcomes["open"]), tid
+        assert r["records"] == _sum(t["records"] for t in ts)
+        assert r["records_committed"] == sum(t["records"] or 0 for t in ts if t["outcome"] == "committed")
+        durations = [t["duration_ms"] for t in ts if t["duration_ms"] is not None]
+        ends = [t["commit_ms"] for t in ts if t["commit_ms"] is not None]
+        assert _close(r["p50_ms"], _quantile_cont(durations, 0.5) if durations else None), r
+        assert _close(r["p99_ms"], _quantile_cont(durations, 0.99) if durations else None), r
+        assert r["max_ms"] == (max(durations) if durations else None)
+        assert _close(r["end_txn_p50_ms"], _quantile_cont(ends, 0.5) if ends else None), r
+
+
+def _transaction_row(t: dict) -> tuple:
+    return (t["capture_file"], t["transactional_id"], t["producer_id"], t["producer_epoch"], t["client_id"],
+            t["start_ts"], t["outcome"], t["duration_ms"], t["commit_ms"], _assignment_text(t["partitions"]),
+            _or_none(", ".join(t["groups"] or [])), t["produce_requests"], t["records"], t["end_attempts"],
+            _or_none(", ".join(t["errors"] or [])))
+
+
+def test_every_transaction_and_the_slowest(answers, rows):
+    def start(t):
+        return next((x for x in (t["start_ts"], t["end_request_ts"], t["end_ts"]) if x is not None), None)
+
+    ordered = sorted(rows["transactions"], key=lambda t: (t["capture_file"], t["transactional_id"], start(t),
+                                                          t["producer_id"], t["producer_epoch"]))
+    got = [tuple(r.values()) for r in _records(answers["transaction_list"])]
+    assert got == [_transaction_row(t) for t in ordered] and got
+    timed = sorted((t for t in rows["transactions"] if t["duration_ms"] is not None),
+                   key=lambda t: (-t["duration_ms"], t["capture_file"], t["transactional_id"], t["start_ts"]))
+    slowest = [tuple(r.values()) for r in _records(answers["slowest_transactions"])]
+    assert len(slowest) == min(10, len(rows["transactions"]))
+    assert slowest[:len(timed)] == [_transaction_row(t) for t in timed[:10]]
+    # the plot: the transactions of the ids with the most, those with a duration
+    counts = Counter(t["transactional_id"] for t in rows["transactions"])
+    busiest = sorted(counts, key=lambda tid: (-counts[tid], tid))[:answers["PLOT_TRANSACTIONAL_IDS"]]
+    assert sorted(answers["timed"]["transactional_id"].unique()) == sorted(busiest)
+    assert len(answers["timed"]) == sum(t["transactional_id"] in busiest for t in timed)
+
+
+def test_transaction_errors(answers, rows):
+    expected = Counter((t["transactional_id"], error, t["outcome"])
+                       for t in rows["transactions"] for error in t["errors"] or [])
+    got = {(r["transactional_id"], r["error"], r["outcome"]): r["transactions"]
+           for r in _records(answers["transaction_errors"])}
+    assert got == dict(expected) and got
+    steps = defaultdict(list)
+    for s in rows["transaction_steps"]:
+        if s["error_code"] not in (None, 0) and (s["transactional_id"] or s["api_name"] == "WriteTxnMarkers"):
+            steps[s["transactional_id"], s["api_name"], s["error_name"]].append(s)
+    got = {(r["transactional_id"], r["api_name"], r["error_name"]): r
+           for r in _records(answers["transaction_step_errors"])}
+    assert set(got) == set(steps) and got
+    for key, ss in steps.items():
+        answered = [s["response_ts"] for s in ss if s["response_ts"] is not None]
+        assert (got[key]["responses"], got[key]["first_ts"], got[key]["last_ts"]) == \
+            (len(ss), min(answered, default=None), max(answered, default=None))
+
+
+def test_transactions_agree_with_the_producers_own_record(answers):
+    """The transactional producer logged each transaction: what it wrote where, whether it committed or aborted,
+    the producer epoch, the group whose offsets it sent, and when it asked to end it and got the answer. The same
+    capture cut before its first EndTxn holds the first transaction, open."""
+    listed, by_id = _records(answers["transaction_list"]), _records(answers["transactions_by_id"])
+    tx = read_truth(TRANSACTIONS)["transactions"]
+    told = [(t["outcome"], t["record_count"], t["producer_id"], t["producer_epoch"], tx["producer"])
+            for t in tx["transactions"]]
+    expected = {TRANSACTIONS.name: told, OPEN_TRANSACTION: [("open", *told[0][1:])]}
+    outcomes = Counter()
+    for capture, transactions in expected.items():
+        mine = [r for r in listed if (r["capture_file"], r["transactional_id"]) == (capture, tx["transactional_id"])]
+        assert [(r["outcome"], r["records"], r["producer_id"], r["producer_epoch"], r["client_id"])
+                for r in mine] == transactions, capture
+        outcomes.update(r["outcome"] for r in mine)
+        for r, t in zip(mine, tx["transactions"], strict=False):  # as many as the list above says
+            assert _partition_set(r["partitions"]) - {("__consumer_offsets", p) for p in range(50)} == \
+                _truth_partitions(t["records"]), r
+            offsets = t.get("offsets_to_transaction")
+            assert r["groups"] == (offsets["group_id"] if offsets else None), r
+            assert r["start_ts"].timestamp() >= t["begin_ms"] / 1000 - 0.05, r
+            if r["outcome"] == "open":
+                assert (r["duration_ms"], r["commit_ms"]) == (None, None)
+            else:
+                assert abs(r["start_ts"].timestamp() + r["duration_ms"] / 1000 - t["end_ms"] / 1000) < 0.05, r
+    (totals,) = [r for r in by_id if r["transactional_id"] == tx["transactional_id"]]
+    assert (totals["transactions"], totals["committed"], totals["aborted"], totals["failed"], totals["superseded"],
+            totals["open"]) == (sum(outcomes.values()), outcomes["committed"], outcomes["aborted"], 0, 0, 1)
+    assert totals["records_committed"] == sum(t["record_count"] for t in tx["transactions"]
+                                              if t["outcome"] == "committed")
+    # the slowest by the producer's clock is the slowest of its capture (the consume-transform-produce one)
+    longest = max(tx["transactions"], key=lambda t: t["end_ms"] - t["begin_ms"])
+    slowest = next(r for r in _records(answers["slowest_transactions"]) if r["capture_file"] == TRANSACTIONS.name)
+    assert (slowest["producer_epoch"], slowest["records"]) == (longest["producer_epoch"], longest["record_count"])
