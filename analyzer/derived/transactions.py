@@ -116,8 +116,14 @@ def transactions_table(steps: pa.Table, produces: pa.Table, produced: pa.Table) 
         return txn
 
     producer: dict[tuple[str, str], tuple[int | None, int | None]] = {}  # the last InitProducerId's answer
+    last_key = None
     for capture_file, transactional_id, _, _, ts, is_step, r in events:
         key = (capture_file, transactional_id)
+        if key != last_key:  # the events come by transactional id: the one before has no more
+            for done, txn in list(current.items()):
+                close(done, "failed" if txn.end_failed else "open")
+            producer.clear()
+            last_key = key
         api = r["api_name"] if is_step else "Produce"
         err = r["error_name"]
         if api == "InitProducerId":
