@@ -305,6 +305,12 @@ PARTITIONS_SCHEMA = pa.schema([
     _f("log_start_offset", pa.int64(), "Produce response v5+, Fetch request and response: log start offset."),
     _f("high_watermark", pa.int64(), "Fetch response: the partition's high watermark."),
     _f("last_stable_offset", pa.int64(), "Fetch response v4+: last stable offset."),
+    _f("aborted_transactions", pa.int32(), "Fetch response v4+: how many transactions the partition lists as "
+       "aborted (its aborted_transactions entries, a producer id and first offset each: a read_committed consumer "
+       "drops their records from the response); 0: none listed; null where the version has no such list or the "
+       "broker sent none (brokers send none to read_uncommitted fetches)."),
+    _f("first_aborted_offset", pa.int64(), "Fetch response v4+: the smallest first offset of those aborted "
+       "transactions (null: none listed)."),
     _f("fetch_offset", pa.int64(), "Fetch request: the offset fetched from."),
     _f("committed_offset", pa.int64(), "OffsetCommit request, OffsetFetch response: the group's offset."),
     _f("offset", pa.int64(), "ListOffsets response: the offset found; DeleteRecords request: delete before."),
@@ -354,12 +360,13 @@ PARTITIONS_SCHEMA = pa.schema([
        "timestamp."),
 ])
 
-# Offsets, timestamps and epochs of a topic-partition, as its request and its response each carry them (the
-# core writes the response's value, else the request's, as it adds the row).
+# Offsets, timestamps, epochs and counts of a topic-partition, as its request and its response each carry them
+# (the core writes the response's value, else the request's, as it adds the row): PartitionEntry's integer fields
+# base_offset .. first_aborted_offset, in its order.
 PARTITION_OFFSET_FIELDS = (
     "base_offset", "log_append_time_ms", "log_start_offset", "high_watermark", "last_stable_offset",
     "fetch_offset", "committed_offset", "offset", "low_watermark", "end_offset", "timestamp", "leader_epoch",
-    "current_leader_epoch",
+    "current_leader_epoch", "aborted_transactions", "first_aborted_offset",
 )
 PARTITION_ROW_FIELDS = (
     "connection_id", "correlation_id", "api_key", "api_version", "client_id", "request_last_ts",

@@ -15,12 +15,12 @@ cdef extern from "Python.h":
 
 
 cdef enum:
-    ENTRY_VALUES = 17  # the integer fields of a PartitionEntry: partition .. record_bytes
+    ENTRY_VALUES = 19  # the integer fields of a PartitionEntry: partition .. record_bytes
     E_PARTITION = 0
     E_ERROR_CODE = 1
-    E_OFFSETS = 2  # base_offset .. current_leader_epoch (PartitionEntry's order)
-    E_RECORDS_OFFSET = 15
-    E_RECORD_BYTES = 16
+    E_OFFSETS = 2  # base_offset .. first_aborted_offset (PartitionEntry's order)
+    E_RECORDS_OFFSET = 17
+    E_RECORD_BYTES = 18
 
 
 cdef class Entry:

@@ -28,7 +28,9 @@ What counts as what (read from the schemas, so every API and version follows the
   or ``partition_id`` and sits inside a topic (its own, or an enclosing struct's), or an element of an
   int32 array named ``partitions`` or ``partition_indexes`` inside a topic;
 - an error is an int16 field named ``error_code`` or ``*_error_code`` anywhere in a response; its message
-  is the field with the same prefix and ``error_message`` in the same struct.
+  is the field with the same prefix and ``error_message`` in the same struct;
+- a partition row takes the integer fields ``ROW_FIELDS`` names, and of an array of structs ``ROW_ARRAYS``
+  names (Fetch responses' ``aborted_transactions``) its count and the smallest of one field of its elements.
 
 Malformed bodies raise :class:`~dissectors.kafka.decoder.DecodeError`, as in the decoder, and bodies that
 run past ``end`` its subclass ``DecodeTruncated``; with ``partial=True`` the latter instead yields what was
@@ -75,6 +77,7 @@ from dissectors.kafka.extract_rules import (
     PARTITION_FIELDS,
     PARTITION_LISTS,
     PRODUCE,
+    ROW_ARRAYS,
     ROW_FIELDS,
     ROW_PARTITION_LISTS,
     TOP_FIELDS,
@@ -86,8 +89,9 @@ from dissectors.kafka.extract_rules import (
 
 __all__ = [
     "MAX_ERROR_ROWS", "MAX_PARTITION_ROWS", "MAX_TOPICS", "PARTITION_APIS", "PARTITION_FIELDS", "PARTITION_LISTS",
-    "PRODUCE", "ROW_FIELDS", "ROW_PARTITION_LISTS", "TOP_FIELDS", "ErrorEntry", "Extracted", "PartitionEntry",
-    "Topic", "extract", "error_placement", "ERRORS_NONE", "ERRORS_AT_TOP", "ERRORS_NESTED", "ERRORS_UNDEFINED",
+    "PRODUCE", "ROW_ARRAYS", "ROW_FIELDS", "ROW_PARTITION_LISTS", "TOP_FIELDS", "ErrorEntry", "Extracted",
+    "PartitionEntry", "Topic", "extract", "error_placement", "ERRORS_NONE", "ERRORS_AT_TOP", "ERRORS_NESTED",
+    "ERRORS_UNDEFINED",
 ]
 
 cdef bytes ZERO_UUID = bytes(16)

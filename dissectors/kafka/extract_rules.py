@@ -69,12 +69,21 @@ class PartitionEntry(NamedTuple):
     timestamp: int | None  # ListOffsets request (the query) and response v1+
     leader_epoch: int | None  # leader_epoch, or committed_leader_epoch (OffsetCommit, OffsetFetch)
     current_leader_epoch: int | None  # Fetch, ListOffsets and OffsetForLeaderEpoch requests
+    aborted_transactions: int | None  # Fetch response v4+: its aborted_transactions entries (None: a null array)
+    first_aborted_offset: int | None  # Fetch response v4+: the smallest first_offset of those (None: none listed)
     records_offset: int | None  # where the records field's bytes start in ``buf`` (None if null or absent)
     record_bytes: int | None  # the records field's length
 
 
-ROW_FIELDS = {name: name for name in PartitionEntry._fields[2:-2]}
-"""Schema field name -> PartitionEntry field it fills."""
+ROW_ARRAYS = {"aborted_transactions": ("aborted_transactions", "first_offset", "first_aborted_offset")}
+"""Schema name of an array of structs in a partition row -> (the PartitionEntry field its element count fills, an
+integer field of its elements, the PartitionEntry field the smallest of those fills). A null array fills neither,
+an empty one the count (0) only. Only the count and that one field are read: the elements' other fields (fixed
+size, and a tag buffer) are stepped over. The compiled functions read them (APIs of HOT_APIS); the programs of
+the others have no operation for them (the generator stops if one of those APIs has such an array)."""
+ROW_ARRAY_FIELDS = frozenset(name for count, _, least in ROW_ARRAYS.values() for name in (count, least))
+ROW_FIELDS = {name: name for name in PartitionEntry._fields[2:-2] if name not in ROW_ARRAY_FIELDS}
+"""Schema field name -> PartitionEntry field it fills (a scalar of the struct; ROW_ARRAYS: the others)."""
 ROW_FIELDS["committed_leader_epoch"] = "leader_epoch"
 
 
@@ -172,6 +181,9 @@ class StructRules:
             self.partition = next((e[0] for e in self.fields if e[0] in PARTITION_FIELDS and e[1] == "int32"),
                                   None)
         self.rows = self.partition is not None and scope.api_key in PARTITION_APIS
+        # arrays of structs a partition row counts (ROW_ARRAYS)
+        self.row_arrays = [e[0] for e in self.fields if self.rows and e[0] in ROW_ARRAYS
+                           and e[1].endswith("array") and isinstance(e[2] if len(e) > 2 else None, tuple)]
         self.errors = [e[0] for e in everything if scope.is_response and e[1] == "int16"
                        and (e[0] == "error_code" or e[0].endswith("_error_code"))]
         self.top_fields = []

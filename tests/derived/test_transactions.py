@@ -22,7 +22,7 @@ TOLERANCE_MS = 250.0  # the client's clock readings against the packets' (JVM sc
 
 @pytest.fixture(scope="module")
 def tables(export_once) -> dict[str, pa.Table]:
-    return read_tables(export_once(CAPTURE), ("transactions", "transaction_steps", "exchanges"))
+    return read_tables(export_once(CAPTURE), ("transactions", "transaction_steps", "exchanges", "partitions"))
 
 
 def _ms(ts: datetime) -> float:
@@ -72,6 +72,39 @@ def test_steps_are_the_requests_and_answers_the_client_logged(tables):
             offsets = {(t, int(p)) for t, parts in asked["offsets"].items() for p in parts}
             assert {(e["topic"], p) for e in row["partitions"] for p in e["partitions"]} == offsets
             assert row["error_code"] == 0 and set(said["partition_error_codes"]) == {0}
+
+
+def test_read_committed_fetches_list_the_transactions_the_producer_aborted(tables):
+    """A Fetch response to a read_committed consumer lists, per partition, the aborted transactions among the
+    offsets it returns (aborted_transactions: how many; first_aborted_offset: the first offset of the first):
+    those the producer aborted, where it wrote them (the truth: each transaction's records, by offset). A
+    read_uncommitted consumer's responses list none (a null list), and its partitions carry the same records."""
+    told = truth(CAPTURE)["transactions"]
+    aborted: dict[tuple[str, int], list[tuple[int, int]]] = {}  # (topic, partition) -> [(first, last) offset]
+    for txn in told["transactions"]:
+        if txn["outcome"] == "aborted":
+            for topic, parts in txn["records"].items():
+                for p, offsets in parts.items():
+                    aborted.setdefault((topic, int(p)), []).append((min(offsets), max(offsets)))
+    assert sum(map(len, aborted.values())) == 7  # two aborted transactions, over four and three partitions
+    isolation = {(r["connection_id"], r["correlation_id"]): r["isolation_level"]
+                 for r in tables["exchanges"].to_pylist() if r["api_name"] == "Fetch"}
+    readers = {name: r["isolation_level"] for name, r in told["readers"].items()}
+    seen = {level: set() for level in readers.values()}
+    for row in tables["partitions"].to_pylist():
+        if row["api_name"] != "Fetch" or row["client_id"] not in readers or not row["records"]:
+            continue
+        level = readers[row["client_id"]]
+        assert isolation[row["connection_id"], row["correlation_id"]] == (level == "read_committed")
+        if level == "read_uncommitted":
+            assert (row["aborted_transactions"], row["first_aborted_offset"]) == (None, None)
+        else:  # those whose records overlap what the response returns (from its fetch offset to its last)
+            listed = sorted(first for first, last in aborted.get((row["topic"], row["partition"]), [])
+                            if first <= row["records_last_offset"] and last >= row["fetch_offset"])
+            assert row["aborted_transactions"] == len(listed), row
+            assert row["first_aborted_offset"] == (listed[0] if listed else None), row
+        seen[level].add((row["topic"], row["partition"]))
+    assert seen["read_committed"] == seen["read_uncommitted"] >= set(aborted)
 
 
 def test_a_capture_cut_before_the_last_end_leaves_that_transaction_open(tmp_path, tables):

@@ -43,7 +43,7 @@ from dissectors.kafka.apis import API_BY_KEY, api_name, is_known, key_of_name
 from dissectors.kafka.decoder import DecodeError, DecodeTruncated, RecordsRef, decode, decode_prefix, schema
 from dissectors.kafka.errors import error_name
 from dissectors.kafka.extract import Extracted, PartitionEntry, extract
-from dissectors.kafka.extract_rules import ANY_REQUEST_FIELDS, BODY_FIELDS
+from dissectors.kafka.extract_rules import ANY_REQUEST_FIELDS, BODY_FIELDS, ROW_ARRAY_FIELDS, ROW_ARRAYS
 from dissectors.kafka.headers import HeaderError, decode_request_header, decode_response_header
 from tests.dissectors.test_roundtrip import ALL_BODIES, JsonEncoder, by_api, json_message, uvarint
 from tests.kafka_spec import BEFORE_KIP_896, NEWEST, available, definitions, guide
@@ -509,7 +509,8 @@ def test_plan_source_shows_the_generated_cython_of_a_body_kind():
 # Extraction against the full decode, for random bodies of every API and version
 
 
-ROW_NAMES = {name: name for name in PartitionEntry._fields} | {"committed_leader_epoch": "leader_epoch"}
+ROW_NAMES = {name: name for name in PartitionEntry._fields if name not in ROW_ARRAY_FIELDS} | {
+    "committed_leader_epoch": "leader_epoch"}
 
 
 def read_off_the_tree(decoded: dict, top: tuple, api_key: int, is_response: bool) -> Extracted:
@@ -581,6 +582,10 @@ def read_off_the_tree(decoded: dict, top: tuple, api_key: int, is_response: bool
                         row[ROW_NAMES[entry[0]]] = value.get(entry[0])
                     if entry[1].endswith("records") and value[entry[0]] is not None:
                         row["records_offset"], row["record_bytes"] = value[entry[0]]
+                    if entry[0] in ROW_ARRAYS and value.get(entry[0]) is not None:  # a count, and a smallest item
+                        count_field, item, least_field = ROW_ARRAYS[entry[0]]
+                        row[count_field] = len(value[entry[0]])
+                        row[least_field] = min((e[item] for e in value[entry[0]]), default=None)
                 rows.append(row)
         for entry in entries:
             name = entry[0]

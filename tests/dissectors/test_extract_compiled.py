@@ -175,6 +175,39 @@ def test_spec_bodies_every_api_and_version_cut_and_flipped(key, is_response, ver
         assert check(buf, 0, key, version, is_response, range(len(buf)), flips_of(buf, 0, rnd, 4))
 
 
+class AbortingFetch(JsonEncoder):
+    """Fetch responses every partition of which lists aborted transactions: the topics, their partitions and
+    the aborted_transactions arrays of 1 to 3 elements, never null (elsewhere the encoder draws 0 to 2 or null)."""
+
+    LISTS = ("Responses", "Partitions", "AbortedTransactions")
+
+    def field(self, field: dict) -> tuple[bytes, object]:
+        if field["name"] not in self.LISTS:
+            return super().field(field)
+        items = [self.element(field["type"][2:], field) for _ in range(self.draw(st.integers(1, 3)))]
+        return self.length(len(items), True) + b"".join(d for d, _ in items), [v for _, v in items]
+
+
+@pytest.mark.skipif(not DEFINITIONS, reason="Kafka's definitions (release jars) are not available")
+@settings(max_examples=5, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_fetch_responses_count_their_aborted_transactions(data):
+    """Fetch v4+ responses: a partition row has the count of its aborted_transactions and the smallest
+    first_offset among them, as the decoded tree shows (whole, cut at every point, bits flipped); flexible
+    versions' elements end in tag buffers (unknown tags drawn too), which the count steps over."""
+    versions = [v for key, v, is_response in ALL_BODIES if key == 1 and is_response and v >= 4]
+    assert versions and max(versions) >= 12
+    for version in versions:
+        message = json_message(1, version, True)
+        buf, values = AbortingFetch(message, version, data.draw).struct(message["fields"])
+        rnd = random.Random(data.draw(st.integers(0, 2**32), label="seed"))
+        assert check(buf, 0, 1, version, True, range(len(buf)), flips_of(buf, 0, rnd, 8))
+        rows = extract(buf, 0, len(buf), 1, version, True).partitions
+        listed = [p["aborted_transactions"] for t in values["responses"] for p in t["partitions"]]
+        assert [(r.aborted_transactions, r.first_aborted_offset) for r in rows] == [
+            (len(a), min(e["first_offset"] for e in a)) for a in listed]
+
+
 @pytest.mark.skipif(kio is None, reason="kio is not installed")
 @pytest.mark.parametrize("key, is_response, versions", by_api(KIO_BODIES))
 @settings(max_examples=3, deadline=None, database=None, suppress_health_check=list(HealthCheck))

@@ -43,6 +43,8 @@ from dissectors.kafka.extract_rules import (
     PROGRAM_OPERANDS,
     PROGRAM_OPS,
     PROGRAM_TYPES,
+    ROW_ARRAY_FIELDS,
+    ROW_ARRAYS,
     ROW_FIELDS,
     ROW_PARTITION_LISTS,
     STRING_OPERANDS,
@@ -324,12 +326,31 @@ class ExtractWriter:
         return "\n".join(out)
 
 
+def element_layout(element: tuple, item: str, path: str) -> tuple[int, int, str]:
+    """(bytes before ``item``, bytes after it, its type) in the elements of an array ROW_ARRAYS counts: fixed-size
+    fields only (and a tag buffer), ``item`` an integer."""
+    before = after = 0
+    item_type = None
+    for entry in element[0]:
+        if entry[1] not in FIXED_TYPES:
+            raise GenerateError(f"{path}: a {entry[1]} field in the elements of a counted array")
+        if entry[0] == item:
+            item_type = entry[1]
+        elif item_type is None:
+            before += FIXED_TYPES[entry[1]][1]
+        else:
+            after += FIXED_TYPES[entry[1]][1]
+    if item_type is None or item_type in ("float64", "uuid"):
+        raise GenerateError(f"{path}: no integer {item} in its elements")
+    return before, after, item_type
+
+
 def typed_index(rules: StructRules, name: str) -> int | None:
     """The Entry value index of a field kept unboxed (a ``cdef int64_t`` local, or a program's typed target; its
     bit in ``has`` set once read): the integer fields a partition row takes; None for one kept as an object."""
     if not rules.rows or name == rules.partition or name in rules.top_fields or name in rules.body_fields:
         return None
-    if name in ("records_offset", "record_bytes"):
+    if name in ("records_offset", "record_bytes") or name in ROW_ARRAY_FIELDS:
         return ENTRY_FIELDS.index(name) - 1
     if name in ROW_FIELDS:
         return ENTRY_FIELDS.index(ROW_FIELDS[name]) - 1
@@ -484,6 +505,8 @@ class _PlanWriter(_StructDecisions):
             self.code.failed(1)
         elif type_name.endswith("array") and element == "int32" and name in PARTITION_LISTS and self.in_topic:
             self.partition_list(name, compact, nullable, path)
+        elif name in self.row_arrays:
+            self.row_array(name, element, compact, nullable, path)
         elif isinstance(element, tuple) and (child := self.child(name, type_name, element)) is not None:
             if type_name.endswith("array"):
                 self.struct_array(child, compact, nullable, path)
@@ -571,6 +594,46 @@ class _PlanWriter(_StructDecisions):
         self.code.depth -= 1
         self.emit(f"elif count < {-1 if nullable else 0}:")
         self.code.fail("MALFORMED", path, 1)
+
+    def row_array(self, name: str, element: tuple, compact: bool, nullable: bool, path: str) -> None:
+        """An array of structs a partition row counts (ROW_ARRAYS): its count, and the smallest of one integer
+        field of its elements, each element's other fields stepped over (checked as the array's skipper checks
+        them: a count the bytes cannot hold, an element cut short or its tag buffer). Both are set once the whole
+        array is read: a row cut short inside it has neither."""
+        count_field, item, least_field = ROW_ARRAYS[name]
+        before, after, item_type = element_layout(element, item, path)
+        size = before + FIXED_TYPES[item_type][1] + after
+        count_bit, least_bit = 1 << self.typed(count_field), 1 << self.typed(least_field)
+        read_length(self.code, "count", compact, 4, path)
+        self.emit("if count > 0:")
+        self.emit("if count > c.end - c.pos:", 1)
+        self.code.fail("TRUNCATED", path, 2)
+        self.code.depth += 1
+        self.code.open_loop("for j in range(count):")
+        self.emit(f"if c.pos + {size} > c.end:")
+        self.code.fail("TRUNCATED", path, 1)
+        if before:
+            self.emit(f"c.pos += {before}")
+        self.emit(f"item = {READ_FIXED[item_type]}")
+        if after:
+            self.emit(f"c.pos += {after}")
+        self.emit(f"if j == 0 or item < v_{least_field}:")
+        self.emit(f"v_{least_field} = item", 1)
+        if element[1] is not None:  # the element's tag buffer: empty, nearly always
+            self.emit("if c.pos < c.end and c.buf[c.pos] == 0:")
+            self.emit("c.pos += 1", 1)
+            self.emit("elif skip_tag_buffer(acc, c) < 0:")
+            self.code.failed(1)
+        self.code.close_loop()
+        self.emit(f"v_{count_field} = count")
+        self.emit(f"has |= {count_bit | least_bit}")
+        self.code.depth -= 1
+        self.emit("elif count == 0:")
+        self.emit(f"v_{count_field} = 0", 1)
+        self.emit(f"has |= {count_bit}", 1)
+        self.emit(f"elif count < {-1 if nullable else 0}:")
+        self.code.fail("MALFORMED", path, 1)
+        self.kept.update((count_field, least_field))
 
     def partition_list(self, name: str, compact: bool, nullable: bool, path: str) -> None:
         read_length(self.code, "count", compact, 4, path)
@@ -704,6 +767,8 @@ class _PlanWriter(_StructDecisions):
         body += [f"    cdef int64_t v_{k} = 0" if self.typed(k) is not None else f"    v_{k} = None" for k in kept]
         if self.rows:
             body += ["    cdef uint32_t has = 0", "    cdef Entry entry"]
+        if self.row_arrays:
+            body.append("    cdef int64_t item")
         body += ["    while True:", *self.code.lines]
         cut = self.report(cut_short=True)
         body.append("    if acc.err:")
@@ -1005,6 +1070,9 @@ class _ProgramPlan(_StructDecisions):
             if _base(element) != "string":
                 raise GenerateError(f"{path}: topic names of type {element}")
             self.ops.append(("topic_list", compact, element.startswith("compact_"), "nullable" in element, path))
+        elif name in self.row_arrays:
+            raise GenerateError(f"{path}: an array ROW_ARRAYS counts, in an API outside HOT_APIS (the interpreter "
+                                "has no operation for it)")
         elif type_name.endswith("array") and element == "int32" and name in PARTITION_LISTS and self.in_topic:
             rows = self.scope.api_key in PARTITION_APIS and name in ROW_PARTITION_LISTS
             self.ops.append(("partition_list", compact, nullable, path, rows))

@@ -35,11 +35,11 @@ cdef Py_ssize_t x_ProduceRequest_PartitionProduceData_v0(Acc acc, Cursor* c, obj
             if n != -1:
                 fail(acc, MALFORMED, 'topic_data.partition_data.records')
                 break
-            has &= ~98304
+            has &= ~393216
         else:
             v_records_offset = c.pos
             v_record_bytes = n
-            has |= 98304
+            has |= 393216
             c.pos += n
             if c.pos > c.end:
                 fail(acc, TRUNCATED, 'topic_data.partition_data.records')
@@ -56,8 +56,8 @@ cdef Py_ssize_t x_ProduceRequest_PartitionProduceData_v0(Acc acc, Cursor* c, obj
             if len(acc.partitions) < 100000:
                 entry = new_partition_entry(topic, partition)
                 entry.present |= has
-                entry.values[15] = v_records_offset
-                entry.values[16] = v_record_bytes
+                entry.values[17] = v_records_offset
+                entry.values[18] = v_record_bytes
                 acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
@@ -66,8 +66,8 @@ cdef Py_ssize_t x_ProduceRequest_PartitionProduceData_v0(Acc acc, Cursor* c, obj
     if len(acc.partitions) < 100000:
         entry = new_partition_entry(topic, partition)
         entry.present |= has
-        entry.values[15] = v_records_offset
-        entry.values[16] = v_record_bytes
+        entry.values[17] = v_records_offset
+        entry.values[18] = v_record_bytes
         acc.partitions.append(entry)
     else:
         acc.leave_out(0)
@@ -232,11 +232,11 @@ cdef Py_ssize_t x_ProduceRequest_PartitionProduceData_v9(Acc acc, Cursor* c, obj
             if n != -1:
                 fail(acc, MALFORMED, 'topic_data.partition_data.records')
                 break
-            has &= ~98304
+            has &= ~393216
         else:
             v_records_offset = c.pos
             v_record_bytes = n
-            has |= 98304
+            has |= 393216
             c.pos += n
             if c.pos > c.end:
                 fail(acc, TRUNCATED, 'topic_data.partition_data.records')
@@ -255,8 +255,8 @@ cdef Py_ssize_t x_ProduceRequest_PartitionProduceData_v9(Acc acc, Cursor* c, obj
             if len(acc.partitions) < 100000:
                 entry = new_partition_entry(topic, partition)
                 entry.present |= has
-                entry.values[15] = v_records_offset
-                entry.values[16] = v_record_bytes
+                entry.values[17] = v_records_offset
+                entry.values[18] = v_record_bytes
                 acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
@@ -265,8 +265,8 @@ cdef Py_ssize_t x_ProduceRequest_PartitionProduceData_v9(Acc acc, Cursor* c, obj
     if len(acc.partitions) < 100000:
         entry = new_partition_entry(topic, partition)
         entry.present |= has
-        entry.values[15] = v_records_offset
-        entry.values[16] = v_record_bytes
+        entry.values[17] = v_records_offset
+        entry.values[18] = v_record_bytes
         acc.partitions.append(entry)
     else:
         acc.leave_out(0)
@@ -10421,11 +10421,11 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v0(Acc acc, Cursor* c, object topi
             if n != -1:
                 fail(acc, MALFORMED, 'responses.partitions.records')
                 break
-            has &= ~98304
+            has &= ~393216
         else:
             v_records_offset = c.pos
             v_record_bytes = n
-            has |= 98304
+            has |= 393216
             c.pos += n
             if c.pos > c.end:
                 fail(acc, TRUNCATED, 'responses.partitions.records')
@@ -10444,8 +10444,8 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v0(Acc acc, Cursor* c, object topi
                 entry.present |= has
                 entry.values[1] = v_error_code
                 entry.values[5] = v_high_watermark
-                entry.values[15] = v_records_offset
-                entry.values[16] = v_record_bytes
+                entry.values[17] = v_records_offset
+                entry.values[18] = v_record_bytes
                 acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
@@ -10461,8 +10461,8 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v0(Acc acc, Cursor* c, object topi
         entry.present |= has
         entry.values[1] = v_error_code
         entry.values[5] = v_high_watermark
-        entry.values[15] = v_records_offset
-        entry.values[16] = v_record_bytes
+        entry.values[17] = v_records_offset
+        entry.values[18] = v_record_bytes
         acc.partitions.append(entry)
     else:
         acc.leave_out(0)
@@ -10589,13 +10589,16 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v4(Acc acc, Cursor* c, object topi
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    cdef int64_t v_aborted_transactions = 0
     cdef int64_t v_error_code = 0
+    cdef int64_t v_first_aborted_offset = 0
     cdef int64_t v_high_watermark = 0
     cdef int64_t v_last_stable_offset = 0
     cdef int64_t v_records_offset = 0
     cdef int64_t v_record_bytes = 0
     cdef uint32_t has = 0
     cdef Entry entry
+    cdef int64_t item
     while True:
         if c.pos + 22 > c.end:
             fail(acc, TRUNCATED, 'responses.partitions.partition_index')
@@ -10608,21 +10611,31 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v4(Acc acc, Cursor* c, object topi
         v_last_stable_offset = rd_i64(c)
         has |= 64
         if c.pos + 4 > c.end:
-            fail(acc, TRUNCATED, 'array')
+            fail(acc, TRUNCATED, 'responses.partitions.aborted_transactions')
             break
         count = rd_i32(c)
-        if count <= 0:
-            if count != 0 and count != -1:
-                fail(acc, MALFORMED, 'array')
+        if count > 0:
+            if count > c.end - c.pos:
+                fail(acc, TRUNCATED, 'responses.partitions.aborted_transactions')
                 break
-        elif count > c.end - c.pos:
-            fail(acc, TRUNCATED, 'array')
+            for j in range(count):
+                if c.pos + 16 > c.end:
+                    fail(acc, TRUNCATED, 'responses.partitions.aborted_transactions')
+                    break
+                c.pos += 8
+                item = rd_i64(c)
+                if j == 0 or item < v_first_aborted_offset:
+                    v_first_aborted_offset = item
+            if acc.err:
+                break
+            v_aborted_transactions = count
+            has |= 98304
+        elif count == 0:
+            v_aborted_transactions = 0
+            has |= 32768
+        elif count < -1:
+            fail(acc, MALFORMED, 'responses.partitions.aborted_transactions')
             break
-        else:
-            c.pos += count * 16
-            if c.pos > c.end:
-                fail(acc, TRUNCATED, 'array')
-                break
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'responses.partitions.records')
             break
@@ -10631,11 +10644,11 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v4(Acc acc, Cursor* c, object topi
             if n != -1:
                 fail(acc, MALFORMED, 'responses.partitions.records')
                 break
-            has &= ~98304
+            has &= ~393216
         else:
             v_records_offset = c.pos
             v_record_bytes = n
-            has |= 98304
+            has |= 393216
             c.pos += n
             if c.pos > c.end:
                 fail(acc, TRUNCATED, 'responses.partitions.records')
@@ -10652,11 +10665,13 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v4(Acc acc, Cursor* c, object topi
             if len(acc.partitions) < 100000:
                 entry = new_partition_entry(topic, partition)
                 entry.present |= has
+                entry.values[15] = v_aborted_transactions
                 entry.values[1] = v_error_code
+                entry.values[16] = v_first_aborted_offset
                 entry.values[5] = v_high_watermark
                 entry.values[6] = v_last_stable_offset
-                entry.values[15] = v_records_offset
-                entry.values[16] = v_record_bytes
+                entry.values[17] = v_records_offset
+                entry.values[18] = v_record_bytes
                 acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
@@ -10670,11 +10685,13 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v4(Acc acc, Cursor* c, object topi
     if len(acc.partitions) < 100000:
         entry = new_partition_entry(topic, partition)
         entry.present |= has
+        entry.values[15] = v_aborted_transactions
         entry.values[1] = v_error_code
+        entry.values[16] = v_first_aborted_offset
         entry.values[5] = v_high_watermark
         entry.values[6] = v_last_stable_offset
-        entry.values[15] = v_records_offset
-        entry.values[16] = v_record_bytes
+        entry.values[17] = v_records_offset
+        entry.values[18] = v_record_bytes
         acc.partitions.append(entry)
     else:
         acc.leave_out(0)
@@ -10770,7 +10787,9 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v5(Acc acc, Cursor* c, object topi
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    cdef int64_t v_aborted_transactions = 0
     cdef int64_t v_error_code = 0
+    cdef int64_t v_first_aborted_offset = 0
     cdef int64_t v_high_watermark = 0
     cdef int64_t v_last_stable_offset = 0
     cdef int64_t v_log_start_offset = 0
@@ -10778,6 +10797,7 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v5(Acc acc, Cursor* c, object topi
     cdef int64_t v_record_bytes = 0
     cdef uint32_t has = 0
     cdef Entry entry
+    cdef int64_t item
     while True:
         if c.pos + 30 > c.end:
             fail(acc, TRUNCATED, 'responses.partitions.partition_index')
@@ -10792,21 +10812,31 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v5(Acc acc, Cursor* c, object topi
         v_log_start_offset = rd_i64(c)
         has |= 16
         if c.pos + 4 > c.end:
-            fail(acc, TRUNCATED, 'array')
+            fail(acc, TRUNCATED, 'responses.partitions.aborted_transactions')
             break
         count = rd_i32(c)
-        if count <= 0:
-            if count != 0 and count != -1:
-                fail(acc, MALFORMED, 'array')
+        if count > 0:
+            if count > c.end - c.pos:
+                fail(acc, TRUNCATED, 'responses.partitions.aborted_transactions')
                 break
-        elif count > c.end - c.pos:
-            fail(acc, TRUNCATED, 'array')
+            for j in range(count):
+                if c.pos + 16 > c.end:
+                    fail(acc, TRUNCATED, 'responses.partitions.aborted_transactions')
+                    break
+                c.pos += 8
+                item = rd_i64(c)
+                if j == 0 or item < v_first_aborted_offset:
+                    v_first_aborted_offset = item
+            if acc.err:
+                break
+            v_aborted_transactions = count
+            has |= 98304
+        elif count == 0:
+            v_aborted_transactions = 0
+            has |= 32768
+        elif count < -1:
+            fail(acc, MALFORMED, 'responses.partitions.aborted_transactions')
             break
-        else:
-            c.pos += count * 16
-            if c.pos > c.end:
-                fail(acc, TRUNCATED, 'array')
-                break
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'responses.partitions.records')
             break
@@ -10815,11 +10845,11 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v5(Acc acc, Cursor* c, object topi
             if n != -1:
                 fail(acc, MALFORMED, 'responses.partitions.records')
                 break
-            has &= ~98304
+            has &= ~393216
         else:
             v_records_offset = c.pos
             v_record_bytes = n
-            has |= 98304
+            has |= 393216
             c.pos += n
             if c.pos > c.end:
                 fail(acc, TRUNCATED, 'responses.partitions.records')
@@ -10836,12 +10866,14 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v5(Acc acc, Cursor* c, object topi
             if len(acc.partitions) < 100000:
                 entry = new_partition_entry(topic, partition)
                 entry.present |= has
+                entry.values[15] = v_aborted_transactions
                 entry.values[1] = v_error_code
+                entry.values[16] = v_first_aborted_offset
                 entry.values[5] = v_high_watermark
                 entry.values[6] = v_last_stable_offset
                 entry.values[4] = v_log_start_offset
-                entry.values[15] = v_records_offset
-                entry.values[16] = v_record_bytes
+                entry.values[17] = v_records_offset
+                entry.values[18] = v_record_bytes
                 acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
@@ -10855,12 +10887,14 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v5(Acc acc, Cursor* c, object topi
     if len(acc.partitions) < 100000:
         entry = new_partition_entry(topic, partition)
         entry.present |= has
+        entry.values[15] = v_aborted_transactions
         entry.values[1] = v_error_code
+        entry.values[16] = v_first_aborted_offset
         entry.values[5] = v_high_watermark
         entry.values[6] = v_last_stable_offset
         entry.values[4] = v_log_start_offset
-        entry.values[15] = v_records_offset
-        entry.values[16] = v_record_bytes
+        entry.values[17] = v_records_offset
+        entry.values[18] = v_record_bytes
         acc.partitions.append(entry)
     else:
         acc.leave_out(0)
@@ -11010,7 +11044,9 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v11(Acc acc, Cursor* c, object top
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    cdef int64_t v_aborted_transactions = 0
     cdef int64_t v_error_code = 0
+    cdef int64_t v_first_aborted_offset = 0
     cdef int64_t v_high_watermark = 0
     cdef int64_t v_last_stable_offset = 0
     cdef int64_t v_log_start_offset = 0
@@ -11018,6 +11054,7 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v11(Acc acc, Cursor* c, object top
     cdef int64_t v_record_bytes = 0
     cdef uint32_t has = 0
     cdef Entry entry
+    cdef int64_t item
     while True:
         if c.pos + 30 > c.end:
             fail(acc, TRUNCATED, 'responses.partitions.partition_index')
@@ -11032,21 +11069,31 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v11(Acc acc, Cursor* c, object top
         v_log_start_offset = rd_i64(c)
         has |= 16
         if c.pos + 4 > c.end:
-            fail(acc, TRUNCATED, 'array')
+            fail(acc, TRUNCATED, 'responses.partitions.aborted_transactions')
             break
         count = rd_i32(c)
-        if count <= 0:
-            if count != 0 and count != -1:
-                fail(acc, MALFORMED, 'array')
+        if count > 0:
+            if count > c.end - c.pos:
+                fail(acc, TRUNCATED, 'responses.partitions.aborted_transactions')
                 break
-        elif count > c.end - c.pos:
-            fail(acc, TRUNCATED, 'array')
+            for j in range(count):
+                if c.pos + 16 > c.end:
+                    fail(acc, TRUNCATED, 'responses.partitions.aborted_transactions')
+                    break
+                c.pos += 8
+                item = rd_i64(c)
+                if j == 0 or item < v_first_aborted_offset:
+                    v_first_aborted_offset = item
+            if acc.err:
+                break
+            v_aborted_transactions = count
+            has |= 98304
+        elif count == 0:
+            v_aborted_transactions = 0
+            has |= 32768
+        elif count < -1:
+            fail(acc, MALFORMED, 'responses.partitions.aborted_transactions')
             break
-        else:
-            c.pos += count * 16
-            if c.pos > c.end:
-                fail(acc, TRUNCATED, 'array')
-                break
         c.pos += 4
         if c.pos + 4 > c.end:
             fail(acc, TRUNCATED, 'responses.partitions.records')
@@ -11056,11 +11103,11 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v11(Acc acc, Cursor* c, object top
             if n != -1:
                 fail(acc, MALFORMED, 'responses.partitions.records')
                 break
-            has &= ~98304
+            has &= ~393216
         else:
             v_records_offset = c.pos
             v_record_bytes = n
-            has |= 98304
+            has |= 393216
             c.pos += n
             if c.pos > c.end:
                 fail(acc, TRUNCATED, 'responses.partitions.records')
@@ -11077,12 +11124,14 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v11(Acc acc, Cursor* c, object top
             if len(acc.partitions) < 100000:
                 entry = new_partition_entry(topic, partition)
                 entry.present |= has
+                entry.values[15] = v_aborted_transactions
                 entry.values[1] = v_error_code
+                entry.values[16] = v_first_aborted_offset
                 entry.values[5] = v_high_watermark
                 entry.values[6] = v_last_stable_offset
                 entry.values[4] = v_log_start_offset
-                entry.values[15] = v_records_offset
-                entry.values[16] = v_record_bytes
+                entry.values[17] = v_records_offset
+                entry.values[18] = v_record_bytes
                 acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
@@ -11096,12 +11145,14 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v11(Acc acc, Cursor* c, object top
     if len(acc.partitions) < 100000:
         entry = new_partition_entry(topic, partition)
         entry.present |= has
+        entry.values[15] = v_aborted_transactions
         entry.values[1] = v_error_code
+        entry.values[16] = v_first_aborted_offset
         entry.values[5] = v_high_watermark
         entry.values[6] = v_last_stable_offset
         entry.values[4] = v_log_start_offset
-        entry.values[15] = v_records_offset
-        entry.values[16] = v_record_bytes
+        entry.values[17] = v_records_offset
+        entry.values[18] = v_record_bytes
         acc.partitions.append(entry)
     else:
         acc.leave_out(0)
@@ -11207,25 +11258,14 @@ cdef Py_ssize_t x_FetchResponse_v11(Acc acc, Cursor* c, object topic, object par
     return 0
 
 
-cdef Py_ssize_t skip_FetchResponse_AbortedTransaction_v12(Acc acc, Cursor* c) except -2:
-    cdef Py_ssize_t count, j
-    while True:
-        c.pos += 16
-        if c.pos > c.end:
-            fail(acc, TRUNCATED, 'struct')
-            break
-        if skip_tag_buffer(acc, c) < 0:
-            break
-        return 0
-    return -1
-
-
 cdef Py_ssize_t x_FetchResponse_PartitionData_v12(Acc acc, Cursor* c, object topic, object partition) except -2:
     cdef Py_ssize_t n, count, j, stop
     cdef uint64_t tag
     cdef Cursor sub
     cdef int own = 0
+    cdef int64_t v_aborted_transactions = 0
     cdef int64_t v_error_code = 0
+    cdef int64_t v_first_aborted_offset = 0
     cdef int64_t v_high_watermark = 0
     cdef int64_t v_last_stable_offset = 0
     cdef int64_t v_log_start_offset = 0
@@ -11233,6 +11273,7 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v12(Acc acc, Cursor* c, object top
     cdef int64_t v_record_bytes = 0
     cdef uint32_t has = 0
     cdef Entry entry
+    cdef int64_t item
     while True:
         if c.pos + 30 > c.end:
             fail(acc, TRUNCATED, 'responses.partitions.partition_index')
@@ -11252,21 +11293,34 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v12(Acc acc, Cursor* c, object top
         else:
             count = <Py_ssize_t>rd_uvarint_wide(c) - 1
             if c.err:
-                fail(acc, c.err, 'array')
+                fail(acc, c.err, 'responses.partitions.aborted_transactions')
                 break
-        if count <= 0:
-            if count != 0 and count != -1:
-                fail(acc, MALFORMED, 'array')
+        if count > 0:
+            if count > c.end - c.pos:
+                fail(acc, TRUNCATED, 'responses.partitions.aborted_transactions')
                 break
-        elif count > c.end - c.pos:
-            fail(acc, TRUNCATED, 'array')
-            break
-        else:
             for j in range(count):
-                if skip_FetchResponse_AbortedTransaction_v12(acc, c) < 0:
+                if c.pos + 16 > c.end:
+                    fail(acc, TRUNCATED, 'responses.partitions.aborted_transactions')
+                    break
+                c.pos += 8
+                item = rd_i64(c)
+                if j == 0 or item < v_first_aborted_offset:
+                    v_first_aborted_offset = item
+                if c.pos < c.end and c.buf[c.pos] == 0:
+                    c.pos += 1
+                elif skip_tag_buffer(acc, c) < 0:
                     break
             if acc.err:
                 break
+            v_aborted_transactions = count
+            has |= 98304
+        elif count == 0:
+            v_aborted_transactions = 0
+            has |= 32768
+        elif count < -1:
+            fail(acc, MALFORMED, 'responses.partitions.aborted_transactions')
+            break
         c.pos += 4
         if c.pos < c.end and c.buf[c.pos] < 0x80:
             n = <Py_ssize_t>c.buf[c.pos] - 1
@@ -11280,11 +11334,11 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v12(Acc acc, Cursor* c, object top
             if n != -1:
                 fail(acc, MALFORMED, 'responses.partitions.records')
                 break
-            has &= ~98304
+            has &= ~393216
         else:
             v_records_offset = c.pos
             v_record_bytes = n
-            has |= 98304
+            has |= 393216
             c.pos += n
             if c.pos > c.end:
                 fail(acc, TRUNCATED, 'responses.partitions.records')
@@ -11303,12 +11357,14 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v12(Acc acc, Cursor* c, object top
             if len(acc.partitions) < 100000:
                 entry = new_partition_entry(topic, partition)
                 entry.present |= has
+                entry.values[15] = v_aborted_transactions
                 entry.values[1] = v_error_code
+                entry.values[16] = v_first_aborted_offset
                 entry.values[5] = v_high_watermark
                 entry.values[6] = v_last_stable_offset
                 entry.values[4] = v_log_start_offset
-                entry.values[15] = v_records_offset
-                entry.values[16] = v_record_bytes
+                entry.values[17] = v_records_offset
+                entry.values[18] = v_record_bytes
                 acc.partitions.append(entry)
             else:
                 acc.leave_out(0)
@@ -11322,12 +11378,14 @@ cdef Py_ssize_t x_FetchResponse_PartitionData_v12(Acc acc, Cursor* c, object top
     if len(acc.partitions) < 100000:
         entry = new_partition_entry(topic, partition)
         entry.present |= has
+        entry.values[15] = v_aborted_transactions
         entry.values[1] = v_error_code
+        entry.values[16] = v_first_aborted_offset
         entry.values[5] = v_high_watermark
         entry.values[6] = v_last_stable_offset
         entry.values[4] = v_log_start_offset
-        entry.values[15] = v_records_offset
-        entry.values[16] = v_record_bytes
+        entry.values[17] = v_records_offset
+        entry.values[18] = v_record_bytes
         acc.partitions.append(entry)
     else:
         acc.leave_out(0)
