@@ -992,6 +992,19 @@ DELIVERIES_SCHEMA = pa.schema([
 _TASKS = pa.list_(pa.struct([("kind", pa.string()), ("subtopology_id", pa.string()),
                              ("partitions", pa.list_(pa.int32()))]))
 
+def session_rows_batch(schema: pa.Schema, rows: list[tuple], capture_file: str) -> pa.RecordBatch:
+    """The rows a session reader wrote (named tuples of the schema's columns but the first, capture_file, and
+    the last, error_name; times as integer ns) to one batch: the capture file added, the error named from
+    the row's error_code."""
+    cols = list(zip(*rows, strict=True)) if rows else [()] * (len(schema) - 2)
+    arrays = [pa.array([capture_file] * len(rows), pa.string())]
+    for f, values in zip(list(schema)[1:-1], cols, strict=True):
+        arrays.append(_ts(values) if f.type == TS else pa.array(values, f.type))
+    codes = arrays[schema.get_field_index("error_code")]
+    arrays.append(_error_name_array(codes) if rows else pa.array([], pa.string()))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
 GROUP_HEARTBEATS_SCHEMA = pa.schema([
     _f("capture_file", pa.string(), "Capture file (or rotated set) of the exchange."),
     _f("connection_id", pa.int64(), "Its connection (see connections)."),
@@ -1035,17 +1048,7 @@ GROUP_HEARTBEATS_SCHEMA = pa.schema([
 
 GROUP_HEARTBEAT_FIELDS = tuple(GROUP_HEARTBEATS_SCHEMA.names[1:-1])
 """A heartbeat row as the session writes it: the schema's columns but the capture file and the error name."""
-
-
-def group_heartbeats_batch(rows: list[tuple], capture_file: str) -> pa.RecordBatch:
-    """Rows in GROUP_HEARTBEAT_FIELDS order (times as integer ns) to one batch."""
-    cols = list(zip(*rows, strict=True)) if rows else [()] * len(GROUP_HEARTBEAT_FIELDS)
-    arrays = [pa.array([capture_file] * len(rows), pa.string())]
-    for f, values in zip(list(GROUP_HEARTBEATS_SCHEMA)[1:-1], cols, strict=True):
-        arrays.append(_ts(values) if f.type == TS else pa.array(values, f.type))
-    codes = arrays[GROUP_HEARTBEATS_SCHEMA.get_field_index("error_code")]
-    arrays.append(_error_name_array(codes) if rows else pa.array([], pa.string()))
-    return pa.RecordBatch.from_arrays(arrays, schema=GROUP_HEARTBEATS_SCHEMA)
+group_heartbeats_batch = partial(session_rows_batch, GROUP_HEARTBEATS_SCHEMA)
 
 
 SHARE_RANGES_SCHEMA = pa.schema([
@@ -1080,18 +1083,9 @@ SHARE_RANGES_SCHEMA = pa.schema([
 ])
 """Share groups' acquisitions and acknowledgements, a row per range and action, read from their bodies."""
 
-SHARE_RANGE_FIELDS = tuple(n for n in SHARE_RANGES_SCHEMA.names[1:-1])
+SHARE_RANGE_FIELDS = tuple(SHARE_RANGES_SCHEMA.names[1:-1])
 """A share range as the session writes it: the schema's columns but the capture file and the error name."""
-
-
-def share_ranges_batch(rows: list[tuple], capture_file: str) -> pa.RecordBatch:
-    """Rows in SHARE_RANGE_FIELDS order (times as integer ns) to one batch."""
-    cols = list(zip(*rows, strict=True)) if rows else [()] * len(SHARE_RANGE_FIELDS)
-    arrays = [pa.array([capture_file] * len(rows), pa.string())]
-    for f, values in zip(list(SHARE_RANGES_SCHEMA)[1:-1], cols, strict=True):
-        arrays.append(_ts(values) if f.type == TS else pa.array(values, f.type))
-    arrays.append(_error_name_array(arrays[-1]) if rows else pa.array([], pa.string()))
-    return pa.RecordBatch.from_arrays(arrays, schema=SHARE_RANGES_SCHEMA)
+share_ranges_batch = partial(session_rows_batch, SHARE_RANGES_SCHEMA)
 
 
 SHARE_CONSUMPTION_SCHEMA = pa.schema([
@@ -1247,16 +1241,7 @@ def cluster_batch(rows: list[tuple], capture_file: str) -> pa.RecordBatch:
 
 TRANSACTION_STEP_FIELDS = tuple(TRANSACTION_STEPS_SCHEMA.names[1:-1])
 """A transaction step as the session writes it: the schema's columns but the capture file and the error name."""
-
-
-def transaction_steps_batch(rows: list[tuple], capture_file: str) -> pa.RecordBatch:
-    """Rows in TRANSACTION_STEP_FIELDS order (times as integer ns) to one batch."""
-    cols = list(zip(*rows, strict=True)) if rows else [()] * len(TRANSACTION_STEP_FIELDS)
-    arrays = [pa.array([capture_file] * len(rows), pa.string())]
-    for f, values in zip(list(TRANSACTION_STEPS_SCHEMA)[1:-1], cols, strict=True):
-        arrays.append(_ts(values) if f.type == TS else pa.array(values, f.type))
-    arrays.append(_error_name_array(arrays[-1]) if rows else pa.array([], pa.string()))
-    return pa.RecordBatch.from_arrays(arrays, schema=TRANSACTION_STEPS_SCHEMA)
+transaction_steps_batch = partial(session_rows_batch, TRANSACTION_STEPS_SCHEMA)
 
 
 @dataclass(frozen=True)
