@@ -401,8 +401,11 @@ def run_live(source, options, *, name: str, label: str, duration: float | None, 
         if pcap is not None:
             pcap.rotate(part_started)
         if rolling is not None and derived is not None:
+            whole: dict[str, list[pa.RecordBatch]] = {}
             for table, batch in [*derived.finish(), ("files", analysis.files_batch())]:
-                rolling.replace(table, batch)
+                whole.setdefault(table, []).append(batch)
+            for table, batches in whole.items():
+                rolling.replace(table, batches)
             written[0] += len(rolling.close(part_started) if last else rolling.rotate(part_started))
         part_started, part_clock = dt.datetime.now(dt.UTC), time.monotonic()
 

@@ -13,13 +13,14 @@ from analyzer.derived.groups import detail_rows, groups_table, member_counts, me
 from analyzer.derived.heartbeat_groups import COLUMNS as HEARTBEAT_COLUMNS
 from analyzer.derived.heartbeat_groups import heartbeat_groups_table
 from analyzer.derived.share_groups import ShareConsumption
-from analyzer.derived.transactions import produce_rows, step_rows, transactions_table
+from analyzer.derived.transactions import produce_rows, step_rows, transactions_batches
 from analyzer.derived.transactions import produced_rows as transactional_rows
 from analyzer.tables.schemas import (
     EXCHANGES_SCHEMA,
     GROUP_HEARTBEATS_SCHEMA,
     PARTITIONS_SCHEMA,
     TRANSACTION_STEPS_SCHEMA,
+    TRANSACTIONS_SCHEMA,
 )
 
 CONNECTION_KEYS = {"capture_file": pa.string(), "connection_id": pa.int64(), "client_ip": pa.string(),
@@ -110,17 +111,24 @@ class DerivedTables:
                 self._groups_of.setdefault((r["client_ip"], r["client_id"]), set()).add(r["group_id"])
 
     def finish(self) -> Iterator[tuple[str, pa.RecordBatch]]:
-        """(table, batch) of each derived table (one batch each, possibly empty)."""
+        """(table, batch) of each derived table: one batch each, possibly empty, and the transactions table in
+        as many as it takes."""
         self._settle()
         detail = pa.concat_tables(self._detail) if self._detail else detail_rows(EXCHANGES_SCHEMA.empty_table())
         counts = merge_counts(self._counts)
         heartbeats = _concat(self._heartbeats, GROUP_HEARTBEATS_SCHEMA.empty_table().select(list(HEARTBEAT_COLUMNS)))
         yield "groups", _one_batch(all_groups(groups_table(detail, counts), heartbeat_groups_table(heartbeats, counts)))
         yield "share_consumption", _one_batch(self._shares.finish())
-        yield "transactions", _one_batch(transactions_table(
-            _concat(self._steps, step_rows(TRANSACTION_STEPS_SCHEMA.empty_table())),
-            _concat(self._txn_produces, produce_rows(EXCHANGES_SCHEMA.empty_table())),
-            _concat(self._txn_produced, transactional_rows(PARTITIONS_SCHEMA.empty_table()))))
+        inputs = [_concat(self._steps, step_rows(TRANSACTION_STEPS_SCHEMA.empty_table())),
+                  _concat(self._txn_produces, produce_rows(EXCHANGES_SCHEMA.empty_table())),
+                  _concat(self._txn_produced, transactional_rows(PARTITIONS_SCHEMA.empty_table()))]
+        self._steps, self._txn_produces, self._txn_produced = [], [], []  # let go as soon as they are gone over
+        handed = False
+        for batch in transactions_batches(inputs):  # a million transactions: never two copies at once
+            handed = True
+            yield "transactions", batch
+        if not handed:
+            yield "transactions", pa.RecordBatch.from_pylist([], schema=TRANSACTIONS_SCHEMA)
         if not self.deliveries:
             return
         empty = PARTITIONS_SCHEMA.empty_table()

@@ -14,6 +14,7 @@ INVALID_TXN_STATE). What the capture shows of each is one row: when it started a
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -29,18 +30,39 @@ PRODUCE_COLUMNS = ("capture_file", "connection_id", "correlation_id", "client_id
                    "request_first_ts", "response_last_ts", "transactional_id", "error_name")
 PRODUCED_COLUMNS = ("capture_file", "connection_id", "correlation_id", "topic", "partition", "records",
                     "producer_id", "producer_epoch", "error_name")
-CHUNK = 65_536  # rows made into Python dicts at a time
-FLUSH_EVERY = 65_536  # closed transactions gathered into a table at a time
+CHUNK = 4_096  # rows made into Python dicts at a time
+FLUSH_EVERY = 8_192  # closed transactions gathered into a table at a time
+BATCH_ROWS = 1 << 15  # rows of the finished table handed on at a time
 _NO_TIME = datetime.min.replace(tzinfo=UTC)
 FENCING_ERRORS = frozenset(("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "INVALID_TXN_STATE",
                             "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "INVALID_PRODUCER_ID_MAPPING"))
 """EndTxn errors after which the client does not retry: the transaction ends there, failed."""
 
 
+ENCODED = ("capture_file", "client_id", "broker_ip", "api_name", "error_name", "group_id")
+"""Columns of few distinct values, kept dictionary-encoded while a run's rows wait: a million transactions'
+steps then take half the memory."""
+
+
+def _encoded(t: pa.Table) -> pa.Table:
+    for name in ENCODED:
+        i = t.schema.get_field_index(name)
+        if i >= 0 and not pa.types.is_dictionary(t.schema.field(i).type):
+            t = t.set_column(i, name, pc.dictionary_encode(t[name]))
+    return t
+
+
+def _decoded(t: pa.Table) -> pa.Table:
+    for i, f in enumerate(t.schema):
+        if pa.types.is_dictionary(f.type):
+            t = t.set_column(i, f.name, t[f.name].cast(f.type.value_type))
+    return t
+
+
 def step_rows(steps: pa.Table) -> pa.Table:
     """The rows of transaction_steps the table is made from: those naming a transactional id."""
     t = steps.select(list(STEP_COLUMNS))
-    return t.filter(pc.is_valid(t["transactional_id"]))
+    return _encoded(t.filter(pc.is_valid(t["transactional_id"])))
 
 
 def produce_rows(exchanges: pa.Table) -> pa.Table:
@@ -49,14 +71,14 @@ def produce_rows(exchanges: pa.Table) -> pa.Table:
         exchanges = EXCHANGES_SCHEMA.empty_table()
     t = exchanges.filter(pc.and_(pc.equal(exchanges["api_name"], "Produce"),
                                  pc.is_valid(exchanges["transactional_id"])))
-    return t.select(list(PRODUCE_COLUMNS))
+    return _encoded(t.select(list(PRODUCE_COLUMNS)))
 
 
 def produced_rows(partitions: pa.Table) -> pa.Table:
     """The partition rows of transactional Produce requests (their batches marked transactional)."""
     t = partitions.filter(pc.and_(pc.equal(partitions["api_name"], "Produce"),
                                   pc.fill_null(partitions["transactional"], False)))
-    return t.select(list(PRODUCED_COLUMNS))
+    return _encoded(t.select(list(PRODUCED_COLUMNS)))
 
 
 @dataclass(slots=True)  # a million open at once must stay small
@@ -92,9 +114,25 @@ class _Transaction:
 
 def transactions_table(steps: pa.Table, produces: pa.Table, produced: pa.Table) -> pa.Table:
     """The transactions table from a whole run's ``step_rows``, ``produce_rows`` and ``produced_rows``."""
-    produces = _with_partitions(produces, produced)
-    events = heapq.merge(_sorted_rows(steps, "request_ts", 1), _sorted_rows(produces, "request_first_ts", 0),
-                         key=lambda e: e[:4])
+    return transactions_from([steps, produces, produced])
+
+
+def transactions_from(inputs: list[pa.Table]) -> pa.Table:
+    """``transactions_table`` of ``[steps, produces, produced]``, taken out of the list."""
+    return pa.Table.from_batches(list(transactions_batches(inputs)), schema=TRANSACTIONS_SCHEMA)
+
+
+def transactions_batches(inputs: list[pa.Table]) -> Iterator[pa.RecordBatch]:
+    """The transactions table's rows in order, BATCH_ROWS at a time, from ``[steps, produces, produced]`` taken
+    out of the list: what the caller no longer holds is let go as soon as it is gone over."""
+    produced = inputs.pop()
+    produces = _with_partitions(inputs.pop(), produced)
+    steps = inputs.pop().unify_dictionaries()  # taken across chunks below
+    files = pa.array(sorted(set(_distinct(steps["capture_file"])) | set(_distinct(produces["capture_file"]))),
+                     pa.string())
+    events = heapq.merge(_sorted_rows(steps, "request_ts", 1, files),
+                         _sorted_rows(produces, "request_first_ts", 0, files), key=lambda e: e[:4])
+    del steps, produces, produced  # the generators hold them until they are gone through
     out: list[_Transaction] = []
     made: list[pa.Table] = []  # closed transactions, as tables of FLUSH_EVERY rows
     current: dict[tuple[str, str], _Transaction] = {}
@@ -176,16 +214,31 @@ def transactions_table(steps: pa.Table, produces: pa.Table, produced: pa.Table) 
     for key, txn in list(current.items()):
         close(key, "failed" if txn.end_failed else "open")
     made.append(_table(out))
-    return pa.concat_tables(made).sort_by([("capture_file", "ascending"), ("start_ts", "ascending"),
-                                           ("transactional_id", "ascending")])  # times unknown last
+    out.clear()
+    rows = pa.concat_tables(made)
+    made.clear()
+    order = pc.sort_indices(rows, sort_keys=[("capture_file", "ascending"), ("start_ts", "ascending"),
+                                             ("transactional_id", "ascending")])  # times unknown last
+    for start in range(0, len(order), BATCH_ROWS):  # in order a batch at a time: never a second sorted copy
+        yield from rows.take(order[start:start + BATCH_ROWS]).combine_chunks().to_batches()
 
 
-def _sorted_rows(table: pa.Table, ts: str, is_step: int):
+def _distinct(column: pa.ChunkedArray) -> list[str]:
+    values = column.cast(column.type.value_type) if pa.types.is_dictionary(column.type) else column
+    return [v for v in pc.unique(values).to_pylist() if v is not None]
+
+
+def _sorted_rows(table: pa.Table, ts: str, is_step: int, files: pa.Array):
     """(capture, transactional id, no time, time, time, is_step, row) of each row, in that order, a chunk of
-    rows made into dicts at a time (a million transactions' rows never all at once)."""
-    keys = [("capture_file", "ascending"), ("transactional_id", "ascending"), (ts, "ascending")]
-    for batch in table.sort_by(keys).to_batches(max_chunksize=CHUNK):
-        for r in batch.to_pylist():
+    rows made into dicts at a time (a million transactions' rows never all at once). Files are ordered by
+    their rank in ``files`` (dictionary columns do not sort)."""
+    keys = pa.table({"file": pc.index_in(table["capture_file"], value_set=files),
+                     "transactional_id": table["transactional_id"], "ts": table[ts]})
+    order = pc.sort_indices(keys, sort_keys=[("file", "ascending"), ("transactional_id", "ascending"),
+                                             ("ts", "ascending")])  # taken a chunk at a time: no sorted copy
+    del keys
+    for start in range(0, len(order), CHUNK):
+        for r in table.take(order[start:start + CHUNK]).to_pylist():
             t = r[ts]
             yield (r["capture_file"] or "", r["transactional_id"] or "", t is None, t or _NO_TIME, t, is_step, r)
 
@@ -194,6 +247,7 @@ def _with_partitions(produces: pa.Table, produced: pa.Table) -> pa.Table:
     """The transactional Produce exchanges with their partition rows' topics, partitions, records, producer ids
     and errors as lists (p_topic, p_partition, ...), joined on the exchange."""
     keys = ["capture_file", "connection_id", "correlation_id"]
+    produces, produced = _decoded(produces), _decoded(produced)  # Arrow lists and joins no dictionary column
     listed = produced.group_by(keys).aggregate([(c, "list") for c in PRODUCED_COLUMNS if c not in keys])
     listed = listed.rename_columns([c if c in keys else "p_" + c.removesuffix("_list") for c in listed.column_names])
     index = listed.select(keys).append_column("p_row", pa.array(range(listed.num_rows), pa.int64()))

@@ -277,7 +277,10 @@ class TableFolder:
         gathered = self._gathered.pop(table, None)
         if gathered:
             writer = self._writers[table]
-            writer.write_table(pa.Table.from_batches(gathered), row_group_size=1 << 30)
+            t = pa.Table.from_batches(gathered)
+            # gathered batches make one row group; a table made whole at the end (a million transactions) is
+            # cut into ROW_GROUP_ROWS ones: Parquet encodes a row group in memory before it writes it
+            writer.write_table(t, row_group_size=ROW_GROUP_ROWS if t.num_rows > 2 * ROW_GROUP_ROWS else 1 << 30)
 
     def _open(self, table: str, schema: pa.Schema):
         schema = SCHEMAS.get(table) or OPTIONAL_SCHEMAS.get(table) or schema
@@ -439,7 +442,7 @@ class RollingTables:
         self.pending_bytes = 0
         return written
 
-    def replace(self, table: str, batch: pa.RecordBatch) -> str:
+    def replace(self, table: str, batches: list[pa.RecordBatch]) -> str:
         """Write ``table`` whole, as this run's one file of it, in place of the one written before: a table made
         again from the whole run at each rotation (groups, files), whose parts would hold its rows twice. A
         reader sees the old file or the new one, never both nor half of one."""
@@ -449,7 +452,7 @@ class RollingTables:
         folder = os.path.join(self.folder, table)
         os.makedirs(folder, exist_ok=True)
         hidden = os.path.join(folder, f".part-{self._token}-whole.parquet.tmp")
-        pq.write_table(pa.Table.from_batches([batch], schema=schema), hidden, **parquet_options(table, schema))
+        pq.write_table(pa.Table.from_batches(batches, schema=schema), hidden, **parquet_options(table, schema))
         path = os.path.join(folder, f"part-{self._started}-{self._token}.parquet")
         os.replace(hidden, path)
         return path

@@ -182,3 +182,26 @@ def test_a_fenced_end_fails_the_transaction_and_an_unretried_error_too():
 def test_a_capture_starting_with_an_end_has_no_start():
     rows = _derive([_end(5)])
     assert rows[0]["outcome"] == "committed" and rows[0]["start_ts"] is None and rows[0]["duration_ms"] is None
+
+
+def test_files_are_apart_and_batches_together_give_the_whole(tmp_path, tables, monkeypatch):
+    """The capture and a copy under another name, in one run: each file's transactions, as the capture alone
+    gives them (its rows wait dictionary-encoded, each file's own dictionary), handed on in batches of two
+    rows that together are the table."""
+    import analyzer.derived.transactions as derivation
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "copy.pcap").write_bytes(CAPTURE.read_bytes())
+    monkeypatch.setattr(derivation, "BATCH_ROWS", 2)
+    monkeypatch.setattr(derivation, "CHUNK", 3)
+    monkeypatch.setattr(derivation, "FLUSH_EVERY", 2)
+    both = export_tables([CAPTURE, tmp_path / "in" / "copy.pcap"], tmp_path / "out",
+                         tables=("transactions",))["transactions"].to_pylist()
+    alone = tables["transactions"].to_pylist()
+    assert len(alone) == 5
+    by_file: dict[str, list[dict]] = {}
+    for row in both:
+        by_file.setdefault(row.pop("capture_file"), []).append(row)
+    assert sorted(by_file) == ["copy.pcap", CAPTURE.name]
+    expected = [{k: v for k, v in r.items() if k != "capture_file"} for r in alone]
+    assert list(by_file.values()) == [expected, expected]
