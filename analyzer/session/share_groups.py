@@ -137,7 +137,17 @@ class ShareRanges:
     def drain(self, topic_name: Callable[[str | bytes], str | None]) -> list[ShareRange]:
         """The rows, each topic named by its id (the names the run knows now; else the id in UUID form)."""
         rows, self.rows = self.rows, []
-        return [r._replace(topic=topic_name(r.topic) if r.topic is not None else None) for r in rows]
+        names: dict[str | bytes, str | None] = {}  # the few topics of many rows, each named once
+        out = []
+        for r in rows:
+            topic = r.topic
+            if topic is not None:
+                name = names.get(topic, names)
+                if name is names:
+                    name = names[topic] = topic_name(topic)
+                r = r._replace(topic=name)
+            out.append(r)
+        return out
 
     def __len__(self) -> int:
         return len(self.rows)
