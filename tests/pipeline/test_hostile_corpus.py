@@ -72,5 +72,5 @@ def test_what_the_limits_dropped_is_counted_in_the_files_table(tmp_path: Path) -
     assert flood["requests_dropped"] == sent - 10_000  # all but the last 10,000 in flight
     assert flood["requests_dropped"] == _count(tmp_path / "unanswered_flood", "exchanges", "note",
                                                lambda v: v is not None and "in-flight" in v)
-    assert counts["refused_decompressions"]["refused_batches"] == 100
+    assert counts["refused_decompressions"]["refused_batches"] == 20
     assert all(files["requests_dropped"] == 0 for files in (syns, counts["refused_decompressions"]))
