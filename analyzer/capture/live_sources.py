@@ -18,6 +18,7 @@ files, each written under a hidden name and renamed whole.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime as dt
 import os
@@ -322,8 +323,16 @@ class StreamSource:
         return stats
 
     def close(self) -> None:
+        """Stops the reader. One blocked on a stream that sends nothing more (a pipe left open) cannot be woken:
+        its capture is left open, a daemon thread that ends with the process (closing a generator another
+        thread is running raises)."""
         self._stop.set()
-        self._capture.close()
+        with contextlib.suppress(queue.Empty):
+            while True:  # a reader waiting to put a packet can go on to see the stop
+                self._queue.get_nowait()
+        self._thread.join(timeout=0.5)
+        if not self._thread.is_alive():
+            self._capture.close()
 
 
 class RollingPcap:

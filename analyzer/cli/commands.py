@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from analyzer.cli import stopping
 from analyzer.cli.options import analysis_options
 from analyzer.cli.terminal import inert
 from analyzer.tables.formats import FORMATS
@@ -53,6 +54,7 @@ class ExitCode(enum.IntEnum):
     INTERRUPTED = 130  # Ctrl-C (SIGINT)
     PIPE_CLOSED = 141  # whoever read the output stopped reading (`| head`)
     TERMINATED = 143  # SIGTERM
+    HUNG_UP = 129  # SIGHUP (the terminal or ssh session closed)
 
 
 class OutputError(click.ClickException):
@@ -268,6 +270,9 @@ def _guarded(command: Callable[[], object]) -> int:
         _say("error", exc.format_message())
         return exc.exit_code
     except (click.Abort, KeyboardInterrupt) as exc:  # click turns KeyboardInterrupt into Abort (from it)
+        if isinstance(exc, _HungUp) or isinstance(exc.__cause__, _HungUp):
+            _say("error", "hung up")
+            return ExitCode.HUNG_UP
         if isinstance(exc, _Terminated) or isinstance(exc.__cause__, _Terminated):
             _say("error", "terminated")
             return ExitCode.TERMINATED
@@ -282,30 +287,42 @@ def _guarded(command: Callable[[], object]) -> int:
         restore()
 
 
+_SIGHUP = getattr(signal, "SIGHUP", None)  # none on Windows
+
+
 class _Terminated(KeyboardInterrupt):
     """SIGTERM (kill, timeout, a service manager): ended as Ctrl-C is, partial output removed the same way."""
 
 
+class _HungUp(_Terminated):
+    """SIGHUP (the terminal or the ssh session closed): ended as SIGTERM is."""
+
+
 def _stop_quietly_on_signals() -> Callable[[], None]:
-    """Ctrl-C (SIGINT) and SIGTERM raise KeyboardInterrupt here (handled once, in ``_guarded``), after passing
-    the signal on to the worker processes, which end at once without a traceback of their own (a terminal's
-    Ctrl-C reaches them too; ``kill`` does not). Returns what restores the previous handlers."""
+    """Ctrl-C (SIGINT), SIGTERM and SIGHUP raise KeyboardInterrupt here (handled once, in ``_guarded``), after
+    passing the signal on to the worker processes, which end at once without a traceback of their own (a
+    terminal's Ctrl-C reaches them too; ``kill`` does not); while a command finishes what it has open
+    (``stopping.finishing``), they are noted and let go. Returns what restores the previous handlers."""
     main_pid = os.getpid()
 
     def stop(signum: int, frame) -> None:
         if os.getpid() != main_pid:  # a worker forked from this process
             os._exit(128 + signum)
+        if stopping.deferred(signal.Signals(signum).name):
+            return
         multiprocessing = sys.modules.get("multiprocessing")
         for child in multiprocessing.active_children() if multiprocessing else ():
             try:
                 os.kill(child.pid, signum)
             except OSError:
                 pass
-        raise _Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise _HungUp if signum == _SIGHUP else _Terminated
 
     previous = {}
     try:
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in (signal.SIGINT, signal.SIGTERM, *((_SIGHUP,) if _SIGHUP is not None else ())):
             previous[signum] = signal.getsignal(signum)
             signal.signal(signum, stop)
     except ValueError:  # not the main thread (an embedding program): its own handling stays

@@ -14,6 +14,7 @@ for matrix routines kafkacap never calls. One thread is asked for (unless the us
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import sys
@@ -104,14 +105,17 @@ def _asks_pandas_probe(args: list[str]) -> bool:
 
 
 def _stopped_while_starting(signum, frame) -> None:
-    """Ctrl-C or SIGTERM before the commands have taken over: nothing is written yet, so leave at once."""
-    sys.stderr.write("error: interrupted\n" if signum == signal.SIGINT else "error: terminated\n")
+    """Ctrl-C, SIGTERM or SIGHUP before the commands have taken over: nothing is written yet, so leave at once."""
+    said = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}.get(signum, "hung up")
+    with contextlib.suppress(OSError):
+        sys.stderr.write(f"error: {said}\n")
     os._exit(128 + signum)
 
 
 def main() -> None:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # inherited by worker processes too
-    for signum in (signal.SIGINT, signal.SIGTERM):  # the imports below take a while
+    for signum in (signal.SIGINT, signal.SIGTERM, *((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())):
+        # the imports below take a while
         signal.signal(signum, _stopped_while_starting)
     if _asks_pandas_probe(sys.argv[1:]):
         _choose_arrow_pool()  # before pyarrow loads

@@ -27,6 +27,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from analyzer.cli import stopping
 from analyzer.cli.summary import _fmt_ms
 from analyzer.cli.terminal import address, inert, inert_text
 from dissectors.kafka.apis import WAIT_APIS
@@ -345,10 +346,18 @@ def parse_rotation(value: str | None) -> tuple[float | None, int | None]:
     raise click.BadParameter(f"{value!r}: give a time (60s, 5m, 1h) or a size (100MB, 1GB)")
 
 
+class _Screen(Console):
+    """rich's console, but a reader gone away raises BrokenPipeError as any write would (rich ends the process
+    with 1 instead, before the open parts are written)."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError
+
+
 def _console(record: bool) -> Console:
     """Standard output; a pipe or a file gets wide lines rather than a squeezed 80 columns."""
-    console = Console(record=record)
-    return console if console.is_terminal else Console(record=record, width=160)
+    console = _Screen(record=record)
+    return console if console.is_terminal else _Screen(record=record, width=160)
 
 
 def run_live(source, options, *, name: str, label: str, duration: float | None, write_dir: str | None,
@@ -415,10 +424,13 @@ def run_live(source, options, *, name: str, label: str, duration: float | None, 
                       sort=sort[0], started=started, written_parts=written[0], rotating=rotating,
                       pcap_files=pcap.parts if pcap is not None else None)
 
+    reader_gone = [False]
+
     def until() -> bool:
-        return stop[0] or (duration is not None and time.monotonic() - started >= duration)
+        return stop[0] or reader_gone[0] or (duration is not None and time.monotonic() - started >= duration)
 
     def tick() -> None:
+        reader_gone[0] = reader_gone[0] or _reader_gone(sys.stdout)
         stats.tick()
         while keys is not None and keys.pressed:
             k = keys.pressed.popleft()
@@ -451,13 +463,14 @@ def run_live(source, options, *, name: str, label: str, duration: float | None, 
     except KeyboardInterrupt:
         interrupted = True
     finally:
-        if keys is not None:
-            keys.close()
-        health = analysis.finish()
-        stats.tick()
-        rotate_now(last=True)
+        with stopping.finishing("the open parts"):  # a second Ctrl-C, or SIGTERM after SIGHUP, loses nothing
+            if keys is not None:
+                keys.close()
+            health = analysis.finish()
+            stats.tick()
+            rotate_now(last=True)
     final = _console(snapshot is not None)
-    with contextlib.suppress(BrokenPipeError):
+    with contextlib.suppress(OSError):  # a closed pipe, or the terminal gone with SIGHUP (EIO): parts are written
         final.print(view())
         note = f"{stats.exchanges:,} exchanges from {health.packets:,} packets"
         if health.kernel_drops:
@@ -468,4 +481,17 @@ def run_live(source, options, *, name: str, label: str, duration: float | None, 
     if snapshot is not None:
         with open(snapshot, "w", encoding="utf-8") as f:
             f.write(final.export_text())
+    if reader_gone[0]:
+        raise BrokenPipeError  # ends as any command whose reader went away, once everything is written
     return stats.exchanges
+
+
+def _reader_gone(stream) -> bool:
+    """Whether standard output is a pipe whose reader has gone (``| head`` done): the screen writes nothing
+    to a pipe until the end, so only asking tells it (Linux flags the pipe's writing end POLLERR)."""
+    try:
+        poller = select.poll()
+        poller.register(stream.fileno(), 0)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no descriptor (an embedding program) or no poll()
+        return False
