@@ -141,13 +141,14 @@ def _export(spark, inputs: list[str], out: str, options: Options, aggregate: boo
         clock.lap("write")
         with described(spark, "kafkacap: derive groups"):
             _write_driver_side(staging, "groups", [_groups_table(spark, staging)], [])
+        aborted_produces: list[tuple] = []  # the Produce exchanges of aborted transactions (for deliveries)
         with described(spark, "kafkacap: derive transactions"):
-            _write_driver_side(staging, "transactions", [_transactions_table(spark, staging)], [])
+            _write_driver_side(staging, "transactions", [_transactions_table(spark, staging, aborted_produces)], [])
         with described(spark, "kafkacap: derive share consumption"):
             _write_driver_side(staging, "share_consumption", [_share_table(spark, staging)], [])
         if options.deliveries:
             with described(spark, "kafkacap: derive deliveries"):
-                _write_deliveries(spark, staging)
+                _write_deliveries(spark, staging, aborted_produces)
         clock.lap("derive")
         if aggregate:
             from spark_jobs.aggregate_job import write_aggregates
@@ -294,9 +295,10 @@ def _groups_table(spark, staging: Staging) -> pa.Table:
                       heartbeat_groups.heartbeat_groups_table(heartbeats, counts))
 
 
-def _transactions_table(spark, staging: Staging) -> pa.Table:
+def _transactions_table(spark, staging: Staging, aborted_produces: list[tuple]) -> pa.Table:
     """The transactions table: the steps of transactional producers, their Produce exchanges and the partition
-    rows of those collected (a few per transaction), then the CLI's own derivation."""
+    rows of those collected (a few per transaction), then the CLI's own derivation; ``aborted_produces`` gets
+    the keys of the aborted transactions' Produce exchanges."""
     from pyspark.sql import functions as F
 
     from analyzer.derived import transactions as t
@@ -309,7 +311,8 @@ def _transactions_table(spark, staging: Staging) -> pa.Table:
     return t.transactions_table(t.step_rows(steps.select(*t.STEP_COLUMNS).toArrow()),
                                 t.produce_rows(produces.select("api_name", *t.PRODUCE_COLUMNS).toArrow()),
                                 t.produced_rows(produced.select("api_name", "transactional",
-                                                                *t.PRODUCED_COLUMNS).toArrow()))
+                                                                *t.PRODUCED_COLUMNS).toArrow()),
+                                aborted_produces)
 
 
 def _share_table(spark, staging: Staging) -> pa.Table:
@@ -320,15 +323,17 @@ def _share_table(spark, staging: Staging) -> pa.Table:
     return share_groups.share_consumption_table(ranges)
 
 
-def _write_deliveries(spark, staging: Staging) -> None:
+def _write_deliveries(spark, staging: Staging, aborted_produces: list[tuple]) -> None:
     """The deliveries table (analyzer.derived.deliveries) by a range join in Spark: each Fetch range exploded
     into the offset buckets it covers, joined with the Produce rows of its topic, partition and bucket, and the
     earliest covering Fetch kept per produced batch and consumer, ties broken as the CLI breaks them (capture
-    file, connection, correlation id)."""
+    file, connection, correlation id); the aborted transactions' batches (``aborted_produces``) are not
+    delivered by a read_committed consumer's Fetch."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     from analyzer.derived import deliveries as d
+    from analyzer.derived.transactions import aborted_keys
 
     parts = spark.read.parquet(staging.uri("partitions"))
     produced = parts.where((F.col("api_name") == "Produce") & (F.col("base_offset") >= 0)
@@ -358,12 +363,24 @@ def _write_deliveries(spark, staging: Staging) -> None:
         F.col("connection_id").alias("fetch_connection_id"), F.col("correlation_id").alias("fetch_correlation_id"),
         F.col("response_last_ts").alias("fetched_ts"), F.col("broker_ip").alias("f_broker_ip"),
         F.col("broker_port").alias("f_broker_port"),
+        F.col("aborted_transactions").isNotNull().alias("f_committed"),  # Kafka lists none to read_uncommitted
         F.explode(F.sequence(F.floor(F.col("records_first_offset") / d.BUCKET),
                              F.floor(F.col("records_last_offset") / d.BUCKET))).alias("f_bucket"))
+    if aborted_produces:
+        keys = aborted_keys(aborted_produces).group_by(["capture_file", "connection_id", "correlation_id"])
+        aborted = spark.createDataFrame(keys.aggregate([]).to_pylist(), "capture_file string, connection_id long, "
+                                        "correlation_id int").select(
+            F.col("capture_file").alias("produce_capture_file"), F.col("connection_id").alias("produce_connection_id"),
+            F.col("correlation_id").alias("produce_correlation_id"), F.lit(True).alias("p_aborted"))
+        p = p.join(F.broadcast(aborted), ["produce_capture_file", "produce_connection_id", "produce_correlation_id"],
+                   "left")
+    else:
+        p = p.withColumn("p_aborted", F.lit(None).cast("boolean"))
     joined = p.join(f, (p.topic == f.f_topic) & (p.partition == f.f_partition) & (p.bucket == f.f_bucket)
                     & p.broker_ip.eqNullSafe(f.f_broker_ip) & p.broker_port.eqNullSafe(f.f_broker_port)
                     & (p.base_offset >= f.records_first_offset) & (p.base_offset <= f.records_last_offset)
-                    & (f.fetched_ts >= p.produced_ts))
+                    & (f.fetched_ts >= p.produced_ts)
+                    & ~(F.coalesce(p.p_aborted, F.lit(False)) & f.f_committed))  # a read_committed reader drops them
     first = Window.partitionBy("produce_capture_file", "produce_connection_id", "produce_correlation_id", "topic",
                                "partition", "consumer_ip", "consumer_client_id").orderBy(
         "fetched_ts", "fetch_capture_file", "fetch_connection_id", "fetch_correlation_id")

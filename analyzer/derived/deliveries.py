@@ -30,7 +30,7 @@ BUCKET = 1 << 16  # offsets per bucket of the Spark job's range join (a span cov
 PRODUCE_COLUMNS = ("capture_file", "connection_id", "correlation_id", "client_id", "topic", "partition", "base_offset",
                    "records", "request_last_ts", "response_last_ts")
 FETCH_COLUMNS = ("capture_file", "connection_id", "correlation_id", "client_id", "topic", "partition",
-                 "records_first_offset", "records_last_offset", "response_last_ts")
+                 "records_first_offset", "records_last_offset", "response_last_ts", "aborted_transactions")
 
 
 def _select(parts: pa.Table | pa.RecordBatch, columns: tuple[str, ...], keep) -> pa.Table:
@@ -91,12 +91,20 @@ def _pairs(keys: list[np.ndarray]) -> np.ndarray:
     return out.reshape(-1).astype(np.int64)
 
 
-def deliveries_table(produced: pa.Table, fetched: pa.Table, connections: pa.Table, consumers: pa.Table) -> pa.Table:
+def deliveries_table(produced: pa.Table, fetched: pa.Table, connections: pa.Table, consumers: pa.Table,
+                     aborted: pa.Table | None = None) -> pa.Table:
     """One row per produced batch and consumer that fetched it. ``connections`` (capture_file, connection_id,
     client_ip) gives a Fetch's client address, ``consumers`` (client_ip, client_id, group_id) the group of a
-    consumer (null group: none or several)."""
+    consumer (null group: none or several).
+
+    ``aborted`` (capture_file, connection_id, correlation_id) names the Produce exchanges of aborted
+    transactions (analyzer.derived.transactions.aborted_keys). Their batches reach a read_committed consumer
+    in the bytes of its Fetch responses, which list the aborted transactions for it to drop them: such a
+    response (its partition's ``aborted_transactions`` not null; Kafka lists none, a null, to read_uncommitted
+    consumers) delivers none of them. A read_uncommitted consumer is delivered them."""
     if not produced.num_rows or not fetched.num_rows:
         return DELIVERIES_SCHEMA.empty_table()
+
     produced = produced.combine_chunks()
     fetched = fetched.combine_chunks()
     fetched = _with(fetched, ["capture_file", "connection_id"], connections, ["client_ip", "broker_ip", "broker_port"])
@@ -123,6 +131,9 @@ def deliveries_table(produced: pa.Table, fetched: pa.Table, connections: pa.Tabl
                        return_inverse=True)[1].reshape(-1)  # ranks in text order, as Spark sorts
     f_conn = fetched["connection_id"].to_numpy(zero_copy_only=False)
     f_corr = fetched["correlation_id"].to_numpy(zero_copy_only=False)
+    p_aborted = (_marked(produced, ["capture_file", "connection_id", "correlation_id"], aborted)
+                 if aborted is not None and aborted.num_rows else None)
+    f_committed = pc.is_valid(fetched["aborted_transactions"]).to_numpy(zero_copy_only=False)
 
     def earliest(p_idx: np.ndarray, f_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per produced batch, its earliest covering fetch (ties: by capture file, connection, correlation)."""
@@ -159,6 +170,8 @@ def deliveries_table(produced: pa.Table, fetched: pa.Table, connections: pa.Tabl
                 offsets = np.repeat(lo[start:stop] - np.concatenate(([0], np.cumsum(cn)[:-1])), cn)
                 p_idx = ps[offsets + np.arange(total)]
                 later = f_ts[f_rep] >= p_ts[p_idx]
+                if p_aborted is not None:  # dropped by a read_committed consumer
+                    later &= ~(p_aborted[p_idx] & f_committed[f_rep])
                 if later.any():
                     p_idx, f_rep = earliest(p_idx[later], f_rep[later])
                     found_p.append(p_idx)
@@ -186,6 +199,18 @@ def deliveries_table(produced: pa.Table, fetched: pa.Table, connections: pa.Tabl
         "after_ack_ms": _elapsed_ms(p["response_last_ts"], f["response_last_ts"]),
     }
     return pa.table({name: columns[name] for name in DELIVERIES_SCHEMA.names}).cast(DELIVERIES_SCHEMA)
+
+
+def _marked(t: pa.Table, keys: list[str], right: pa.Table) -> np.ndarray:
+    """Per row of ``t``, whether ``right`` holds its ``keys``."""
+    right = right.select(keys).group_by(keys).aggregate([])
+    right = right.append_column("_found", pa.array(np.ones(right.num_rows, dtype=bool)))
+    left = t.select(keys).append_column("_row", pa.array(np.arange(t.num_rows)))
+    found = left.join(right.cast(pa.schema([left.schema.field(k) for k in keys] + [right.schema.field("_found")])),
+                      keys, join_type="inner")
+    out = np.zeros(t.num_rows, dtype=bool)
+    out[found["_row"].to_numpy()] = True
+    return out
 
 
 def _with(t: pa.Table, keys: list[str], right: pa.Table, values: list[str]) -> pa.Table:

@@ -13,7 +13,7 @@ from analyzer.derived.groups import detail_rows, groups_table, member_counts, me
 from analyzer.derived.heartbeat_groups import COLUMNS as HEARTBEAT_COLUMNS
 from analyzer.derived.heartbeat_groups import heartbeat_groups_table
 from analyzer.derived.share_groups import ShareConsumption
-from analyzer.derived.transactions import produce_rows, step_rows, transactions_batches
+from analyzer.derived.transactions import aborted_keys, produce_rows, step_rows, transactions_batches
 from analyzer.derived.transactions import produced_rows as transactional_rows
 from analyzer.tables.schemas import (
     EXCHANGES_SCHEMA,
@@ -124,7 +124,8 @@ class DerivedTables:
                   _concat(self._txn_produced, transactional_rows(PARTITIONS_SCHEMA.empty_table()))]
         self._steps, self._txn_produces, self._txn_produced = [], [], []  # let go as soon as they are gone over
         handed = False
-        for batch in transactions_batches(inputs):  # a million transactions: never two copies at once
+        aborted_produces: list[tuple] = []
+        for batch in transactions_batches(inputs, aborted_produces):  # never two copies at once
             handed = True
             yield "transactions", batch
         if not handed:
@@ -145,7 +146,8 @@ class DerivedTables:
             [("client_ip", "min"), ("broker_ip", "min"), ("broker_port", "min")])
         connections = connections.rename_columns({"client_ip_min": "client_ip", "broker_ip_min": "broker_ip",
                                                   "broker_port_min": "broker_port"})
-        yield "deliveries", _one_batch(deliveries_table(produced, fetched, connections, consumers))
+        yield "deliveries", _one_batch(deliveries_table(produced, fetched, connections, consumers,
+                                                        aborted_keys(aborted_produces)))
 
 
 def all_groups(classic: pa.Table, heartbeat: pa.Table) -> pa.Table:

@@ -97,6 +97,7 @@ class _Transaction:
     partitions: dict[str, set[int]] = field(default_factory=dict)
     groups: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    produces: list[tuple] | None = None  # (capture, connection, correlation id) of its Produce exchanges
     produce_requests: int = 0
     records: int = 0
     end_attempts: int = 0
@@ -112,19 +113,27 @@ class _Transaction:
                                                                      if p is not None)
 
 
-def transactions_table(steps: pa.Table, produces: pa.Table, produced: pa.Table) -> pa.Table:
-    """The transactions table from a whole run's ``step_rows``, ``produce_rows`` and ``produced_rows``."""
-    return transactions_from([steps, produces, produced])
+def transactions_table(steps: pa.Table, produces: pa.Table, produced: pa.Table,
+                       aborted_produces: list[tuple] | None = None) -> pa.Table:
+    """The transactions table from a whole run's ``step_rows``, ``produce_rows`` and ``produced_rows``;
+    ``aborted_produces``, when given, gets the Produce exchanges of aborted transactions (``aborted_keys``)."""
+    return pa.Table.from_batches(list(transactions_batches([steps, produces, produced], aborted_produces)),
+                                 schema=TRANSACTIONS_SCHEMA)
 
 
-def transactions_from(inputs: list[pa.Table]) -> pa.Table:
-    """``transactions_table`` of ``[steps, produces, produced]``, taken out of the list."""
-    return pa.Table.from_batches(list(transactions_batches(inputs)), schema=TRANSACTIONS_SCHEMA)
+def aborted_keys(produces: list[tuple]) -> pa.Table:
+    """(capture_file, connection_id, correlation_id) of the Produce exchanges of aborted transactions: what a
+    read_committed consumer drops (analyzer.derived.deliveries)."""
+    files, connections, correlations = zip(*produces, strict=True) if produces else ((), (), ())
+    return pa.table({"capture_file": pa.array(files, pa.string()), "connection_id": pa.array(connections, pa.int64()),
+                     "correlation_id": pa.array(correlations, pa.int32())})
 
 
-def transactions_batches(inputs: list[pa.Table]) -> Iterator[pa.RecordBatch]:
+def transactions_batches(inputs: list[pa.Table], aborted_produces: list[tuple] | None = None
+                         ) -> Iterator[pa.RecordBatch]:
     """The transactions table's rows in order, BATCH_ROWS at a time, from ``[steps, produces, produced]`` taken
-    out of the list: what the caller no longer holds is let go as soon as it is gone over."""
+    out of the list: what the caller no longer holds is let go as soon as it is gone over. ``aborted_produces``
+    (when given) gets the keys of the Produce exchanges of the transactions that were aborted."""
     produced = inputs.pop()
     produces = _with_partitions(inputs.pop(), produced)
     steps = inputs.pop().unify_dictionaries()  # taken across chunks below
@@ -141,6 +150,9 @@ def transactions_batches(inputs: list[pa.Table]) -> Iterator[pa.RecordBatch]:
         txn = current.pop(key, None)
         if txn is not None:
             txn.outcome = outcome
+            if outcome == "aborted" and txn.produces and aborted_produces is not None:
+                aborted_produces.extend(txn.produces)
+            txn.produces = None
             out.append(txn)
             if len(out) >= FLUSH_EVERY:
                 made.append(_table(out))
@@ -178,6 +190,9 @@ def transactions_batches(inputs: list[pa.Table]) -> Iterator[pa.RecordBatch]:
         txn.error(err)
         if api == "Produce":
             txn.produce_requests += 1
+            if aborted_produces is not None:
+                txn.produces = txn.produces or []
+                txn.produces.append((capture_file, r["connection_id"], r["correlation_id"]))
             for topic, partition, records, producer_id, producer_epoch, error in zip(
                     *(r[c] or () for c in ("p_topic", "p_partition", "p_records", "p_producer_id",
                                            "p_producer_epoch", "p_error_name")), strict=False):

@@ -107,6 +107,27 @@ def test_read_committed_fetches_list_the_transactions_the_producer_aborted(table
     assert seen["read_committed"] == seen["read_uncommitted"] >= set(aborted)
 
 
+def test_deliveries_are_what_each_reader_consumed(tmp_path):
+    """A read_committed consumer's Fetch responses still carry the aborted transactions' batches, which it
+    drops; a read_uncommitted one consumes them. The deliveries per reader and partition are the records each
+    says it consumed, and every delivered batch starts at an offset it saw."""
+    rows = export_tables(CAPTURE, tmp_path / "out", "--deliveries", tables=("deliveries",))["deliveries"]
+    delivered: dict[tuple, int] = {}
+    starts: dict[tuple, set[int]] = {}
+    for r in rows.to_pylist():
+        key = (r["consumer_client_id"], r["topic"], r["partition"])
+        delivered[key] = delivered.get(key, 0) + r["records"]
+        starts.setdefault(key, set()).add(r["base_offset"])
+    readers = truth(CAPTURE)["transactions"]["readers"]
+    assert {level["isolation_level"] for level in readers.values()} == {"read_committed", "read_uncommitted"}
+    for name, reader in readers.items():
+        for topic, parts in reader["consumed"].items():
+            for p, count in parts.items():
+                key = (name, topic, int(p))
+                assert delivered.get(key, 0) == count, key
+                assert starts.get(key, set()) <= set(reader["offsets_seen"][topic][p]), key
+
+
 def test_a_capture_cut_before_the_last_end_leaves_that_transaction_open(tmp_path, tables):
     """The packets up to the last EndTxn request's: the last transaction is open, the others as before."""
     last_end = max(r["request_ts"] for r in tables["transaction_steps"].to_pylist() if r["api_name"] == "EndTxn")
