@@ -76,6 +76,11 @@ def next_files(paths: list[str]) -> dict[str, str | None]:
     return after
 
 
+EXCHANGE_PART_TABLES = ("errors", "partitions", "records", "group_heartbeats", "share_ranges", "transaction_steps")
+"""Tables whose rows belong to an exchange (its connection and correlation id): dropped with it where the
+previous file's task owns the exchange."""
+
+
 @dataclass
 class _FilePlan:
     head: str  # capture_file written for this file's rows: the first file of its chain
@@ -150,7 +155,7 @@ class Stitcher:
                 before = batch.num_rows
                 batch = batch.filter(pc.invert(early))
                 self.dropped[name] = self.dropped.get(name, 0) + before - batch.num_rows
-            elif table in ("errors", "partitions", "records"):
+            elif table in EXCHANGE_PART_TABLES:
                 owned = pc.fill_null(pc.is_in(self._keys(batch), value_set=self._owned(plan)), False)
                 batch = batch.filter(pc.invert(pc.and_(is_mapped, owned)))
             if batch.num_rows == 0:

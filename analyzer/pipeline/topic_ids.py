@@ -40,8 +40,11 @@ UUID_FORM = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 _UUID = re.compile(UUID_FORM)
 SCALAR_TABLES = tuple(name for name, spec in TABLES.items() if spec.names_topics)  # a topic and a topic_id column
 LIST_COLUMNS = {"exchanges": ("topics",)}  # lists of topic text (names, or unnamed ids' UUID form)
-# lists of structs with a topic field: a ConsumerGroupHeartbeat's assignment names its topics by id
-STRUCT_LIST_COLUMNS = {"exchanges": ("assignment",)}
+# lists of structs with a topic field, in the tables the analysis writes (a ConsumerGroupHeartbeat's assignment
+# names its topics by id); the tables made afterwards are made from named rows
+STRUCT_LIST_COLUMNS = {name: columns for name, spec in TABLES.items() if spec.per_file and (columns := tuple(
+    f.name for f in spec.schema if pa.types.is_list(f.type) and pa.types.is_struct(f.type.value_type)
+    and f.type.value_type.get_field_index("topic") >= 0))}
 
 
 def _unnamed_scalar(batch: pa.RecordBatch) -> pa.Array:
@@ -79,8 +82,8 @@ def unnamed_ids(table: str, batch: pa.RecordBatch) -> list[str]:
     """The topic ids (UUID form) ``batch`` of ``table`` leaves unnamed."""
     if table in SCALAR_TABLES and "topic_id" in batch.schema.names:
         return _unnamed_scalar(batch).to_pylist()
-    if table in LIST_COLUMNS:
-        return _unnamed_in_lists(batch, LIST_COLUMNS[table], STRUCT_LIST_COLUMNS.get(table, ())).to_pylist()
+    if table in LIST_COLUMNS or table in STRUCT_LIST_COLUMNS:
+        return _unnamed_in_lists(batch, LIST_COLUMNS.get(table, ()), STRUCT_LIST_COLUMNS.get(table, ())).to_pylist()
     return []
 
 

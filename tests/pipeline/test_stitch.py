@@ -56,6 +56,29 @@ def test_split_capture_gives_the_rows_of_the_whole(capture: str, tmp_path: Path)
         assert sorted(f["first_frame"] for f in files) == [1, cuts[0] + 1, cuts[1] + 1, cuts[2] + 1]
 
 
+MODERN_SPLIT_CASES = ["kafka44_consumer_protocol.pcap", "kafka44_share_group.pcap", "kafka44_transactions.pcap",
+                      "kafka44_streams_group.pcap"]
+DETAIL_TABLES = ("group_heartbeats", "share_ranges", "transaction_steps", "groups", "transactions",
+                 "share_consumption")
+
+
+@pytest.mark.parametrize("capture", MODERN_SPLIT_CASES)
+def test_split_capture_gives_the_modern_answers_of_the_whole(capture: str, tmp_path: Path) -> None:
+    """The rows read from the bodies of group heartbeats, share and transaction exchanges, and the tables made
+    of them: an exchange the previous file's task owns gives them once, and a topic id a Metadata response in
+    another file named is named."""
+    src = SAMPLES / capture
+    whole = _whole(src, tmp_path)
+    n = len(pcap_records(src)[1])
+    assert sum(whole[table].num_rows for table in DETAIL_TABLES) > 10
+    for attempt in range(2):
+        cuts = [n * i // 5 for i in range(1, 5)] if attempt == 0 else sorted(random.Random(capture).sample(
+            range(1, n), 3))
+        parts = _export(split_capture(src, tmp_path / f"split{attempt}", cuts), jobs=1 + attempt)
+        for table in ("exchanges", *DETAIL_TABLES):
+            assert canonical_rows(parts[table]) == canonical_rows(whole[table]), (table, cuts)
+
+
 def test_unstitched_files_stay_apart(tmp_path: Path) -> None:
     """--no-stitch: each file on its own (mid-stream starts, orphans), numbering restarting per file."""
     src = GROUP
