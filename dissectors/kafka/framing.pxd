@@ -48,6 +48,10 @@ cdef class FrameSplitter(ByteSink):
     cdef Py_ssize_t stash_need  # the stash is looked at again once it holds this many bytes
     cdef object stash_ts
     cdef int64_t stash_no
+    # (offset, ts, no) where each packet's bytes begin in a stash of several packets' bytes (None: one packet's,
+    # or two: the stash's own time and the new packet's); split_marks: those of the buffer being split
+    cdef list stash_marks
+    cdef list split_marks
 
     # Append chunk (shorter than head_missing) to the head in progress, as data() would (for Python callers;
     # skip_body and extend_head_raw are ByteSink's).
@@ -63,6 +67,7 @@ cdef class FrameSplitter(ByteSink):
     cdef bint _valid(self, buf, Py_ssize_t off, Py_ssize_t end, Py_ssize_t size, bint fresh) except -1
     cdef Py_ssize_t _find(self, buf, Py_ssize_t start, Py_ssize_t end) except? -2
     cdef void _drop_stash(self)
+    cdef tuple _time_at(self, Py_ssize_t pos, object first_ts, int64_t first_no)
     cdef int _append_head(self, const char* p, Py_ssize_t n) except -1
     cdef int _append_chunk(self, chunk, Py_ssize_t n) except -1
     cdef _complete(self, object ts, int64_t no, bint lossy)

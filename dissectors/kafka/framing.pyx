@@ -234,11 +234,18 @@ cdef class FrameSplitter(ByteSink):
             origin = self.stash_len
             self.stash_len = origin + n - pos
             if self.stash_len < self.stash_need:
+                # More packets may come before it is looked at: where this one's bytes begin is kept (a frame
+                # found there began in this packet, not the stash's first).
+                if self.stash_marks is None:
+                    self.stash_marks = [(0, self.stash_ts, self.stash_no)]
+                self.stash_marks.append((origin, ts, no))
                 return  # still too few to decide anything: nothing to look at again
             buf = b"".join(self.stash)
             self.stash = None
             self.stash_len = 0
+            self.split_marks, self.stash_marks = self.stash_marks, None
             self._split(ts, no, buf, 0, origin, self.stash_ts, self.stash_no)
+            self.split_marks = None
         else:
             self._split(ts, no, chunk, pos, 0, ts, no)
 
@@ -302,6 +309,20 @@ cdef class FrameSplitter(ByteSink):
         self.skipped_bytes += self.stash_len
         self.stash = None
         self.stash_len = 0
+        self.stash_marks = None
+
+    cdef tuple _time_at(self, Py_ssize_t pos, object first_ts, int64_t first_no):
+        """(ts, no) of the packet byte ``pos`` of the buffer being split came in, ``pos`` being before the
+        current packet's bytes: the stash's first packet's unless the stash held several."""
+        cdef tuple mark
+        cdef Py_ssize_t i
+        if self.split_marks is None:
+            return first_ts, first_no
+        for i in range(len(self.split_marks) - 1, -1, -1):
+            mark = <tuple>self.split_marks[i]
+            if <Py_ssize_t>mark[0] <= pos:
+                return mark[1], mark[2]
+        return first_ts, first_no
 
     cdef _complete(self, object ts, int64_t no, bint lossy):
         """The frame in progress has all its bytes (or lost the last ones): hand it on."""
@@ -322,13 +343,21 @@ cdef class FrameSplitter(ByteSink):
                      int64_t no, object first_ts, int64_t first_no, Py_ssize_t need):
         """Hold the tail p[pos:n] until more bytes arrive (``need`` in all before it is looked at again);
         it keeps the time of its first byte."""
+        cdef list marks
         self.stash = [PyBytes_FromStringAndSize(<const char*>p + pos, n - pos)]
         self.stash_len = n - pos
         self.stash_need = need
-        if pos < origin:
-            self.stash_ts, self.stash_no = first_ts, first_no
+        if pos < origin:  # bytes of earlier packets, and maybe of this one: each one's start is kept
+            self.stash_ts, self.stash_no = self._time_at(pos, first_ts, first_no)
+            marks = [(0, self.stash_ts, self.stash_no)]
+            if self.split_marks is not None:
+                marks += [(m[0] - pos, m[1], m[2]) for m in self.split_marks if pos < m[0] < origin]
+            if origin < n:
+                marks.append((origin - pos, ts, no))
+            self.stash_marks = marks if len(marks) > 1 else None
         else:
             self.stash_ts, self.stash_no = ts, no
+            self.stash_marks = None
 
     cdef _split(self, object ts, int64_t no, buf, Py_ssize_t pos, Py_ssize_t origin, object first_ts,
                 int64_t first_no):
@@ -385,7 +414,7 @@ cdef class FrameSplitter(ByteSink):
                     return
                 self.fresh = False
             if pos < origin:
-                fts, fno = first_ts, first_no
+                fts, fno = self._time_at(pos, first_ts, first_no)
             else:
                 fts, fno = ts, no
             if avail >= total:
