@@ -584,14 +584,17 @@ def exchanges(paths, options: Options, jobs, no_progress, apis, statuses, client
 @click.option("--max-bytes", type=click.IntRange(0, 1 << 16), default=64, show_default=True,
               help="Bytes shown of each record key, value and header value (text as text, else hex; the full "
                    "size is always given).")
-def show(path, packet, connection, options: Options, limit, as_json, max_bytes) -> None:
+@click.option("--max-entries", type=click.IntRange(1), default=None,
+              help="Elements shown of each array of a body (default 50, with --json 10,000); the rest are walked "
+                   "past, not kept, and counted.")
+def show(path, packet, connection, options: Options, limit, as_json, max_bytes, max_entries) -> None:
     """Decode chosen exchanges in full and print them as trees."""
     if packet is None and connection is None:
         raise click.UsageError("give --frame N or --connection ID")
     from analyzer.cli.show import show as show_exchanges
 
     shown, report = show_exchanges(_out(), path, options, connection, packet, limit, as_json=as_json,
-                                   max_bytes=max_bytes)
+                                   max_bytes=max_bytes, max_entries=max_entries)
     report_files([report])
     if _read_nothing(report):
         raise click.ClickException("the capture file could not be read")

@@ -21,18 +21,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from rich.console import Console
 from rich.text import Text
 from rich.tree import Tree
 
 from analyzer.cli.jsonout import dumps, iso
-from analyzer.cli.summary import Collector
 from analyzer.cli.terminal import inert
 from analyzer.pipeline.analyze import FileReport, Options, analyze_file
-from analyzer.tables.schemas import EXCHANGES_SCHEMA
 from dissectors.kafka.apis import api_name
 from dissectors.kafka.codecs import DecompressionRefused, RecordsError
-from dissectors.kafka.decoder import DecodeError, RecordsRef, decode, read_varint, read_varlong
+from dissectors.kafka.decoder import DecodeError, RecordsRef, decode, element_cap, read_varint, read_varlong
 from dissectors.kafka.errors import error_name
 from dissectors.kafka.headers import HeaderError, decode_request_header, decode_response_header
 from dissectors.kafka.legacy07 import REQUEST_TYPES, Legacy07Error, decode_07_request, decode_07_tree
@@ -82,6 +82,49 @@ class Frames:
         key = (conn_id, last_no) if is_response else (conn_id, first_no)
         if key in (self.responses if is_response else self.requests):
             self.kept[(*key, is_response)] = (first_no, last_no, is_response, bytes(frame))
+            if len(self.kept) == len(self.requests) + len(self.responses):
+                raise _AllKept  # the rest of the capture holds none of them
+
+
+class _AllKept(Exception):  # noqa: N818 - a stop, not an error
+    """The second pass has every frame it was asked for."""
+
+
+class _Chosen:
+    """The first pass's sink: the rows of the exchanges asked for, kept as their batches pass (the others are
+    dropped at once: a capture of a million tiny exchanges must not become a million Python rows)."""
+
+    def __init__(self, connection: int | None, packet: int | None, holding: list[tuple[int, bool, int, int]],
+                 limit: int) -> None:
+        self.connection, self.packet, self.holding, self.limit = connection, packet, holding, limit
+        self.rows: list[dict] = []
+
+    def __call__(self, table: str, batch: pa.RecordBatch) -> None:
+        if table != "exchanges" or (self.limit and len(self.rows) >= self.limit) or not batch.num_rows:
+            return
+        keep = None
+        if self.connection is not None:
+            keep = pc.equal(batch.column("connection_id"), self.connection)
+        if self.packet is not None:
+            if not self.holding:
+                return
+            conn = batch.column("connection_id")
+            holds = pc.or_(
+                _is_one_of(conn, batch.column("request_frame"), [(c, f) for c, r, f, _ in self.holding if not r]),
+                _is_one_of(conn, batch.column("response_frame"), [(c, last) for c, r, _, last in self.holding if r]))
+            keep = holds if keep is None else pc.and_(keep, holds)
+        rows = batch.filter(pc.fill_null(keep, False)) if keep is not None else batch
+        if rows.num_rows:
+            wanted = self.limit - len(self.rows) if self.limit else rows.num_rows
+            self.rows += rows.slice(0, wanted).to_pylist()
+
+
+def _is_one_of(connection: pa.Array, frame: pa.Array, pairs: list[tuple[int, int]]) -> pa.Array:
+    """Per row, whether (connection, frame) is one of ``pairs``."""
+    if not pairs:
+        return pc.equal(connection, -1)
+    keys = pc.add(pc.multiply(pc.cast(connection, pa.int64()), 1 << 32), pc.cast(frame, pa.int64()))
+    return pc.is_in(keys, value_set=pa.array(sorted({(c << 32) + f for c, f in pairs}), pa.int64()))
 
 
 @dataclass
@@ -91,10 +134,12 @@ class Previews:
 
     max_bytes: int = DEFAULT_MAX_BYTES
     limits: Limits = field(default_factory=lambda: Limits(SHOW_BATCH_BYTES, SHOW_TOTAL_BYTES))
+    max_entries: int | None = None  # elements shown of an array (None: MAX_LIST_ITEMS, JSON MAX_JSON_LIST_ITEMS)
 
 
 def show(console: Console, path: str, options: Options, connection: int | None, packet: int | None,
-         limit: int, as_json: bool = False, max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[int, FileReport]:
+         limit: int, as_json: bool = False, max_bytes: int = DEFAULT_MAX_BYTES,
+         max_entries: int | None = None) -> tuple[int, FileReport]:
     """Print the exchanges asked for; returns how many were shown, and what became of the file.
 
     Two passes over the capture, so that memory holds only the frames shown: the first finds the rows and
@@ -107,28 +152,20 @@ def show(console: Console, path: str, options: Options, connection: int | None, 
         if packet is not None and first_no <= packet <= last_no:
             holding.append((conn_id, is_response, first_no, last_no))
 
-    sink = Collector()
+    sink = _Chosen(connection, packet, holding, limit)
     report = analyze_file(path, options, sink, tap=note)
-    chosen = []
-    for row in sink.table("exchanges", EXCHANGES_SCHEMA).to_pylist():
-        conn = row["connection_id"]
-        if connection is not None and conn != connection:
-            continue
-        if packet is not None and not any(
-                c == conn and (last == row["response_frame"] if is_response else first == row["request_frame"])
-                for c, is_response, first, last in holding):
-            continue
-        chosen.append(row)
-        if limit and len(chosen) >= limit:
-            break
+    chosen = sink.rows
     if not chosen:
         return 0, report
     frames = Frames(requests={(r["connection_id"], r["request_frame"]) for r in chosen
                               if r["request_frame"] is not None},
                     responses={(r["connection_id"], r["response_frame"]) for r in chosen
                                if r["response_frame"] is not None})
-    analyze_file(path, options, lambda table, batch: None, tap=frames)
-    previews = Previews(max_bytes, Limits(options.max_batch_mb << 20, SHOW_TOTAL_BYTES))
+    try:
+        analyze_file(path, options, lambda table, batch: None, tap=frames)
+    except _AllKept:
+        pass
+    previews = Previews(max_bytes, Limits(options.max_batch_mb << 20, SHOW_TOTAL_BYTES), max_entries)
     for row in chosen:
         conn = row["connection_id"]
         request = frames.kept.get((conn, row["request_frame"], False))
@@ -149,6 +186,7 @@ def exchange_document(row: dict, request: tuple | None, response: tuple | None,
     decoded (secrets by size only, as in the tree; record batches and consumer-protocol bytes decoded, within
     the same bounds), or the error that stopped the decoding."""
     previews = previews or Previews()
+    cap = previews.max_entries or MAX_JSON_LIST_ITEMS
     legacy = row["api_key"] is None and row["api_name"] in REQUEST_TYPES.values()
     out: dict = {"exchange": row}
     request_07 = None
@@ -161,7 +199,8 @@ def exchange_document(row: dict, request: tuple | None, response: tuple | None,
         doc: dict = {"packets": [frame[0], frame[1]], "bytes_kept": len(data)}
         try:
             if legacy:
-                doc["body"] = _json_value("", decode_07_tree(data, 4, len(data), request_07, side == "response"))
+                doc["body"] = _json_value("", decode_07_tree(data, 4, len(data), request_07, side == "response"),
+                                          cap)
                 if side == "request":
                     request_07 = decode_07_request(data, 4, len(data))
             elif side == "response":
@@ -171,24 +210,26 @@ def exchange_document(row: dict, request: tuple | None, response: tuple | None,
                 else:
                     corr, body = decode_response_header(data, 4, len(data), row["api_key"], row["api_version"])
                     doc["correlation_id"] = corr
-                    decoded = decode(data, body, len(data), row["api_key"], row["api_version"], True)
+                    with element_cap(cap):
+                        decoded = decode(data, body, len(data), row["api_key"], row["api_version"], True)
                     doc["body"] = _json_value("", enrich(decoded, data, row["api_key"], True, protocol_type,
-                                                         previews))
+                                                         previews), cap)
             else:
                 doc["length"] = struct.unpack_from(">i", data, 0)[0]
                 h = decode_request_header(data, 4, len(data))
                 doc.update(api_key=h.api_key, api_version=h.api_version, correlation_id=h.correlation_id,
                            client_id=h.client_id)
-                decoded = decode(data, h.body_offset, len(data), row["api_key"], row["api_version"], False)
+                with element_cap(cap):
+                    decoded = decode(data, h.body_offset, len(data), row["api_key"], row["api_version"], False)
                 protocol_type = _protocol_type(decoded)
-                doc["body"] = _json_value("", enrich(decoded, data, row["api_key"], False, None, previews))
+                doc["body"] = _json_value("", enrich(decoded, data, row["api_key"], False, None, previews), cap)
         except (HeaderError, Legacy07Error) as exc:
             doc["error"] = str(exc)
         out[side] = doc
     return out
 
 
-def _json_value(name: str, v):
+def _json_value(name: str, v, cap: int = MAX_JSON_LIST_ITEMS):
     """A decoded value for JSON: bytes in hex (16-byte ids as UUIDs), secrets as their size, records by place
     and as decoded."""
     if isinstance(v, dict):
@@ -197,12 +238,13 @@ def _json_value(name: str, v):
             if k in SECRET_FIELDS and isinstance(item, bytes | bytearray | memoryview):
                 out[str(k)] = {"redacted_bytes": len(item)}
             else:
-                out[str(k)] = _json_value(str(k), item)
+                out[str(k)] = _json_value(str(k), item, cap)
         return out
     if isinstance(v, list):
-        items = [_json_value("", item) for item in v[:MAX_JSON_LIST_ITEMS]]
-        if len(v) > MAX_JSON_LIST_ITEMS:
-            items.append({"more": len(v) - MAX_JSON_LIST_ITEMS})
+        items = [_json_value("", item, cap) for item in v[:cap]]
+        more = max(len(v) - cap, 0) + getattr(v, "more", 0)  # a Cut array: the elements not decoded too
+        if more:
+            items.append({"more": more})
         return items
     if isinstance(v, RecordsView | ConsumerView):
         return v.doc
@@ -644,22 +686,23 @@ def exchange_tree(row: dict, request: tuple | None, response: tuple | None, prev
     if request is not None:
         node = tree.add(Text(f"Request (packets {request[0]}-{request[1]}, {len(request[3])} bytes kept)"))
         if legacy:
-            request_07 = _legacy_tree(node, request[3], None, False)
+            request_07 = _legacy_tree(node, request[3], None, False, previews)
         else:
             protocol_type = _frame_tree(node, request[3], row["api_key"], row["api_version"], False, None, previews)
     if response is not None:
         node = tree.add(Text(f"Response (packets {response[0]}-{response[1]}, {len(response[3])} bytes kept)"))
         if legacy:
-            _legacy_tree(node, response[3], request_07, True)
+            _legacy_tree(node, response[3], request_07, True, previews)
         else:
             _frame_tree(node, response[3], row["api_key"], row["api_version"], True, protocol_type, previews)
     return tree
 
 
-def _legacy_tree(node: Tree, frame: bytes, request, is_response: bool):
+def _legacy_tree(node: Tree, frame: bytes, request, is_response: bool, previews: Previews):
     """A Kafka 0.7 frame; returns the decoded request (responses are decoded in its light)."""
     try:
-        _value_tree(node, decode_07_tree(frame, 4, len(frame), request, is_response), frame)
+        _value_tree(node, decode_07_tree(frame, 4, len(frame), request, is_response), frame,
+                    previews.max_entries or MAX_LIST_ITEMS)
         return None if is_response else decode_07_request(frame, 4, len(frame))
     except Legacy07Error as exc:
         node.add(_cannot_decode(exc))
@@ -684,9 +727,11 @@ def _frame_tree(node: Tree, frame: bytes, api_key: int | None, api_version: int 
             node.add(Text(f"correlation_id: {h.correlation_id}"))
             node.add(Text(f"client_id: {_scalar('client_id', h.client_id, frame)}"))
             body = h.body_offset
-        decoded = decode(frame, body, len(frame), api_key, api_version, is_response)
+        cap = previews.max_entries or MAX_LIST_ITEMS
+        with element_cap(cap):
+            decoded = decode(frame, body, len(frame), api_key, api_version, is_response)
         _value_tree(node.add(Text("body")),
-                    enrich(decoded, frame, api_key, is_response, request_protocol_type, previews), frame)
+                    enrich(decoded, frame, api_key, is_response, request_protocol_type, previews), frame, cap)
         return _protocol_type(decoded)
     except HeaderError as exc:
         node.add(_cannot_decode(exc))
@@ -697,7 +742,7 @@ def _cannot_decode(exc: Exception) -> Text:
     return Text("cannot decode: " + inert(str(exc)), style="red")
 
 
-def _value_tree(node: Tree, value, frame: bytes) -> None:
+def _value_tree(node: Tree, value, frame: bytes, cap: int = MAX_LIST_ITEMS) -> None:
     if isinstance(value, dict):
         for k, v in value.items():
             name = inert(str(k))
@@ -709,7 +754,7 @@ def _value_tree(node: Tree, value, frame: bytes) -> None:
                     isinstance(e, dict) and "name" in e for e in v):
                 _api_keys_tree(node.add(Text(name)), v)
             elif isinstance(v, dict | list) and v:
-                _value_tree(node.add(Text(name)), v, frame)
+                _value_tree(node.add(Text(name)), v, frame, cap)
             elif k in SECRET_FIELDS and isinstance(v, bytes | bytearray | memoryview):
                 node.add(Text(f"{name}: (redacted: {len(v)} bytes)"))
             elif str(k).endswith("error_code") and isinstance(v, int) and v:
@@ -717,13 +762,14 @@ def _value_tree(node: Tree, value, frame: bytes) -> None:
             else:
                 node.add(Text(f"{name}: {_scalar(str(k), v, frame)}"))
     elif isinstance(value, list):
-        for i, v in enumerate(value[:MAX_LIST_ITEMS]):
+        for i, v in enumerate(value[:cap]):
             if isinstance(v, dict | list):
-                _value_tree(node.add(Text(f"[{i}]")), v, frame)
+                _value_tree(node.add(Text(f"[{i}]")), v, frame, cap)
             else:
                 node.add(Text(f"[{i}]: {_scalar('', v, frame)}"))
-        if len(value) > MAX_LIST_ITEMS:
-            node.add(Text(f"... {len(value) - MAX_LIST_ITEMS} more", style="dim"))
+        more = max(len(value) - cap, 0) + getattr(value, "more", 0)  # a Cut array: the elements not decoded too
+        if more:
+            node.add(Text(f"... {more:,} more (--max-entries)", style="dim"))
 
 
 def _api_keys_tree(node: Tree, entries: list[dict]) -> None:

@@ -23,8 +23,9 @@ for them.
 
 from __future__ import annotations
 
+import contextlib
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from dissectors.kafka._generated.schemas import REQUESTS, RESPONSES
@@ -201,6 +202,29 @@ def _fixed_reader(type_name: str) -> Reader:
 
 
 _SMALL_COUNTS = 16
+_ELEMENT_CAP = [0]  # elements decoded of one array (0: all); see element_cap
+
+
+class Cut(list):
+    """An array decoded in part (``element_cap``): its first elements, and how many more the frame holds."""
+
+    __slots__ = ("more",)
+
+    def __init__(self, items: list, more: int) -> None:
+        super().__init__(items)
+        self.more = more
+
+
+@contextlib.contextmanager
+def element_cap(cap: int) -> Iterator[None]:
+    """Within the block, ``decode`` keeps at most ``cap`` elements of any array (0: no cap) and walks past the
+    rest without keeping them, so a body of millions of entries costs the memory of a few (``show``)."""
+    before = _ELEMENT_CAP[0]
+    _ELEMENT_CAP[0] = cap
+    try:
+        yield
+    finally:
+        _ELEMENT_CAP[0] = before
 
 
 def _element_unpackers(code: str) -> tuple[Callable, ...]:
@@ -235,6 +259,9 @@ def _fixed_array_reader(length_of, nullable: bool, item: str) -> Reader:
             raise DecodeTruncated(f"{count} elements of {size} bytes with {end - pos} bytes left")
         if count <= _SMALL_COUNTS:
             return list(unpackers[count](buf, pos)), stop
+        cap = _ELEMENT_CAP[0]
+        if cap and count > cap:
+            return Cut(list(struct.unpack_from(">" + code * cap, buf, pos)), count - cap), stop
         return list(struct.unpack_from(">" + code * count, buf, pos)), stop
 
     return read_fixed_array
@@ -257,12 +284,23 @@ def _array_reader(length_of, nullable: bool, element: Reader, min_size: int) -> 
             raise DecodeTruncated(f"{count} elements cannot fit in {end - pos} bytes")
         items = []
         append = items.append
+        cap = _ELEMENT_CAP[0]
+        kept = count if not cap or count <= cap else cap
         try:
-            for _ in range(count):
+            for _ in range(kept):
                 value, pos = element(buf, pos, end)
                 append(value)
         except DecodeError as exc:
             raise exc.within(len(items)) from None
+        if kept < count:  # walked past, not kept
+            index = kept
+            try:
+                while index < count:
+                    _, pos = element(buf, pos, end)
+                    index += 1
+            except DecodeError as exc:
+                raise exc.within(index) from None
+            return Cut(items, count - kept), pos
         return items, pos
 
     return read_array
