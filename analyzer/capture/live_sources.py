@@ -335,6 +335,29 @@ class StreamSource:
             self._capture.close()
 
 
+def _whole_records(path: str) -> tuple[int, int, int]:
+    """(bytes up to the end of the last whole record, whole records, first record's time in ns) of a pcap this
+    module wrote (nanosecond, little-endian); (0, 0, 0) when it is not one."""
+    with open(path, "rb") as f:
+        header = f.read(_PCAP_HEADER.size)
+        if len(header) < _PCAP_HEADER.size or _PCAP_HEADER.unpack(header)[0] != PCAP_NANO_MAGIC:
+            return 0, 0, 0
+        snaplen = _PCAP_HEADER.unpack(header)[5]
+        end, packets, first = _PCAP_HEADER.size, 0, 0
+        while True:
+            record = f.read(_PCAP_RECORD.size)
+            if len(record) < _PCAP_RECORD.size:
+                break
+            sec, nsec, caplen, _ = _PCAP_RECORD.unpack(record)
+            if caplen > max(snaplen, SNAPLEN) or nsec >= 1_000_000_000 or len(f.read(caplen)) < caplen:
+                break
+            if not packets:
+                first = sec * 1_000_000_000 + nsec
+            end += _PCAP_RECORD.size + caplen
+            packets += 1
+    return end, packets, first
+
+
 class RollingPcap:
     """Raw packets kept as pcap (nanosecond timestamps, the source's link type), a file per rotation:
     ``FILE-<UTC start>-<n>.pcap`` beside ``FILE`` (its ``.pcap`` taken off), which ``kafkacap export`` reads
@@ -356,6 +379,34 @@ class RollingPcap:
         self.bytes = 0  # in the current file
         self.packets = 0  # kept in all
         self.parts = 0
+
+    def recover_leftovers(self) -> list[tuple[str, str | None, int]]:
+        """The hidden files of this name a run that never finished left (SIGKILL, a power cut): each is cut
+        after its last whole packet and renamed into place as ``FILE-<UTC first packet>-000000.pcap``, which
+        ``kafkacap export`` reads with the other parts. (hidden path, the path it became or None where it holds
+        no whole packet and is left as it is, packets)."""
+        found = []
+        prefix = f".{self._name}-"
+        for entry in sorted(os.listdir(self._folder)):
+            if not (entry.startswith(prefix) and entry.endswith(".pcap.tmp")) or len(entry) != len(prefix) + 17:
+                continue
+            hidden = os.path.join(self._folder, entry)
+            if hidden == self._hidden:
+                continue
+            end, packets, first_ns = _whole_records(hidden)
+            if not packets:
+                found.append((hidden, None, 0))
+                continue
+            stamp = dt.datetime.fromtimestamp(first_ns // 1_000_000_000, dt.UTC).replace(
+                microsecond=first_ns % 1_000_000_000 // 1000).strftime("%Y%m%dT%H%M%S%fZ")
+            path = os.path.join(self._folder, f"{self._name}-{stamp}-000000.pcap")
+            if os.path.exists(path):
+                found.append((hidden, None, packets))
+                continue
+            os.truncate(hidden, end)
+            os.replace(hidden, path)
+            found.append((hidden, path, packets))
+        return found
 
     def packet(self, ts_ns: int, frame: bytes) -> None:
         f = self._file

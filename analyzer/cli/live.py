@@ -9,6 +9,7 @@ import sys
 import click
 
 from analyzer.cli.options import analysis_options
+from analyzer.cli.terminal import inert
 
 
 @click.command("live")
@@ -64,6 +65,16 @@ def live(iface, read_path, options, write_dir, pcap_path, rotate, duration, idle
     where = Text(f"listening {label}" + ("" if filtered is not False else
                                          " (no kernel filter: every packet is read and sorted here)"))
     Console(stderr=True).print(where)
+    if pcap is not None:
+        for hidden, path, packets in pcap.recover_leftovers():
+            if path is not None:
+                click.echo(f"warning: {inert(hidden)}: left by a run that did not finish; its {packets:,} whole "
+                           f"packets recovered as {inert(path)} (kafkacap export reads it with the other parts)",
+                           err=True)
+            else:
+                click.echo(f"warning: {inert(hidden)}: left by a run that did not finish; "
+                           + ("no whole packet in it" if not packets else "a recovered part has its name")
+                           + ", left as it is", err=True)
     run_live(source, options, name=name, label=label, duration=duration, write_dir=write_dir, rotate=rotate,
              snapshot=snapshot, screen=not no_screen, idle_seconds=idle_timeout, pcap=pcap)
 

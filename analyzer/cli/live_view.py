@@ -379,6 +379,10 @@ def run_live(source, options, *, name: str, label: str, duration: float | None, 
     if (write_dir is not None or pcap is not None) and rotate_s is None and rotate_bytes is None:
         rotate_s = 60.0
     rolling = RollingTables(write_dir) if write_dir is not None else None
+    for hidden in rolling.leftovers() if rolling is not None else ():
+        click.echo(f"warning: {inert(hidden)}: a part a run that did not finish left (SIGKILL, a power cut): "
+                   "Parquet writes its index last, so its rows cannot be read; left as it is (the packets kept "
+                   "with --pcap hold them)", err=True)
     derived = DerivedTables(deliveries=False) if rolling is not None else None
     if pcap is not None:
         source.keep = pcap.packet

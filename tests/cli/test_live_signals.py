@@ -9,6 +9,7 @@ import signal
 import struct
 import sys
 import termios
+import threading
 import time
 from pathlib import Path
 
@@ -32,12 +33,18 @@ def _unread(fd: int) -> int:
 def test_a_stop_signal_finishes_the_open_part(tmp_path: Path, signum: int) -> None:
     """The capture arrives on stdin, which stays open (a live source); --rotate 60s keeps every exchange in the
     open part until the signal, which must write it whole."""
+    from tests.hostile import Conn, PcapWriter, heartbeats
+
+    flood = tmp_path / "heartbeats.pcap"
+    writer = PcapWriter(flood)
+    heartbeats(Conn(writer, 40100).handshake(), 40_000)  # more rows than a row group: one is written hidden
+    writer.close()
     out = tmp_path / "rolling"
     read, write = os.pipe()
     process = kafkacap("live", "--read", "-", "--write", out, "--rotate", "60s", "--no-screen", stdin=read)
     os.close(read)
     try:
-        os.write(write, SAMPLE.read_bytes())
+        threading.Thread(target=os.write, args=(write, flood.read_bytes()), daemon=True).start()
         deadline = time.monotonic() + 60
         while _unread(write) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -129,3 +136,63 @@ def test_sighup_ends_an_export_with_129(tmp_path: Path) -> None:
         process.wait()
     assert (code, error_lines(err)) == (129, ["error: hung up"])
     assert not (tmp_path / "out").exists() or os.listdir(tmp_path / "out") == []
+
+
+def test_a_killed_runs_kept_packets_are_recovered_by_the_next_run(tmp_path: Path) -> None:
+    """SIGKILL leaves the current pcap part hidden, maybe cut inside a packet: the next run with the same
+    --pcap FILE cuts it after its last whole packet and puts it in place, where export reads it."""
+    from analyzer.capture.live_sources import RollingPcap
+    from tests.helpers import pcap_records
+
+    header, records = pcap_records(SAMPLE)
+    killed = RollingPcap(str(tmp_path / "kept.pcap"), 1)
+    for record in records:
+        sec, usec, caplen, _ = struct.unpack_from("<IIII", record)
+        killed.packet(sec * 1_000_000_000 + usec * 1000, record[16:16 + caplen])
+    killed._file.write(b"\x01\x02\x03\x04\x05")  # a record cut short by the kill
+    killed._file.flush()  # what reached the disk before the kill; the process ends without closing it
+    hidden = killed._hidden
+
+    found = RollingPcap(str(tmp_path / "kept.pcap"), 1).recover_leftovers()
+    (path,) = [p for _, p, _ in found]
+    assert found == [(hidden, path, len(records))] and not Path(hidden).exists()
+    first = struct.unpack_from("<II", records[0])
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(first[0])) + f"{first[1]:06d}Z"
+    assert Path(path).name == f"kept-{stamp}-000000.pcap"
+    exported = export_tables(path, tmp_path / "out", tables=("exchanges",))["exchanges"]
+    assert exported.num_rows == export_tables(SAMPLE, tmp_path / "whole", tables=("exchanges",))["exchanges"].num_rows
+
+
+def test_a_killed_runs_hidden_table_parts_are_named_and_left(tmp_path: Path) -> None:
+    """SIGKILL leaves each table's open Parquet part without its index: the next live run into the folder
+    names each one on stderr and leaves it; the rest of the folder reads as before."""
+    from tests.hostile import Conn, PcapWriter, heartbeats
+
+    flood = tmp_path / "heartbeats.pcap"
+    writer = PcapWriter(flood)
+    heartbeats(Conn(writer, 40100).handshake(), 40_000)  # more rows than a row group: one is written hidden
+    writer.close()
+    out = tmp_path / "rolling"
+    read, write = os.pipe()
+    process = kafkacap("live", "--read", "-", "--write", out, "--rotate", "60s", "--no-screen", stdin=read)
+    os.close(read)
+    try:
+        threading.Thread(target=os.write, args=(write, flood.read_bytes()), daemon=True).start()
+        deadline = time.monotonic() + 60
+        while not list(out.glob("exchanges/.part-*.parquet.tmp")) and time.monotonic() < deadline:
+            time.sleep(0.1)  # the first row group is written as the rows come
+        time.sleep(0.5)
+        process.kill()
+        process.wait()
+    finally:
+        os.close(write)
+    left = sorted(out.rglob(".part-*.parquet.tmp"))
+    assert left
+    with open(SAMPLE, "rb") as capture:  # a stream that ends: so does the run
+        again = kafkacap("live", "--read", "-", "--write", out, "--rotate", "60s", "--no-screen", stdin=capture)
+        code, err = finish(again, timeout=120)
+    assert code == 0, err
+    named = [line for line in err.splitlines() if line.startswith("warning: ")]
+    assert [line.split(": ")[1] for line in named] == [str(p) for p in left]
+    assert all("cannot be read; left as it is" in line for line in named)
+    assert sorted(out.rglob(".part-*.parquet.tmp")) == left
