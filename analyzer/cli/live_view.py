@@ -415,7 +415,7 @@ def run_live(source, options, *, name: str, label: str, duration: float | None, 
             pcap.rotate(part_started)
         if rolling is not None and derived is not None:
             whole: dict[str, list[pa.RecordBatch]] = {}
-            for table, batch in [*derived.finish(), ("files", analysis.files_batch())]:
+            for table, batch in [*derived.finish(final=last), ("files", analysis.files_batch())]:
                 whole.setdefault(table, []).append(batch)
             for table, batches in whole.items():
                 rolling.replace(table, batches)

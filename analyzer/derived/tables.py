@@ -110,9 +110,10 @@ class DerivedTables:
             for r in t.group_by(["client_ip", "client_id", "group_id"]).aggregate([]).to_pylist():
                 self._groups_of.setdefault((r["client_ip"], r["client_id"]), set()).add(r["group_id"])
 
-    def finish(self) -> Iterator[tuple[str, pa.RecordBatch]]:
+    def finish(self, final: bool = True) -> Iterator[tuple[str, pa.RecordBatch]]:
         """(table, batch) of each derived table: one batch each, possibly empty, and the transactions table in
-        as many as it takes."""
+        as many as it takes. ``final``: the run is over, so what the transactions table is made from is let go
+        as it is gone over; a live run makes the tables again at each rotation (``final=False``)."""
         self._settle()
         detail = pa.concat_tables(self._detail) if self._detail else detail_rows(EXCHANGES_SCHEMA.empty_table())
         counts = merge_counts(self._counts)
@@ -122,7 +123,8 @@ class DerivedTables:
         inputs = [_concat(self._steps, step_rows(TRANSACTION_STEPS_SCHEMA.empty_table())),
                   _concat(self._txn_produces, produce_rows(EXCHANGES_SCHEMA.empty_table())),
                   _concat(self._txn_produced, transactional_rows(PARTITIONS_SCHEMA.empty_table()))]
-        self._steps, self._txn_produces, self._txn_produced = [], [], []  # let go as soon as they are gone over
+        if final:  # let go as soon as they are gone over
+            self._steps, self._txn_produces, self._txn_produced = [], [], []
         handed = False
         aborted_produces: list[tuple] = []
         for batch in transactions_batches(inputs, aborted_produces):  # never two copies at once

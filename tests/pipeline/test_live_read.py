@@ -172,3 +172,22 @@ def test_rotated_parts_keep_one_whole_groups_and_files_table(tmp_path, monkeypat
     assert seen == [(1, 2), (1, 1)]
     assert _groups(out) == _groups(exported)
     _same_files_row(exported, out)
+
+
+def test_rotated_parts_keep_every_transaction(tmp_path, monkeypatch):
+    """The transactions table is made again from the whole run at each rotation: rotated at every refresh, it
+    ends as the export's (capture file aside), not as the last part's transactions."""
+    from tests.helpers import SAMPLES, export_tables
+
+    sample = SAMPLES / "kafka44_transactions.pcap"
+    out = tmp_path / "live"
+    _refresh_after_every_step(monkeypatch)
+    live_view.run_live(_Slowly(sample, per_poll=11), Options(ports=(9092,)), name="live-test",
+                       label="reading the sample", duration=None, write_dir=str(out), rotate="1KB", snapshot=None,
+                       screen=False)
+    assert len(list((out / "exchanges").glob("part-*.parquet"))) > 3
+    (whole,) = (out / "transactions").glob("*.parquet")
+    exported = export_tables(sample, tmp_path / "export", "--port", 9092, tables=("transactions",))["transactions"]
+    assert exported.num_rows == 5
+    assert pq.read_table(whole).drop_columns(["capture_file"]).to_pylist() == \
+        exported.drop_columns(["capture_file"]).to_pylist()
