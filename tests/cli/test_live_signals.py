@@ -3,6 +3,7 @@ ssh session closed), and a second signal during the finish is noted, not acted o
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import signal
@@ -33,18 +34,12 @@ def _unread(fd: int) -> int:
 def test_a_stop_signal_finishes_the_open_part(tmp_path: Path, signum: int) -> None:
     """The capture arrives on stdin, which stays open (a live source); --rotate 60s keeps every exchange in the
     open part until the signal, which must write it whole."""
-    from tests.hostile import Conn, PcapWriter, heartbeats
-
-    flood = tmp_path / "heartbeats.pcap"
-    writer = PcapWriter(flood)
-    heartbeats(Conn(writer, 40100).handshake(), 40_000)  # more rows than a row group: one is written hidden
-    writer.close()
     out = tmp_path / "rolling"
     read, write = os.pipe()
     process = kafkacap("live", "--read", "-", "--write", out, "--rotate", "60s", "--no-screen", stdin=read)
     os.close(read)
     try:
-        threading.Thread(target=os.write, args=(write, flood.read_bytes()), daemon=True).start()
+        os.write(write, SAMPLE.read_bytes())
         deadline = time.monotonic() + 60
         while _unread(write) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -177,13 +172,21 @@ def test_a_killed_runs_hidden_table_parts_are_named_and_left(tmp_path: Path) -> 
     process = kafkacap("live", "--read", "-", "--write", out, "--rotate", "60s", "--no-screen", stdin=read)
     os.close(read)
     try:
-        threading.Thread(target=os.write, args=(write, flood.read_bytes()), daemon=True).start()
+        data = flood.read_bytes()
+
+        def feed() -> None:
+            with contextlib.suppress(OSError):  # the reader is killed midway: EPIPE
+                os.write(write, data)
+
+        feeder = threading.Thread(target=feed, daemon=True)
+        feeder.start()
         deadline = time.monotonic() + 60
         while not list(out.glob("exchanges/.part-*.parquet.tmp")) and time.monotonic() < deadline:
             time.sleep(0.1)  # the first row group is written as the rows come
         time.sleep(0.5)
         process.kill()
         process.wait()
+        feeder.join(timeout=30)
     finally:
         os.close(write)
     left = sorted(out.rglob(".part-*.parquet.tmp"))
