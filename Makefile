@@ -43,7 +43,7 @@ run: $(RUN_STAMP) $(BUILT)
 
 test: $(STAMP) $(BUILT)
 	$(BIN)/ruff check analyzer dissectors spark_jobs tests benchmarks sample_pcaps tools
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 lint: $(STAMP)
 	$(BIN)/ruff check analyzer dissectors spark_jobs tests benchmarks sample_pcaps tools
