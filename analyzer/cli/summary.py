@@ -137,6 +137,13 @@ def slowest(ex: pa.Table, n: int = SLOWEST) -> list[dict]:
     return top.select(list(cols)).to_pylist()
 
 
+def _digest_groups(t: pa.Table, keys: list[str], values: list[str]) -> pa.TableGroupBy:
+    """A group-by whose t-digest percentiles depend only on the rows and their order: one chunk, one thread.
+    The digests are merged in the order the chunks are met, and a run with --jobs N hands its rows on in
+    batches cut where its processes' timing puts them: the same capture gave another p99 at every run."""
+    return t.select([*keys, *values]).combine_chunks().group_by(keys, use_threads=False)
+
+
 def broker_rows(ex: pa.Table) -> list[dict]:
     """Per broker address: requests, failures, clients, and service-time percentiles (waits left out)."""
     ex = ex.append_column("failed", pc.cast(failure_mask(ex), pa.int64()))
@@ -145,7 +152,7 @@ def broker_rows(ex: pa.Table) -> list[dict]:
     s = served(ex)
     lat = {}
     if s.num_rows:
-        for r in s.group_by(["broker_ip", "broker_port"]).aggregate([
+        for r in _digest_groups(s, ["broker_ip", "broker_port"], ["service_ms"]).aggregate([
                 ("service_ms", "tdigest", pc.TDigestOptions(q=[0.5, 0.99]))]).to_pylist():
             lat[(r["broker_ip"], r["broker_port"])] = r["service_ms_tdigest"]
     rows = []
@@ -414,7 +421,7 @@ def delivery_rows(deliveries: pa.Table) -> list[dict]:
     t = deliveries.append_column("consumer", pc.coalesce(deliveries["group_id"],
                                                          pc.binary_join_element_wise("client ", deliveries[
                                                              "consumer_client_id"], "")))
-    agg = t.group_by(["topic", "consumer"]).aggregate([
+    agg = _digest_groups(t, ["topic", "consumer"], ["delivery_ms"]).aggregate([
         ([], "count_all"), ("delivery_ms", "tdigest", pc.TDigestOptions(q=[0.5, 0.99])), ("delivery_ms", "max")])
     out = []
     for r in agg.sort_by([("topic", "ascending"), ("consumer", "ascending")]).to_pylist():
@@ -474,7 +481,8 @@ def transaction_rows(transactions: pa.Table, seconds: float | None = None) -> li
     duration and EndTxn time percentiles, and the errors met; the transactions table's names throughout."""
     keys = ["capture_file", "transactional_id"]
     digest = pc.TDigestOptions(q=[0.5, 0.99])
-    stats = {(r["capture_file"], r["transactional_id"]): r for r in transactions.group_by(keys).aggregate([
+    stats = {(r["capture_file"], r["transactional_id"]): r for r in _digest_groups(
+        transactions, keys, ["duration_ms", "commit_ms", "records"]).aggregate([
         ([], "count_all"), ("duration_ms", "tdigest", digest), ("duration_ms", "max"), ("commit_ms", "tdigest", digest),
         ("records", "sum")]).to_pylist()}
     found: dict[tuple, dict] = {}
@@ -586,7 +594,7 @@ def api_rows(ex: pa.Table, span_seconds: float | None = None) -> list[dict]:
     answered = ex.filter(pc.is_valid(ex["latency_ms"]))
     lat = {}
     if answered.num_rows:
-        g = answered.group_by(["api_name", "api_version"]).aggregate([
+        g = _digest_groups(answered, ["api_name", "api_version"], ["latency_ms"]).aggregate([
             ("latency_ms", "tdigest", pc.TDigestOptions(q=list(PERCENTILES))),
             ("latency_ms", "max"),
         ])

@@ -236,3 +236,21 @@ def test_the_report_gives_the_span_the_summary_gives(tmp_path, export_once):
     page = (tmp_path / "r.html").read_text()
     fact = page[page.index("capture span"):][:400]
     assert f"{len(intervals)} captures that do not overlap, {seconds:,.3f} s in all" in fact
+
+
+def test_the_summary_is_the_same_whatever_the_processes():
+    """Percentiles are t-digests, merged in the order their rows' batches are met; with --jobs 2 the batches are
+    cut where the processes' timing puts them, and the same capture gave another p99 at every run."""
+    import json
+
+    from tests.helpers import SAMPLES, invoke
+
+    documents = []
+    for jobs in ("1", "2", "2"):
+        result = invoke("summary", SAMPLES, "--detect-ports", "--json", "--no-progress", "--jobs", jobs)
+        assert result.exit_code == 0, result.output
+        document = json.loads(result.output)
+        for file in document["files"]:
+            file.pop("analysis_seconds")
+        documents.append(document)
+    assert documents[0] == documents[1] == documents[2]
