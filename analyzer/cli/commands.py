@@ -71,14 +71,15 @@ def _output_error(out_dir: str, exc: Exception) -> OutputError:
     return OutputError(f"cannot write the tables to {out_dir}: {where}{exc.strerror}")
 
 
-AUTO_JOBS_MAX = 8  # each process walks every packet of a file it shares: more would mostly add memory
+AUTO_JOBS_MAX = 8  # as analyzer.pipeline.run.AUTO_JOBS_MAX (named in --help, which loads no analysis)
 
 
 def _jobs(ctx: click.Context, param: click.Parameter, value: str | int) -> int:
     """--jobs N, or auto: the CPUs this process may run on (inputs too small to split still use one)."""
     if value == "auto":
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        return max(1, min(cpus, AUTO_JOBS_MAX))
+        from analyzer.pipeline.run import auto_jobs
+
+        return auto_jobs()
     try:
         jobs = int(value)
     except ValueError:

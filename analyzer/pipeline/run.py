@@ -44,6 +44,16 @@ PARENT_SHARD_WEIGHT = 0.8
 SPLIT_MIN_FRAMES_PER_MIB = 800
 
 
+AUTO_JOBS_MAX = 8  # each process walks every packet of a file it shares: more would mostly add memory
+
+
+def auto_jobs() -> int:
+    """The processes ``--jobs auto`` runs: the CPUs this process may run on, at most AUTO_JOBS_MAX (inputs too
+    small to split still use one)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(cpus, AUTO_JOBS_MAX))
+
+
 class InputError(Exception):
     """A path given on the command line does not exist or holds no capture files."""
 

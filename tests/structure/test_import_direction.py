@@ -21,7 +21,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 STAGES = ("capture", "tcp", "tls", "dissectors", "tables", "session", "derived", "pipeline", "edge")
-EDGES = ("report", "cli")  # analyzer packages that are edges, like spark_jobs
+EDGES = ("report", "cli", "api")  # analyzer packages and modules that are edges, like spark_jobs
 DECLARED_INTERFACES = ("dissectors.sink",)
 IMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+c?import\b|c?import\s+([\w.]+))", re.M)
 
