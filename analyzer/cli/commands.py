@@ -391,7 +391,7 @@ def main() -> None:
 def summary(paths, options: Options, jobs, no_progress, as_json) -> None:
     """Summarise Kafka traffic: capture span and rates, API usage and latency percentiles, slowest service
     times, errors (protocol steps apart), brokers, clients, topics, connections."""
-    from analyzer.cli.summary import Collector, print_summary, summary_document
+    from analyzer.cli.summary import SUMMARY_TABLES, Collector, print_summary, summary_document
     from analyzer.tables.schemas import (
         CLUSTER_SCHEMA,
         CONNECTIONS_SCHEMA,
@@ -403,7 +403,7 @@ def summary(paths, options: Options, jobs, no_progress, as_json) -> None:
         TRANSACTIONS_SCHEMA,
     )
 
-    sink = Collector()
+    sink = Collector(SUMMARY_TABLES)
     reports = _analyse(paths, options, jobs, sink, no_progress)
     tables = (sink.table("exchanges", EXCHANGES_SCHEMA), sink.table("connections", CONNECTIONS_SCHEMA), reports,
               sink.table("partitions", PARTITIONS_SCHEMA), sink.table("groups", GROUPS_SCHEMA),
@@ -453,9 +453,9 @@ def export(paths, options: Options, jobs, no_progress, out_dir, fmt, with_summar
         raise _output_error(out_dir, exc) from None
     collector = None
     if with_summary:  # the report module (rich tables) is loaded only when a summary is printed
-        from analyzer.cli.summary import Collector, print_summary
+        from analyzer.cli.summary import SUMMARY_TABLES, Collector, print_summary
 
-        collector = Collector()
+        collector = Collector(SUMMARY_TABLES)
 
     def sink(table: str, batch: pa.RecordBatch) -> None:
         try:
@@ -556,7 +556,7 @@ def exchanges(paths, options: Options, jobs, no_progress, apis, statuses, client
     from analyzer.cli.summary import Collector, print_exchanges
     from analyzer.tables.schemas import EXCHANGES_SCHEMA
 
-    sink = Collector()
+    sink = Collector(("exchanges",))  # the listing reads no other table
     _analyse(paths, options, jobs, sink, no_progress)
     every = sink.table("exchanges", EXCHANGES_SCHEMA)
     ex = filter_exchanges(every, apis, statuses, client, min_latency, broker, topics, since, until, groups)

@@ -29,14 +29,22 @@ from dissectors.kafka.errors import is_expected, is_retriable
 PERCENTILES = (0.5, 0.95, 0.99)
 
 
-class Collector:
-    """A sink that keeps every batch in memory, for the summary and the listing."""
+SUMMARY_TABLES = ("exchanges", "connections", "partitions", "groups", "deliveries", "cluster", "transactions",
+                  "share_consumption")
+"""The tables the summary reads (print_summary, summary_document)."""
 
-    def __init__(self) -> None:
+
+class Collector:
+    """A sink that keeps the batches of the tables named (None: of every table) in memory, for the summary and
+    the listing; the other tables' batches are let go as they come."""
+
+    def __init__(self, tables: tuple[str, ...] | None = None) -> None:
         self.batches: dict[str, list[pa.RecordBatch]] = {}
+        self.kept = None if tables is None else frozenset(tables)
 
     def __call__(self, table: str, batch: pa.RecordBatch) -> None:
-        self.batches.setdefault(table, []).append(batch)
+        if self.kept is None or table in self.kept:
+            self.batches.setdefault(table, []).append(batch)
 
     def table(self, name: str, schema: pa.Schema) -> pa.Table:
         return pa.Table.from_batches(self.batches.get(name, []), schema=schema)
