@@ -29,14 +29,12 @@ def _unread(fd: int) -> int:
     return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="FIONREAD on a pipe")
-@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGTERM, signal.SIGINT])
-def test_a_stop_signal_finishes_the_open_part(tmp_path: Path, signum: int) -> None:
-    """The capture arrives on stdin, which stays open (a live source); --rotate 60s keeps every exchange in the
-    open part until the signal, which must write it whole."""
-    out = tmp_path / "rolling"
+@contextlib.contextmanager
+def _live_reading_the_sample(out: Path, *options: object):
+    """``kafkacap live --read - --write OUT --rotate 60s OPTIONS`` fed the sample on a pipe left open (a live
+    source), yielded once it has read every byte and analysed them; killed if the test leaves it running."""
     read, write = os.pipe()
-    process = kafkacap("live", "--read", "-", "--write", out, "--rotate", "60s", "--no-screen", stdin=read)
+    process = kafkacap("live", "--read", "-", "--write", out, "--rotate", "60s", *options, stdin=read)
     os.close(read)
     try:
         os.write(write, SAMPLE.read_bytes())
@@ -45,13 +43,23 @@ def test_a_stop_signal_finishes_the_open_part(tmp_path: Path, signum: int) -> No
             time.sleep(0.05)
         time.sleep(1.5)  # what was read reaches the analysis
         assert process.poll() is None, process.stderr.read()
-        process.send_signal(signum)
-        code, err = finish(process, timeout=120)
+        yield process
     finally:
         os.close(write)
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="FIONREAD on a pipe")
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_finishes_the_open_part(tmp_path: Path, signum: int) -> None:
+    """The capture arrives on stdin, which stays open (a live source); --rotate 60s keeps every exchange in the
+    open part until the signal, which must write it whole."""
+    out = tmp_path / "rolling"
+    with _live_reading_the_sample(out, "--no-screen") as process:
+        process.send_signal(signum)
+        code, err = finish(process, timeout=120)
     assert code == 0, err
     rows = pq.read_table(out / "exchanges").to_pylist()
     exported = export_tables(SAMPLE, tmp_path / "export", tables=("exchanges",))["exchanges"].to_pylist()
@@ -69,23 +77,9 @@ def test_a_closed_standard_output_finishes_the_open_part(tmp_path: Path) -> None
     """``kafkacap live ... | head``: the screen's next refresh meets the closed pipe; the open part is written
     whole all the same, and the command ends as a closed pipe ends any other (141)."""
     out = tmp_path / "rolling"
-    read, write = os.pipe()
-    process = kafkacap("live", "--read", "-", "--write", out, "--rotate", "60s", stdin=read)
-    os.close(read)
-    try:
-        os.write(write, SAMPLE.read_bytes())
-        deadline = time.monotonic() + 60
-        while _unread(write) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(1.5)
-        assert process.poll() is None
+    with _live_reading_the_sample(out) as process:
         process.stdout.close()  # as head does once it has its lines
         code, err = finish(process, timeout=120)
-    finally:
-        os.close(write)
-        if process.poll() is None:
-            process.kill()
-            process.wait()
     assert code == 141, err
     exported = export_tables(SAMPLE, tmp_path / "export", tables=("exchanges",))["exchanges"]
     assert pq.read_table(out / "exchanges").num_rows == exported.num_rows > 0
