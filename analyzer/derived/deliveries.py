@@ -131,8 +131,13 @@ def deliveries_table(produced: pa.Table, fetched: pa.Table, connections: pa.Tabl
                        return_inverse=True)[1].reshape(-1)  # ranks in text order, as Spark sorts
     f_conn = fetched["connection_id"].to_numpy(zero_copy_only=False)
     f_corr = fetched["correlation_id"].to_numpy(zero_copy_only=False)
-    p_aborted = (_marked(produced, ["capture_file", "connection_id", "correlation_id"], aborted)
-                 if aborted is not None and aborted.num_rows else None)
+    p_aborted = None
+    if aborted is not None and aborted.num_rows:
+        keys = ["capture_file", "connection_id", "correlation_id"]
+        flagged = aborted.group_by(keys).aggregate([])
+        flagged = flagged.append_column("aborted", pa.array(np.ones(flagged.num_rows, dtype=bool)))
+        p_aborted = pc.fill_null(_with(produced.select(keys), keys, flagged, ["aborted"])["aborted"],
+                                 False).to_numpy(zero_copy_only=False)
     f_committed = pc.is_valid(fetched["aborted_transactions"]).to_numpy(zero_copy_only=False)
 
     def earliest(p_idx: np.ndarray, f_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -199,18 +204,6 @@ def deliveries_table(produced: pa.Table, fetched: pa.Table, connections: pa.Tabl
         "after_ack_ms": _elapsed_ms(p["response_last_ts"], f["response_last_ts"]),
     }
     return pa.table({name: columns[name] for name in DELIVERIES_SCHEMA.names}).cast(DELIVERIES_SCHEMA)
-
-
-def _marked(t: pa.Table, keys: list[str], right: pa.Table) -> np.ndarray:
-    """Per row of ``t``, whether ``right`` holds its ``keys``."""
-    right = right.select(keys).group_by(keys).aggregate([])
-    right = right.append_column("_found", pa.array(np.ones(right.num_rows, dtype=bool)))
-    left = t.select(keys).append_column("_row", pa.array(np.arange(t.num_rows)))
-    found = left.join(right.cast(pa.schema([left.schema.field(k) for k in keys] + [right.schema.field("_found")])),
-                      keys, join_type="inner")
-    out = np.zeros(t.num_rows, dtype=bool)
-    out[found["_row"].to_numpy()] = True
-    return out
 
 
 def _with(t: pa.Table, keys: list[str], right: pa.Table, values: list[str]) -> pa.Table:

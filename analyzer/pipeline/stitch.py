@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analyzer.pipeline.carry import Handoff
-from analyzer.tables.schemas import CONNECTIONS_SCHEMA
+from analyzer.tables.schemas import CONNECTIONS_SCHEMA, TABLES
 
 _DIGITS = re.compile(r"\d+")
 _TRAILING_DIGITS = re.compile(r"\d+$")
@@ -76,9 +76,10 @@ def next_files(paths: list[str]) -> dict[str, str | None]:
     return after
 
 
-EXCHANGE_PART_TABLES = ("errors", "partitions", "records", "group_heartbeats", "share_ranges", "transaction_steps")
-"""Tables whose rows belong to an exchange (its connection and correlation id): dropped with it where the
-previous file's task owns the exchange."""
+EXCHANGE_PART_TABLES = tuple(name for name, spec in TABLES.items() if name != "exchanges" and spec.per_file
+                             and {"connection_id", "correlation_id"} <= set(spec.schema.names))
+"""Tables whose rows belong to an exchange (its connection and correlation id, as the declarations say):
+dropped with it where the previous file's task owns the exchange."""
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 
 import numpy as np
 import plotly.graph_objects as go
@@ -225,13 +225,18 @@ def two_rows(top: go.Figure, bottom: go.Figure, titles: tuple[str, str], y_title
     return fig
 
 
+def _series(t: pa.Table, palette: dict[str, str]) -> Iterator[tuple[str, pa.Table]]:
+    """(name, its rows) of each series of ``t`` the palette names, in the palette's order, those with rows."""
+    for name in palette:
+        s = t.filter(pc.equal(t["series"], name))
+        if s.num_rows:
+            yield name, s
+
+
 def traffic_over_time(t: pa.Table, interval: Interval, palette: dict[str, str]) -> go.Figure:
     """Bytes per interval and topic (bars) for one direction; hover: bytes, records, exchanges' rows."""
     fig = go.Figure()
-    for name in palette:
-        s = t.filter(pc.equal(t["series"], name))
-        if s.num_rows == 0:
-            continue
+    for name, s in _series(t, palette):
         fig.add_trace(go.Bar(
             x=_times(s["bin"]), y=s["bytes"].to_numpy(zero_copy_only=False), name=name, marker_color=palette[name],
             **_over(interval),
@@ -480,10 +485,7 @@ def share_processing(t: pa.Table) -> go.Figure:
 def records_over_time(t: pa.Table, interval: Interval, palette: dict[str, str], what: str) -> go.Figure:
     """Records per interval by series (bars); hover: the records and how many ranges."""
     fig = go.Figure()
-    for name in palette:
-        s = t.filter(pc.equal(t["series"], name))
-        if s.num_rows == 0:
-            continue
+    for name, s in _series(t, palette):
         fig.add_trace(go.Bar(
             x=_times(s["bin"]), y=_column(s, "records"), name=name, marker_color=palette[name], **_over(interval),
             customdata=s["count"].to_numpy(),

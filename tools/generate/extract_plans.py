@@ -581,13 +581,18 @@ class _PlanWriter(_StructDecisions):
                                     element=type_name.endswith("array"), in_topic=self.in_topic)
         return self.writer.plan(element, scope)
 
-    def struct_array(self, child: str, compact: bool, nullable: bool, path: str) -> None:
+    def _element_loop(self, compact: bool, path: str) -> None:
+        """An array's count, and the loop over its elements when it has some (at least a byte each): the caller
+        emits the element, then closes the loop and the depth."""
         read_length(self.code, "count", compact, 4, path)
         self.emit("if count > 0:")
         self.emit("if count > c.end - c.pos:", 1)
         self.code.fail("TRUNCATED", path, 2)
         self.code.depth += 1
         self.code.open_loop("for j in range(count):")
+
+    def struct_array(self, child: str, compact: bool, nullable: bool, path: str) -> None:
+        self._element_loop(compact, path)
         self.emit(f"if {child}(acc, c, topic, partition) < 0:")
         self.code.failed(1)
         self.code.close_loop()
@@ -604,12 +609,7 @@ class _PlanWriter(_StructDecisions):
         before, after, item_type = element_layout(element, item, path)
         size = before + FIXED_TYPES[item_type][1] + after
         count_bit, least_bit = 1 << self.typed(count_field), 1 << self.typed(least_field)
-        read_length(self.code, "count", compact, 4, path)
-        self.emit("if count > 0:")
-        self.emit("if count > c.end - c.pos:", 1)
-        self.code.fail("TRUNCATED", path, 2)
-        self.code.depth += 1
-        self.code.open_loop("for j in range(count):")
+        self._element_loop(compact, path)
         self.emit(f"if c.pos + {size} > c.end:")
         self.code.fail("TRUNCATED", path, 1)
         if before:
